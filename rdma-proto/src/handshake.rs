@@ -1,0 +1,706 @@
+//! Sans-IO handshake state machines for both sides.
+//!
+//! They do no I/O: the caller reads a line, feeds it in, and sends what comes back. Any error
+//! moves the machine to `Failed`; the caller then sends [`ServerHandshake::fail`]'s line (server)
+//! or just closes (client) and drops the connection.
+//!
+//! Server: `Start -banner()-> AwaitHello -hello-> AwaitAccept -accept()-> AwaitWrite{notify}
+//! -result()-> Done`.
+//! Client: `AwaitBanner -banner-> NeedHello -hello()-> AwaitAccept -accept-> Writing
+//! -written()-> AwaitResult -result-> Done`.
+
+use std::fmt;
+
+use subtle::{Choice, ConstantTimeEq};
+
+use crate::error::{ErrorCode, ProtoError};
+use crate::wire::{
+    Accept, Auth, Banner, ClientMessage, ErrorMsg, Hello, Notify, Outcome, QpEndpoint,
+    ServerMessage, Written,
+};
+use crate::{SUPPORTED_VERSIONS, crc32c, preview_text};
+
+/// What the server allows and announces.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerPolicy {
+    /// Largest `hello.length` accepted (the server's buffer size).
+    pub max_len: u64,
+    /// Token the client must present; `None` = no auth.
+    pub token: Option<String>,
+    /// `banner.program_version`.
+    pub program_version: String,
+    /// `banner.features`.
+    pub features: Vec<String>,
+}
+
+impl fmt::Debug for ServerPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerPolicy")
+            .field("max_len", &self.max_len)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("program_version", &self.program_version)
+            .field("features", &self.features)
+            .finish()
+    }
+}
+
+impl ServerPolicy {
+    /// The features this crate's server side supports.
+    pub fn default_features() -> Vec<String> {
+        vec!["notify-imm".to_owned(), "notify-tcp".to_owned()]
+    }
+}
+
+/// What a client line meant to the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// A valid `hello` passed the checks: set up the QP and call [`ServerHandshake::accept`].
+    Hello(Hello),
+    /// The client says the write is done (notify=tcp): check the buffer, call `result`.
+    Written(Written),
+    /// The client sent an `error`; the handshake is `Failed`, close the connection.
+    PeerError(ErrorMsg),
+}
+
+/// Server side states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerState {
+    /// Nothing sent yet.
+    Start,
+    /// Banner sent, waiting for `hello`.
+    AwaitHello,
+    /// `hello` accepted, the caller has to set up RDMA and call `accept`.
+    AwaitAccept,
+    /// `accept` sent; waiting for the write (immediate, or `written` in tcp mode).
+    AwaitWrite {
+        /// How the client will signal completion.
+        notify: Notify,
+    },
+    /// `result` sent.
+    Done,
+    /// Something went wrong; nothing more is accepted.
+    Failed,
+}
+
+impl fmt::Display for ServerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerState::Start => f.write_str("before the banner"),
+            ServerState::AwaitHello => f.write_str("awaiting hello"),
+            ServerState::AwaitAccept => f.write_str("preparing accept"),
+            ServerState::AwaitWrite { notify } => write!(f, "awaiting the write (notify={notify})"),
+            ServerState::Done => f.write_str("done"),
+            ServerState::Failed => f.write_str("failed"),
+        }
+    }
+}
+
+/// The server's side of one connection.
+#[derive(Debug)]
+pub struct ServerHandshake {
+    policy: ServerPolicy,
+    state: ServerState,
+    hello: Option<Hello>,
+    written: Option<Written>,
+}
+
+impl ServerHandshake {
+    /// A fresh handshake in state `Start`.
+    pub fn new(policy: ServerPolicy) -> Self {
+        ServerHandshake {
+            policy,
+            state: ServerState::Start,
+            hello: None,
+            written: None,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> ServerState {
+        self.state
+    }
+
+    /// The accepted `hello`, once there is one.
+    pub fn hello(&self) -> Option<&Hello> {
+        self.hello.as_ref()
+    }
+
+    /// The client's notify mode, once `hello` was accepted.
+    pub fn notify(&self) -> Option<Notify> {
+        self.hello.as_ref().map(|h| h.notify)
+    }
+
+    /// The `written` message received (notify=tcp), if any.
+    pub fn written(&self) -> Option<&Written> {
+        self.written.as_ref()
+    }
+
+    /// The banner to send first. `Start -> AwaitHello`.
+    pub fn banner(&mut self) -> Result<ServerMessage, ProtoError> {
+        if self.state != ServerState::Start {
+            return Err(self.misuse("banner()"));
+        }
+        self.state = ServerState::AwaitHello;
+        Ok(ServerMessage::Banner(Banner {
+            program: "rdma-server".to_owned(),
+            program_version: self.policy.program_version.clone(),
+            versions: SUPPORTED_VERSIONS.to_vec(),
+            features: self.policy.features.clone(),
+            auth: if self.policy.token.is_some() {
+                Auth::Token
+            } else {
+                Auth::None
+            },
+        }))
+    }
+
+    /// Parses a line from the client and feeds it to [`ServerHandshake::on_message`].
+    /// A line that does not parse fails the handshake.
+    pub fn on_line(&mut self, line: &[u8]) -> Result<ServerEvent, ProtoError> {
+        match ClientMessage::parse(line) {
+            Ok(msg) => self.on_message(msg),
+            Err(e) => {
+                self.state = ServerState::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    /// Feeds one client message. Errors move the handshake to `Failed`.
+    pub fn on_message(&mut self, msg: ClientMessage) -> Result<ServerEvent, ProtoError> {
+        let r = self.step(msg);
+        if r.is_err() {
+            self.state = ServerState::Failed;
+        }
+        r
+    }
+
+    fn step(&mut self, msg: ClientMessage) -> Result<ServerEvent, ProtoError> {
+        match (self.state, msg) {
+            (_, ClientMessage::Error(e)) => {
+                self.state = ServerState::Failed;
+                Ok(ServerEvent::PeerError(e))
+            }
+            (ServerState::AwaitHello, ClientMessage::Hello(h)) => {
+                self.check_token(h.token.as_deref())?;
+                if h.length > self.policy.max_len {
+                    return Err(ProtoError::TooLong {
+                        length: h.length,
+                        max: self.policy.max_len,
+                    });
+                }
+                self.state = ServerState::AwaitAccept;
+                self.hello = Some(h.clone());
+                Ok(ServerEvent::Hello(h))
+            }
+            (
+                ServerState::AwaitWrite {
+                    notify: Notify::Tcp,
+                },
+                ClientMessage::Written(w),
+            ) if self.written.is_none() => {
+                let announced = self.hello.as_ref().map_or(0, |h| h.length);
+                if w.length != announced {
+                    return Err(ProtoError::invalid(
+                        "written",
+                        "length",
+                        format!(
+                            "{} differs from the {announced} bytes announced in hello",
+                            w.length
+                        ),
+                    ));
+                }
+                self.written = Some(w);
+                Ok(ServerEvent::Written(w))
+            }
+            (state, msg) => Err(ProtoError::Unexpected {
+                got: msg.kind().to_owned(),
+                context: unexpected_context(state, &msg),
+            }),
+        }
+    }
+
+    fn check_token(&self, got: Option<&str>) -> Result<(), ProtoError> {
+        let Some(want) = self.policy.token.as_deref() else {
+            return Ok(());
+        };
+        let Some(got) = got else {
+            return Err(ProtoError::Unauthorized {
+                reason: "this server requires a token and the hello has none; pass the server's token (field `token`)"
+                    .to_owned(),
+            });
+        };
+        if bool::from(ct_str_eq(want.as_bytes(), got.as_bytes())) {
+            Ok(())
+        } else {
+            Err(ProtoError::Unauthorized {
+                reason: "the token is wrong; use the token the server was started with".to_owned(),
+            })
+        }
+    }
+
+    /// The `accept` line, after the caller set up its QP and buffer. `AwaitAccept -> AwaitWrite`.
+    ///
+    /// Fails (and moves to `Failed`) if the endpoint is out of range or `buf_len` is smaller than
+    /// the announced length.
+    pub fn accept(
+        &mut self,
+        local: QpEndpoint,
+        addr: u64,
+        rkey: u32,
+        buf_len: u64,
+    ) -> Result<ServerMessage, ProtoError> {
+        if self.state != ServerState::AwaitAccept {
+            return Err(self.misuse("accept()"));
+        }
+        let Some(hello) = self.hello.as_ref() else {
+            return Err(self.misuse("accept()"));
+        };
+        let notify = hello.notify;
+        let length = hello.length;
+        let checked = match local.validate("accept") {
+            Err(e) => Err(e),
+            Ok(()) if buf_len < length => Err(ProtoError::TooLong {
+                length,
+                max: buf_len,
+            }),
+            Ok(()) => Ok(()),
+        };
+        if let Err(e) = checked {
+            self.state = ServerState::Failed;
+            return Err(e);
+        }
+        self.state = ServerState::AwaitWrite { notify };
+        Ok(ServerMessage::Accept(Accept {
+            endpoint: local,
+            addr,
+            rkey,
+            buf_len,
+        }))
+    }
+
+    /// Checks the bytes the server sees against what the client announced. Pure.
+    ///
+    /// `payload` is what the server reads from its buffer (normally the first `hello.length`
+    /// bytes, or as many as the immediate says). `imm` is the immediate data of the completion
+    /// (notify=imm), `written` the client's `written` message (notify=tcp; when `None`, the one
+    /// received through `on_message` is used). Checks, all reported in `reason`:
+    /// length == hello.length; imm == length (imm mode); written.length == length and
+    /// written.crc32c == crc32c(payload) (tcp mode); hello.crc32c == crc32c(payload) if given.
+    pub fn verify(&self, payload: &[u8], imm: Option<u32>, written: Option<&Written>) -> Outcome {
+        let crc = crc32c(payload);
+        let (text, truncated) = preview_text(payload);
+        let length = payload.len() as u64;
+        let mut problems = Vec::new();
+        match &self.hello {
+            None => problems
+                .push("no hello was accepted, so there is nothing to check against".to_owned()),
+            Some(h) => {
+                if length != h.length {
+                    problems.push(format!(
+                        "saw {length} bytes but hello announced {}",
+                        h.length
+                    ));
+                }
+                match h.notify {
+                    Notify::Imm => match imm {
+                        None => {
+                            problems.push("notify=imm but no immediate data arrived".to_owned())
+                        }
+                        Some(i) if u64::from(i) != h.length => {
+                            problems.push(format!(
+                                "immediate data {i} differs from the announced length {}",
+                                h.length
+                            ));
+                        }
+                        Some(_) => {}
+                    },
+                    Notify::Tcp => match written.or(self.written.as_ref()) {
+                        None => {
+                            problems.push("notify=tcp but no `written` message arrived".to_owned())
+                        }
+                        Some(w) => {
+                            if w.length != h.length {
+                                problems.push(format!(
+                                    "`written` says {} bytes but hello announced {}",
+                                    w.length, h.length
+                                ));
+                            }
+                            if w.crc32c != crc {
+                                problems.push(format!(
+                                    "crc32c of the buffer is {crc:#010x} but `written` says {:#010x}",
+                                    w.crc32c
+                                ));
+                            }
+                        }
+                    },
+                }
+                if let Some(want) = h.crc32c {
+                    if want != crc {
+                        problems.push(format!(
+                            "crc32c of the buffer is {crc:#010x} but hello announced {want:#010x}"
+                        ));
+                    }
+                }
+            }
+        }
+        Outcome {
+            verified: problems.is_empty(),
+            length,
+            crc32c: crc,
+            text,
+            truncated,
+            reason: (!problems.is_empty()).then(|| problems.join("; ")),
+        }
+    }
+
+    /// The `result` line. `AwaitWrite -> Done`.
+    pub fn result(&mut self, outcome: Outcome) -> Result<ServerMessage, ProtoError> {
+        if !matches!(self.state, ServerState::AwaitWrite { .. }) {
+            return Err(self.misuse("result()"));
+        }
+        self.state = ServerState::Done;
+        Ok(ServerMessage::Result(outcome))
+    }
+
+    /// Moves to `Failed` and returns the `error` line to send for `err`.
+    pub fn fail(&mut self, err: &ProtoError) -> ServerMessage {
+        self.state = ServerState::Failed;
+        ServerMessage::Error(err.to_error_msg())
+    }
+
+    fn misuse(&mut self, call: &str) -> ProtoError {
+        let state = self.state;
+        self.state = ServerState::Failed;
+        ProtoError::new(
+            ErrorCode::Internal,
+            format!("server bug: {call} called in state `{state}`"),
+        )
+    }
+}
+
+/// Constant-time equality of a secret `want` and a candidate `got`.
+///
+/// The time depends only on `want.len()`, not on where `got` differs or on its length.
+fn ct_str_eq(want: &[u8], got: &[u8]) -> Choice {
+    let len_eq = (want.len() as u64).ct_eq(&(got.len() as u64));
+    let mut acc = Choice::from(1u8);
+    for (i, w) in want.iter().enumerate() {
+        let g = got.get(i).copied().unwrap_or(!*w);
+        acc &= w.ct_eq(&g);
+    }
+    len_eq & acc
+}
+
+fn unexpected_context(state: ServerState, msg: &ClientMessage) -> String {
+    let expected = match state {
+        ServerState::Start => "nothing yet (the server has not sent its banner)".to_owned(),
+        ServerState::AwaitHello => "`hello`".to_owned(),
+        ServerState::AwaitAccept => "nothing (the server is preparing its accept)".to_owned(),
+        ServerState::AwaitWrite { notify: Notify::Imm } => {
+            "nothing: in notify=imm the write's immediate data signals completion, do not send `written`".to_owned()
+        }
+        ServerState::AwaitWrite { notify: Notify::Tcp } => "nothing more (`written` was already received)".to_owned(),
+        ServerState::Done | ServerState::Failed => "nothing (the handshake is over)".to_owned(),
+    };
+    let dup = match (state, msg) {
+        (
+            ServerState::AwaitAccept | ServerState::AwaitWrite { .. } | ServerState::Done,
+            ClientMessage::Hello(_),
+        ) => " (duplicate hello: one hello per connection)",
+        _ => "",
+    };
+    format!("while the server is {state}{dup}; expected {expected}")
+}
+
+/// What the client wants to write.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientRequest {
+    /// Payload length in bytes.
+    pub length: u64,
+    /// How the server learns the write is done.
+    pub notify: Notify,
+    /// CRC32C of the payload.
+    pub crc32c: u32,
+    /// Token to present if the server asks for one.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for ClientRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientRequest")
+            .field("length", &self.length)
+            .field("notify", &self.notify)
+            .field("crc32c", &self.crc32c)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl ClientRequest {
+    /// A request for `payload`: length and CRC32C computed from it.
+    pub fn for_payload(payload: &[u8], notify: Notify, token: Option<String>) -> Self {
+        ClientRequest {
+            length: payload.len() as u64,
+            notify,
+            crc32c: crc32c(payload),
+            token,
+        }
+    }
+}
+
+/// Client side states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientState {
+    /// Waiting for the server's banner.
+    AwaitBanner,
+    /// Banner ok; call `hello`.
+    NeedHello,
+    /// `hello` sent, waiting for `accept`.
+    AwaitAccept,
+    /// `accept` received; do the RDMA Write, then call `written`.
+    Writing,
+    /// Waiting for `result`.
+    AwaitResult,
+    /// Verified by the server.
+    Done,
+    /// Something went wrong.
+    Failed,
+}
+
+impl fmt::Display for ClientState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClientState::AwaitBanner => "awaiting banner",
+            ClientState::NeedHello => "about to send hello",
+            ClientState::AwaitAccept => "awaiting accept",
+            ClientState::Writing => "writing",
+            ClientState::AwaitResult => "awaiting result",
+            ClientState::Done => "done",
+            ClientState::Failed => "failed",
+        })
+    }
+}
+
+/// The client's side of one connection.
+#[derive(Debug)]
+pub struct ClientHandshake {
+    req: ClientRequest,
+    state: ClientState,
+    banner: Option<Banner>,
+    accept: Option<Accept>,
+}
+
+impl ClientHandshake {
+    /// A fresh handshake in state `AwaitBanner`.
+    pub fn new(req: ClientRequest) -> Self {
+        ClientHandshake {
+            req,
+            state: ClientState::AwaitBanner,
+            banner: None,
+            accept: None,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> ClientState {
+        self.state
+    }
+
+    /// The server's banner, once received.
+    pub fn banner(&self) -> Option<&Banner> {
+        self.banner.as_ref()
+    }
+
+    /// The server's accept, once received.
+    pub fn accept(&self) -> Option<&Accept> {
+        self.accept.as_ref()
+    }
+
+    fn guard<T>(&mut self, r: Result<T, ProtoError>) -> Result<T, ProtoError> {
+        if r.is_err() {
+            self.state = ClientState::Failed;
+        }
+        r
+    }
+
+    fn unexpected(&self, msg: &ServerMessage, expected: &str) -> ProtoError {
+        ProtoError::Unexpected {
+            got: msg.kind().to_owned(),
+            context: format!("while the client is {}; expected {expected}", self.state),
+        }
+    }
+
+    /// Handles the first server line. `AwaitBanner -> NeedHello`.
+    ///
+    /// The banner must list protocol version 1, else `unsupported_version`. If the server asks
+    /// for a token and the request has none, `unauthorized` (nothing is sent). A server `error`
+    /// becomes [`ProtoError::Remote`].
+    pub fn on_banner(&mut self, msg: ServerMessage) -> Result<Banner, ProtoError> {
+        let r = self.banner_step(msg);
+        self.guard(r)
+    }
+
+    fn banner_step(&mut self, msg: ServerMessage) -> Result<Banner, ProtoError> {
+        match (self.state, msg) {
+            (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitBanner, ServerMessage::Banner(b)) => {
+                if !b.versions.iter().any(|v| SUPPORTED_VERSIONS.contains(v)) {
+                    return Err(ProtoError::UnsupportedVersion {
+                        peer: b.versions.iter().map(|&v| u64::from(v)).collect(),
+                    });
+                }
+                if b.auth == Auth::Token && self.req.token.is_none() {
+                    return Err(ProtoError::Unauthorized {
+                        reason: "the server requires a token; pass it (e.g. --token or its environment variable)"
+                            .to_owned(),
+                    });
+                }
+                self.state = ClientState::NeedHello;
+                self.banner = Some(b.clone());
+                Ok(b)
+            }
+            (_, msg) => Err(self.unexpected(&msg, "`banner` first")),
+        }
+    }
+
+    /// The `hello` line for `local`. `NeedHello -> AwaitAccept`.
+    ///
+    /// The token is only sent if the banner said `auth: token` (a secret is never offered to a
+    /// server that did not ask for it).
+    pub fn hello(&mut self, local: QpEndpoint) -> Result<ClientMessage, ProtoError> {
+        let r = self.hello_step(local);
+        self.guard(r)
+    }
+
+    fn hello_step(&mut self, local: QpEndpoint) -> Result<ClientMessage, ProtoError> {
+        if self.state != ClientState::NeedHello {
+            return Err(ProtoError::new(
+                ErrorCode::Internal,
+                format!(
+                    "client bug: hello() called while the client is {}",
+                    self.state
+                ),
+            ));
+        }
+        local.validate("hello")?;
+        if self.req.length == 0 {
+            return Err(ProtoError::invalid(
+                "hello",
+                "length",
+                "0 is out of range; write at least 1 byte",
+            ));
+        }
+        if self.req.notify == Notify::Imm && self.req.length > u64::from(u32::MAX) {
+            return Err(ProtoError::invalid(
+                "hello",
+                "length",
+                format!(
+                    "{} does not fit the 32-bit immediate; use notify tcp",
+                    self.req.length
+                ),
+            ));
+        }
+        let wants_token = self.banner.as_ref().is_some_and(|b| b.auth == Auth::Token);
+        self.state = ClientState::AwaitAccept;
+        Ok(ClientMessage::Hello(Hello {
+            endpoint: local,
+            length: self.req.length,
+            notify: self.req.notify,
+            crc32c: Some(self.req.crc32c),
+            token: if wants_token {
+                self.req.token.clone()
+            } else {
+                None
+            },
+        }))
+    }
+
+    /// Handles the server's reply to `hello`. `AwaitAccept -> Writing`.
+    /// `buf_len` must be at least our length (else `too_long`); `error` -> [`ProtoError::Remote`].
+    pub fn on_accept(&mut self, msg: ServerMessage) -> Result<Accept, ProtoError> {
+        let r = match (self.state, msg) {
+            (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitAccept, ServerMessage::Accept(a)) => {
+                if a.buf_len < self.req.length {
+                    Err(ProtoError::TooLong {
+                        length: self.req.length,
+                        max: a.buf_len,
+                    })
+                } else {
+                    self.state = ClientState::Writing;
+                    self.accept = Some(a);
+                    Ok(a)
+                }
+            }
+            (_, msg) => Err(self.unexpected(&msg, "`accept` after hello")),
+        };
+        self.guard(r)
+    }
+
+    /// Call after the write completed locally. `Writing -> AwaitResult`.
+    /// Returns the `written` line for notify=tcp, `None` for notify=imm.
+    pub fn written(&mut self) -> Result<Option<ClientMessage>, ProtoError> {
+        if self.state != ClientState::Writing {
+            let e = ProtoError::new(
+                ErrorCode::Internal,
+                format!(
+                    "client bug: written() called while the client is {}",
+                    self.state
+                ),
+            );
+            return self.guard(Err(e));
+        }
+        self.state = ClientState::AwaitResult;
+        Ok(match self.req.notify {
+            Notify::Imm => None,
+            Notify::Tcp => Some(ClientMessage::Written(Written {
+                length: self.req.length,
+                crc32c: self.req.crc32c,
+            })),
+        })
+    }
+
+    /// Handles the final `result`. `AwaitResult -> Done`.
+    ///
+    /// `verified: false`, or a length / crc32c different from ours, gives `verify_failed`
+    /// naming the difference; `error` -> [`ProtoError::Remote`].
+    pub fn on_result(&mut self, msg: ServerMessage) -> Result<Outcome, ProtoError> {
+        let r = match (self.state, msg) {
+            (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitResult, ServerMessage::Result(o)) => {
+                let mut problems = Vec::new();
+                if !o.verified {
+                    problems.push(format!(
+                        "the server reports: {}",
+                        o.reason
+                            .as_deref()
+                            .unwrap_or("not verified (no reason given)")
+                    ));
+                }
+                if o.length != self.req.length {
+                    problems.push(format!(
+                        "server saw {} bytes, we wrote {}",
+                        o.length, self.req.length
+                    ));
+                }
+                if o.crc32c != self.req.crc32c {
+                    problems.push(format!(
+                        "server's crc32c {:#010x} differs from ours {:#010x}",
+                        o.crc32c, self.req.crc32c
+                    ));
+                }
+                if problems.is_empty() {
+                    self.state = ClientState::Done;
+                    Ok(o)
+                } else {
+                    Err(ProtoError::VerifyFailed {
+                        reason: problems.join("; "),
+                    })
+                }
+            }
+            (_, msg) => Err(self.unexpected(&msg, "`result` after the write")),
+        };
+        self.guard(r)
+    }
+}
