@@ -51,11 +51,17 @@ fn transcript(notify: Notify, token: Option<&str>) -> String {
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
     });
-    let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, notify, token.map(str::to_owned)));
+    let mut client = ClientHandshake::new(ClientRequest::for_payload(
+        PAYLOAD,
+        notify,
+        token.map(str::to_owned),
+    ));
 
     let banner = server.banner().unwrap().to_line();
     out.push_str(&format!("S: {banner}"));
-    client.on_banner(ServerMessage::parse(banner.as_bytes()).unwrap()).unwrap();
+    client
+        .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
+        .unwrap();
 
     let hello = client.hello(client_ep()).unwrap().to_line();
     out.push_str(&format!("C: {hello}"));
@@ -65,9 +71,14 @@ fn transcript(notify: Notify, token: Option<&str>) -> String {
     assert_eq!(h.notify, notify);
 
     // A real 64-bit address above 4 GiB: the seed's 32-bit truncation would lose it.
-    let accept = server.accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 64).unwrap().to_line();
+    let accept = server
+        .accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 64)
+        .unwrap()
+        .to_line();
     out.push_str(&format!("S: {accept}"));
-    let a = client.on_accept(ServerMessage::parse(accept.as_bytes()).unwrap()).unwrap();
+    let a = client
+        .on_accept(ServerMessage::parse(accept.as_bytes()).unwrap())
+        .unwrap();
     assert_eq!(a.addr, 0x7f8a_1234_5000);
 
     // (the RDMA Write happens here)
@@ -75,7 +86,10 @@ fn transcript(notify: Notify, token: Option<&str>) -> String {
         Some(w) => {
             let w = w.to_line();
             out.push_str(&format!("C: {w}"));
-            assert!(matches!(server.on_line(w.as_bytes()).unwrap(), ServerEvent::Written(_)));
+            assert!(matches!(
+                server.on_line(w.as_bytes()).unwrap(),
+                ServerEvent::Written(_)
+            ));
             None
         }
         None => Some(PAYLOAD.len() as u32),
@@ -84,7 +98,9 @@ fn transcript(notify: Notify, token: Option<&str>) -> String {
     assert!(outcome.verified, "{outcome:?}");
     let result = server.result(outcome).unwrap().to_line();
     out.push_str(&format!("S: {result}"));
-    let o = client.on_result(ServerMessage::parse(result.as_bytes()).unwrap()).unwrap();
+    let o = client
+        .on_result(ServerMessage::parse(result.as_bytes()).unwrap())
+        .unwrap();
     assert_eq!(o.text, "Hello RDMA Write!");
     assert_eq!(server.state(), ServerState::Done);
     assert_eq!(client.state(), ClientState::Done);
@@ -96,8 +112,12 @@ fn check_golden(name: &str, actual: &str) {
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).unwrap();
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1 to create it", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
     assert_eq!(
         actual, expected,
         "encoding of {name} changed; if intended, rerun with UPDATE_GOLDEN=1 and review the diff"
@@ -111,7 +131,10 @@ fn golden_handshake_imm() {
 
 #[test]
 fn golden_handshake_tcp_with_token() {
-    check_golden("handshake-tcp.jsonl", &transcript(Notify::Tcp, Some("s3cret")));
+    check_golden(
+        "handshake-tcp.jsonl",
+        &transcript(Notify::Tcp, Some("s3cret")),
+    );
 }
 
 /// Every golden line parses on the receiving side and re-encodes to the same bytes.
@@ -162,11 +185,17 @@ fn bad_lines_give_their_codes() {
         assert_eq!(err.code(), want, "row {i}: {err}");
         if let Some(m) = row.get("mentions") {
             let m = m.as_str().unwrap();
-            assert!(err.to_string().contains(m), "row {i}: `{err}` does not mention `{m}`");
+            assert!(
+                err.to_string().contains(m),
+                "row {i}: `{err}` does not mention `{m}`"
+            );
         }
         // The error message to send back is itself a valid line.
         let back = ServerMessage::Error(err.to_error_msg()).to_line();
-        assert!(matches!(ServerMessage::parse(back.as_bytes()), Ok(ServerMessage::Error(_))));
+        assert!(matches!(
+            ServerMessage::parse(back.as_bytes()),
+            Ok(ServerMessage::Error(_))
+        ));
         n += 1;
     }
     assert!(n >= 50, "only {n} bad lines");

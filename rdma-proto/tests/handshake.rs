@@ -1,0 +1,714 @@
+//! The sans-IO state machines: every wrong order and every refusal, both sides, in memory.
+
+use rdma_proto::*;
+
+const PAYLOAD: &[u8] = b"Hello RDMA Write!";
+
+fn ep(qpn: u32) -> QpEndpoint {
+    QpEndpoint {
+        qpn,
+        psn: 0x10,
+        gid: "::ffff:10.0.0.1".parse().unwrap(),
+        lid: 0,
+        mtu: 1024,
+    }
+}
+
+fn policy(token: Option<&str>) -> ServerPolicy {
+    ServerPolicy {
+        max_len: 64,
+        token: token.map(str::to_owned),
+        program_version: "0.1.0".to_owned(),
+        features: ServerPolicy::default_features(),
+    }
+}
+
+fn hello(notify: Notify, length: u64, token: Option<&str>) -> ClientMessage {
+    ClientMessage::Hello(Hello {
+        endpoint: ep(7),
+        length,
+        notify,
+        crc32c: Some(crc32c(PAYLOAD)),
+        token: token.map(str::to_owned),
+    })
+}
+
+fn written(length: u64) -> ClientMessage {
+    ClientMessage::Written(Written {
+        length,
+        crc32c: crc32c(PAYLOAD),
+    })
+}
+
+/// A server that has sent its banner.
+fn server(token: Option<&str>) -> ServerHandshake {
+    let mut s = ServerHandshake::new(policy(token));
+    assert_eq!(s.state(), ServerState::Start);
+    let b = s.banner().unwrap();
+    assert_eq!(s.state(), ServerState::AwaitHello);
+    let ServerMessage::Banner(b) = b else {
+        panic!()
+    };
+    assert_eq!(
+        b.auth,
+        if token.is_some() {
+            Auth::Token
+        } else {
+            Auth::None
+        }
+    );
+    s
+}
+
+/// A server in AwaitWrite.
+fn accepted_server(notify: Notify) -> ServerHandshake {
+    let mut s = server(None);
+    s.on_message(hello(notify, 17, None)).unwrap();
+    assert_eq!(s.state(), ServerState::AwaitAccept);
+    s.accept(ep(9), 0x1_0000_0000, 5, 64).unwrap();
+    assert_eq!(s.state(), ServerState::AwaitWrite { notify });
+    s
+}
+
+fn assert_code<T: std::fmt::Debug>(r: Result<T, ProtoError>, code: ErrorCode) -> ProtoError {
+    let e = r.expect_err("expected an error");
+    assert_eq!(e.code(), code, "{e}");
+    e
+}
+
+// ---------------------------------------------------------------- server
+
+#[test]
+fn server_happy_imm_in_memory() {
+    let mut s = accepted_server(Notify::Imm);
+    assert_eq!(s.notify(), Some(Notify::Imm));
+    let o = s.verify(PAYLOAD, Some(17), None);
+    assert!(o.verified, "{o:?}");
+    assert_eq!(o.reason, None);
+    assert_eq!(
+        (o.length, o.crc32c, o.text.as_str(), o.truncated),
+        (17, crc32c(PAYLOAD), "Hello RDMA Write!", false)
+    );
+    s.result(o).unwrap();
+    assert_eq!(s.state(), ServerState::Done);
+}
+
+#[test]
+fn server_happy_tcp_in_memory() {
+    let mut s = accepted_server(Notify::Tcp);
+    let ev = s.on_message(written(17)).unwrap();
+    assert_eq!(
+        ev,
+        ServerEvent::Written(Written {
+            length: 17,
+            crc32c: crc32c(PAYLOAD)
+        })
+    );
+    assert_eq!(
+        s.state(),
+        ServerState::AwaitWrite {
+            notify: Notify::Tcp
+        }
+    );
+    let o = s.verify(PAYLOAD, None, None);
+    assert!(o.verified, "{o:?}");
+    s.result(o).unwrap();
+    assert_eq!(s.state(), ServerState::Done);
+}
+
+#[test]
+fn server_token_required_checked() {
+    let mut s = server(Some("s3cret"));
+    let e = assert_code(
+        s.on_message(hello(Notify::Imm, 17, None)),
+        ErrorCode::Unauthorized,
+    );
+    assert!(e.to_string().contains("requires a token"), "{e}");
+    assert_eq!(s.state(), ServerState::Failed);
+
+    let mut s = server(Some("s3cret"));
+    let e = assert_code(
+        s.on_message(hello(Notify::Imm, 17, Some("s3cres"))),
+        ErrorCode::Unauthorized,
+    );
+    assert!(e.to_string().contains("wrong"), "{e}");
+    // The error line sent back does not echo the token.
+    let line = s.fail(&e).to_line();
+    assert!(!line.contains("s3cre"), "{line}");
+
+    for wrong in ["", "s3cret ", "s3cre", "S3CRET", "s3cret\0"] {
+        let mut s = server(Some("s3cret"));
+        assert_code(
+            s.on_message(hello(Notify::Imm, 17, Some(wrong))),
+            ErrorCode::Unauthorized,
+        );
+    }
+
+    let mut s = server(Some("s3cret"));
+    assert!(matches!(
+        s.on_message(hello(Notify::Imm, 17, Some("s3cret"))),
+        Ok(ServerEvent::Hello(_))
+    ));
+    // The policy's Debug output never shows the token.
+    assert!(!format!("{:?}", policy(Some("s3cret"))).contains("s3cret"));
+}
+
+#[test]
+fn server_without_token_ignores_a_token() {
+    let mut s = server(None);
+    assert!(
+        s.on_message(hello(Notify::Imm, 17, Some("whatever")))
+            .is_ok()
+    );
+}
+
+#[test]
+fn server_too_long() {
+    let mut s = server(None);
+    let e = assert_code(
+        s.on_message(hello(Notify::Imm, 65, None)),
+        ErrorCode::TooLong,
+    );
+    assert!(
+        e.to_string().contains("65") && e.to_string().contains("64"),
+        "{e}"
+    );
+    assert_eq!(s.state(), ServerState::Failed);
+    // Exactly the buffer size is fine.
+    let mut s = server(None);
+    assert!(s.on_message(hello(Notify::Imm, 64, None)).is_ok());
+}
+
+#[test]
+fn server_duplicate_hello() {
+    let mut s = server(None);
+    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    let e = assert_code(
+        s.on_message(hello(Notify::Imm, 17, None)),
+        ErrorCode::UnexpectedMessage,
+    );
+    assert!(e.to_string().contains("duplicate hello"), "{e}");
+    assert_eq!(s.state(), ServerState::Failed);
+
+    let mut s = accepted_server(Notify::Tcp);
+    let e = assert_code(
+        s.on_message(hello(Notify::Imm, 17, None)),
+        ErrorCode::UnexpectedMessage,
+    );
+    assert!(e.to_string().contains("duplicate hello"), "{e}");
+}
+
+#[test]
+fn server_message_before_banner() {
+    let mut s = ServerHandshake::new(policy(None));
+    assert_code(
+        s.on_message(hello(Notify::Imm, 17, None)),
+        ErrorCode::UnexpectedMessage,
+    );
+    assert_eq!(s.state(), ServerState::Failed);
+}
+
+#[test]
+fn server_written_in_imm_mode() {
+    let mut s = accepted_server(Notify::Imm);
+    let e = assert_code(s.on_message(written(17)), ErrorCode::UnexpectedMessage);
+    assert!(e.to_string().contains("notify=imm"), "{e}");
+    assert_eq!(s.state(), ServerState::Failed);
+}
+
+#[test]
+fn server_written_before_accept_and_before_hello() {
+    let mut s = server(None);
+    assert_code(s.on_message(written(17)), ErrorCode::UnexpectedMessage);
+    let mut s = server(None);
+    s.on_message(hello(Notify::Tcp, 17, None)).unwrap();
+    assert_code(s.on_message(written(17)), ErrorCode::UnexpectedMessage);
+}
+
+#[test]
+fn server_written_wrong_length_and_duplicate() {
+    let mut s = accepted_server(Notify::Tcp);
+    let e = assert_code(s.on_message(written(18)), ErrorCode::InvalidField);
+    assert!(
+        e.to_string().contains("18") && e.to_string().contains("17"),
+        "{e}"
+    );
+    assert_eq!(s.state(), ServerState::Failed);
+
+    let mut s = accepted_server(Notify::Tcp);
+    s.on_message(written(17)).unwrap();
+    assert_code(s.on_message(written(17)), ErrorCode::UnexpectedMessage);
+}
+
+#[test]
+fn server_anything_after_done() {
+    let mut s = accepted_server(Notify::Imm);
+    let o = s.verify(PAYLOAD, Some(17), None);
+    s.result(o).unwrap();
+    assert_code(s.on_message(written(17)), ErrorCode::UnexpectedMessage);
+    assert_code(
+        s.result(s.verify(PAYLOAD, Some(17), None)),
+        ErrorCode::Internal,
+    );
+}
+
+#[test]
+fn server_peer_error_fails() {
+    for mut s in [server(None), accepted_server(Notify::Tcp)] {
+        let ev = s
+            .on_message(ClientMessage::Error(ErrorMsg::new(
+                ErrorCode::WriteFailed,
+                "boom",
+            )))
+            .unwrap();
+        assert!(matches!(ev, ServerEvent::PeerError(ref m) if m.code == ErrorCode::WriteFailed));
+        assert_eq!(s.state(), ServerState::Failed);
+        assert_code(
+            s.on_message(hello(Notify::Imm, 17, None)),
+            ErrorCode::UnexpectedMessage,
+        );
+    }
+}
+
+#[test]
+fn server_on_line_parse_error_fails() {
+    let mut s = server(None);
+    assert_code(s.on_line(b"{not json"), ErrorCode::BadJson);
+    assert_eq!(s.state(), ServerState::Failed);
+    let mut s = server(None);
+    assert_code(
+        s.on_line(b"{\"type\":\"hello\",\"v\":3}"),
+        ErrorCode::UnsupportedVersion,
+    );
+    let msg = s.fail(&ProtoError::UnsupportedVersion { peer: vec![3] });
+    let ServerMessage::Error(m) = msg else {
+        panic!()
+    };
+    assert_eq!(m.supported, Some(vec![1]));
+}
+
+#[test]
+fn server_misuse_is_internal() {
+    let mut s = server(None);
+    assert_code(s.banner(), ErrorCode::Internal); // twice
+    let mut s = server(None);
+    assert_code(s.accept(ep(1), 1, 1, 64), ErrorCode::Internal); // before hello
+    let mut s = server(None);
+    assert_code(s.result(s.verify(PAYLOAD, None, None)), ErrorCode::Internal);
+    let mut s = accepted_server(Notify::Imm);
+    assert_code(s.accept(ep(1), 1, 1, 64), ErrorCode::Internal); // twice
+}
+
+#[test]
+fn server_accept_checks() {
+    let mut s = server(None);
+    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    assert_code(s.accept(ep(9), 1, 1, 16), ErrorCode::TooLong);
+    assert_eq!(s.state(), ServerState::Failed);
+
+    let mut s = server(None);
+    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    let e = assert_code(s.accept(ep(1 << 24), 1, 1, 64), ErrorCode::InvalidField);
+    assert!(e.to_string().contains("qpn"), "{e}");
+
+    let mut s = server(None);
+    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    let mut bad = ep(1);
+    bad.mtu = 1500;
+    assert_code(s.accept(bad, 1, 1, 64), ErrorCode::InvalidField);
+}
+
+#[test]
+fn server_fail_gives_error_line() {
+    let mut s = server(None);
+    let msg = s.fail(&ProtoError::new(
+        ErrorCode::Busy,
+        "server at its client cap (4); retry later",
+    ));
+    assert_eq!(s.state(), ServerState::Failed);
+    assert_eq!(
+        msg.to_line(),
+        "{\"type\":\"error\",\"v\":1,\"code\":\"busy\",\"message\":\"server at its client cap (4); retry later\"}\n"
+    );
+}
+
+#[test]
+fn verify_reports_each_failed_check() {
+    let mut s = accepted_server(Notify::Imm);
+    // Wrong immediate.
+    let o = s.verify(PAYLOAD, Some(16), None);
+    assert!(!o.verified);
+    assert!(
+        o.reason.as_deref().unwrap().contains("immediate data 16"),
+        "{o:?}"
+    );
+    // No immediate.
+    let o = s.verify(PAYLOAD, None, None);
+    assert!(
+        o.reason.as_deref().unwrap().contains("no immediate"),
+        "{o:?}"
+    );
+    // Wrong length and content.
+    let o = s.verify(b"Hello RDMA Write", Some(17), None);
+    let r = o.reason.clone().unwrap();
+    assert!(
+        r.contains("saw 16 bytes") && r.contains("hello announced"),
+        "{r}"
+    );
+    assert_eq!(o.length, 16);
+    // Same length, different content: crc mismatch against hello.
+    let o = s.verify(b"Hello RDMA Wrote!", Some(17), None);
+    assert!(!o.verified);
+    assert!(o.reason.as_deref().unwrap().contains("crc32c"), "{o:?}");
+    assert_eq!(o.text, "Hello RDMA Wrote!");
+    s.result(o).unwrap();
+
+    let s = accepted_server(Notify::Tcp);
+    let o = s.verify(PAYLOAD, None, None);
+    assert!(
+        o.reason.as_deref().unwrap().contains("no `written`"),
+        "{o:?}"
+    );
+    let bad = Written {
+        length: 17,
+        crc32c: 1,
+    };
+    let o = s.verify(PAYLOAD, None, Some(&bad));
+    assert!(
+        o.reason.as_deref().unwrap().contains("`written` says"),
+        "{o:?}"
+    );
+    let good = Written {
+        length: 17,
+        crc32c: crc32c(PAYLOAD),
+    };
+    assert!(s.verify(PAYLOAD, None, Some(&good)).verified);
+
+    // Without hello.crc32c, only length + immediate are checked.
+    let mut s = server(None);
+    s.on_message(ClientMessage::Hello(Hello {
+        endpoint: ep(7),
+        length: 3,
+        notify: Notify::Imm,
+        crc32c: None,
+        token: None,
+    }))
+    .unwrap();
+    assert!(s.verify(b"abc", Some(3), None).verified);
+    // Before any hello, nothing verifies.
+    assert!(!server(None).verify(b"abc", Some(3), None).verified);
+}
+
+// ---------------------------------------------------------------- client
+
+fn client(notify: Notify, token: Option<&str>) -> ClientHandshake {
+    ClientHandshake::new(ClientRequest::for_payload(
+        PAYLOAD,
+        notify,
+        token.map(str::to_owned),
+    ))
+}
+
+fn banner(versions: Vec<u32>, auth: Auth) -> ServerMessage {
+    ServerMessage::Banner(Banner {
+        program: "rdma-server".into(),
+        program_version: "9.9.9".into(),
+        versions,
+        features: vec!["notify-imm".into(), "something-new".into()],
+        auth,
+    })
+}
+
+fn accept_msg(buf_len: u64) -> ServerMessage {
+    ServerMessage::Accept(Accept {
+        endpoint: ep(9),
+        addr: 0xffff_ffff_ffff_f000,
+        rkey: 0xdead_beef,
+        buf_len,
+    })
+}
+
+fn outcome(verified: bool, length: u64, crc: u32) -> ServerMessage {
+    ServerMessage::Result(Outcome {
+        verified,
+        length,
+        crc32c: crc,
+        text: "Hello RDMA Write!".into(),
+        truncated: false,
+        reason: (!verified).then(|| "crc32c of the buffer is 0x00000000".to_owned()),
+    })
+}
+
+/// A client in AwaitResult.
+fn written_client(notify: Notify) -> ClientHandshake {
+    let mut c = client(notify, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    assert_eq!(c.state(), ClientState::NeedHello);
+    c.hello(ep(7)).unwrap();
+    assert_eq!(c.state(), ClientState::AwaitAccept);
+    let a = c.on_accept(accept_msg(64)).unwrap();
+    assert_eq!(a.addr, 0xffff_ffff_ffff_f000);
+    assert_eq!(c.state(), ClientState::Writing);
+    let w = c.written().unwrap();
+    assert_eq!(w.is_some(), notify == Notify::Tcp);
+    assert_eq!(c.state(), ClientState::AwaitResult);
+    c
+}
+
+#[test]
+fn client_happy_both_modes() {
+    for notify in [Notify::Imm, Notify::Tcp] {
+        let mut c = written_client(notify);
+        let o = c.on_result(outcome(true, 17, crc32c(PAYLOAD))).unwrap();
+        assert!(o.verified);
+        assert_eq!(c.state(), ClientState::Done);
+    }
+}
+
+#[test]
+fn client_written_message_contents() {
+    let mut c = client(Notify::Tcp, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    c.on_accept(accept_msg(17)).unwrap();
+    assert_eq!(
+        c.written().unwrap(),
+        Some(ClientMessage::Written(Written {
+            length: 17,
+            crc32c: crc32c(PAYLOAD)
+        }))
+    );
+}
+
+#[test]
+fn client_accept_before_banner() {
+    let mut c = client(Notify::Imm, None);
+    assert_code(c.on_banner(accept_msg(64)), ErrorCode::UnexpectedMessage);
+    assert_eq!(c.state(), ClientState::Failed);
+    let mut c = client(Notify::Imm, None);
+    assert_code(c.on_accept(accept_msg(64)), ErrorCode::UnexpectedMessage);
+    assert_eq!(c.state(), ClientState::Failed);
+}
+
+#[test]
+fn client_version_mismatch_names_both_sides() {
+    let mut c = client(Notify::Imm, None);
+    let e = assert_code(
+        c.on_banner(banner(vec![2, 3], Auth::None)),
+        ErrorCode::UnsupportedVersion,
+    );
+    let s = e.to_string();
+    assert!(s.contains("[2, 3]") && s.contains("[1]"), "{s}");
+    assert_eq!(c.state(), ClientState::Failed);
+    // A server speaking 1 and newer is fine.
+    let mut c = client(Notify::Imm, None);
+    assert!(c.on_banner(banner(vec![1, 2], Auth::None)).is_ok());
+}
+
+#[test]
+fn client_server_error_is_remote() {
+    let err = ServerMessage::Error(ErrorMsg::new(ErrorCode::Busy, "at client cap; retry later"));
+    let mut c = client(Notify::Imm, None);
+    let e = assert_code(c.on_banner(err.clone()), ErrorCode::Busy);
+    assert!(matches!(e, ProtoError::Remote(_)));
+    assert_eq!(
+        e.to_string(),
+        "server said: busy: at client cap; retry later"
+    );
+    assert_eq!(c.state(), ClientState::Failed);
+
+    let mut c = client(Notify::Imm, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    assert!(matches!(
+        c.on_accept(err.clone()),
+        Err(ProtoError::Remote(_))
+    ));
+
+    let mut c = written_client(Notify::Imm);
+    assert!(matches!(c.on_result(err), Err(ProtoError::Remote(_))));
+    assert_eq!(c.state(), ClientState::Failed);
+}
+
+#[test]
+fn client_token_only_sent_when_asked() {
+    let mut c = client(Notify::Imm, Some("s3cret"));
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    let ClientMessage::Hello(h) = c.hello(ep(7)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.token, None);
+
+    let mut c = client(Notify::Imm, Some("s3cret"));
+    c.on_banner(banner(vec![1], Auth::Token)).unwrap();
+    let ClientMessage::Hello(h) = c.hello(ep(7)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.token.as_deref(), Some("s3cret"));
+    assert_eq!(h.crc32c, Some(crc32c(PAYLOAD)));
+    assert_eq!(h.length, 17);
+
+    let mut c = client(Notify::Imm, None);
+    assert_code(
+        c.on_banner(banner(vec![1], Auth::Token)),
+        ErrorCode::Unauthorized,
+    );
+    assert!(
+        !format!(
+            "{:?}",
+            ClientRequest::for_payload(b"x", Notify::Imm, Some("s3cret".into()))
+        )
+        .contains("s3cret")
+    );
+}
+
+#[test]
+fn client_hello_checks() {
+    let mut c = client(Notify::Imm, None);
+    assert_code(c.hello(ep(7)), ErrorCode::Internal); // before banner
+    let mut c = client(Notify::Imm, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    assert_code(c.hello(ep(1 << 24)), ErrorCode::InvalidField);
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(b"", Notify::Imm, None));
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    assert_code(c.hello(ep(7)), ErrorCode::InvalidField);
+    let mut c = client(Notify::Imm, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    assert_code(c.hello(ep(7)), ErrorCode::Internal); // twice
+}
+
+#[test]
+fn client_duplicate_banner_and_early_result() {
+    let mut c = client(Notify::Imm, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    assert_code(
+        c.on_banner(banner(vec![1], Auth::None)),
+        ErrorCode::UnexpectedMessage,
+    );
+
+    let mut c = client(Notify::Imm, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    assert_code(
+        c.on_accept(outcome(true, 17, crc32c(PAYLOAD))),
+        ErrorCode::UnexpectedMessage,
+    );
+
+    // A result before written() was called.
+    let mut c = client(Notify::Imm, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    c.on_accept(accept_msg(64)).unwrap();
+    assert_code(
+        c.on_result(outcome(true, 17, crc32c(PAYLOAD))),
+        ErrorCode::UnexpectedMessage,
+    );
+
+    // written() in the wrong state.
+    let mut c = client(Notify::Tcp, None);
+    assert_code(c.written(), ErrorCode::Internal);
+    assert_eq!(c.state(), ClientState::Failed);
+}
+
+#[test]
+fn client_small_buffer_is_too_long() {
+    let mut c = client(Notify::Imm, None);
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    let e = assert_code(c.on_accept(accept_msg(16)), ErrorCode::TooLong);
+    assert!(e.to_string().contains("16"), "{e}");
+    assert_eq!(c.state(), ClientState::Failed);
+}
+
+#[test]
+fn client_result_mismatches_are_verify_failed() {
+    let mut c = written_client(Notify::Imm);
+    let e = assert_code(c.on_result(outcome(false, 17, 0)), ErrorCode::VerifyFailed);
+    assert!(e.to_string().contains("crc32c of the buffer"), "{e}");
+    assert_eq!(c.state(), ClientState::Failed);
+
+    let mut c = written_client(Notify::Imm);
+    let e = assert_code(
+        c.on_result(outcome(true, 16, crc32c(PAYLOAD))),
+        ErrorCode::VerifyFailed,
+    );
+    assert!(e.to_string().contains("16 bytes"), "{e}");
+
+    let mut c = written_client(Notify::Tcp);
+    let e = assert_code(c.on_result(outcome(true, 17, 1)), ErrorCode::VerifyFailed);
+    assert!(e.to_string().contains("0x00000001"), "{e}");
+}
+
+// ------------------------------------------------------ both, over lines
+
+/// Client and server talking only through `to_line` / `parse`, with the lines crossing a fake
+/// wire, for both notify modes and with/without a token.
+#[test]
+fn full_handshake_over_lines() {
+    for notify in [Notify::Imm, Notify::Tcp] {
+        for token in [None, Some("t0k")] {
+            let mut s = ServerHandshake::new(policy(token));
+            let mut c = client(notify, token);
+            let wire = s.banner().unwrap().to_line();
+            c.on_banner(ServerMessage::parse(wire.as_bytes()).unwrap())
+                .unwrap();
+            let wire = c.hello(ep(0xFF_FFFF)).unwrap().to_line();
+            let ServerEvent::Hello(h) = s.on_line(wire.as_bytes()).unwrap() else {
+                panic!()
+            };
+            assert_eq!(h.endpoint.qpn, 0xFF_FFFF);
+            let wire = s.accept(ep(3), u64::MAX, u32::MAX, 64).unwrap().to_line();
+            let a = c
+                .on_accept(ServerMessage::parse(wire.as_bytes()).unwrap())
+                .unwrap();
+            assert_eq!((a.addr, a.rkey), (u64::MAX, u32::MAX));
+            let imm = if let Some(w) = c.written().unwrap() {
+                s.on_line(w.to_line().as_bytes()).unwrap();
+                None
+            } else {
+                Some(17)
+            };
+            let wire = s.result(s.verify(PAYLOAD, imm, None)).unwrap().to_line();
+            c.on_result(ServerMessage::parse(wire.as_bytes()).unwrap())
+                .unwrap();
+            assert_eq!(
+                (s.state(), c.state()),
+                (ServerState::Done, ClientState::Done)
+            );
+        }
+    }
+}
+
+/// A tampered buffer travels as `verified:false` and the client reports verify_failed.
+#[test]
+fn tampered_payload_fails_end_to_end() {
+    let mut s = ServerHandshake::new(policy(None));
+    let mut c = client(Notify::Tcp, None);
+    c.on_banner(ServerMessage::parse(s.banner().unwrap().to_line().as_bytes()).unwrap())
+        .unwrap();
+    s.on_line(c.hello(ep(1)).unwrap().to_line().as_bytes())
+        .unwrap();
+    c.on_accept(
+        ServerMessage::parse(s.accept(ep(2), 1, 1, 64).unwrap().to_line().as_bytes()).unwrap(),
+    )
+    .unwrap();
+    s.on_line(c.written().unwrap().unwrap().to_line().as_bytes())
+        .unwrap();
+    let o = s.verify(b"Hello RDMA Wrate!", None, None);
+    assert!(!o.verified);
+    let e = c.on_result(ServerMessage::parse(s.result(o).unwrap().to_line().as_bytes()).unwrap());
+    assert_code(e, ErrorCode::VerifyFailed);
+}
+
+#[test]
+fn state_display() {
+    assert_eq!(
+        ServerState::AwaitWrite {
+            notify: Notify::Tcp
+        }
+        .to_string(),
+        "awaiting the write (notify=tcp)"
+    );
+    assert_eq!(ClientState::AwaitAccept.to_string(), "awaiting accept");
+}
