@@ -1,1 +1,87 @@
-//! placeholder
+//! Safe RAII wrappers over ibverbs (through `ibverbs-sys`) for one job: an RC queue pair that
+//! performs an RDMA Write (optionally with immediate) into a peer's registered memory.
+//!
+//! The layer owns every verbs object itself:
+//!
+//! * [`Context`] — an open device ([`devices`], [`Context::open`]), port queries, the GID
+//!   table and GID selection ([`select_gid_in`] is the pure rule).
+//! * [`ProtectionDomain`] and [`MemoryRegion`] — buffers this crate allocates (zeroed,
+//!   page-aligned) and registers with [`Access`] flags.
+//! * [`CompletionQueue`] — waits for one completion with a deadline, busy-polling or sleeping
+//!   on a completion channel ([`CqMode`]).
+//! * [`QueuePair`] — an RC QP whose state is a type: [`Reset`] → [`Init`] → [`Rtr`] → [`Rts`];
+//!   only `QueuePair<Rts>` can [`post_write`](QueuePair::post_write).
+//!
+//! Lifetimes: children hold `Arc`s of their parents, so a QP is destroyed before its CQ and PD,
+//! an MR before its PD, a CQ before its completion channel, and the device is closed last, on
+//! every path including errors. All handles are `Send + Sync`: libibverbs documents its verbs
+//! as thread-safe, and the handles are only used through those verbs.
+//!
+//! Errors ([`Error`]) name the step that failed, the errno and what to do ([`Error::advice`]);
+//! [`Error::kind`] groups them for exit codes. There is no JSON and no socket code here.
+//!
+//! A typical connection (both sides exchange `qpn`, `psn`, GID, LID, and the server's buffer
+//! `addr`/`rkey`/`len` out of band):
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//! use rdma_core_rs::*;
+//! # fn peer() -> (RemoteQp, RemoteBuffer) { unimplemented!() }
+//! let ctx = Context::open(None)?;
+//! let port = ctx.require_active_port(1)?;
+//! let gid = ctx.select_gid(&port, None)?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(16, CqMode::Poll)?;
+//! let mr = pd.register_bytes(b"Hello RDMA Write!", Access::NONE)?;
+//! let qp = pd.create_rc_qp(&cq, QpCaps::default())?.to_init(port.num, Access::NONE)?;
+//! let psn = random_psn()?;
+//! // ... send qp.qpn(), psn, gid.gid, port.lid; receive the peer's ...
+//! let (remote_qp, remote_buf) = peer();
+//! let rtr = RtrParams::new(remote_qp, port.active_mtu, port.num, gid.index, port.link_layer);
+//! let qp = qp.to_rtr(&rtr)?.to_rts(&RtsParams::new(psn))?;
+//! qp.post_write(&mr, 0..mr.len(), remote_buf, Some(0xC0FFEE), 1)?;
+//! let done = cq.poll(Instant::now() + Duration::from_secs(5))?;
+//! assert_eq!(done.opcode, WcOpcode::RdmaWrite);
+//! # Ok::<(), Error>(())
+//! ```
+
+mod context;
+mod cq;
+pub mod error;
+mod pd;
+mod qp;
+mod types;
+
+pub use context::{Context, DeviceInfo, devices, select_gid_in};
+pub use cq::{Completion, CompletionQueue, CqMode};
+pub use error::{Error, ErrorKind, Result, VerbOp};
+pub use pd::{MemoryRegion, ProtectionDomain};
+pub use qp::{
+    Init, MAX_PSN, MAX_WRITE_LEN, QpCaps, QueuePair, RemoteBuffer, RemoteQp, Reset, Rtr, RtrParams,
+    Rts, RtsParams,
+};
+pub use types::{
+    Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, WcOpcode,
+    WcStatus, describe_gid_table,
+};
+
+/// A random 24-bit initial packet sequence number from the OS CSPRNG.
+///
+/// # Errors
+/// [`Error::Random`] if the OS generator fails.
+pub fn random_psn() -> Result<u32> {
+    getrandom::u32().map(|v| v & MAX_PSN).map_err(Error::Random)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psn_is_24_bit_and_varies() {
+        let psns: Vec<u32> = (0..64).map(|_| random_psn().unwrap()).collect();
+        assert!(psns.iter().all(|p| *p <= MAX_PSN));
+        // 64 draws from 2^24 values: all equal would mean a broken source.
+        assert!(psns.iter().any(|p| *p != psns[0]));
+    }
+}

@@ -1,0 +1,574 @@
+//! Device discovery, the device [`Context`], port queries and GID selection.
+
+use std::ffi::CStr;
+use std::path::Path;
+use std::ptr;
+use std::sync::Arc;
+
+use ibverbs_sys as ffi;
+
+use crate::error::{Error, Result, VerbOp};
+use crate::types::{
+    Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, describe_gid_table,
+};
+
+/// Where the kernel lists RDMA devices; missing means the kernel has no RDMA core loaded.
+const SYSFS_INFINIBAND: &str = "/sys/class/infiniband";
+
+/// Name and node GUID of an RDMA device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device name, e.g. `rxe0`, `mlx5_0`.
+    pub name: String,
+    /// Node GUID in host byte order.
+    pub guid: u64,
+}
+
+/// The device list from `ibv_get_device_list`, freed on drop.
+struct DeviceList {
+    list: *mut *mut ffi::ibv_device,
+    len: usize,
+}
+
+impl DeviceList {
+    fn get() -> Result<DeviceList> {
+        let mut n: libc::c_int = 0;
+        // SAFETY: `n` is a valid out-pointer; the returned list is freed in Drop.
+        let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            return Err(classify_list_failure(
+                errno,
+                Path::new(SYSFS_INFINIBAND).exists(),
+            ));
+        }
+        Ok(DeviceList {
+            list,
+            len: usize::try_from(n).unwrap_or(0),
+        })
+    }
+
+    fn devices(&self) -> impl Iterator<Item = (*mut ffi::ibv_device, DeviceInfo)> + '_ {
+        (0..self.len).filter_map(move |i| {
+            // SAFETY: `i < len`, the list holds `len` valid entries (plus a NULL terminator).
+            let dev = unsafe { *self.list.add(i) };
+            if dev.is_null() {
+                return None;
+            }
+            // SAFETY: `dev` is a valid device from the list; the name is a NUL-terminated string
+            // owned by the device.
+            let name_ptr = unsafe { ffi::ibv_get_device_name(dev) };
+            let name = if name_ptr.is_null() {
+                format!("device{i}")
+            } else {
+                // SAFETY: non-null, NUL-terminated, lives as long as the list.
+                unsafe { CStr::from_ptr(name_ptr) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            // SAFETY: `dev` is valid; the GUID comes back big-endian.
+            let guid = u64::from_be(unsafe { ffi::ibv_get_device_guid(dev) });
+            Some((dev, DeviceInfo { name, guid }))
+        })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: `list` came from ibv_get_device_list and is freed exactly once. Contexts opened
+        // from it stay valid (libibverbs reference-counts devices).
+        unsafe { ffi::ibv_free_device_list(self.list) };
+    }
+}
+
+/// Decides which error a failed `ibv_get_device_list` means. ENOSYS (no uverbs ABI in sysfs), or
+/// any failure while `/sys/class/infiniband` is missing, means the kernel has no RDMA.
+pub(crate) fn classify_list_failure(errno: i32, sysfs_exists: bool) -> Error {
+    if errno == libc::ENOSYS || !sysfs_exists {
+        Error::NoRdmaInKernel {
+            errno: if errno == 0 { libc::ENOSYS } else { errno },
+        }
+    } else {
+        Error::verb(
+            VerbOp::ListDevices,
+            "",
+            if errno == 0 { libc::EIO } else { errno },
+        )
+    }
+}
+
+/// Lists the RDMA devices. An empty list is `Ok(vec![])`; a kernel without RDMA gives
+/// [`Error::NoRdmaInKernel`].
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let list = DeviceList::get()?;
+    Ok(list.devices().map(|(_, info)| info).collect())
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) ctx: *mut ffi::ibv_context,
+    name: String,
+    guid: u64,
+}
+
+// SAFETY: an ibv_context is usable from any thread; libibverbs and the providers serialise
+// internally where needed (verbs are documented thread-safe). We only hand out the pointer to
+// verbs calls and close it once, in Drop, when no clone or child remains.
+unsafe impl Send for ContextInner {}
+// SAFETY: see `Send`: all shared use goes through thread-safe verbs calls.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // SAFETY: `ctx` came from ibv_open_device; every child (PD, CQ, ...) holds an Arc of this
+        // inner, so all of them are already destroyed.
+        let rc = unsafe { ffi::ibv_close_device(self.ctx) };
+        if rc != 0 {
+            tracing::warn!(device = %self.name, rc, "ibv_close_device failed");
+        }
+    }
+}
+
+impl std::fmt::Debug for ContextInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("name", &self.name)
+            .field("guid", &self.guid)
+            .finish()
+    }
+}
+
+/// An open RDMA device. Cheap to clone; the device is closed when the last clone and the last
+/// object created from it (PD, CQ, QP, MR) are dropped.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Context(pub(crate) Arc<ContextInner>);
+
+impl Context {
+    /// Opens `name`, or the first device if `None`.
+    ///
+    /// # Errors
+    /// [`Error::NoRdmaInKernel`] on a kernel without RDMA, [`Error::NoDevices`] when the list is
+    /// empty, [`Error::DeviceNotFound`] for an unknown name, [`Error::Verb`] if opening fails.
+    pub fn open(name: Option<&str>) -> Result<Context> {
+        let list = DeviceList::get()?;
+        let all: Vec<_> = list.devices().collect();
+        let chosen = match name {
+            None => all.first(),
+            Some(wanted) => all.iter().find(|(_, info)| info.name == wanted),
+        };
+        let Some((dev, info)) = chosen else {
+            return Err(match name {
+                _ if all.is_empty() => Error::NoDevices,
+                Some(wanted) => Error::DeviceNotFound {
+                    wanted: wanted.to_owned(),
+                    available: all.iter().map(|(_, i)| i.name.clone()).collect(),
+                },
+                None => Error::NoDevices,
+            });
+        };
+        // SAFETY: `dev` is a valid device of the live list.
+        let ctx = unsafe { ffi::ibv_open_device(*dev) };
+        if ctx.is_null() {
+            return Err(Error::last_os(VerbOp::OpenDevice, info.name.clone()));
+        }
+        tracing::debug!(device = %info.name, guid = format_args!("{:#018x}", info.guid), "opened RDMA device");
+        Ok(Context(Arc::new(ContextInner {
+            ctx,
+            name: info.name.clone(),
+            guid: info.guid,
+        })))
+    }
+
+    /// The device name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The device's node GUID (host byte order).
+    #[must_use]
+    pub fn guid(&self) -> u64 {
+        self.0.guid
+    }
+
+    pub(crate) fn raw(&self) -> *mut ffi::ibv_context {
+        self.0.ctx
+    }
+
+    /// Queries a port (numbered from 1).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::QueryPort`]); EINVAL means no such port.
+    pub fn query_port(&self, port: u8) -> Result<PortInfo> {
+        let on = format!("port {port} of {}", self.name());
+        if port == 0 {
+            return Err(Error::verb(VerbOp::QueryPort, on, libc::EINVAL));
+        }
+        // The full (current) struct, zeroed: the exported ibv_query_port fills only the
+        // older, shorter compat layout, which is a prefix of it.
+        let mut attr = ffi::ibv_port_attr {
+            state: 0,
+            max_mtu: 0,
+            active_mtu: 0,
+            gid_tbl_len: 0,
+            port_cap_flags: 0,
+            max_msg_sz: 0,
+            bad_pkey_cntr: 0,
+            qkey_viol_cntr: 0,
+            pkey_tbl_len: 0,
+            lid: 0,
+            sm_lid: 0,
+            lmc: 0,
+            max_vl_num: 0,
+            sm_sl: 0,
+            subnet_timeout: 0,
+            init_type_reply: 0,
+            active_width: 0,
+            active_speed: 0,
+            phys_state: 0,
+            link_layer: 0,
+            flags: 0,
+            port_cap_flags2: 0,
+            active_speed_ex: 0,
+        };
+        // SAFETY: valid context; `attr` is a writable struct at least as large as the compat
+        // struct the library writes.
+        let rc = unsafe { ffi::ibv_query_port(self.raw(), port, ptr::from_mut(&mut attr).cast()) };
+        if rc != 0 {
+            return Err(Error::verb(VerbOp::QueryPort, on, rc));
+        }
+        port_info_from_attr(port, &attr).ok_or_else(|| {
+            Error::verb(
+                VerbOp::QueryPort,
+                format!("{on} (reported an invalid MTU)"),
+                libc::EIO,
+            )
+        })
+    }
+
+    /// Like [`query_port`](Self::query_port), but fails with [`Error::PortNotActive`] unless the
+    /// port is ACTIVE.
+    ///
+    /// # Errors
+    /// As `query_port`, plus [`Error::PortNotActive`].
+    pub fn require_active_port(&self, port: u8) -> Result<PortInfo> {
+        let info = self.query_port(port)?;
+        if info.state != PortState::Active {
+            return Err(Error::PortNotActive {
+                port,
+                state: info.state,
+            });
+        }
+        Ok(info)
+    }
+
+    /// The valid (non-zero) entries of a port's GID table, sorted by index.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::QueryGid`]).
+    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
+        let info = self.query_port(port)?;
+        let len = info.gid_tbl_len;
+        let mut out = Vec::new();
+        let mut last_err = None;
+        for index in 0..len {
+            let mut entry = zeroed_gid_entry();
+            // SAFETY: valid context; `entry` is a writable ibv_gid_entry and we pass its size.
+            let rc = unsafe {
+                ffi::_ibv_query_gid_ex(
+                    self.raw(),
+                    u32::from(port),
+                    index,
+                    &mut entry,
+                    0,
+                    size_of::<ffi::ibv_gid_entry>(),
+                )
+            };
+            match rc {
+                0 => {
+                    let gid = Gid::from_ffi(&entry.gid);
+                    if gid.is_zero() {
+                        continue;
+                    }
+                    let kind = GidKind::from_ibv(entry.gid_type).unwrap_or(
+                        if info.link_layer == LinkLayer::Ethernet {
+                            GidKind::RoceV1
+                        } else {
+                            GidKind::Ib
+                        },
+                    );
+                    out.push(GidEntry { index, gid, kind });
+                }
+                // Empty entry (ENODATA from the kernel; the sysfs fallback gives EINVAL).
+                libc::ENODATA | libc::EINVAL => {}
+                other => last_err = Some(other),
+            }
+        }
+        if let (true, Some(errno)) = (out.is_empty(), last_err) {
+            return Err(Error::verb(VerbOp::QueryGid, format!("port {port}"), errno));
+        }
+        Ok(out)
+    }
+
+    /// Picks the GID to use on `port`: the explicit `index`, or automatically
+    /// (see [`select_gid_in`]).
+    ///
+    /// # Errors
+    /// [`Error::GidIndexInvalid`], [`Error::NoUsableGid`], or a GID query failure.
+    pub fn select_gid(&self, port: &PortInfo, index: Option<u32>) -> Result<GidEntry> {
+        let table = self.gid_table(port.num)?;
+        select_gid_in(&table, port.link_layer, port.num, index)
+    }
+}
+
+fn zeroed_gid_entry() -> ffi::ibv_gid_entry {
+    ffi::ibv_gid_entry {
+        gid: ffi::ibv_gid { raw: [0; 16] },
+        gid_index: 0,
+        port_num: 0,
+        gid_type: 0,
+        ndev_ifindex: 0,
+    }
+}
+
+fn port_info_from_attr(port: u8, attr: &ffi::ibv_port_attr) -> Option<PortInfo> {
+    Some(PortInfo {
+        num: port,
+        state: PortState::from_ibv(attr.state),
+        link_layer: LinkLayer::from_ibv(attr.link_layer),
+        active_mtu: Mtu::from_ibv(attr.active_mtu)?,
+        max_mtu: Mtu::from_ibv(attr.max_mtu)?,
+        lid: attr.lid,
+        gid_tbl_len: u32::try_from(attr.gid_tbl_len).unwrap_or(0),
+    })
+}
+
+/// The GID selection rule, over a table (as from [`Context::gid_table`]):
+///
+/// * `Some(index)`: that entry, which must exist and be non-zero, else
+///   [`Error::GidIndexInvalid`] listing the table.
+/// * `None` on Ethernet (RoCE): the first RoCE v2 GID that is IPv4-mapped (`::ffff:a.b.c.d`),
+///   else the first RoCE v2 GID, else the first RoCE v1 GID.
+/// * `None` on InfiniBand (or unspecified): index 0.
+///
+/// Nothing usable gives [`Error::NoUsableGid`].
+///
+/// # Errors
+/// As described above.
+pub fn select_gid_in(
+    table: &[GidEntry],
+    link_layer: LinkLayer,
+    port: u8,
+    index: Option<u32>,
+) -> Result<GidEntry> {
+    let mut sorted: Vec<GidEntry> = table.iter().copied().filter(|e| !e.gid.is_zero()).collect();
+    sorted.sort_by_key(|e| e.index);
+    if let Some(index) = index {
+        return sorted
+            .iter()
+            .find(|e| e.index == index)
+            .copied()
+            .ok_or_else(|| Error::GidIndexInvalid {
+                port,
+                index,
+                table: describe_gid_table(&sorted),
+            });
+    }
+    let found = match link_layer {
+        LinkLayer::Ethernet => sorted
+            .iter()
+            .find(|e| e.kind == GidKind::RoceV2 && e.gid.is_ipv4_mapped())
+            .or_else(|| sorted.iter().find(|e| e.kind == GidKind::RoceV2))
+            .or_else(|| sorted.iter().find(|e| e.kind == GidKind::RoceV1)),
+        LinkLayer::InfiniBand | LinkLayer::Unspecified => sorted.iter().find(|e| e.index == 0),
+    };
+    found.copied().ok_or_else(|| Error::NoUsableGid {
+        port,
+        table: describe_gid_table(&sorted),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn e(index: u32, gid: &str, kind: GidKind) -> GidEntry {
+        GidEntry {
+            index,
+            gid: gid.parse().unwrap(),
+            kind,
+        }
+    }
+
+    /// What rxe over eth0 with 10.0.0.1 shows (see notes): link-local at 0, IPv4-mapped at 1.
+    fn rxe_table() -> Vec<GidEntry> {
+        vec![
+            e(0, "fe80::5054:ff:fe12:3401", GidKind::RoceV2),
+            e(1, "::ffff:10.0.0.1", GidKind::RoceV2),
+        ]
+    }
+
+    #[test]
+    fn auto_on_roce_prefers_ipv4_mapped_v2() {
+        let g = select_gid_in(&rxe_table(), LinkLayer::Ethernet, 1, None).unwrap();
+        assert_eq!(g.index, 1);
+        assert!(g.gid.is_ipv4_mapped());
+    }
+
+    #[test]
+    fn auto_on_roce_order_of_preference() {
+        // A Mellanox-style table: v1 and v2 pairs per address, unsorted input.
+        let t = vec![
+            e(3, "::ffff:192.168.1.5", GidKind::RoceV2),
+            e(0, "fe80::1", GidKind::RoceV1),
+            e(1, "fe80::1", GidKind::RoceV2),
+            e(2, "::ffff:192.168.1.5", GidKind::RoceV1),
+        ];
+        assert_eq!(
+            select_gid_in(&t, LinkLayer::Ethernet, 1, None)
+                .unwrap()
+                .index,
+            3
+        );
+        // Without an IPv4-mapped v2: the first v2.
+        let t2: Vec<_> = t.iter().copied().filter(|x| x.index != 3).collect();
+        assert_eq!(
+            select_gid_in(&t2, LinkLayer::Ethernet, 1, None)
+                .unwrap()
+                .index,
+            1
+        );
+        // Only v1 left: the first v1.
+        let t3: Vec<_> = t
+            .iter()
+            .copied()
+            .filter(|x| x.kind == GidKind::RoceV1)
+            .collect();
+        assert_eq!(
+            select_gid_in(&t3, LinkLayer::Ethernet, 1, None)
+                .unwrap()
+                .index,
+            0
+        );
+        // IB-type GIDs are not usable on Ethernet.
+        let t4 = vec![e(0, "fe80::1", GidKind::Ib)];
+        let err = select_gid_in(&t4, LinkLayer::Ethernet, 2, None).unwrap_err();
+        assert!(matches!(err, Error::NoUsableGid { port: 2, .. }), "{err}");
+    }
+
+    #[test]
+    fn zero_gids_are_never_selected() {
+        let t = vec![e(0, "::", GidKind::RoceV2), e(1, "::", GidKind::RoceV2)];
+        let err = select_gid_in(&t, LinkLayer::Ethernet, 1, None).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Port);
+        let msg = err.to_string();
+        assert!(msg.contains("no valid GID entries"), "{msg}");
+        assert!(msg.contains("--gid-index"), "{msg}");
+        assert!(msg.contains("IP address"), "{msg}");
+        let err = select_gid_in(&t, LinkLayer::Ethernet, 1, Some(0)).unwrap_err();
+        assert!(matches!(err, Error::GidIndexInvalid { index: 0, .. }));
+    }
+
+    #[test]
+    fn explicit_index() {
+        let g = select_gid_in(&rxe_table(), LinkLayer::Ethernet, 1, Some(0)).unwrap();
+        assert_eq!(g.index, 0);
+        assert!(g.gid.is_link_local());
+        let err = select_gid_in(&rxe_table(), LinkLayer::Ethernet, 1, Some(5)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Usage);
+        let msg = err.to_string();
+        assert!(msg.contains("GID index 5"), "{msg}");
+        assert!(msg.contains("[1] ::ffff:10.0.0.1 (RoCE v2)"), "{msg}");
+    }
+
+    #[test]
+    fn auto_on_infiniband_is_index_zero() {
+        let t = vec![e(1, "fe80::2", GidKind::Ib), e(0, "fe80::1", GidKind::Ib)];
+        assert_eq!(
+            select_gid_in(&t, LinkLayer::InfiniBand, 1, None)
+                .unwrap()
+                .index,
+            0
+        );
+        assert_eq!(
+            select_gid_in(&t, LinkLayer::Unspecified, 1, None)
+                .unwrap()
+                .index,
+            0
+        );
+        let err = select_gid_in(&t[..1], LinkLayer::InfiniBand, 1, None).unwrap_err();
+        assert!(matches!(err, Error::NoUsableGid { .. }));
+    }
+
+    #[test]
+    fn list_failure_classification() {
+        assert!(matches!(
+            classify_list_failure(libc::ENOSYS, true),
+            Error::NoRdmaInKernel { errno } if errno == libc::ENOSYS
+        ));
+        assert!(matches!(
+            classify_list_failure(libc::ENOENT, false),
+            Error::NoRdmaInKernel { errno } if errno == libc::ENOENT
+        ));
+        assert!(matches!(
+            classify_list_failure(0, false),
+            Error::NoRdmaInKernel { .. }
+        ));
+        let e = classify_list_failure(libc::EACCES, true);
+        assert!(matches!(
+            e,
+            Error::Verb {
+                op: VerbOp::ListDevices,
+                ..
+            }
+        ));
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+    }
+
+    #[test]
+    fn port_attr_conversion() {
+        // SAFETY: (test) ibv_port_attr is plain old data; all-zero is a valid value.
+        let mut attr: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
+        attr.state = ffi::ibv_port_state::IBV_PORT_ACTIVE;
+        attr.active_mtu = ffi::IBV_MTU_1024;
+        attr.max_mtu = ffi::IBV_MTU_4096;
+        attr.link_layer = 2;
+        attr.gid_tbl_len = 1024;
+        let p = port_info_from_attr(1, &attr).unwrap();
+        assert_eq!(p.state, PortState::Active);
+        assert_eq!(p.active_mtu, Mtu::M1024);
+        assert_eq!(p.max_mtu, Mtu::M4096);
+        assert_eq!(p.link_layer, LinkLayer::Ethernet);
+        assert_eq!(p.gid_tbl_len, 1024);
+        attr.active_mtu = 0;
+        assert!(port_info_from_attr(1, &attr).is_none());
+    }
+
+    /// This host kernel has no RDMA (no /sys/class/infiniband): opening must say so, with the
+    /// advice. On a host that has RDMA the test checks the other outcomes are sane instead.
+    #[test]
+    fn open_without_kernel_rdma_gives_advice() {
+        let has_sysfs = Path::new(SYSFS_INFINIBAND).exists();
+        match Context::open(None) {
+            Err(e) if !has_sysfs => {
+                assert!(matches!(e, Error::NoRdmaInKernel { .. }), "{e}");
+                assert_eq!(e.kind(), ErrorKind::NoDevice);
+                let msg = e.to_string();
+                assert!(msg.contains("this kernel has no RDMA support"), "{msg}");
+                assert!(msg.contains("modprobe rdma_rxe"), "{msg}");
+                assert!(msg.contains("cargo xtask e2e"), "{msg}");
+                assert!(matches!(devices(), Err(Error::NoRdmaInKernel { .. })));
+                assert!(matches!(
+                    Context::open(Some("rxe0")),
+                    Err(Error::NoRdmaInKernel { .. })
+                ));
+            }
+            Ok(ctx) => {
+                assert!(has_sysfs, "opened a device without /sys/class/infiniband");
+                assert!(!ctx.name().is_empty());
+            }
+            Err(e) => assert_eq!(e.kind(), ErrorKind::NoDevice, "{e}"),
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! Completion queues, polled either by busy-polling or through a completion channel.
+
+use std::ptr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ibverbs_sys as ffi;
+
+use crate::context::Context;
+use crate::error::{Error, Result, VerbOp, completion_advice};
+use crate::types::{WcOpcode, WcStatus};
+
+/// How [`CompletionQueue::poll`] waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CqMode {
+    /// Busy-poll: spin briefly, then yield, then sleep with a back-off of at most 1 ms.
+    #[default]
+    Poll,
+    /// Sleep in `poll(2)` on a completion channel armed with `ibv_req_notify_cq`.
+    Event,
+}
+
+/// One successful work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The id given when posting.
+    pub wr_id: u64,
+    /// What finished.
+    pub opcode: WcOpcode,
+    /// Bytes transferred (for receives of write-with-immediate: the length of the write).
+    pub byte_len: u32,
+    /// The immediate value in host byte order, if the completion carries one.
+    pub imm: Option<u32>,
+}
+
+pub(crate) struct CqInner {
+    pub(crate) cq: *mut ffi::ibv_cq,
+    channel: *mut ffi::ibv_comp_channel,
+    mode: CqMode,
+    ctx: Context,
+}
+
+// SAFETY: CQ and completion channel handles may be used from any thread: ibv_poll_cq,
+// ibv_req_notify_cq, ibv_get_cq_event and ibv_ack_cq_events are thread-safe in libibverbs. They
+// are destroyed once, in Drop, after every QP holding an Arc of this inner.
+unsafe impl Send for CqInner {}
+// SAFETY: see `Send`.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // Every event taken with ibv_get_cq_event was acked right away in `poll`, so
+        // ibv_destroy_cq cannot block on unacked events.
+        // SAFETY: `cq` came from ibv_create_cq; all QPs using it are gone (they hold Arcs).
+        let rc = unsafe { ffi::ibv_destroy_cq(self.cq) };
+        if rc != 0 {
+            tracing::warn!(rc, "ibv_destroy_cq failed");
+        }
+        if !self.channel.is_null() {
+            // SAFETY: the channel came from ibv_create_comp_channel; its only CQ is destroyed.
+            let rc = unsafe { ffi::ibv_destroy_comp_channel(self.channel) };
+            if rc != 0 {
+                tracing::warn!(rc, "ibv_destroy_comp_channel failed");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for CqInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("device", &self.ctx.name())
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+/// A completion queue. Cheap to clone; keeps its context and completion channel alive.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct CompletionQueue(pub(crate) Arc<CqInner>);
+
+/// Owns a completion channel until it is handed to a CQ.
+struct ChannelGuard(*mut ffi::ibv_comp_channel);
+
+impl Drop for ChannelGuard {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: created by ibv_create_comp_channel, no CQ uses it (creation failed).
+            unsafe { ffi::ibv_destroy_comp_channel(self.0) };
+        }
+    }
+}
+
+impl Context {
+    /// Creates a completion queue with room for at least `entries` completions.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 or more than `i32::MAX` entries, [`Error::Verb`]
+    /// ([`VerbOp::CreateCompChannel`], [`VerbOp::CreateCq`]).
+    pub fn create_cq(&self, entries: u32, mode: CqMode) -> Result<CompletionQueue> {
+        let cqe = libc::c_int::try_from(entries)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!("completion queue size {entries}"),
+                    "use between 1 and the device's max_cqe entries",
+                )
+            })?;
+        let mut guard = ChannelGuard(ptr::null_mut());
+        if mode == CqMode::Event {
+            // SAFETY: valid context.
+            let ch = unsafe { ffi::ibv_create_comp_channel(self.raw()) };
+            if ch.is_null() {
+                return Err(Error::last_os(
+                    VerbOp::CreateCompChannel,
+                    self.name().to_owned(),
+                ));
+            }
+            guard.0 = ch;
+            // SAFETY: `ch` is valid; fd is its open file descriptor.
+            let fd = unsafe { (*ch).fd };
+            set_nonblocking(fd)
+                .map_err(|errno| Error::verb(VerbOp::CreateCompChannel, "O_NONBLOCK", errno))?;
+        }
+        // SAFETY: valid context; the channel is null or valid and outlives the CQ (both are
+        // destroyed by CqInner, CQ first).
+        let cq = unsafe { ffi::ibv_create_cq(self.raw(), cqe, ptr::null_mut(), guard.0, 0) };
+        if cq.is_null() {
+            return Err(Error::last_os(
+                VerbOp::CreateCq,
+                format!("{entries} entries"),
+            ));
+        }
+        let channel = std::mem::replace(&mut guard.0, ptr::null_mut());
+        Ok(CompletionQueue(Arc::new(CqInner {
+            cq,
+            channel,
+            mode,
+            ctx: self.clone(),
+        })))
+    }
+}
+
+fn set_nonblocking(fd: libc::c_int) -> std::result::Result<(), i32> {
+    let last = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    // SAFETY: fcntl on a file descriptor we own; F_GETFL/F_SETFL have no memory effects.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(last());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(last());
+    }
+    Ok(())
+}
+
+impl CompletionQueue {
+    /// How this CQ waits.
+    #[must_use]
+    pub fn mode(&self) -> CqMode {
+        self.0.mode
+    }
+
+    pub(crate) fn same_context(&self, ctx: &Context) -> bool {
+        Arc::ptr_eq(&self.0.ctx.0, &ctx.0)
+    }
+
+    /// Waits for ONE completion until `deadline`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] at the deadline; [`Error::Completion`] if the completion has an error
+    /// status (with advice for that status); [`Error::Verb`] if polling itself fails.
+    pub fn poll(&self, deadline: Instant) -> Result<Completion> {
+        let start = Instant::now();
+        let mut armed = false;
+        let mut idle_rounds: u32 = 0;
+        loop {
+            if let Some(c) = self.poll_once()? {
+                return c;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    what: "waiting for a work completion",
+                    waited: now.duration_since(start),
+                });
+            }
+            match self.0.mode {
+                CqMode::Poll => {
+                    idle_rounds = idle_rounds.saturating_add(1);
+                    backoff(idle_rounds, deadline - now);
+                }
+                CqMode::Event => {
+                    if armed {
+                        self.wait_event(deadline - now)?;
+                        armed = false;
+                    } else {
+                        self.arm()?;
+                        armed = true;
+                        // Poll again before sleeping: a completion may have arrived before arming.
+                    }
+                }
+            }
+        }
+    }
+
+    /// Non-blocking: takes at most one completion.
+    fn poll_once(&self) -> Result<Option<Result<Completion>>> {
+        let cq = self.0.cq;
+        let mut wc = ffi::ibv_wc::default();
+        // SAFETY: `cq` is valid; its context pointer is the open context we hold.
+        let poll_fn = unsafe { (*(*cq).context).ops.poll_cq };
+        let Some(poll_fn) = poll_fn else {
+            return Err(Error::verb(
+                VerbOp::PollCq,
+                "(provider has no poll_cq)",
+                libc::ENOSYS,
+            ));
+        };
+        // SAFETY: valid CQ, room for exactly one ibv_wc.
+        let n = unsafe { poll_fn(cq, 1, &mut wc) };
+        if n < 0 {
+            return Err(Error::verb(VerbOp::PollCq, "", n));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some(completion_from_wc(&wc)))
+    }
+
+    fn arm(&self) -> Result<()> {
+        let cq = self.0.cq;
+        // SAFETY: as in `poll_once`.
+        let notify = unsafe { (*(*cq).context).ops.req_notify_cq };
+        let Some(notify) = notify else {
+            return Err(Error::verb(
+                VerbOp::ReqNotifyCq,
+                "(provider has none)",
+                libc::ENOSYS,
+            ));
+        };
+        // SAFETY: valid CQ; 0 = notify on any completion.
+        let rc = unsafe { notify(cq, 0) };
+        if rc != 0 {
+            return Err(Error::verb(VerbOp::ReqNotifyCq, "", rc));
+        }
+        Ok(())
+    }
+
+    /// Sleeps in poll(2) until the channel is readable or `timeout` passes, then takes and acks
+    /// every pending event. Returning without an event is fine: the caller polls and re-checks
+    /// its deadline.
+    fn wait_event(&self, timeout: Duration) -> Result<()> {
+        let channel = self.0.channel;
+        // SAFETY: in Event mode the channel is valid for the CQ's lifetime.
+        let fd = unsafe { (*channel).fd };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Round up so we never spin on a sub-millisecond remainder.
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            return if errno == libc::EINTR {
+                Ok(())
+            } else {
+                Err(Error::verb(VerbOp::WaitCqEvent, "poll(2)", errno))
+            };
+        }
+        if rc == 0 {
+            return Ok(());
+        }
+        loop {
+            let mut ev_cq: *mut ffi::ibv_cq = ptr::null_mut();
+            let mut ev_ctx: *mut libc::c_void = ptr::null_mut();
+            // SAFETY: valid channel (non-blocking fd) and out-pointers.
+            let rc = unsafe { ffi::ibv_get_cq_event(channel, &mut ev_cq, &mut ev_ctx) };
+            if rc != 0 {
+                let errno = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
+                return if errno == libc::EAGAIN || errno == libc::EINTR {
+                    Ok(())
+                } else {
+                    Err(Error::verb(VerbOp::WaitCqEvent, "", errno))
+                };
+            }
+            if !ev_cq.is_null() {
+                // SAFETY: ack the one event just taken, so destroy_cq never waits for it.
+                unsafe { ffi::ibv_ack_cq_events(ev_cq, 1) };
+            }
+        }
+    }
+}
+
+fn completion_from_wc(wc: &ffi::ibv_wc) -> Result<Completion> {
+    let opcode = WcOpcode::from_ibv(wc.opcode());
+    if let Some((status, vendor_err)) = wc.error() {
+        let status_enum = WcStatus::from_ibv(status);
+        return Err(Error::Completion {
+            status: status_enum,
+            status_str: status_str(status),
+            vendor_err,
+            wr_id: wc.wr_id(),
+            opcode,
+            advice: completion_advice(status_enum),
+        });
+    }
+    Ok(Completion {
+        wr_id: wc.wr_id(),
+        opcode,
+        byte_len: u32::try_from(wc.len()).unwrap_or(u32::MAX),
+        // imm_data is in network byte order on the wire and in the wc.
+        imm: wc.imm_data().map(u32::from_be),
+    })
+}
+
+fn status_str(status: u32) -> String {
+    // SAFETY: ibv_wc_status_str accepts any value and returns a static string (or NULL).
+    let p = unsafe { ffi::ibv_wc_status_str(status) };
+    if p.is_null() {
+        return format!("status {status}");
+    }
+    // SAFETY: non-null, static, NUL-terminated.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Back-off for busy polling: spin, then yield, then sleep up to 1 ms (never past `left`).
+fn backoff(round: u32, left: Duration) {
+    if round < 64 {
+        std::hint::spin_loop();
+    } else if round < 256 {
+        std::thread::yield_now();
+    } else {
+        let step = Duration::from_micros(u64::from((round - 255).min(1000)));
+        std::thread::sleep(step.min(left).min(Duration::from_millis(1)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds an ibv_wc the way a provider would (fields are private in ibverbs-sys, so go
+    /// through the C layout: wr_id u64, status u32, opcode u32, vendor_err u32, byte_len u32,
+    /// imm_data u32, qp_num, src_qp, wc_flags, ...).
+    fn wc(
+        wr_id: u64,
+        status: u32,
+        opcode: u32,
+        byte_len: u32,
+        imm_be: u32,
+        flags: u32,
+    ) -> ffi::ibv_wc {
+        let mut w = ffi::ibv_wc::default();
+        let p = ptr::from_mut(&mut w).cast::<u8>();
+        // SAFETY: (test) ibv_wc is repr(C), 48 bytes, with the offsets written here.
+        unsafe {
+            p.cast::<u64>().write(wr_id);
+            p.add(8).cast::<u32>().write(status);
+            p.add(12).cast::<u32>().write(opcode);
+            p.add(16).cast::<u32>().write(0x42);
+            p.add(20).cast::<u32>().write(byte_len);
+        }
+        w.imm_data = imm_be;
+        w.wc_flags = ffi::ibv_wc_flags(flags);
+        w
+    }
+
+    #[test]
+    fn wc_layout_is_what_the_test_assumes() {
+        let w = wc(7, 0, 129, 4096, 0, 0);
+        assert_eq!(w.wr_id(), 7);
+        assert_eq!(w.opcode(), 129);
+        assert_eq!(w.len(), 4096);
+        assert!(w.is_valid());
+    }
+
+    #[test]
+    fn write_with_imm_receive_converts_imm_to_host_order() {
+        let w = wc(
+            9,
+            0,
+            ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM,
+            17,
+            0x1234_5678u32.to_be(),
+            2,
+        );
+        let c = completion_from_wc(&w).unwrap();
+        assert_eq!(
+            c,
+            Completion {
+                wr_id: 9,
+                opcode: WcOpcode::RecvRdmaWithImm,
+                byte_len: 17,
+                imm: Some(0x1234_5678)
+            }
+        );
+        // Without the WITH_IMM flag there is no immediate.
+        let w = wc(9, 0, ffi::ibv_wc_opcode::IBV_WC_RDMA_WRITE, 0, 5, 0);
+        assert_eq!(completion_from_wc(&w).unwrap().imm, None);
+    }
+
+    #[test]
+    fn error_completion_becomes_error_with_advice() {
+        let w = wc(3, ffi::ibv_wc_status::IBV_WC_RETRY_EXC_ERR, 1, 0, 0, 0);
+        let e = completion_from_wc(&w).unwrap_err();
+        match &e {
+            Error::Completion {
+                status,
+                vendor_err,
+                wr_id,
+                advice,
+                status_str,
+                ..
+            } => {
+                assert_eq!(*status, WcStatus::RetryExcErr);
+                assert_eq!(*vendor_err, 0x42);
+                assert_eq!(*wr_id, 3);
+                assert!(advice.contains("UDP 4791"));
+                assert!(status_str.to_lowercase().contains("retry"), "{status_str}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn backoff_never_sleeps_past_the_deadline() {
+        let t = Instant::now();
+        for round in 0..2000 {
+            backoff(round, Duration::from_micros(10));
+        }
+        // 1744 sleeping rounds of at most 10 µs each (plus scheduling slack).
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+}

@@ -1,0 +1,715 @@
+//! The crate's error type: every variant says what failed and what to do about it.
+//!
+//! Verb failures carry the errno and an advice string chosen per verb and errno
+//! ([`advice_for`]); failed work completions carry the status and an advice chosen per status
+//! ([`completion_advice`]). [`Error::kind`] groups errors so binaries can pick exit codes.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::types::{PortState, WcOpcode, WcStatus};
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Advice when the kernel has no RDMA stack at all.
+pub const NO_RDMA_ADVICE: &str = "this kernel has no RDMA support: load rdma_rxe \
+     (`modprobe rdma_rxe; rdma link add rxe0 type rxe netdev IF`) or run `cargo xtask e2e`, \
+     which boots guests";
+
+/// Advice when RDMA exists but no device is registered.
+pub const NO_DEVICES_ADVICE: &str = "no RDMA device is registered: create a Soft-RoCE device \
+     (`rdma link add rxe0 type rxe netdev IF`, needs rdma_rxe and crc32_generic), or check that the \
+     HCA driver and ib_uverbs are loaded (`rdma link`, `ibv_devices`)";
+
+/// Coarse error classes, for choosing exit codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// No RDMA in the kernel, no device, or the named device does not exist / cannot be opened.
+    NoDevice,
+    /// The port is unusable: not active, no usable GID, cannot be queried.
+    Port,
+    /// Creating or configuring a verbs object failed.
+    Setup,
+    /// Posting or completing work failed.
+    Transfer,
+    /// A wait ran past its deadline.
+    Timeout,
+    /// The caller passed something invalid (bad GID index, range, length).
+    Usage,
+}
+
+/// The verbs call (and the step of the connection it belongs to) that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VerbOp {
+    /// `ibv_get_device_list`.
+    ListDevices,
+    /// `ibv_open_device`.
+    OpenDevice,
+    /// `ibv_query_port`.
+    QueryPort,
+    /// `ibv_query_gid_ex` / `ibv_query_gid_table`.
+    QueryGid,
+    /// `ibv_alloc_pd`.
+    AllocPd,
+    /// `ibv_reg_mr`.
+    RegMr,
+    /// `ibv_create_comp_channel` (or making its fd non-blocking).
+    CreateCompChannel,
+    /// `ibv_create_cq`.
+    CreateCq,
+    /// `ibv_create_qp`.
+    CreateQp,
+    /// `ibv_modify_qp` RESET->INIT.
+    ModifyQpInit,
+    /// `ibv_modify_qp` INIT->RTR.
+    ModifyQpRtr,
+    /// `ibv_modify_qp` RTR->RTS.
+    ModifyQpRts,
+    /// `ibv_query_qp`.
+    QueryQp,
+    /// `ibv_post_send`.
+    PostSend,
+    /// `ibv_post_recv`.
+    PostRecv,
+    /// `ibv_poll_cq`.
+    PollCq,
+    /// `ibv_req_notify_cq`.
+    ReqNotifyCq,
+    /// `poll(2)` on the completion channel, or `ibv_get_cq_event`.
+    WaitCqEvent,
+}
+
+impl VerbOp {
+    /// The step in words ("RTR", "register memory", ...).
+    #[must_use]
+    pub fn step(self) -> &'static str {
+        match self {
+            VerbOp::ListDevices => "listing RDMA devices",
+            VerbOp::OpenDevice => "opening the RDMA device",
+            VerbOp::QueryPort => "querying the port",
+            VerbOp::QueryGid => "reading the GID table",
+            VerbOp::AllocPd => "allocating a protection domain",
+            VerbOp::RegMr => "registering memory",
+            VerbOp::CreateCompChannel => "creating a completion channel",
+            VerbOp::CreateCq => "creating a completion queue",
+            VerbOp::CreateQp => "creating the queue pair",
+            VerbOp::ModifyQpInit => "INIT",
+            VerbOp::ModifyQpRtr => "RTR",
+            VerbOp::ModifyQpRts => "RTS",
+            VerbOp::QueryQp => "querying the queue pair",
+            VerbOp::PostSend => "posting the RDMA Write",
+            VerbOp::PostRecv => "posting a receive",
+            VerbOp::PollCq => "polling the completion queue",
+            VerbOp::ReqNotifyCq => "arming the completion queue",
+            VerbOp::WaitCqEvent => "waiting for a completion event",
+        }
+    }
+
+    /// The C call, e.g. `ibv_modify_qp INIT->RTR`.
+    #[must_use]
+    pub fn verb(self) -> &'static str {
+        match self {
+            VerbOp::ListDevices => "ibv_get_device_list",
+            VerbOp::OpenDevice => "ibv_open_device",
+            VerbOp::QueryPort => "ibv_query_port",
+            VerbOp::QueryGid => "ibv_query_gid_ex",
+            VerbOp::AllocPd => "ibv_alloc_pd",
+            VerbOp::RegMr => "ibv_reg_mr",
+            VerbOp::CreateCompChannel => "ibv_create_comp_channel",
+            VerbOp::CreateCq => "ibv_create_cq",
+            VerbOp::CreateQp => "ibv_create_qp",
+            VerbOp::ModifyQpInit => "ibv_modify_qp RESET->INIT",
+            VerbOp::ModifyQpRtr => "ibv_modify_qp INIT->RTR",
+            VerbOp::ModifyQpRts => "ibv_modify_qp RTR->RTS",
+            VerbOp::QueryQp => "ibv_query_qp",
+            VerbOp::PostSend => "ibv_post_send",
+            VerbOp::PostRecv => "ibv_post_recv",
+            VerbOp::PollCq => "ibv_poll_cq",
+            VerbOp::ReqNotifyCq => "ibv_req_notify_cq",
+            VerbOp::WaitCqEvent => "ibv_get_cq_event",
+        }
+    }
+
+    fn kind(self) -> ErrorKind {
+        match self {
+            VerbOp::ListDevices | VerbOp::OpenDevice => ErrorKind::NoDevice,
+            VerbOp::QueryPort | VerbOp::QueryGid => ErrorKind::Port,
+            VerbOp::PostSend | VerbOp::PostRecv | VerbOp::PollCq | VerbOp::WaitCqEvent => {
+                ErrorKind::Transfer
+            }
+            _ => ErrorKind::Setup,
+        }
+    }
+}
+
+/// Errors from this crate. `Display` names what failed and gives advice.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The kernel has no RDMA stack (`ibv_get_device_list`: ENOSYS, or `/sys/class/infiniband`
+    /// missing).
+    #[error("RDMA is unavailable (ibv_get_device_list: {}): {NO_RDMA_ADVICE}", errno_label(*.errno))]
+    NoRdmaInKernel {
+        /// The errno `ibv_get_device_list` set.
+        errno: i32,
+    },
+    /// RDMA works but no device exists.
+    #[error("no RDMA devices found: {NO_DEVICES_ADVICE}")]
+    NoDevices,
+    /// The requested device is not in the list.
+    #[error("RDMA device `{wanted}` not found; available: {}; pick one of those (see `ibv_devices` / `rdma link`)",
+        .available.join(", "))]
+    DeviceNotFound {
+        /// The name asked for.
+        wanted: String,
+        /// Names that exist.
+        available: Vec<String>,
+    },
+    /// A verbs call failed; `advice` is specific to the call and errno.
+    #[error("{} failed ({}{}: {}): {advice}", .op.step(), .op.verb(), fmt_on(.on), errno_label(*.errno))]
+    Verb {
+        /// Which call.
+        op: VerbOp,
+        /// What it was called on (e.g. "port 1"), may be empty.
+        on: String,
+        /// errno (positive).
+        errno: i32,
+        /// What to do.
+        advice: String,
+    },
+    /// The port exists but is not ACTIVE.
+    #[error(
+        "port {port} is not active (state {state}): check `rdma link` / `ibv_devinfo`; the netdev must be up"
+    )]
+    PortNotActive {
+        /// Port number.
+        port: u8,
+        /// Its state.
+        state: PortState,
+    },
+    /// An explicitly requested GID index is empty or out of range.
+    #[error(
+        "GID index {index} is not a valid entry on port {port}; pass one of these with --gid-index:\n{table}"
+    )]
+    GidIndexInvalid {
+        /// Port number.
+        port: u8,
+        /// The index asked for.
+        index: u32,
+        /// [`describe_gid_table`](crate::describe_gid_table) of the port.
+        table: String,
+    },
+    /// Automatic GID selection found nothing usable.
+    #[error(
+        "no usable GID on port {port}:\n{table}\npass --gid-index, check `rdma link` / `ibv_devinfo -v`, \
+             and assign an IP address to the netdev (RoCE v2 GIDs come from its addresses)"
+    )]
+    NoUsableGid {
+        /// Port number.
+        port: u8,
+        /// [`describe_gid_table`](crate::describe_gid_table) of the port.
+        table: String,
+    },
+    /// A parameter is outside what verbs accepts.
+    #[error("invalid argument: {what}; {advice}")]
+    InvalidArgument {
+        /// What was wrong.
+        what: String,
+        /// What to do.
+        advice: String,
+    },
+    /// A byte range does not fit the buffer it refers to.
+    #[error("invalid range: {what}")]
+    InvalidRange {
+        /// What was wrong.
+        what: String,
+    },
+    /// An RDMA Write longer than the remote buffer or the 2^31-1 byte verbs limit.
+    #[error(
+        "write of {len} bytes is too long: {reason} (limit {limit} bytes); send less or ask the server for a larger buffer"
+    )]
+    WriteTooLong {
+        /// Requested length.
+        len: u64,
+        /// The limit it exceeds.
+        limit: u64,
+        /// Which limit.
+        reason: &'static str,
+    },
+    /// Allocating the buffer for a memory region failed.
+    #[error("could not allocate {len} bytes for a memory region; use a smaller buffer")]
+    Alloc {
+        /// Requested length.
+        len: usize,
+    },
+    /// A wait ran past its deadline.
+    #[error(
+        "timed out after {waited:?} {what}; the peer may be gone or the path broken (check both sides' logs)"
+    )]
+    Timeout {
+        /// What was waited for.
+        what: &'static str,
+        /// How long.
+        waited: Duration,
+    },
+    /// A work completion came back with an error status.
+    #[error(
+        "work request {wr_id} ({opcode:?}) completed with {status_str} ({status:?}, vendor error {vendor_err:#x}): {advice}"
+    )]
+    Completion {
+        /// Status.
+        status: WcStatus,
+        /// `ibv_wc_status_str` text.
+        status_str: String,
+        /// Vendor syndrome.
+        vendor_err: u32,
+        /// The work request id.
+        wr_id: u64,
+        /// Opcode as reported; verbs leaves it undefined for failed completions, so treat it as a hint.
+        opcode: WcOpcode,
+        /// What to do.
+        advice: String,
+    },
+    /// The OS random number generator failed.
+    #[error(
+        "the OS random number generator failed ({0}); check that getrandom(2) / /dev/urandom works"
+    )]
+    Random(getrandom::Error),
+}
+
+fn fmt_on(on: &str) -> String {
+    if on.is_empty() {
+        String::new()
+    } else {
+        format!(" on {on}")
+    }
+}
+
+impl Error {
+    /// Builds [`Error::Verb`] with advice chosen for `op` and `errno`.
+    #[must_use]
+    pub fn verb(op: VerbOp, on: impl Into<String>, errno: i32) -> Error {
+        let errno = errno.abs();
+        Error::Verb {
+            op,
+            on: on.into(),
+            errno,
+            advice: advice_for(op, errno),
+        }
+    }
+
+    /// Builds [`Error::Verb`] from the thread's current `errno` (for calls that return NULL).
+    pub(crate) fn last_os(op: VerbOp, on: impl Into<String>) -> Error {
+        let errno = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        // Some providers return NULL without setting errno; do not report "success".
+        Error::verb(op, on, if errno == 0 { libc::EIO } else { errno })
+    }
+
+    /// The error class, for exit codes.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NoRdmaInKernel { .. } | Error::NoDevices | Error::DeviceNotFound { .. } => {
+                ErrorKind::NoDevice
+            }
+            Error::Verb { op, .. } => op.kind(),
+            Error::PortNotActive { .. } | Error::NoUsableGid { .. } => ErrorKind::Port,
+            Error::GidIndexInvalid { .. }
+            | Error::InvalidArgument { .. }
+            | Error::InvalidRange { .. }
+            | Error::WriteTooLong { .. } => ErrorKind::Usage,
+            Error::Alloc { .. } | Error::Random(_) => ErrorKind::Setup,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Completion { .. } => ErrorKind::Transfer,
+        }
+    }
+
+    /// The errno behind the error, if one is.
+    #[must_use]
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::NoRdmaInKernel { errno } | Error::Verb { errno, .. } => Some(*errno),
+            Error::Random(e) => e.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// Just the advice part of the message, if the variant has one.
+    #[must_use]
+    pub fn advice(&self) -> Option<String> {
+        match self {
+            Error::NoRdmaInKernel { .. } => Some(NO_RDMA_ADVICE.to_owned()),
+            Error::NoDevices => Some(NO_DEVICES_ADVICE.to_owned()),
+            Error::DeviceNotFound { available, .. } => {
+                Some(format!("pick one of: {}", available.join(", ")))
+            }
+            Error::Verb { advice, .. }
+            | Error::InvalidArgument { advice, .. }
+            | Error::Completion { advice, .. } => Some(advice.clone()),
+            Error::PortNotActive { .. } => {
+                Some("check `rdma link` / `ibv_devinfo`; the netdev must be up".to_owned())
+            }
+            Error::GidIndexInvalid { table, .. } => {
+                Some(format!("pass a valid --gid-index; valid entries:\n{table}"))
+            }
+            Error::NoUsableGid { .. } => Some(
+                "pass --gid-index, check `rdma link` / `ibv_devinfo -v`, and assign an IP address \
+                 to the netdev"
+                    .to_owned(),
+            ),
+            Error::WriteTooLong { .. } => {
+                Some("send less or ask the server for a larger buffer".to_owned())
+            }
+            Error::Alloc { .. } => Some("use a smaller buffer".to_owned()),
+            Error::Timeout { .. } => {
+                Some("the peer may be gone or the path broken; check both sides' logs".to_owned())
+            }
+            Error::Random(_) => Some("check that getrandom(2) / /dev/urandom works".to_owned()),
+            Error::InvalidRange { .. } => None,
+        }
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>, advice: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            what: what.into(),
+            advice: advice.into(),
+        }
+    }
+}
+
+/// Symbolic errno name plus the OS description, e.g. `EINVAL, Invalid argument`.
+#[must_use]
+pub fn errno_label(errno: i32) -> String {
+    let desc = std::io::Error::from_raw_os_error(errno).to_string();
+    // std appends " (os error N)"; keep the text only.
+    let desc = desc.split(" (os error").next().unwrap_or(&desc).to_owned();
+    match errno_name(errno) {
+        Some(name) => format!("{name}, {desc}"),
+        None => format!("errno {errno}, {desc}"),
+    }
+}
+
+/// Symbolic name of the errnos verbs calls return.
+#[must_use]
+pub fn errno_name(errno: i32) -> Option<&'static str> {
+    Some(match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EINTR => "EINTR",
+        libc::EIO => "EIO",
+        libc::ENXIO => "ENXIO",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EFAULT => "EFAULT",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::ENODEV => "ENODEV",
+        libc::EINVAL => "EINVAL",
+        libc::EMFILE => "EMFILE",
+        libc::ENOSPC => "ENOSPC",
+        libc::ERANGE => "ERANGE",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENODATA => "ENODATA",
+        libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::EHOSTUNREACH => "EHOSTUNREACH",
+        _ => return None,
+    })
+}
+
+/// Advice for a failed verbs call, by call and errno.
+#[must_use]
+pub fn advice_for(op: VerbOp, errno: i32) -> String {
+    use VerbOp as V;
+    let perm = "no permission on /dev/infiniband/uverbs*: run as root or as a member of the \
+                group owning it (often `rdma`)";
+    let s: &str = match (op, errno) {
+        (_, libc::EPERM | libc::EACCES) if op != V::RegMr => perm,
+        (V::ListDevices, libc::ENOSYS | libc::ENOENT) => NO_RDMA_ADVICE,
+        (V::ListDevices, _) => NO_DEVICES_ADVICE,
+        (V::OpenDevice, _) => {
+            "the device could not be opened: check `ibv_devices`, that ib_uverbs is loaded and \
+             /dev/infiniband/uverbs* exists, and that the provider library (ibverbs-providers, \
+             librxe for Soft-RoCE) is installed"
+        }
+        (V::QueryPort | V::QueryGid, libc::EINVAL) => {
+            "no such port or GID index: ports are numbered from 1; see `ibv_devinfo -v`"
+        }
+        (V::QueryPort | V::QueryGid, _) => "check the device with `ibv_devinfo -v` and `rdma link`",
+        (V::RegMr, libc::ENOMEM | libc::EAGAIN | libc::EPERM | libc::EACCES) => {
+            "the buffer could not be pinned: raise `ulimit -l` (locked memory), e.g. \
+             `ulimit -l unlimited` or memlock in /etc/security/limits.conf"
+        }
+        (V::RegMr, libc::EINVAL) => {
+            "invalid access flags or length: REMOTE_WRITE needs LOCAL_WRITE, and the device may \
+             limit the region size (max_mr_size in `ibv_devinfo -v`)"
+        }
+        (V::RegMr, _) => "memory registration failed; check `ibv_devinfo -v` limits",
+        (V::AllocPd | V::CreateCompChannel | V::CreateCq | V::CreateQp, libc::ENOMEM) => {
+            "the device is out of resources: close other RDMA users or use smaller queues"
+        }
+        (V::CreateCompChannel, libc::EMFILE) => "too many open files: raise `ulimit -n`",
+        (V::CreateCq, libc::EINVAL) => {
+            "CQ size out of range: it must not exceed max_cqe (see `ibv_devinfo -v`)"
+        }
+        (V::CreateQp, libc::EINVAL) => {
+            "QP capabilities exceed the device limits: reduce max_send_wr/max_recv_wr/SGEs/inline \
+             (see max_qp_wr, max_sge in `ibv_devinfo -v`)"
+        }
+        (V::CreateQp, libc::EOPNOTSUPP | libc::ENOSYS) => {
+            "the device does not support RC queue pairs"
+        }
+        (V::ModifyQpInit, libc::EINVAL) => {
+            "bad port number, pkey index or access flags: check the port with `ibv_devinfo`"
+        }
+        (V::ModifyQpRtr, libc::EINVAL) => {
+            "bad address vector — no RoCE v2 GID on port 1? pass --gid-index or check `rdma link` \
+             / `ibv_devinfo -v`; also check that the path MTU is not above the port's active MTU"
+        }
+        (
+            V::ModifyQpRtr,
+            libc::ETIMEDOUT
+            | libc::EHOSTUNREACH
+            | libc::ENETUNREACH
+            | libc::ENODATA
+            | libc::EADDRNOTAVAIL
+            | libc::ENOENT,
+        ) => {
+            "could not resolve the peer's Ethernet address from its GID: the peer's IP must be \
+             reachable through the RDMA netdev (check `ip addr`, `ip route`, `ip neigh`, and \
+             that the peer GID index matches an address it really has)"
+        }
+        (V::ModifyQpRts, libc::EINVAL) => {
+            "bad RTS attributes (timeout, retry counts, PSN, rd_atomic) or the QP is not in RTR"
+        }
+        (V::ModifyQpInit | V::ModifyQpRtr | V::ModifyQpRts | V::QueryQp, _) => {
+            "the queue pair could not change state; check `ibv_devinfo -v` and the kernel log \
+             (`dmesg`)"
+        }
+        (V::PostSend, libc::ENOMEM) => {
+            "the send queue is full: wait for completions before posting more, or raise \
+             max_send_wr"
+        }
+        (V::PostSend, libc::EINVAL) => {
+            "invalid work request: the QP must be in RTS, and length/lkey must fit the memory \
+             region"
+        }
+        (V::PostRecv, libc::ENOMEM) => {
+            "the receive queue is full: raise max_recv_wr or post fewer receives"
+        }
+        (V::PostRecv, libc::EINVAL) => "invalid receive request: the QP must be at least in INIT",
+        (V::PostSend | V::PostRecv, _) => {
+            "posting failed; the QP may be in the error state after an earlier failure"
+        }
+        (V::PollCq, _) => {
+            "the completion queue failed (overrun or device error) and cannot be used; set up \
+             the connection again"
+        }
+        (V::ReqNotifyCq | V::WaitCqEvent, _) => {
+            "completion events failed; retry with polling mode (CqMode::Poll)"
+        }
+        (V::AllocPd | V::CreateCompChannel | V::CreateCq | V::CreateQp, _) => {
+            "check the device with `ibv_devinfo -v` and the kernel log (`dmesg`)"
+        }
+    };
+    s.to_owned()
+}
+
+/// Advice for a failed work completion, by status.
+#[must_use]
+pub fn completion_advice(status: WcStatus) -> String {
+    let s = match status {
+        WcStatus::RetryExcErr => {
+            "no ACK from the peer: check path/GID index/MTU, and that UDP 4791 is not firewalled"
+        }
+        WcStatus::RemAccessErr => {
+            "the server refused the write: wrong rkey, address outside its buffer, or its MR/QP \
+             lacks remote write"
+        }
+        WcStatus::RnrRetryExcErr => "the peer posted no receive for write-with-immediate",
+        WcStatus::WrFlushErr => "QP went to error state after an earlier failure",
+        WcStatus::RemInvReqErr => {
+            "the peer rejected the request as invalid: its QP may lack REMOTE_WRITE access, or \
+             the message exceeds its limits"
+        }
+        WcStatus::LocProtErr => {
+            "local protection error: the source buffer is not covered by a memory region of this \
+             protection domain (wrong lkey)"
+        }
+        WcStatus::LocLenErr => {
+            "local length error: a receive buffer was too small or the message exceeds the port's \
+             max message size"
+        }
+        WcStatus::LocQpOpErr => "local QP error: the work request is inconsistent with the QP",
+        WcStatus::RemOpErr => "the peer could not complete the operation (its QP failed)",
+        WcStatus::BadRespErr => {
+            "unexpected response from the peer (mismatched QP numbers or PSNs?)"
+        }
+        WcStatus::RespTimeoutErr => "response timeout: the peer stopped answering",
+        WcStatus::Success => "no error",
+        _ => "the work request failed; check both sides' logs and `dmesg`",
+    };
+    s.to_owned()
+}
+
+impl fmt::Display for VerbOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.verb())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtr_einval_message_matches_the_documented_form() {
+        let e = Error::verb(VerbOp::ModifyQpRtr, "", libc::EINVAL);
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("RTR failed (ibv_modify_qp INIT->RTR: EINVAL"),
+            "unexpected message: {msg}"
+        );
+        assert!(msg.contains("bad address vector"), "{msg}");
+        assert!(msg.contains("--gid-index"), "{msg}");
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+        assert_eq!(e.kind(), ErrorKind::Setup);
+        assert!(e.advice().is_some_and(|a| a.contains("bad address vector")));
+    }
+
+    #[test]
+    fn errno_is_normalised_to_positive() {
+        let e = Error::verb(VerbOp::PostSend, "QP 7", -libc::ENOMEM);
+        assert_eq!(e.errno(), Some(libc::ENOMEM));
+        assert!(e.to_string().contains("on QP 7"), "{e}");
+        assert!(e.to_string().contains("send queue is full"), "{e}");
+        assert_eq!(e.kind(), ErrorKind::Transfer);
+    }
+
+    #[test]
+    fn reg_mr_enomem_advises_ulimit() {
+        for errno in [libc::ENOMEM, libc::EAGAIN, libc::EPERM] {
+            let a = advice_for(VerbOp::RegMr, errno);
+            assert!(a.contains("ulimit -l"), "{errno}: {a}");
+        }
+        assert!(!advice_for(VerbOp::RegMr, libc::EINVAL).contains("ulimit"));
+    }
+
+    #[test]
+    fn permission_errors_advise_root_except_for_reg_mr() {
+        assert!(advice_for(VerbOp::OpenDevice, libc::EACCES).contains("root"));
+        assert!(advice_for(VerbOp::CreateQp, libc::EPERM).contains("root"));
+    }
+
+    #[test]
+    fn rtr_address_resolution_errors() {
+        for errno in [libc::ETIMEDOUT, libc::EHOSTUNREACH, libc::ENODATA] {
+            assert!(
+                advice_for(VerbOp::ModifyQpRtr, errno).contains("resolve"),
+                "{errno}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_op_and_errno_gives_advice() {
+        let ops = [
+            VerbOp::ListDevices,
+            VerbOp::OpenDevice,
+            VerbOp::QueryPort,
+            VerbOp::QueryGid,
+            VerbOp::AllocPd,
+            VerbOp::RegMr,
+            VerbOp::CreateCompChannel,
+            VerbOp::CreateCq,
+            VerbOp::CreateQp,
+            VerbOp::ModifyQpInit,
+            VerbOp::ModifyQpRtr,
+            VerbOp::ModifyQpRts,
+            VerbOp::QueryQp,
+            VerbOp::PostSend,
+            VerbOp::PostRecv,
+            VerbOp::PollCq,
+            VerbOp::ReqNotifyCq,
+            VerbOp::WaitCqEvent,
+        ];
+        for op in ops {
+            for errno in [libc::EINVAL, libc::ENOMEM, libc::EIO, 12345] {
+                let e = Error::verb(op, "", errno);
+                assert!(e.advice().is_some_and(|a| !a.is_empty()));
+                let msg = e.to_string();
+                assert!(msg.contains(op.verb()), "{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn completion_advice_per_status() {
+        assert!(completion_advice(WcStatus::RetryExcErr).contains("UDP 4791"));
+        assert!(completion_advice(WcStatus::RemAccessErr).contains("rkey"));
+        assert!(completion_advice(WcStatus::RnrRetryExcErr).contains("no receive"));
+        assert!(completion_advice(WcStatus::WrFlushErr).contains("error state"));
+        let e = Error::Completion {
+            status: WcStatus::RemAccessErr,
+            status_str: "remote access error".into(),
+            vendor_err: 0x88,
+            wr_id: 7,
+            opcode: WcOpcode::RdmaWrite,
+            advice: completion_advice(WcStatus::RemAccessErr),
+        };
+        assert_eq!(e.kind(), ErrorKind::Transfer);
+        let msg = e.to_string();
+        assert!(msg.contains("work request 7"), "{msg}");
+        assert!(msg.contains("0x88"), "{msg}");
+        assert!(msg.contains("remote access error"), "{msg}");
+    }
+
+    #[test]
+    fn errno_labels() {
+        assert!(errno_label(libc::ENOSYS).starts_with("ENOSYS, "));
+        assert!(!errno_label(libc::ENOSYS).contains("os error"));
+        assert!(errno_label(4000).starts_with("errno 4000"));
+    }
+
+    #[test]
+    fn kinds_and_advice_of_simple_variants() {
+        let e = Error::NoRdmaInKernel {
+            errno: libc::ENOSYS,
+        };
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+        assert!(e.to_string().contains("modprobe rdma_rxe"));
+        assert!(e.to_string().contains("cargo xtask e2e"));
+        assert_eq!(e.errno(), Some(libc::ENOSYS));
+        let e = Error::NoDevices;
+        assert!(e.to_string().contains("rdma link add"));
+        let e = Error::DeviceNotFound {
+            wanted: "mlx5_9".into(),
+            available: vec!["rxe0".into()],
+        };
+        assert!(e.to_string().contains("mlx5_9") && e.to_string().contains("rxe0"));
+        let e = Error::PortNotActive {
+            port: 1,
+            state: PortState::Down,
+        };
+        assert_eq!(e.kind(), ErrorKind::Port);
+        assert!(e.to_string().contains("DOWN") && e.to_string().contains("rdma link"));
+        let e = Error::Timeout {
+            what: "waiting for a completion",
+            waited: Duration::from_secs(2),
+        };
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        let e = Error::WriteTooLong {
+            len: 10,
+            limit: 5,
+            reason: "longer than the remote buffer",
+        };
+        assert_eq!(e.kind(), ErrorKind::Usage);
+    }
+}

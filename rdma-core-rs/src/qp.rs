@@ -1,0 +1,880 @@
+//! Reliable-connected queue pairs with a typestate: `Reset -> Init -> Rtr -> Rts`.
+//!
+//! Each transition consumes the queue pair and returns it in the next state, so transitions
+//! cannot be called out of order and only an `Rts` queue pair can post an RDMA Write. If a
+//! transition fails the queue pair is destroyed (it is dropped with the error).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::ptr;
+
+use ffi::ibv_qp_attr_mask as M;
+use ibverbs_sys as ffi;
+
+use crate::cq::CompletionQueue;
+use crate::error::{Error, Result, VerbOp};
+use crate::pd::{MemoryRegion, ProtectionDomain};
+use crate::types::{Access, Gid, LinkLayer, Mtu, QpState};
+
+/// Typestate: freshly created.
+#[derive(Debug)]
+pub struct Reset;
+/// Typestate: initialised; receives may be posted.
+#[derive(Debug)]
+pub struct Init;
+/// Typestate: ready to receive.
+#[derive(Debug)]
+pub struct Rtr;
+/// Typestate: ready to send.
+#[derive(Debug)]
+pub struct Rts;
+
+/// Largest single RDMA Write this crate posts (the SGE length is 32 bits; 2^31 is the usual
+/// port max_msg_sz).
+pub const MAX_WRITE_LEN: u64 = (1 << 31) - 1;
+
+/// Highest packet sequence number (PSNs are 24 bits).
+pub const MAX_PSN: u32 = (1 << 24) - 1;
+
+/// Queue sizes for [`ProtectionDomain::create_rc_qp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Outstanding send work requests.
+    pub max_send_wr: u32,
+    /// Outstanding receive work requests.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data (0: none).
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> QpCaps {
+        QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// The peer's registered buffer, as it advertised it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteBuffer {
+    /// Virtual address (64 bits).
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// The peer's queue pair, as it advertised it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteQp {
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// The peer's initial send PSN = our receive PSN (24 bits).
+    pub psn: u32,
+    /// The peer's GID (RoCE: required).
+    pub gid: Gid,
+    /// The peer's LID (InfiniBand: required; RoCE: 0).
+    pub lid: u16,
+}
+
+/// Attributes for INIT -> RTR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtrParams {
+    /// The peer.
+    pub remote: RemoteQp,
+    /// Path MTU: the smaller of both ports' active MTUs.
+    pub path_mtu: Mtu,
+    /// Local port number.
+    pub port: u8,
+    /// Local GID index (`sgid_index`, from [`Context::select_gid`](crate::Context::select_gid)).
+    pub sgid_index: u32,
+    /// Ethernet: the address vector carries a GRH (dgid, sgid_index, hop limit 64).
+    /// InfiniBand: LID routing.
+    pub link_layer: LinkLayer,
+    /// Incoming RDMA Reads/atomics in flight (default 1).
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code (default 12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+}
+
+impl RtrParams {
+    /// With the defaults `max_dest_rd_atomic = 1`, `min_rnr_timer = 12`.
+    #[must_use]
+    pub fn new(
+        remote: RemoteQp,
+        path_mtu: Mtu,
+        port: u8,
+        sgid_index: u32,
+        link_layer: LinkLayer,
+    ) -> RtrParams {
+        RtrParams {
+            remote,
+            path_mtu,
+            port,
+            sgid_index,
+            link_layer,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+/// Attributes for RTR -> RTS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtsParams {
+    /// Our initial send PSN (24 bits; the peer uses it as its receive PSN).
+    pub sq_psn: u32,
+    /// Local ACK timeout code: 4.096 µs * 2^timeout (default 14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries (default 7, the maximum).
+    pub retry_cnt: u8,
+    /// RNR retries (default 7 = infinite).
+    pub rnr_retry: u8,
+    /// Outgoing RDMA Reads/atomics in flight (default 1).
+    pub max_rd_atomic: u8,
+}
+
+impl RtsParams {
+    /// Defaults with the given send PSN.
+    #[must_use]
+    pub fn new(sq_psn: u32) -> RtsParams {
+        RtsParams {
+            sq_psn,
+            ..RtsParams::default()
+        }
+    }
+}
+
+impl Default for RtsParams {
+    fn default() -> RtsParams {
+        RtsParams {
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+        }
+    }
+}
+
+/// Owns the `ibv_qp`; destroyed in Drop *before* its CQ and PD (fields drop after `drop`).
+struct QpHandle {
+    qp: *mut ffi::ibv_qp,
+    qpn: u32,
+    cq: CompletionQueue,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: ibv_qp handles may be used from any thread; ibv_post_send / ibv_post_recv /
+// ibv_modify_qp are thread-safe in libibverbs (providers lock their queues). Destroyed once.
+unsafe impl Send for QpHandle {}
+// SAFETY: see `Send`.
+unsafe impl Sync for QpHandle {}
+
+impl Drop for QpHandle {
+    fn drop(&mut self) {
+        // SAFETY: `qp` came from ibv_create_qp and is destroyed once; CQ and PD are still alive
+        // (they are fields, dropped after this).
+        let rc = unsafe { ffi::ibv_destroy_qp(self.qp) };
+        if rc != 0 {
+            tracing::warn!(qpn = self.qpn, rc, "ibv_destroy_qp failed");
+        }
+    }
+}
+
+/// A reliable-connected queue pair in state `S`. Keeps its PD and CQ alive.
+#[must_use]
+pub struct QueuePair<S> {
+    h: QpHandle,
+    _state: PhantomData<S>,
+}
+
+impl<S> fmt::Debug for QueuePair<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qpn", &self.h.qpn)
+            .field(
+                "state",
+                &std::any::type_name::<S>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("?"),
+            )
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// Creates an RC queue pair using `cq` for both send and receive completions. Send requests
+    /// are signalled individually (`sq_sig_all = 0`; this crate always sets SIGNALED).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `cq` belongs to another device, [`Error::Verb`]
+    /// ([`VerbOp::CreateQp`]).
+    pub fn create_rc_qp(&self, cq: &CompletionQueue, caps: QpCaps) -> Result<QueuePair<Reset>> {
+        if !cq.same_context(self.context()) {
+            return Err(Error::invalid(
+                "the completion queue belongs to a different device context",
+                "create the CQ and the PD from the same Context",
+            ));
+        }
+        let mut init = ffi::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq.0.cq,
+            recv_cq: cq.0.cq,
+            srq: ptr::null_mut(),
+            cap: ffi::ibv_qp_cap {
+                max_send_wr: caps.max_send_wr,
+                max_recv_wr: caps.max_recv_wr,
+                max_send_sge: caps.max_send_sge,
+                max_recv_sge: caps.max_recv_sge,
+                max_inline_data: caps.max_inline_data,
+            },
+            qp_type: ffi::ibv_qp_type::IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        // SAFETY: valid PD and CQ (kept alive by the handle below); `init` is fully initialised.
+        let qp = unsafe { ffi::ibv_create_qp(self.0.pd, &mut init) };
+        if qp.is_null() {
+            return Err(Error::last_os(VerbOp::CreateQp, format!("{caps:?}")));
+        }
+        // SAFETY: non-null, valid QP.
+        let qpn = unsafe { (*qp).qp_num };
+        tracing::debug!(qpn, "created RC QP");
+        Ok(QueuePair {
+            h: QpHandle {
+                qp,
+                qpn,
+                cq: cq.clone(),
+                pd: self.clone(),
+            },
+            _state: PhantomData,
+        })
+    }
+}
+
+impl<S> QueuePair<S> {
+    /// The QP number to give the peer.
+    #[must_use]
+    pub fn qpn(&self) -> u32 {
+        self.h.qpn
+    }
+
+    /// The state the device reports (e.g. `Err` after a failed work request).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::QueryQp`]).
+    pub fn query_state(&self) -> Result<QpState> {
+        let mut attr = ffi::ibv_qp_attr::default();
+        let mut init = ffi::ibv_qp_init_attr::default();
+        // SAFETY: valid QP; both out-structs are writable.
+        let rc = unsafe {
+            ffi::ibv_query_qp(
+                self.h.qp,
+                &mut attr,
+                M::IBV_QP_STATE.0 as libc::c_int,
+                &mut init,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::verb(
+                VerbOp::QueryQp,
+                format!("QP {}", self.h.qpn),
+                rc,
+            ));
+        }
+        Ok(QpState::from_ibv(attr.qp_state))
+    }
+
+    /// The completion queue it uses.
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.h.cq
+    }
+
+    fn modify<T>(self, mut attr: ffi::ibv_qp_attr, mask: M, op: VerbOp) -> Result<QueuePair<T>> {
+        // SAFETY: valid QP; `attr` is initialised for every bit in `mask`.
+        let rc = unsafe { ffi::ibv_modify_qp(self.h.qp, &mut attr, mask.0 as libc::c_int) };
+        if rc != 0 {
+            return Err(Error::verb(op, format!("QP {}", self.h.qpn), rc));
+        }
+        Ok(QueuePair {
+            h: self.h,
+            _state: PhantomData,
+        })
+    }
+
+    fn post_recv_inner(&self, wr_id: u64) -> Result<()> {
+        // No scatter list: a write-with-immediate consumes the receive without placing data in
+        // it (the payload goes to the address the writer named).
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: ptr::null_mut(),
+            num_sge: 0,
+        };
+        let mut bad: *mut ffi::ibv_recv_wr = ptr::null_mut();
+        // SAFETY: valid QP; its context is the open context.
+        let f = unsafe { (*(*self.h.qp).context).ops.post_recv };
+        let Some(f) = f else {
+            return Err(Error::verb(
+                VerbOp::PostRecv,
+                "(provider has no post_recv)",
+                libc::ENOSYS,
+            ));
+        };
+        // SAFETY: valid QP, one well-formed WR that lives across the call.
+        let rc = unsafe { f(self.h.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(Error::verb(
+                VerbOp::PostRecv,
+                format!("QP {}", self.h.qpn),
+                rc,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// RESET -> INIT attributes: pkey index 0, `port`, access flags.
+fn init_attr(port: u8, access: Access) -> (ffi::ibv_qp_attr, M) {
+    let a = ffi::ibv_qp_attr {
+        qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
+        pkey_index: 0,
+        port_num: port,
+        qp_access_flags: access.bits(),
+        ..Default::default()
+    };
+    (
+        a,
+        M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
+    )
+}
+
+/// INIT -> RTR attributes, including the address vector.
+fn rtr_attr(p: &RtrParams) -> Result<(ffi::ibv_qp_attr, M)> {
+    check_psn("remote PSN", p.remote.psn)?;
+    if p.remote.qpn > MAX_PSN {
+        return Err(Error::invalid(
+            format!("remote QP number {:#x} exceeds 24 bits", p.remote.qpn),
+            "check the peer's handshake data",
+        ));
+    }
+    if p.min_rnr_timer > 31 {
+        return Err(Error::invalid(
+            format!("min_rnr_timer {}", p.min_rnr_timer),
+            "use 0..=31",
+        ));
+    }
+    let sgid_index = u8::try_from(p.sgid_index).map_err(|_| {
+        Error::invalid(
+            format!("GID index {}", p.sgid_index),
+            "the address vector takes 0..=255",
+        )
+    })?;
+    let (is_global, grh) = match p.link_layer {
+        LinkLayer::Ethernet => {
+            if p.remote.gid.is_zero() {
+                return Err(Error::invalid(
+                    "the peer's GID is all zeros on a RoCE port",
+                    "RoCE routes by GID: the peer must send the GID it selected",
+                ));
+            }
+            let grh = ffi::ibv_global_route {
+                dgid: p.remote.gid.to_ffi(),
+                flow_label: 0,
+                sgid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+            };
+            (1, grh)
+        }
+        LinkLayer::InfiniBand | LinkLayer::Unspecified => {
+            if p.remote.lid == 0 {
+                return Err(Error::invalid(
+                    "the peer's LID is 0 on an InfiniBand port",
+                    "InfiniBand routes by LID: is the subnet manager running (`ibstat`)?",
+                ));
+            }
+            (0, ffi::ibv_global_route::default())
+        }
+    };
+    let a = ffi::ibv_qp_attr {
+        qp_state: ffi::ibv_qp_state::IBV_QPS_RTR,
+        path_mtu: p.path_mtu.to_ibv(),
+        dest_qp_num: p.remote.qpn,
+        rq_psn: p.remote.psn,
+        max_dest_rd_atomic: p.max_dest_rd_atomic,
+        min_rnr_timer: p.min_rnr_timer,
+        ah_attr: ffi::ibv_ah_attr {
+            grh,
+            dlid: p.remote.lid,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global,
+            port_num: p.port,
+        },
+        ..Default::default()
+    };
+    let mask = M::IBV_QP_STATE
+        | M::IBV_QP_AV
+        | M::IBV_QP_PATH_MTU
+        | M::IBV_QP_DEST_QPN
+        | M::IBV_QP_RQ_PSN
+        | M::IBV_QP_MAX_DEST_RD_ATOMIC
+        | M::IBV_QP_MIN_RNR_TIMER;
+    Ok((a, mask))
+}
+
+/// RTR -> RTS attributes.
+fn rts_attr(p: &RtsParams) -> Result<(ffi::ibv_qp_attr, M)> {
+    check_psn("send PSN", p.sq_psn)?;
+    if p.timeout > 31 || p.retry_cnt > 7 || p.rnr_retry > 7 {
+        return Err(Error::invalid(
+            format!(
+                "timeout {} / retry_cnt {} / rnr_retry {}",
+                p.timeout, p.retry_cnt, p.rnr_retry
+            ),
+            "timeout is 0..=31, retry counts are 0..=7",
+        ));
+    }
+    let a = ffi::ibv_qp_attr {
+        qp_state: ffi::ibv_qp_state::IBV_QPS_RTS,
+        sq_psn: p.sq_psn,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
+        max_rd_atomic: p.max_rd_atomic,
+        ..Default::default()
+    };
+    let mask = M::IBV_QP_STATE
+        | M::IBV_QP_TIMEOUT
+        | M::IBV_QP_RETRY_CNT
+        | M::IBV_QP_RNR_RETRY
+        | M::IBV_QP_SQ_PSN
+        | M::IBV_QP_MAX_QP_RD_ATOMIC;
+    Ok((a, mask))
+}
+
+fn check_psn(what: &str, psn: u32) -> Result<()> {
+    if psn > MAX_PSN {
+        return Err(Error::invalid(
+            format!("{what} {psn:#x} exceeds 24 bits"),
+            "PSNs are 24-bit; use random_psn()",
+        ));
+    }
+    Ok(())
+}
+
+impl QueuePair<Reset> {
+    /// RESET -> INIT on `port` (pkey index 0). `access` is what the *peer* may do to our
+    /// memory through this QP: [`Access::REMOTE_WRITE`] on the server, [`Access::NONE`] on the
+    /// client.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::ModifyQpInit`]); the QP is destroyed.
+    pub fn to_init(self, port: u8, access: Access) -> Result<QueuePair<Init>> {
+        let (attr, mask) = init_attr(port, access);
+        self.modify(attr, mask, VerbOp::ModifyQpInit)
+    }
+}
+
+impl QueuePair<Init> {
+    /// Posts a receive without buffers (for a write-with-immediate to consume).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::PostRecv`]).
+    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
+        self.post_recv_inner(wr_id)
+    }
+
+    /// INIT -> RTR with an address vector built for the link layer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for out-of-range parameters, [`Error::Verb`]
+    /// ([`VerbOp::ModifyQpRtr`]); the QP is destroyed.
+    pub fn to_rtr(self, p: &RtrParams) -> Result<QueuePair<Rtr>> {
+        let (attr, mask) = rtr_attr(p)?;
+        self.modify(attr, mask, VerbOp::ModifyQpRtr)
+    }
+}
+
+impl QueuePair<Rtr> {
+    /// Posts a receive without buffers.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::PostRecv`]).
+    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
+        self.post_recv_inner(wr_id)
+    }
+
+    /// RTR -> RTS.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::Verb`] ([`VerbOp::ModifyQpRts`]); the QP is destroyed.
+    pub fn to_rts(self, p: &RtsParams) -> Result<QueuePair<Rts>> {
+        let (attr, mask) = rts_attr(p)?;
+        self.modify(attr, mask, VerbOp::ModifyQpRts)
+    }
+}
+
+/// Validates a write of `mr[local]` to `remote`; returns its length.
+fn check_write(mr_len: usize, local: &Range<usize>, remote: &RemoteBuffer) -> Result<u32> {
+    if local.start > local.end || local.end > mr_len {
+        return Err(Error::InvalidRange {
+            what: format!("local range {local:?} is not inside the {mr_len}-byte memory region"),
+        });
+    }
+    let len = (local.end - local.start) as u64;
+    if len == 0 {
+        return Err(Error::InvalidRange {
+            what: "an RDMA Write of 0 bytes".to_owned(),
+        });
+    }
+    if len > MAX_WRITE_LEN {
+        return Err(Error::WriteTooLong {
+            len,
+            limit: MAX_WRITE_LEN,
+            reason: "above the 2^31-1 byte verbs limit",
+        });
+    }
+    if len > remote.len {
+        return Err(Error::WriteTooLong {
+            len,
+            limit: remote.len,
+            reason: "longer than the remote buffer",
+        });
+    }
+    if remote.addr.checked_add(len).is_none() {
+        return Err(Error::InvalidRange {
+            what: format!(
+                "remote address {:#x} + {len} bytes overflows 64 bits",
+                remote.addr
+            ),
+        });
+    }
+    u32::try_from(len).map_err(|_| Error::WriteTooLong {
+        len,
+        limit: MAX_WRITE_LEN,
+        reason: "above the verbs limit",
+    })
+}
+
+/// Builds the signalled RDMA Write (with immediate, if any) work request.
+fn write_wr(
+    sge: *mut ffi::ibv_sge,
+    remote: &RemoteBuffer,
+    imm: Option<u32>,
+    wr_id: u64,
+) -> ffi::ibv_send_wr {
+    let (opcode, imm_be) = match imm {
+        Some(v) => (ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM, v.to_be()),
+        None => (ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE, 0),
+    };
+    ffi::ibv_send_wr {
+        wr_id,
+        next: ptr::null_mut(),
+        sg_list: sge,
+        num_sge: 1,
+        opcode,
+        send_flags: ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
+        __bindgen_anon_1: ffi::ibv_send_wr__bindgen_ty_1 { imm_data: imm_be },
+        wr: ffi::ibv_send_wr__bindgen_ty_2 {
+            rdma: ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                remote_addr: remote.addr,
+                rkey: remote.rkey,
+            },
+        },
+        ..Default::default()
+    }
+}
+
+impl QueuePair<Rts> {
+    /// Posts a receive without buffers.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::PostRecv`]).
+    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
+        self.post_recv_inner(wr_id)
+    }
+
+    /// Posts a signalled RDMA Write of `mr[local]` to `remote.addr` (the start of the remote
+    /// buffer). With `imm`, it is an RDMA Write with immediate (sent big-endian; the peer's
+    /// receive completion shows it in host order), which consumes a receive the peer posted.
+    ///
+    /// Keep `mr` alive and unchanged until the completion for `wr_id` arrives.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRange`] / [`Error::WriteTooLong`] for bad lengths,
+    /// [`Error::InvalidArgument`] if `mr` is from another PD, [`Error::Verb`]
+    /// ([`VerbOp::PostSend`]).
+    pub fn post_write(
+        &self,
+        mr: &MemoryRegion,
+        local: Range<usize>,
+        remote: RemoteBuffer,
+        imm: Option<u32>,
+        wr_id: u64,
+    ) -> Result<()> {
+        if !mr.pd().same_as(&self.h.pd) {
+            return Err(Error::invalid(
+                "the memory region belongs to a different protection domain than the QP",
+                "register the source buffer with the PD that created the QP",
+            ));
+        }
+        let len = check_write(mr.len(), &local, &remote)?;
+        let mut sge = ffi::ibv_sge {
+            addr: mr.addr() + local.start as u64,
+            length: len,
+            lkey: mr.lkey(),
+        };
+        let mut wr = write_wr(&mut sge, &remote, imm, wr_id);
+        let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
+        // SAFETY: valid QP; its context is the open context.
+        let f = unsafe { (*(*self.h.qp).context).ops.post_send };
+        let Some(f) = f else {
+            return Err(Error::verb(
+                VerbOp::PostSend,
+                "(provider has no post_send)",
+                libc::ENOSYS,
+            ));
+        };
+        // SAFETY: valid QP; `wr` and `sge` live across the call (the provider copies them); the
+        // SGE points inside `mr`, which the caller keeps alive until completion.
+        let rc = unsafe { f(self.h.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(Error::verb(
+                VerbOp::PostSend,
+                format!("QP {}", self.h.qpn),
+                rc,
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn remote_qp() -> RemoteQp {
+        RemoteQp {
+            qpn: 0x11,
+            psn: 0xabcdef,
+            gid: "::ffff:10.0.0.2".parse().unwrap(),
+            lid: 0,
+        }
+    }
+
+    #[test]
+    fn rtr_on_roce_has_a_global_address_vector_and_full_mask() {
+        let p = RtrParams::new(remote_qp(), Mtu::M1024, 1, 1, LinkLayer::Ethernet);
+        let (a, mask) = rtr_attr(&p).unwrap();
+        assert_eq!(a.qp_state, ffi::ibv_qp_state::IBV_QPS_RTR);
+        assert_eq!(a.ah_attr.is_global, 1);
+        assert_eq!(Gid::from_ffi(&a.ah_attr.grh.dgid), remote_qp().gid);
+        assert_eq!(a.ah_attr.grh.sgid_index, 1);
+        assert_eq!(a.ah_attr.grh.hop_limit, 64);
+        assert_eq!(a.ah_attr.port_num, 1);
+        assert_eq!(a.path_mtu, ffi::IBV_MTU_1024);
+        assert_eq!(a.dest_qp_num, 0x11);
+        assert_eq!(a.rq_psn, 0xabcdef);
+        assert_eq!(a.max_dest_rd_atomic, 1);
+        assert_eq!(a.min_rnr_timer, 12);
+        for bit in [
+            M::IBV_QP_STATE,
+            M::IBV_QP_AV,
+            M::IBV_QP_PATH_MTU,
+            M::IBV_QP_DEST_QPN,
+            M::IBV_QP_RQ_PSN,
+            M::IBV_QP_MAX_DEST_RD_ATOMIC,
+            M::IBV_QP_MIN_RNR_TIMER,
+        ] {
+            assert_eq!(mask.0 & bit.0, bit.0, "mask lacks {bit:?}");
+        }
+        assert_eq!(mask.0 & M::IBV_QP_SQ_PSN.0, 0);
+    }
+
+    #[test]
+    fn rtr_rejects_bad_parameters() {
+        let mut r = remote_qp();
+        r.gid = Gid::ZERO;
+        assert!(rtr_attr(&RtrParams::new(r, Mtu::M1024, 1, 1, LinkLayer::Ethernet)).is_err());
+        let mut r = remote_qp();
+        r.psn = 1 << 24;
+        assert!(rtr_attr(&RtrParams::new(r, Mtu::M1024, 1, 1, LinkLayer::Ethernet)).is_err());
+        let e = rtr_attr(&RtrParams::new(
+            remote_qp(),
+            Mtu::M1024,
+            1,
+            256,
+            LinkLayer::Ethernet,
+        ))
+        .err();
+        assert_eq!(e.map(|e| e.kind()), Some(ErrorKind::Usage));
+        // InfiniBand routes by LID: 0 is rejected, a real LID gives a non-global AV.
+        assert!(
+            rtr_attr(&RtrParams::new(
+                remote_qp(),
+                Mtu::M2048,
+                1,
+                0,
+                LinkLayer::InfiniBand
+            ))
+            .is_err()
+        );
+        let mut r = remote_qp();
+        r.lid = 7;
+        let (a, _) = rtr_attr(&RtrParams::new(r, Mtu::M2048, 1, 0, LinkLayer::InfiniBand)).unwrap();
+        assert_eq!(a.ah_attr.is_global, 0);
+        assert_eq!(a.ah_attr.dlid, 7);
+    }
+
+    #[test]
+    fn rts_and_init_attributes() {
+        let (a, mask) = rts_attr(&RtsParams::new(0x123456)).unwrap();
+        assert_eq!(a.qp_state, ffi::ibv_qp_state::IBV_QPS_RTS);
+        assert_eq!(
+            (
+                a.sq_psn,
+                a.timeout,
+                a.retry_cnt,
+                a.rnr_retry,
+                a.max_rd_atomic
+            ),
+            (0x123456, 14, 7, 7, 1)
+        );
+        let want = M::IBV_QP_STATE
+            | M::IBV_QP_TIMEOUT
+            | M::IBV_QP_RETRY_CNT
+            | M::IBV_QP_RNR_RETRY
+            | M::IBV_QP_SQ_PSN
+            | M::IBV_QP_MAX_QP_RD_ATOMIC;
+        assert_eq!(mask.0, want.0);
+        assert!(rts_attr(&RtsParams::new(1 << 24)).is_err());
+        assert!(
+            rts_attr(&RtsParams {
+                retry_cnt: 8,
+                ..RtsParams::default()
+            })
+            .is_err()
+        );
+
+        let (a, mask) = init_attr(1, Access::REMOTE_WRITE);
+        assert_eq!(a.qp_state, ffi::ibv_qp_state::IBV_QPS_INIT);
+        assert_eq!(a.port_num, 1);
+        assert_eq!(a.pkey_index, 0);
+        assert_eq!(
+            a.qp_access_flags,
+            ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+        );
+        let want = M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS;
+        assert_eq!(mask.0, want.0);
+    }
+
+    #[test]
+    fn write_range_checks() {
+        let remote = RemoteBuffer {
+            addr: 0x7f00_0000_1000,
+            rkey: 5,
+            len: 64,
+        };
+        assert_eq!(check_write(64, &(0..17), &remote).unwrap(), 17);
+        assert_eq!(check_write(128, &(64..128), &remote).unwrap(), 64);
+        assert!(matches!(
+            check_write(64, &(0..0), &remote),
+            Err(Error::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            check_write(64, &(10..65), &remote),
+            Err(Error::InvalidRange { .. })
+        ));
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 10..5;
+        assert!(matches!(
+            check_write(64, &backwards, &remote),
+            Err(Error::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            check_write(128, &(0..65), &remote),
+            Err(Error::WriteTooLong {
+                len: 65,
+                limit: 64,
+                ..
+            })
+        ));
+        let huge = RemoteBuffer {
+            addr: 0,
+            rkey: 5,
+            len: u64::MAX,
+        };
+        assert!(matches!(
+            check_write(1 << 31, &(0..1 << 31), &huge),
+            Err(Error::WriteTooLong {
+                limit: MAX_WRITE_LEN,
+                ..
+            })
+        ));
+        let edge = RemoteBuffer {
+            addr: u64::MAX - 3,
+            rkey: 5,
+            len: 100,
+        };
+        assert!(matches!(
+            check_write(64, &(0..8), &edge),
+            Err(Error::InvalidRange { .. })
+        ));
+    }
+
+    #[test]
+    fn write_work_request_keeps_64_bit_address_and_big_endian_imm() {
+        let mut sge = ffi::ibv_sge {
+            addr: 0x1000,
+            length: 17,
+            lkey: 9,
+        };
+        let remote = RemoteBuffer {
+            addr: 0x0000_7fff_dead_b000,
+            rkey: 0x77,
+            len: 64,
+        };
+        let wr = write_wr(&mut sge, &remote, Some(0x0102_0304), 42);
+        assert_eq!(wr.opcode, ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM);
+        assert_eq!(
+            wr.send_flags & ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
+            ffi::ibv_send_flags::IBV_SEND_SIGNALED.0
+        );
+        assert_eq!(wr.wr_id, 42);
+        assert_eq!(wr.num_sge, 1);
+        // SAFETY: (test) the rdma member and imm_data were the ones written.
+        unsafe {
+            assert_eq!(wr.wr.rdma.remote_addr, 0x0000_7fff_dead_b000);
+            assert_eq!(wr.wr.rdma.rkey, 0x77);
+            assert_eq!(wr.__bindgen_anon_1.imm_data.to_ne_bytes(), [1, 2, 3, 4]);
+        }
+        let wr = write_wr(&mut sge, &remote, None, 1);
+        assert_eq!(wr.opcode, ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE);
+    }
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn is_send_sync<T: Send + Sync>() {}
+        is_send_sync::<QueuePair<Rts>>();
+        is_send_sync::<crate::Context>();
+        is_send_sync::<ProtectionDomain>();
+        is_send_sync::<MemoryRegion>();
+        is_send_sync::<CompletionQueue>();
+    }
+}
