@@ -1,0 +1,238 @@
+//! Wire encoding details that the golden files do not pin: tolerance rules, types, helpers.
+
+use std::net::Ipv6Addr;
+
+use rdma_proto::*;
+
+#[test]
+fn unknown_fields_are_ignored_and_null_is_absent() {
+    let line = br#"{"type":"hello","v":1,"qpn":1,"psn":2,"gid":"fe80::1","lid":0,"mtu":4096,"length":5,"notify":"tcp","crc32c":null,"future":{"x":[1,2]},"token":null}"#;
+    let ClientMessage::Hello(h) = ClientMessage::parse(line).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.crc32c, None);
+    assert_eq!(h.token, None);
+    assert_eq!(h.notify, Notify::Tcp);
+    assert_eq!(h.endpoint.gid.to_string(), "fe80::1");
+    // Field order does not matter either.
+    let line = br#"{"crc32c":7,"length":5,"notify":"imm","mtu":256,"lid":65535,"gid":"::","psn":16777215,"qpn":0,"v":1,"type":"hello"}"#;
+    let ClientMessage::Hello(h) = ClientMessage::parse(line).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (h.endpoint.lid, h.endpoint.psn, h.crc32c),
+        (65535, 0xFF_FFFF, Some(7))
+    );
+}
+
+#[test]
+fn line_endings_and_whitespace_tolerated() {
+    let base = r#"{"type":"written","v":1,"length":3,"crc32c":9}"#;
+    for line in [
+        format!("{base}\n"),
+        format!("{base}\r\n"),
+        format!("  {base}  "),
+        base.replace(',', " , "),
+    ] {
+        assert_eq!(
+            ClientMessage::parse(line.as_bytes()).unwrap(),
+            ClientMessage::Written(Written {
+                length: 3,
+                crc32c: 9
+            }),
+            "{line:?}"
+        );
+    }
+}
+
+#[test]
+fn full_64_bit_addr_survives() {
+    let a = Accept {
+        endpoint: QpEndpoint {
+            qpn: 1,
+            psn: 2,
+            gid: Gid::from(Ipv6Addr::LOCALHOST),
+            lid: 3,
+            mtu: 2048,
+        },
+        addr: u64::MAX,
+        rkey: u32::MAX,
+        buf_len: u64::MAX,
+    };
+    let line = ServerMessage::Accept(a).to_line();
+    assert!(line.contains("\"addr\":18446744073709551615"), "{line}");
+    assert_eq!(
+        ServerMessage::parse(line.as_bytes()).unwrap(),
+        ServerMessage::Accept(a)
+    );
+}
+
+#[test]
+fn error_message_with_unknown_code_is_kept() {
+    let line = br#"{"type":"error","v":1,"code":"quota_exceeded","message":"try tomorrow"}"#;
+    let ServerMessage::Error(e) = ServerMessage::parse(line).unwrap() else {
+        panic!()
+    };
+    assert_eq!(e.code, ErrorCode::Internal);
+    assert_eq!(e.message, "[quota_exceeded] try tomorrow");
+    let line =
+        br#"{"type":"error","v":1,"code":"unsupported_version","message":"m","supported":[1,2]}"#;
+    let ServerMessage::Error(e) = ServerMessage::parse(line).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (e.code, e.supported),
+        (ErrorCode::UnsupportedVersion, Some(vec![1, 2]))
+    );
+}
+
+#[test]
+fn error_codes_roundtrip_as_snake_case() {
+    for code in ErrorCode::ALL {
+        assert_eq!(code.as_str().parse::<ErrorCode>().unwrap(), code);
+        assert_eq!(
+            serde_json::to_string(&code).unwrap(),
+            format!("\"{}\"", code.as_str())
+        );
+        assert_eq!(code.to_string(), code.as_str());
+        let m = ClientMessage::Error(ErrorMsg::new(code, "x"));
+        assert_eq!(ClientMessage::parse(m.to_line().as_bytes()).unwrap(), m);
+    }
+    assert_eq!(
+        ErrorCode::UnsupportedVersion.as_str(),
+        "unsupported_version"
+    );
+    assert!("nope".parse::<ErrorCode>().is_err());
+}
+
+#[test]
+fn kinds() {
+    assert_eq!(
+        ClientMessage::Written(Written {
+            length: 1,
+            crc32c: 0
+        })
+        .kind(),
+        "written"
+    );
+    assert_eq!(
+        ServerMessage::Error(ErrorMsg::new(ErrorCode::Busy, "")).kind(),
+        "error"
+    );
+}
+
+#[test]
+fn gid_text_forms() {
+    let g: Gid = "::ffff:10.0.0.2".parse().unwrap();
+    assert_eq!(g.0[10..], [0xff, 0xff, 10, 0, 0, 2]);
+    assert_eq!(g.to_string(), "::ffff:10.0.0.2");
+    let g: Gid = "fe80::5054:ff:fe12:3401".parse().unwrap();
+    assert_eq!(g.0[0..2], [0xfe, 0x80]);
+    assert_eq!(g.to_string(), "fe80::5054:ff:fe12:3401");
+    assert_eq!(
+        Ipv6Addr::from(g),
+        "fe80::5054:ff:fe12:3401".parse::<Ipv6Addr>().unwrap()
+    );
+    assert_eq!(
+        serde_json::to_string(&g).unwrap(),
+        "\"fe80::5054:ff:fe12:3401\""
+    );
+    assert_eq!(
+        serde_json::from_str::<Gid>("\"fe80::5054:ff:fe12:3401\"").unwrap(),
+        g
+    );
+    let e = "10.0.0.2".parse::<Gid>().unwrap_err();
+    assert!(e.to_string().contains("IPv6"), "{e}");
+    assert!(serde_json::from_str::<Gid>("\"nope\"").is_err());
+}
+
+#[test]
+fn notify_and_auth_text() {
+    assert_eq!(Notify::default(), Notify::Imm);
+    assert_eq!("tcp".parse::<Notify>().unwrap(), Notify::Tcp);
+    assert_eq!(Notify::Imm.to_string(), "imm");
+    let e = "TCP".parse::<Notify>().unwrap_err();
+    assert!(e.to_string().contains("`imm`"), "{e}");
+    assert_eq!(serde_json::to_string(&Notify::Tcp).unwrap(), "\"tcp\"");
+    assert_eq!("token".parse::<Auth>().unwrap(), Auth::Token);
+    assert_eq!(serde_json::to_string(&Auth::None).unwrap(), "\"none\"");
+}
+
+#[test]
+fn error_messages_name_field_and_range() {
+    let line = br#"{"type":"hello","v":1,"qpn":16777216,"psn":0,"gid":"::1","lid":0,"mtu":1024,"length":1,"notify":"imm"}"#;
+    let e = ClientMessage::parse(line).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "field `qpn` of `hello`: 16777216 is out of range 0..=16777215"
+    );
+    let e = ClientMessage::parse(b"{\"type\":\"hello\",").unwrap_err();
+    assert!(e.to_string().contains("line 1 column"), "{e}");
+    let e = ClientMessage::parse(br#"{"type":"hello","v":7}"#).unwrap_err();
+    assert_eq!(e.to_error_msg().supported, Some(vec![1]));
+    assert!(
+        e.to_string().contains("[7]") && e.to_string().contains("[1]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn hostile_values_are_not_echoed_in_full() {
+    let ty = "x".repeat(10_000);
+    let line = format!(r#"{{"type":"{ty}","v":1}}"#);
+    let e = ClientMessage::parse(line.as_bytes()).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::UnknownType);
+    assert!(e.to_string().len() < 300, "{}", e.to_string().len());
+}
+
+#[test]
+fn deep_nesting_is_a_clean_error() {
+    let line = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(
+        ClientMessage::parse(line.as_bytes()).unwrap_err().code(),
+        ErrorCode::BadJson
+    );
+    let line = format!(
+        r#"{{"type":"hello","v":1,"x":{}1{}}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    assert_eq!(
+        ClientMessage::parse(line.as_bytes()).unwrap_err().code(),
+        ErrorCode::BadJson
+    );
+}
+
+#[test]
+fn proto_error_new_and_remote_display() {
+    let e = ProtoError::new(
+        ErrorCode::RdmaSetup,
+        "ibv_create_qp failed: ENOMEM; lower --max-clients",
+    );
+    assert_eq!(e.code(), ErrorCode::RdmaSetup);
+    assert_eq!(
+        e.to_error_msg(),
+        ErrorMsg::new(
+            ErrorCode::RdmaSetup,
+            "ibv_create_qp failed: ENOMEM; lower --max-clients"
+        )
+    );
+    let r = ProtoError::Remote(ErrorMsg::new(
+        ErrorCode::Forbidden,
+        "10.0.0.9 is not in --allow",
+    ));
+    assert_eq!(
+        r.to_string(),
+        "server said: forbidden: 10.0.0.9 is not in --allow"
+    );
+    assert_eq!(r.code(), ErrorCode::Forbidden);
+}
+
+#[test]
+fn constants() {
+    assert_eq!(PROTOCOL_VERSION, 1);
+    assert_eq!(SUPPORTED_VERSIONS, &[1]);
+    assert_eq!(DEFAULT_PORT, 7471);
+    assert_eq!(DEFAULT_MAX_LINE, 65536);
+    assert_eq!(MAX_TEXT, 1024);
+}
