@@ -1,1 +1,84 @@
-fn main() {}
+//! `cargo xtask`: project automation for rdma-write.
+//!
+//! A thin clap dispatcher; each subcommand lives in its own module.
+
+mod agent;
+mod backend;
+mod deps;
+mod exec;
+mod plan;
+mod rxe;
+mod smoke;
+mod vm;
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use color_eyre::eyre::{Result, bail};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "rdma-write project automation", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Check for / install the Debian packages the build, the run and the VM guests need.
+    Deps(deps::DepsArgs),
+    /// Print which RDMA backend this machine can use, and why.
+    Backend(backend::BackendArgs),
+    /// Boot guests, bring up rxe and run an ib_write_bw pair across them.
+    VmSmoke(smoke::SmokeArgs),
+    /// Run one command in a guest (host userland, Debian kernel with rdma_rxe).
+    VmRun(VmRunArgs),
+    /// (inside a guest) Run a plan: configure the node, run its steps, write result.json.
+    #[command(hide = true)]
+    GuestAgent(agent::AgentArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct VmRunArgs {
+    /// Stream the console.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Keep the run directory.
+    #[arg(long)]
+    keep: bool,
+    /// Hard deadline, seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    /// Absolute path of the program, then its arguments.
+    #[arg(trailing_var_arg = true, required = true)]
+    argv: Vec<String>,
+}
+
+fn vm_run(args: &VmRunArgs) -> Result<()> {
+    let mut spec = vm::GuestSpec::new("A", 1, args.argv.clone());
+    spec.timeout = Duration::from_secs(args.timeout);
+    let run = vm::run_guests(&[spec], &vm::VmOptions { verbose: args.verbose, keep: args.keep })?;
+    for o in &run.outcomes {
+        if !args.verbose {
+            println!("--- console tail of {} ---\n{}", o.name, o.console_tail);
+        }
+        match o.exit_code {
+            Some(0) => println!("{}: exit 0 in {:.1} s", o.name, o.elapsed.as_secs_f64()),
+            code => bail!("{}: command failed (exit {code:?}, timed out: {})", o.name, o.timed_out),
+        }
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    color_eyre::install()?;
+    exec::install_signal_handlers()?;
+    let cli = Cli::parse();
+    match &cli.cmd {
+        Cmd::Deps(a) => deps::cmd(a),
+        Cmd::Backend(a) => backend::cmd(a),
+        Cmd::VmSmoke(a) => smoke::cmd(a),
+        Cmd::VmRun(a) => vm_run(a),
+        Cmd::GuestAgent(a) => agent::cmd(a),
+    }
+}

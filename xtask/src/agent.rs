@@ -1,0 +1,341 @@
+//! `cargo xtask guest-agent --plan FILE` (hidden): runs inside a guest, started by /init.
+//! Configures the node (IP, rxe), runs the plan's steps and writes `result.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use color_eyre::eyre::{Result, WrapErr, eyre};
+
+use crate::exec::{self, Captured, Finished};
+use crate::plan::{Diagnostics, Plan, PlanResult, RESULT_FILE, Step, StepResult};
+use crate::rxe::RxeLink;
+
+/// Arguments of `guest-agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The plan (JSON).
+    #[arg(long)]
+    pub plan: PathBuf,
+    /// Where to write the result (default: result.json next to the plan).
+    #[arg(long)]
+    pub result: Option<PathBuf>,
+}
+
+/// Entry point: always writes a result file; fails (exit 1) when the plan did not succeed.
+pub fn cmd(args: &AgentArgs) -> Result<()> {
+    let started = Instant::now();
+    let result_path = args
+        .result
+        .clone()
+        .unwrap_or_else(|| args.plan.parent().unwrap_or(Path::new("/")).join(RESULT_FILE));
+    let mut result = PlanResult::default();
+    let outcome = std::fs::read(&args.plan)
+        .wrap_err_with(|| format!("reading plan {}", args.plan.display()))
+        .and_then(|b| serde_json::from_slice::<Plan>(&b).wrap_err_with(|| format!("parsing plan {}", args.plan.display())))
+        .and_then(|plan| run_plan(&plan, &mut result));
+    if let Err(e) = &outcome {
+        result.error.get_or_insert_with(|| format!("{e:#}"));
+    }
+    result.ok = outcome.is_ok() && result.error.is_none();
+    if !result.ok {
+        result.diagnostics = Some(diagnostics());
+    }
+    result.elapsed_s = started.elapsed().as_secs_f64();
+    write_result(&result_path, &result)?;
+    if result.ok {
+        println!("guest-agent: plan succeeded in {:.1} s", result.elapsed_s);
+        Ok(())
+    } else {
+        Err(eyre!("guest-agent: plan failed: {}", result.error.as_deref().unwrap_or("unknown error")))
+    }
+}
+
+fn write_result(path: &Path, result: &PlanResult) -> Result<()> {
+    let json = serde_json::to_vec_pretty(result)?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, json).wrap_err_with(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).wrap_err_with(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+fn setup_step(result: &mut PlanResult, name: &str, argv: &[&str]) -> Result<()> {
+    let r = run_once(name, argv, Duration::from_secs(20));
+    let ok = r.ok;
+    let msg = format!("setup `{}` failed: {}", argv.join(" "), r.stderr.trim());
+    result.setup.push(r);
+    if ok { Ok(()) } else { Err(eyre!(msg)) }
+}
+
+fn run_once(name: &str, argv: &[&str], timeout: Duration) -> StepResult {
+    let mut r = StepResult {
+        name: name.to_owned(),
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        attempts: 1,
+        ..Default::default()
+    };
+    match Captured::spawn(argv).and_then(|c| c.finish(Instant::now() + timeout)) {
+        Ok(f) => fill(&mut r, &f, 0),
+        Err(e) => r.error = Some(format!("{e:#}")),
+    }
+    r
+}
+
+fn fill(r: &mut StepResult, f: &Finished, expect: i32) {
+    r.exit_code = f.code;
+    r.timed_out = f.timed_out;
+    r.stdout = exec::tail(&f.stdout, 64 * 1024);
+    r.stderr = exec::tail(&f.stderr, 64 * 1024);
+    r.elapsed_s = f.elapsed.as_secs_f64();
+    r.ok = f.code == Some(expect) && !f.timed_out;
+}
+
+fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
+    let _rxe = setup_node(plan, result)?;
+    run_steps(plan, result)
+}
+
+/// Brings the interface up with its address and creates the rxe device (kept until drop).
+fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Option<RxeLink>> {
+    let iface = plan.node.iface.as_str();
+    setup_step(result, "ip link up", &["ip", "link", "set", iface, "up"])?;
+    setup_step(result, "ip addr add", &["ip", "addr", "add", &plan.node.ip, "dev", iface])?;
+    Ok(match &plan.node.rxe {
+        Some(name) => {
+            let t = Instant::now();
+            let link = RxeLink::create(name, iface, Duration::from_secs(20));
+            result.setup.push(StepResult {
+                name: "rxe".into(),
+                argv: vec!["rdma".into(), "link".into(), "add".into(), name.clone(), "type".into(), "rxe".into()],
+                ok: link.is_ok(),
+                exit_code: Some(i32::from(link.is_err())),
+                attempts: 1,
+                elapsed_s: t.elapsed().as_secs_f64(),
+                error: link.as_ref().err().map(|e| format!("{e:#}")),
+                ..Default::default()
+            });
+            Some(link?)
+        }
+        None => None,
+    })
+}
+
+/// Runs the steps (foreground in order, background collected at the end).
+fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
+    let sync = PathBuf::from(&plan.sync_dir);
+    let mut background: Vec<(usize, Captured, Instant)> = Vec::new();
+    let mut first_error: Option<String> = None;
+    for step in &plan.steps {
+        let idx = result.steps.len();
+        let mut r = StepResult { name: step.name.clone(), argv: step.argv.clone(), ..Default::default() };
+        if let Some(marker) = &step.wait_for_file {
+            let t = Instant::now();
+            let found = wait_for_file(&sync.join(marker), t + step.timeout())?;
+            r.waited_s = t.elapsed().as_secs_f64();
+            if !found {
+                r.error = Some(format!("marker {marker} did not appear in {} within {:?}", sync.display(), step.timeout()));
+                first_error.get_or_insert_with(|| format!("step {}: {}", step.name, r.error.clone().unwrap_or_default()));
+                result.steps.push(r);
+                if step.allow_failure { continue } else { break }
+            }
+        }
+        if step.background {
+            r.attempts = 1;
+            match Captured::spawn(&step.argv) {
+                Ok(c) => {
+                    touch(&sync, step.create_file_when_started.as_deref())?;
+                    background.push((idx, c, Instant::now() + step.timeout()));
+                }
+                Err(e) => {
+                    r.error = Some(format!("{e:#}"));
+                    first_error.get_or_insert_with(|| format!("step {} could not start: {e:#}", step.name));
+                }
+            }
+            result.steps.push(r);
+            continue;
+        }
+        run_foreground(step, &sync, &mut r)?;
+        let ok = r.ok;
+        if !ok {
+            first_error.get_or_insert_with(|| describe_failure(&r));
+        }
+        result.steps.push(r);
+        if !ok && !step.allow_failure {
+            break;
+        }
+    }
+    // Collect background steps: each until its own deadline (killed after).
+    for (idx, child, deadline) in background {
+        let step = plan.steps.iter().find(|s| Some(&s.name) == result.steps.get(idx).map(|r| &r.name));
+        let Some(r) = result.steps.get_mut(idx) else { continue };
+        let expect = step.map_or(0, |s| s.expect_exit);
+        let f = child.finish(deadline)?;
+        fill(r, &f, expect);
+        if r.ok {
+            touch(&sync, step.and_then(|s| s.create_file_when_done.as_deref()))?;
+        } else if !step.is_some_and(|s| s.allow_failure) {
+            first_error.get_or_insert_with(|| describe_failure(r));
+        }
+    }
+    match first_error {
+        Some(e) => {
+            result.error = Some(e.clone());
+            Err(eyre!(e))
+        }
+        None => Ok(()),
+    }
+}
+
+fn run_foreground(step: &Step, sync: &Path, r: &mut StepResult) -> Result<()> {
+    loop {
+        r.attempts += 1;
+        let child = match Captured::spawn(&step.argv) {
+            Ok(c) => c,
+            Err(e) => {
+                r.error = Some(format!("{e:#}"));
+                return Ok(());
+            }
+        };
+        touch(sync, step.create_file_when_started.as_deref())?;
+        let f = child.finish(Instant::now() + step.timeout())?;
+        fill(r, &f, step.expect_exit);
+        if r.ok {
+            return touch(sync, step.create_file_when_done.as_deref());
+        }
+        if r.attempts > step.retries {
+            return Ok(());
+        }
+        exec::sleep(Duration::from_secs_f64(step.retry_delay_s.clamp(0.0, 60.0)))?;
+    }
+}
+
+fn describe_failure(r: &StepResult) -> String {
+    if let Some(e) = &r.error {
+        return format!("step {}: {e}", r.name);
+    }
+    let how = if r.timed_out {
+        "timed out".to_owned()
+    } else {
+        r.exit_code.map_or_else(|| "was killed by a signal".to_owned(), |c| format!("exited with {c}"))
+    };
+    format!("step {} (`{}`) {how} after {} attempt(s): {}", r.name, r.argv.join(" "), r.attempts, exec::tail(r.stderr.trim(), 400))
+}
+
+fn touch(sync: &Path, marker: Option<&str>) -> Result<()> {
+    if let Some(m) = marker {
+        let p = sync.join(m);
+        std::fs::write(&p, b"").wrap_err_with(|| format!("creating marker {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Polls for `path` until `deadline`. Ok(false) when it did not appear.
+pub fn wait_for_file(path: &Path, deadline: Instant) -> Result<bool> {
+    loop {
+        if path.exists() {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        exec::sleep(Duration::from_millis(20))?;
+    }
+}
+
+fn diagnostics() -> Diagnostics {
+    let grab = |argv: &[&str]| {
+        let r = run_once("diag", argv, Duration::from_secs(10));
+        let mut s = r.stdout;
+        if !r.stderr.is_empty() || r.error.is_some() {
+            s.push_str(&format!("\n[stderr] {}{}", r.stderr, r.error.unwrap_or_default()));
+        }
+        s
+    };
+    Diagnostics {
+        rdma_link: grab(&["rdma", "link"]),
+        ibv_devinfo: grab(&["ibv_devinfo", "-v"]),
+        dmesg: filter_dmesg(&grab(&["dmesg"])),
+    }
+}
+
+/// The dmesg lines that mention rdma, rxe or ib_ (case-insensitive).
+pub fn filter_dmesg(dmesg: &str) -> String {
+    dmesg
+        .lines()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("rdma") || l.contains("rxe") || l.contains("ib_")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Node;
+
+    #[test]
+    fn dmesg_filter() {
+        let d = "[1.0] virtio_net ok\n[2.0] RDMA_RXE: loaded\n[3.0] rdma_rxe: failed to add eth0\n[4.0] ib_core x\n[5.0] other";
+        assert_eq!(filter_dmesg(d), "[2.0] RDMA_RXE: loaded\n[3.0] rdma_rxe: failed to add eth0\n[4.0] ib_core x");
+    }
+
+    fn plan_in(dir: &Path, steps: Vec<Step>) -> Plan {
+        Plan {
+            node: Node { ip: "10.0.0.1/24".into(), iface: "eth0".into(), rxe: None },
+            steps,
+            sync_dir: dir.to_string_lossy().into_owned(),
+        }
+    }
+
+    fn run_steps_only(plan: &Plan) -> (Result<()>, PlanResult) {
+        let mut result = PlanResult::default();
+        let out = run_steps(plan, &mut result);
+        (out, result)
+    }
+
+    #[test]
+    fn markers_retries_and_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Step::new("server", &["sleep", "0.3"]);
+        server.background = true;
+        server.create_file_when_started = Some("started".into());
+        server.create_file_when_done = Some("server-done".into());
+        let mut client = Step::new("client", &["test", "-e", "ready"]);
+        client.wait_for_file = Some("started".into());
+        client.retries = 0;
+        client.allow_failure = true;
+        let mut flaky = Step::new("flaky", &["test", "-e", &dir.path().join("started").to_string_lossy()]);
+        flaky.retries = 2;
+        flaky.retry_delay_s = 0.05;
+        flaky.create_file_when_done = Some("flaky-done".into());
+        let plan = plan_in(dir.path(), vec![server, client, flaky]);
+        let (out, r) = run_steps_only(&plan);
+        // "client" fails (allowed) but is recorded as the plan's first error.
+        assert!(out.is_err());
+        assert!(r.error.as_deref().unwrap().contains("client"), "{:?}", r.error);
+        assert_eq!(r.step("client").unwrap().exit_code, Some(1));
+        assert!(r.step("flaky").unwrap().ok);
+        assert_eq!(r.step("server").unwrap().exit_code, Some(0));
+        assert!(dir.path().join("server-done").exists());
+        assert!(dir.path().join("flaky-done").exists());
+    }
+
+    #[test]
+    fn missing_marker_times_out_and_background_deadline_kills() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bg = Step::new("bg", &["sleep", "30"]);
+        bg.background = true;
+        bg.timeout_s = 0.2;
+        let mut w = Step::new("waiter", &["true"]);
+        w.wait_for_file = Some("never".into());
+        w.timeout_s = 0.2;
+        let plan = plan_in(dir.path(), vec![bg, w]);
+        let (out, r) = run_steps_only(&plan);
+        assert!(out.is_err());
+        assert!(r.step("waiter").unwrap().error.as_deref().unwrap().contains("never"));
+        let bg = r.step("bg").unwrap();
+        assert!(bg.timed_out && !bg.ok);
+    }
+}
+

@@ -1,0 +1,291 @@
+//! Process helpers shared by every subcommand: annotated command runs, tool checks,
+//! children with deadlines, and the Ctrl-C flag that lets every wait loop unwind
+//! (so guards drop, QEMU children die and temp dirs go away).
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use color_eyre::eyre::{Result, WrapErr, bail, eyre};
+use xshell::Cmd;
+
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Installs SIGINT/SIGTERM/SIGHUP handlers that set a flag (checked by every wait loop).
+/// A second signal while the flag is already set terminates the process at once.
+pub fn install_signal_handlers() -> Result<()> {
+    let flag = INTERRUPTED.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // Order matters: the conditional shutdown must see the flag *before* this signal sets it.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(flag))
+            .wrap_err("could not install the second-signal shutdown handler")?;
+        signal_hook::flag::register(sig, Arc::clone(flag))
+            .wrap_err("could not install the Ctrl-C handler")?;
+    }
+    Ok(())
+}
+
+/// True once the user pressed Ctrl-C (or the process got SIGTERM/SIGHUP).
+pub fn interrupted() -> bool {
+    INTERRUPTED.get().is_some_and(|f| f.load(Ordering::SeqCst))
+}
+
+/// Fails when interrupted, so that `?` unwinds to the guards.
+pub fn check_interrupted() -> Result<()> {
+    if interrupted() {
+        bail!("interrupted (Ctrl-C): cleaning up");
+    }
+    Ok(())
+}
+
+/// Sleeps in small slices, returning early with an error when interrupted.
+pub fn sleep(d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    loop {
+        check_interrupted()?;
+        let now = Instant::now();
+        if now >= end {
+            return Ok(());
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Runs a command quietly and returns its output, whatever the exit status.
+/// Fails (naming the command) only when it cannot be started.
+pub fn output(cmd: Cmd<'_>) -> Result<Output> {
+    let shown = cmd.to_string();
+    cmd.quiet()
+        .ignore_status()
+        .output()
+        .wrap_err_with(|| format!("could not start `{shown}` (is it installed and on PATH?)"))
+}
+
+/// Runs a command quietly; on a non-zero exit fails with what ran, its status and stderr.
+/// Returns stdout as (lossy) UTF-8.
+pub fn run(cmd: Cmd<'_>) -> Result<String> {
+    let shown = cmd.to_string();
+    let out = output(cmd)?;
+    check_output(&shown, &out)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Like [`run`] but returns stdout as bytes.
+pub fn run_bytes(cmd: Cmd<'_>) -> Result<Vec<u8>> {
+    let shown = cmd.to_string();
+    let out = output(cmd)?;
+    check_output(&shown, &out)?;
+    Ok(out.stdout)
+}
+
+/// Runs a command with inherited stdout/stderr (for long, chatty steps like apt-get).
+pub fn run_loud(cmd: Cmd<'_>) -> Result<()> {
+    let shown = cmd.to_string();
+    let status = Command::from(cmd)
+        .stdin(Stdio::null())
+        .status()
+        .wrap_err_with(|| format!("could not start `{shown}` (is it installed and on PATH?)"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status}); its output is above");
+    }
+    Ok(())
+}
+
+/// Turns a failed [`Output`] into an error that names the command and quotes its stderr.
+pub fn check_output(shown: &str, out: &Output) -> Result<()> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let detail = if stderr.trim().is_empty() { stdout.trim().to_owned() } else { stderr.trim().to_owned() };
+    Err(eyre!("`{shown}` failed ({}): {}", out.status, tail(&detail, 2000)))
+}
+
+/// The last `max` bytes of `s` (on a char boundary), prefixed with "..." when cut.
+pub fn tail(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &s[start..])
+}
+
+/// Finds `tool` on PATH (plus the sbin directories that non-root PATHs often lack).
+pub fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(tool))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Checks that every `(tool, package)` is available; otherwise fails listing the packages
+/// to install (and the `cargo xtask deps` command that installs them).
+pub fn require_tools(tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<_> = tools.iter().filter(|(t, _)| which(t).is_none()).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<_> = missing.iter().map(|(t, _)| *t).collect();
+    let mut pkgs: Vec<_> = missing.iter().map(|(_, p)| *p).collect();
+    pkgs.dedup();
+    bail!(
+        "missing tools: {}; install them with `cargo xtask deps` or `apt-get install {}`",
+        names.join(", "),
+        pkgs.join(" ")
+    )
+}
+
+/// A child whose stdout and stderr are drained by threads (so it never blocks on a full pipe).
+#[derive(Debug)]
+pub struct Captured {
+    child: Child,
+    shown: String,
+    stdout: Option<JoinHandle<Vec<u8>>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+    started: Instant,
+}
+
+/// What a [`Captured`] child did.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// Exit code; `None` when killed by a signal (or by our deadline).
+    pub code: Option<i32>,
+    /// True when the deadline passed and we killed it.
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Captured {
+    /// Spawns `argv` with piped stdout/stderr and null stdin.
+    pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> Result<Self> {
+        let (prog, args) = argv.split_first().ok_or_else(|| eyre!("empty command line"))?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args);
+        let shown = argv.iter().map(|a| a.as_ref().to_string_lossy()).collect::<Vec<_>>().join(" ");
+        Self::spawn_command(cmd, shown)
+    }
+
+    /// Spawns an already-built command with piped stdout/stderr and null stdin.
+    pub fn spawn_command(mut cmd: Command, shown: String) -> Result<Self> {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().wrap_err_with(|| format!("could not start `{shown}` (is it installed?)"))?;
+        let stdout = child.stdout.take().map(drain);
+        let stderr = child.stderr.take().map(drain);
+        Ok(Self { child, shown, stdout, stderr, started: Instant::now() })
+    }
+
+    /// The command line, for messages.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Non-blocking: has it exited?
+    pub fn exited(&mut self) -> Result<bool> {
+        Ok(self.child.try_wait().wrap_err_with(|| format!("waiting for `{}`", self.shown))?.is_some())
+    }
+
+    /// Waits until it exits or `deadline` passes (then kills it). Ctrl-C kills it too and fails.
+    pub fn finish(mut self, deadline: Instant) -> Result<Finished> {
+        let (status, timed_out) = wait_deadline(&mut self.child, deadline, &self.shown)?;
+        let stdout = self.stdout.take().map(join_lossy).unwrap_or_default();
+        let stderr = self.stderr.take().map(join_lossy).unwrap_or_default();
+        Ok(Finished { code: status.and_then(|s| s.code()), timed_out, stdout, stderr, elapsed: self.started.elapsed() })
+    }
+}
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn drain<R: Read + Send + 'static>(mut r: R) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
+}
+
+fn join_lossy(h: JoinHandle<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned()
+}
+
+/// Waits for `child` until `deadline`; kills it when the deadline passes (returns `(None, true)`)
+/// or when interrupted (returns an error). `shown` names it in errors.
+pub fn wait_deadline(child: &mut Child, deadline: Instant, shown: &str) -> Result<(Option<ExitStatus>, bool)> {
+    loop {
+        if let Some(status) = child.try_wait().wrap_err_with(|| format!("waiting for `{shown}`"))? {
+            return Ok((Some(status), false));
+        }
+        if interrupted() {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("interrupted while waiting for `{shown}`; killed it");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok((None, true));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_cuts_on_char_boundary() {
+        assert_eq!(tail("abc", 10), "abc");
+        assert_eq!(tail("abcdef", 3), "...def");
+        assert_eq!(tail("aé", 1), "...");
+    }
+
+    #[test]
+    fn captured_collects_output_and_status() {
+        let f = Captured::spawn(&["sh", "-c", "echo out; echo err >&2; exit 3"])
+            .unwrap()
+            .finish(Instant::now() + Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(f.code, Some(3));
+        assert!(!f.timed_out);
+        assert_eq!(f.stdout, "out\n");
+        assert_eq!(f.stderr, "err\n");
+    }
+
+    #[test]
+    fn captured_kills_at_deadline() {
+        let f = Captured::spawn(&["sleep", "30"]).unwrap().finish(Instant::now() + Duration::from_millis(200)).unwrap();
+        assert!(f.timed_out);
+        assert_eq!(f.code, None);
+        assert!(f.elapsed < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn require_tools_names_the_package() {
+        let err = require_tools(&[("sh", "dash"), ("no-such-tool-xyz", "pkg-xyz")]).unwrap_err().to_string();
+        assert!(err.contains("no-such-tool-xyz") && err.contains("pkg-xyz"), "{err}");
+    }
+}
