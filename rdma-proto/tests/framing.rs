@@ -1,5 +1,7 @@
 //! Line framing over real TCP sockets on 127.0.0.1 and over an in-memory stream.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (clippy.toml covers only #[test] fns)
+
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;

@@ -11,6 +11,8 @@
 //! produce), `line` (the raw line as a JSON string) or `hex` (raw bytes, for non-UTF-8), optional
 //! `mentions` (text the error message must contain) and `why`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (clippy.toml covers only #[test] fns)
+
 use std::path::PathBuf;
 
 use rdma_proto::*;

@@ -1,5 +1,7 @@
 //! The sans-IO state machines: every wrong order and every refusal, both sides, in memory.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (clippy.toml covers only #[test] fns)
+
 use rdma_proto::*;
 
 const PAYLOAD: &[u8] = b"Hello RDMA Write!";

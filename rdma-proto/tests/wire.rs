@@ -1,5 +1,7 @@
 //! Wire encoding details that the golden files do not pin: tolerance rules, types, helpers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (clippy.toml covers only #[test] fns)
+
 use std::net::Ipv6Addr;
 
 use rdma_proto::*;
