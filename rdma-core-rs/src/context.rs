@@ -331,13 +331,22 @@ fn zeroed_gid_entry() -> ffi::ibv_gid_entry {
     }
 }
 
+/// Converts port attributes. An out-of-range MTU on an ACTIVE port is an error (`None`); on a
+/// port that is not active it is reported as 256 so callers still see the real problem, the
+/// state.
 fn port_info_from_attr(port: u8, attr: &ffi::ibv_port_attr) -> Option<PortInfo> {
+    let state = PortState::from_ibv(attr.state);
+    let mtu = |raw| match Mtu::from_ibv(raw) {
+        Some(m) => Some(m),
+        None if state != PortState::Active => Some(Mtu::M256),
+        None => None,
+    };
     Some(PortInfo {
         num: port,
-        state: PortState::from_ibv(attr.state),
+        state,
         link_layer: LinkLayer::from_ibv(attr.link_layer),
-        active_mtu: Mtu::from_ibv(attr.active_mtu)?,
-        max_mtu: Mtu::from_ibv(attr.max_mtu)?,
+        active_mtu: mtu(attr.active_mtu)?,
+        max_mtu: mtu(attr.max_mtu)?,
         lid: attr.lid,
         gid_tbl_len: u32::try_from(attr.gid_tbl_len).unwrap_or(0),
     })
@@ -543,6 +552,9 @@ mod tests {
         assert_eq!(p.gid_tbl_len, 1024);
         attr.active_mtu = 0;
         assert!(port_info_from_attr(1, &attr).is_none());
+        attr.state = ffi::ibv_port_state::IBV_PORT_DOWN;
+        let p = port_info_from_attr(1, &attr).unwrap();
+        assert_eq!((p.state, p.active_mtu), (PortState::Down, Mtu::M256));
     }
 
     /// This host kernel has no RDMA (no /sys/class/infiniband): opening must say so, with the

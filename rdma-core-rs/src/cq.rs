@@ -27,7 +27,8 @@ pub struct Completion {
     pub wr_id: u64,
     /// What finished.
     pub opcode: WcOpcode,
-    /// Bytes transferred (for receives of write-with-immediate: the length of the write).
+    /// Bytes transferred. Defined for receive completions (for a write-with-immediate: the
+    /// length of the write); verbs leaves it undefined for RDMA Write completions on the sender.
     pub byte_len: u32,
     /// The immediate value in host byte order, if the completion carries one.
     pub imm: Option<u32>,
@@ -227,7 +228,12 @@ impl CompletionQueue {
         // SAFETY: valid CQ, room for exactly one ibv_wc.
         let n = unsafe { poll_fn(cq, 1, &mut wc) };
         if n < 0 {
-            return Err(Error::verb(VerbOp::PollCq, "", n));
+            // ibv_poll_cq returns a negative value without a defined errno.
+            return Err(Error::verb(
+                VerbOp::PollCq,
+                format!("(returned {n})"),
+                libc::EIO,
+            ));
         }
         if n == 0 {
             return Ok(None);

@@ -317,10 +317,16 @@ impl<S> QueuePair<S> {
     fn post_recv_inner(&self, wr_id: u64) -> Result<()> {
         // No scatter list: a write-with-immediate consumes the receive without placing data in
         // it (the payload goes to the address the writer named).
+        // A valid (unused) SGE pointer rather than NULL: some providers memcpy `num_sge` entries.
+        let mut unused = ffi::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
         let mut wr = ffi::ibv_recv_wr {
             wr_id,
             next: ptr::null_mut(),
-            sg_list: ptr::null_mut(),
+            sg_list: &mut unused,
             num_sge: 0,
         };
         let mut bad: *mut ffi::ibv_recv_wr = ptr::null_mut();

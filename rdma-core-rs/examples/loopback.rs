@@ -1,0 +1,232 @@
+//! Device self-test: two RC queue pairs on ONE device (rxe loops back to its own GID) play
+//! server and client, and the client RDMA-Writes (with immediate) into the server's buffer.
+//!
+//! Needs a real RDMA device (e.g. in a guest: `rdma link add rxe0 type rxe netdev eth0` with an
+//! IP on eth0). Exits 0 only if every check passed:
+//!
+//! 1. write-with-imm in poll mode: sender completion, receiver completion with the imm in host
+//!    order and the write's length, bytes identical in the server buffer;
+//! 2. the same in event mode (completion channel);
+//! 3. a wrong rkey gives a `REM_ACCESS_ERR` completion error, and the QP goes to the error state;
+//! 4. a write-with-imm without a posted receive and `rnr_retry = 0` gives `RNR_RETRY_EXC_ERR`;
+//! 5. polling an idle CQ times out at the deadline.
+//!
+//! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use rdma_core_rs::{
+    Access, CompletionQueue, Context, CqMode, Error, GidEntry, MemoryRegion, PortInfo,
+    ProtectionDomain, QpCaps, QpState, QueuePair, RemoteBuffer, RemoteQp, RtrParams, Rts,
+    RtsParams, WcOpcode, WcStatus, describe_gid_table, random_psn,
+};
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+struct Env {
+    ctx: Context,
+    port: PortInfo,
+    gid: GidEntry,
+}
+
+struct Pair {
+    server: QueuePair<Rts>,
+    client: QueuePair<Rts>,
+    server_cq: CompletionQueue,
+    client_cq: CompletionQueue,
+    server_mr: MemoryRegion,
+    pd: ProtectionDomain,
+}
+
+fn connect(env: &Env, mode: CqMode, client_rts: RtsParams, recvs: u64) -> R<Pair> {
+    let pd = env.ctx.alloc_pd()?;
+    let server_cq = env.ctx.create_cq(16, mode)?;
+    let client_cq = env.ctx.create_cq(16, mode)?;
+    let server_mr = pd.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let s = pd
+        .create_rc_qp(&server_cq, QpCaps::default())?
+        .to_init(env.port.num, Access::REMOTE_WRITE)?;
+    for i in 0..recvs {
+        s.post_recv(100 + i)?;
+    }
+    let c = pd
+        .create_rc_qp(&client_cq, QpCaps::default())?
+        .to_init(env.port.num, Access::NONE)?;
+    let (s_psn, c_psn) = (random_psn()?, client_rts.sq_psn);
+    let me = |qpn, psn| RemoteQp {
+        qpn,
+        psn,
+        gid: env.gid.gid,
+        lid: env.port.lid,
+    };
+    let rtr = |remote| {
+        RtrParams::new(
+            remote,
+            env.port.active_mtu,
+            env.port.num,
+            env.gid.index,
+            env.port.link_layer,
+        )
+    };
+    let s = s
+        .to_rtr(&rtr(me(c.qpn(), c_psn)))?
+        .to_rts(&RtsParams::new(s_psn))?;
+    let c = c.to_rtr(&rtr(me(s.qpn(), s_psn)))?.to_rts(&client_rts)?;
+    if s.query_state()? != QpState::Rts || c.query_state()? != QpState::Rts {
+        return Err("QPs are not in RTS after the transitions".into());
+    }
+    Ok(Pair {
+        server: s,
+        client: c,
+        server_cq,
+        client_cq,
+        server_mr,
+        pd,
+    })
+}
+
+fn remote_of(mr: &MemoryRegion) -> RemoteBuffer {
+    RemoteBuffer {
+        addr: mr.addr(),
+        rkey: mr.rkey(),
+        len: mr.len() as u64,
+    }
+}
+
+fn write_roundtrip(env: &Env, mode: CqMode) -> R<()> {
+    let p = connect(env, mode, RtsParams::new(random_psn()?), 1)?;
+    let msg = b"Hello RDMA Write!";
+    let src = p.pd.register_bytes(msg, Access::NONE)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    p.client.post_write(
+        &src,
+        0..msg.len(),
+        remote_of(&p.server_mr),
+        Some(0xC0FF_EE01),
+        7,
+    )?;
+    let sent = p.client_cq.poll(deadline)?;
+    if sent.wr_id != 7 || sent.opcode != WcOpcode::RdmaWrite {
+        return Err(format!("unexpected sender completion {sent:?}").into());
+    }
+    let got = p.server_cq.poll(deadline)?;
+    if got.wr_id != 100 || got.opcode != WcOpcode::RecvRdmaWithImm || got.imm != Some(0xC0FF_EE01) {
+        return Err(format!("unexpected receiver completion {got:?}").into());
+    }
+    if got.byte_len as usize != msg.len() {
+        return Err(format!("receiver byte_len {} != {}", got.byte_len, msg.len()).into());
+    }
+    let landed = &p.server_mr.as_slice()[..msg.len()];
+    if landed != msg || p.server_mr.as_slice()[msg.len()..].iter().any(|b| *b != 0) {
+        return Err(format!("server buffer holds {:?}", String::from_utf8_lossy(landed)).into());
+    }
+    println!("ok: {mode:?} write-with-imm: {sent:?} / {got:?}");
+    Ok(())
+}
+
+fn wrong_rkey(env: &Env) -> R<()> {
+    let p = connect(env, CqMode::Poll, RtsParams::new(random_psn()?), 1)?;
+    let src = p.pd.register_bytes(b"x", Access::NONE)?;
+    let mut remote = remote_of(&p.server_mr);
+    remote.rkey ^= 0x5a5a_0000;
+    p.client.post_write(&src, 0..1, remote, None, 9)?;
+    match p.client_cq.poll(Instant::now() + Duration::from_secs(20)) {
+        Err(
+            e @ Error::Completion {
+                status: WcStatus::RemAccessErr,
+                wr_id: 9,
+                ..
+            },
+        ) => {
+            println!("ok: wrong rkey -> {e}");
+        }
+        other => return Err(format!("wrong rkey: expected REM_ACCESS_ERR, got {other:?}").into()),
+    }
+    let st = p.client.query_state()?;
+    if st != QpState::Err {
+        return Err(format!("client QP should be in the error state, is {st:?}").into());
+    }
+    drop(p.server);
+    Ok(())
+}
+
+fn no_receive(env: &Env) -> R<()> {
+    let rts = RtsParams {
+        rnr_retry: 0,
+        ..RtsParams::new(random_psn()?)
+    };
+    let p = connect(env, CqMode::Poll, rts, 0)?;
+    let src = p.pd.register_bytes(b"y", Access::NONE)?;
+    p.client
+        .post_write(&src, 0..1, remote_of(&p.server_mr), Some(1), 11)?;
+    match p.client_cq.poll(Instant::now() + Duration::from_secs(20)) {
+        Err(
+            e @ Error::Completion {
+                status: WcStatus::RnrRetryExcErr,
+                ..
+            },
+        ) => {
+            println!("ok: no receive -> {e}");
+            Ok(())
+        }
+        other => Err(format!("no receive: expected RNR_RETRY_EXC_ERR, got {other:?}").into()),
+    }
+}
+
+fn timeout(env: &Env) -> R<()> {
+    for mode in [CqMode::Poll, CqMode::Event] {
+        let cq = env.ctx.create_cq(4, mode)?;
+        let start = Instant::now();
+        match cq.poll(start + Duration::from_millis(300)) {
+            Err(Error::Timeout { .. }) if start.elapsed() >= Duration::from_millis(300) => {}
+            other => {
+                return Err(
+                    format!("{mode:?}: expected a timeout after 300 ms, got {other:?}").into(),
+                );
+            }
+        }
+        if start.elapsed() > Duration::from_secs(3) {
+            return Err(format!("{mode:?}: timeout overshot: {:?}", start.elapsed()).into());
+        }
+    }
+    println!("ok: idle CQs time out at the deadline");
+    Ok(())
+}
+
+fn run() -> R<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dev = args.first().map(String::as_str);
+    let port_num: u8 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(1);
+    let gid_index: Option<u32> = args.get(2).map(|s| s.parse()).transpose()?;
+    println!("devices: {:?}", rdma_core_rs::devices()?);
+    let ctx = Context::open(dev)?;
+    let port = ctx.require_active_port(port_num)?;
+    println!("{} port {port_num}: {port:?}", ctx.name());
+    println!(
+        "GID table:\n{}",
+        describe_gid_table(&ctx.gid_table(port_num)?)
+    );
+    let gid = ctx.select_gid(&port, gid_index)?;
+    println!("selected GID: {gid:?}");
+    let env = Env { ctx, port, gid };
+    write_roundtrip(&env, CqMode::Poll)?;
+    write_roundtrip(&env, CqMode::Event)?;
+    wrong_rkey(&env)?;
+    no_receive(&env)?;
+    timeout(&env)?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => {
+            println!("LOOPBACK PASSED");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("LOOPBACK FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
