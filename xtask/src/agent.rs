@@ -25,20 +25,25 @@ pub struct AgentArgs {
 /// Entry point: always writes a result file; fails (exit 1) when the plan did not succeed.
 pub fn cmd(args: &AgentArgs) -> Result<()> {
     let started = Instant::now();
-    let result_path = args
-        .result
-        .clone()
-        .unwrap_or_else(|| args.plan.parent().unwrap_or(Path::new("/")).join(RESULT_FILE));
+    let result_path = args.result.clone().unwrap_or_else(|| {
+        args.plan
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(RESULT_FILE)
+    });
     let mut result = PlanResult::default();
     let outcome = std::fs::read(&args.plan)
         .wrap_err_with(|| format!("reading plan {}", args.plan.display()))
-        .and_then(|b| serde_json::from_slice::<Plan>(&b).wrap_err_with(|| format!("parsing plan {}", args.plan.display())))
+        .and_then(|b| {
+            serde_json::from_slice::<Plan>(&b)
+                .wrap_err_with(|| format!("parsing plan {}", args.plan.display()))
+        })
         .and_then(|plan| run_plan(&plan, &mut result));
     if let Err(e) = &outcome {
         result.error.get_or_insert_with(|| format!("{e:#}"));
     }
     result.ok = outcome.is_ok() && result.error.is_none();
-    if !result.ok {
+    if !result.ok && result.diagnostics.is_none() {
         result.diagnostics = Some(diagnostics());
     }
     result.elapsed_s = started.elapsed().as_secs_f64();
@@ -47,7 +52,10 @@ pub fn cmd(args: &AgentArgs) -> Result<()> {
         println!("guest-agent: plan succeeded in {:.1} s", result.elapsed_s);
         Ok(())
     } else {
-        Err(eyre!("guest-agent: plan failed: {}", result.error.as_deref().unwrap_or("unknown error")))
+        Err(eyre!(
+            "guest-agent: plan failed: {}",
+            result.error.as_deref().unwrap_or("unknown error")
+        ))
     }
 }
 
@@ -55,7 +63,8 @@ fn write_result(path: &Path, result: &PlanResult) -> Result<()> {
     let json = serde_json::to_vec_pretty(result)?;
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, json).wrap_err_with(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).wrap_err_with(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    std::fs::rename(&tmp, path)
+        .wrap_err_with(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 fn setup_step(result: &mut PlanResult, name: &str, argv: &[&str]) -> Result<()> {
@@ -90,22 +99,46 @@ fn fill(r: &mut StepResult, f: &Finished, expect: i32) {
 }
 
 fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
-    let _rxe = setup_node(plan, result)?;
-    run_steps(plan, result)
+    match setup_node(plan, result) {
+        Ok(rxe) => {
+            let out = run_steps(plan, result);
+            if out.is_err() {
+                // While the rxe device still exists.
+                result.diagnostics = Some(diagnostics());
+            }
+            drop(rxe);
+            out
+        }
+        Err(e) => {
+            result.diagnostics = Some(diagnostics());
+            Err(e)
+        }
+    }
 }
 
 /// Brings the interface up with its address and creates the rxe device (kept until drop).
 fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Option<RxeLink>> {
     let iface = plan.node.iface.as_str();
     setup_step(result, "ip link up", &["ip", "link", "set", iface, "up"])?;
-    setup_step(result, "ip addr add", &["ip", "addr", "add", &plan.node.ip, "dev", iface])?;
+    setup_step(
+        result,
+        "ip addr add",
+        &["ip", "addr", "add", &plan.node.ip, "dev", iface],
+    )?;
     Ok(match &plan.node.rxe {
         Some(name) => {
             let t = Instant::now();
             let link = RxeLink::create(name, iface, Duration::from_secs(20));
             result.setup.push(StepResult {
                 name: "rxe".into(),
-                argv: vec!["rdma".into(), "link".into(), "add".into(), name.clone(), "type".into(), "rxe".into()],
+                argv: vec![
+                    "rdma".into(),
+                    "link".into(),
+                    "add".into(),
+                    name.clone(),
+                    "type".into(),
+                    "rxe".into(),
+                ],
                 ok: link.is_ok(),
                 exit_code: Some(i32::from(link.is_err())),
                 attempts: 1,
@@ -113,7 +146,13 @@ fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Option<RxeLink>> {
                 error: link.as_ref().err().map(|e| format!("{e:#}")),
                 ..Default::default()
             });
-            Some(link?)
+            let link = link?;
+            println!(
+                "guest-agent: {} on {} is ACTIVE",
+                link.name(),
+                link.netdev()
+            );
+            Some(link)
         }
         None => None,
     })
@@ -126,14 +165,28 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     let mut first_error: Option<String> = None;
     for step in &plan.steps {
         let idx = result.steps.len();
-        let mut r = StepResult { name: step.name.clone(), argv: step.argv.clone(), ..Default::default() };
+        let mut r = StepResult {
+            name: step.name.clone(),
+            argv: step.argv.clone(),
+            ..Default::default()
+        };
         if let Some(marker) = &step.wait_for_file {
             let t = Instant::now();
             let found = wait_for_file(&sync.join(marker), t + step.timeout())?;
             r.waited_s = t.elapsed().as_secs_f64();
             if !found {
-                r.error = Some(format!("marker {marker} did not appear in {} within {:?}", sync.display(), step.timeout()));
-                first_error.get_or_insert_with(|| format!("step {}: {}", step.name, r.error.clone().unwrap_or_default()));
+                r.error = Some(format!(
+                    "marker {marker} did not appear in {} within {:?}",
+                    sync.display(),
+                    step.timeout()
+                ));
+                first_error.get_or_insert_with(|| {
+                    format!(
+                        "step {}: {}",
+                        step.name,
+                        r.error.clone().unwrap_or_default()
+                    )
+                });
                 result.steps.push(r);
                 if step.allow_failure { continue } else { break }
             }
@@ -147,7 +200,9 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
                 }
                 Err(e) => {
                     r.error = Some(format!("{e:#}"));
-                    first_error.get_or_insert_with(|| format!("step {} could not start: {e:#}", step.name));
+                    first_error.get_or_insert_with(|| {
+                        format!("step {} could not start: {e:#}", step.name)
+                    });
                 }
             }
             result.steps.push(r);
@@ -165,8 +220,13 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     }
     // Collect background steps: each until its own deadline (killed after).
     for (idx, child, deadline) in background {
-        let step = plan.steps.iter().find(|s| Some(&s.name) == result.steps.get(idx).map(|r| &r.name));
-        let Some(r) = result.steps.get_mut(idx) else { continue };
+        let step = plan
+            .steps
+            .iter()
+            .find(|s| Some(&s.name) == result.steps.get(idx).map(|r| &r.name));
+        let Some(r) = result.steps.get_mut(idx) else {
+            continue;
+        };
         let expect = step.map_or(0, |s| s.expect_exit);
         let f = child.finish(deadline)?;
         fill(r, &f, expect);
@@ -215,9 +275,18 @@ fn describe_failure(r: &StepResult) -> String {
     let how = if r.timed_out {
         "timed out".to_owned()
     } else {
-        r.exit_code.map_or_else(|| "was killed by a signal".to_owned(), |c| format!("exited with {c}"))
+        r.exit_code.map_or_else(
+            || "was killed by a signal".to_owned(),
+            |c| format!("exited with {c}"),
+        )
     };
-    format!("step {} (`{}`) {how} after {} attempt(s): {}", r.name, r.argv.join(" "), r.attempts, exec::tail(r.stderr.trim(), 400))
+    format!(
+        "step {} (`{}`) {how} after {} attempt(s): {}",
+        r.name,
+        r.argv.join(" "),
+        r.attempts,
+        exec::tail(r.stderr.trim(), 400)
+    )
 }
 
 fn touch(sync: &Path, marker: Option<&str>) -> Result<()> {
@@ -246,7 +315,11 @@ fn diagnostics() -> Diagnostics {
         let r = run_once("diag", argv, Duration::from_secs(10));
         let mut s = r.stdout;
         if !r.stderr.is_empty() || r.error.is_some() {
-            s.push_str(&format!("\n[stderr] {}{}", r.stderr, r.error.unwrap_or_default()));
+            s.push_str(&format!(
+                "\n[stderr] {}{}",
+                r.stderr,
+                r.error.unwrap_or_default()
+            ));
         }
         s
     };
@@ -277,12 +350,19 @@ mod tests {
     #[test]
     fn dmesg_filter() {
         let d = "[1.0] virtio_net ok\n[2.0] RDMA_RXE: loaded\n[3.0] rdma_rxe: failed to add eth0\n[4.0] ib_core x\n[5.0] other";
-        assert_eq!(filter_dmesg(d), "[2.0] RDMA_RXE: loaded\n[3.0] rdma_rxe: failed to add eth0\n[4.0] ib_core x");
+        assert_eq!(
+            filter_dmesg(d),
+            "[2.0] RDMA_RXE: loaded\n[3.0] rdma_rxe: failed to add eth0\n[4.0] ib_core x"
+        );
     }
 
     fn plan_in(dir: &Path, steps: Vec<Step>) -> Plan {
         Plan {
-            node: Node { ip: "10.0.0.1/24".into(), iface: "eth0".into(), rxe: None },
+            node: Node {
+                ip: "10.0.0.1/24".into(),
+                iface: "eth0".into(),
+                rxe: None,
+            },
             steps,
             sync_dir: dir.to_string_lossy().into_owned(),
         }
@@ -305,7 +385,10 @@ mod tests {
         client.wait_for_file = Some("started".into());
         client.retries = 0;
         client.allow_failure = true;
-        let mut flaky = Step::new("flaky", &["test", "-e", &dir.path().join("started").to_string_lossy()]);
+        let mut flaky = Step::new(
+            "flaky",
+            &["test", "-e", &dir.path().join("started").to_string_lossy()],
+        );
         flaky.retries = 2;
         flaky.retry_delay_s = 0.05;
         flaky.create_file_when_done = Some("flaky-done".into());
@@ -313,7 +396,11 @@ mod tests {
         let (out, r) = run_steps_only(&plan);
         // "client" fails (allowed) but is recorded as the plan's first error.
         assert!(out.is_err());
-        assert!(r.error.as_deref().unwrap().contains("client"), "{:?}", r.error);
+        assert!(
+            r.error.as_deref().unwrap().contains("client"),
+            "{:?}",
+            r.error
+        );
         assert_eq!(r.step("client").unwrap().exit_code, Some(1));
         assert!(r.step("flaky").unwrap().ok);
         assert_eq!(r.step("server").unwrap().exit_code, Some(0));
@@ -333,9 +420,15 @@ mod tests {
         let plan = plan_in(dir.path(), vec![bg, w]);
         let (out, r) = run_steps_only(&plan);
         assert!(out.is_err());
-        assert!(r.step("waiter").unwrap().error.as_deref().unwrap().contains("never"));
+        assert!(
+            r.step("waiter")
+                .unwrap()
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("never")
+        );
         let bg = r.step("bg").unwrap();
         assert!(bg.timed_out && !bg.ok);
     }
 }
-

@@ -81,7 +81,8 @@ impl fmt::Display for Detection {
             Backend::Rxe { .. } => "rxe",
             Backend::Vm { .. } => "vm",
         };
-        let (before, after): (Vec<_>, Vec<_>) = self.reasons.iter().partition(|r| !r.starts_with("vm:"));
+        let (before, after): (Vec<_>, Vec<_>) =
+            self.reasons.iter().partition(|r| !r.starts_with("vm:"));
         let before: Vec<&str> = before.iter().map(|s| s.as_str()).collect();
         write!(f, "{} -> {short}", before.join(", "))?;
         for a in after {
@@ -114,7 +115,10 @@ pub fn detect(choice: BackendChoice) -> Result<Detection> {
         match probe_hardware(Path::new("/sys/class/infiniband")) {
             Ok((device, why)) => {
                 reasons.push(why);
-                return Ok(Detection { backend: Backend::Hardware { device }, reasons });
+                return Ok(Detection {
+                    backend: Backend::Hardware { device },
+                    reasons,
+                });
             }
             Err(why) if choice == BackendChoice::Hardware => bail!("--backend hardware: {why}"),
             Err(why) => reasons.push(why),
@@ -124,7 +128,10 @@ pub fn detect(choice: BackendChoice) -> Result<Detection> {
         match probe_rxe() {
             Ok((netdev, ipv4)) => {
                 reasons.push(format!("can use rdma_rxe on {netdev} ({ipv4})"));
-                return Ok(Detection { backend: Backend::Rxe { netdev, ipv4 }, reasons });
+                return Ok(Detection {
+                    backend: Backend::Rxe { netdev, ipv4 },
+                    reasons,
+                });
             }
             Err(why) if choice == BackendChoice::Rxe => bail!("--backend rxe: {why}"),
             Err(why) => reasons.push(why),
@@ -135,7 +142,10 @@ pub fn detect(choice: BackendChoice) -> Result<Detection> {
     }
     let (accel, why) = detect_accel();
     reasons.push(format!("vm: {why}"));
-    Ok(Detection { backend: Backend::Vm { accel }, reasons })
+    Ok(Detection {
+        backend: Backend::Vm { accel },
+        reasons,
+    })
 }
 
 /// Looks for a device with an ACTIVE port under `class_dir` (/sys/class/infiniband).
@@ -145,20 +155,35 @@ pub fn probe_hardware(class_dir: &Path) -> Result<(String, String), String> {
         return Err(format!("no {} (kernel has no RDMA)", class_dir.display()));
     };
     let mut seen = Vec::new();
-    let mut names: Vec<_> = entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<_> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     for dev in names {
         let ports = class_dir.join(&dev).join("ports");
         let mut port_names: Vec<_> = std::fs::read_dir(&ports)
-            .map(|it| it.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|it| {
+                it.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         port_names.sort();
         for port in port_names {
-            let state = std::fs::read_to_string(ports.join(&port).join("state")).unwrap_or_default();
+            let state =
+                std::fs::read_to_string(ports.join(&port).join("state")).unwrap_or_default();
             let state = parse_port_state(&state);
             if state == "ACTIVE" {
-                let kind = if class_dir.join(&dev).join("device").exists() { "hardware" } else { "software" };
-                return Ok((dev.clone(), format!("{dev} port {port} is ACTIVE ({kind} device)")));
+                let kind = if class_dir.join(&dev).join("device").exists() {
+                    "hardware"
+                } else {
+                    "software"
+                };
+                return Ok((
+                    dev.clone(),
+                    format!("{dev} port {port} is ACTIVE ({kind} device)"),
+                ));
             }
             seen.push(format!("{dev} port {port}: {state}"));
         }
@@ -193,14 +218,19 @@ fn probe_rxe() -> Result<(String, String), String> {
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("rdma_rxe is available but not root (creating an rxe link needs CAP_NET_ADMIN)".to_owned());
+        return Err(
+            "rdma_rxe is available but not root (creating an rxe link needs CAP_NET_ADMIN)"
+                .to_owned(),
+        );
     }
     if exec::which("rdma").is_none() {
         return Err("no `rdma` tool (install iproute2)".to_owned());
     }
     let sh = Shell::new().map_err(|e| e.to_string())?;
     let json = exec::run(cmd!(sh, "ip -j -4 addr show up")).map_err(|e| e.to_string())?;
-    pick_netdev(&json).ok_or_else(|| "no non-loopback netdev that is up with an IPv4 address (rxe refuses lo)".to_owned())
+    pick_netdev(&json).ok_or_else(|| {
+        "no non-loopback netdev that is up with an IPv4 address (rxe refuses lo)".to_owned()
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -229,11 +259,15 @@ struct IpAddrInfo {
 pub fn pick_netdev(ip_json: &str) -> Option<(String, String)> {
     let entries: Vec<IpAddrEntry> = serde_json::from_str(ip_json).ok()?;
     entries.into_iter().find_map(|e| {
-        let up = e.operstate == "UP" || (e.operstate == "UNKNOWN" && e.flags.iter().any(|f| f == "LOWER_UP"));
+        let up = e.operstate == "UP"
+            || (e.operstate == "UNKNOWN" && e.flags.iter().any(|f| f == "LOWER_UP"));
         if e.ifname == "lo" || e.flags.iter().any(|f| f == "LOOPBACK") || !up {
             return None;
         }
-        let a = e.addr_info.iter().find(|a| a.family == "inet" && !a.local.is_empty())?;
+        let a = e
+            .addr_info
+            .iter()
+            .find(|a| a.family == "inet" && !a.local.is_empty())?;
         Some((e.ifname.clone(), format!("{}/{}", a.local, a.prefixlen)))
     })
 }
@@ -242,7 +276,12 @@ pub fn pick_netdev(ip_json: &str) -> Option<(String, String)> {
 pub fn detect_accel() -> (Accel, String) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let dev = Path::new("/dev/kvm");
-    let rw = dev.exists() && std::fs::OpenOptions::new().read(true).write(true).open(dev).is_ok();
+    let rw = dev.exists()
+        && std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dev)
+            .is_ok();
     accel_from(&cpuinfo, dev.exists(), rw)
 }
 
@@ -252,8 +291,14 @@ pub fn accel_from(cpuinfo: &str, kvm_exists: bool, kvm_rw: bool) -> (Accel, Stri
     let virt = cpu_has_virt(cpuinfo);
     match (kvm_exists, kvm_rw, virt) {
         (true, true, true) => (Accel::Kvm, "KVM".to_owned()),
-        (true, _, false) => (Accel::Tcg, "TCG: /dev/kvm exists but the CPU has no vmx/svm".to_owned()),
-        (true, false, true) => (Accel::Tcg, "TCG: /dev/kvm is not accessible (join group kvm)".to_owned()),
+        (true, _, false) => (
+            Accel::Tcg,
+            "TCG: /dev/kvm exists but the CPU has no vmx/svm".to_owned(),
+        ),
+        (true, false, true) => (
+            Accel::Tcg,
+            "TCG: /dev/kvm is not accessible (join group kvm)".to_owned(),
+        ),
         (false, _, _) => (Accel::Tcg, "TCG: no /dev/kvm".to_owned()),
     }
 }
@@ -297,7 +342,11 @@ mod tests {
     fn hardware_probe_over_fake_sysfs() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        assert!(probe_hardware(&missing).unwrap_err().contains("kernel has no RDMA"));
+        assert!(
+            probe_hardware(&missing)
+                .unwrap_err()
+                .contains("kernel has no RDMA")
+        );
         let port = dir.path().join("mlx5_0/ports/1");
         std::fs::create_dir_all(&port).unwrap();
         std::fs::write(port.join("state"), "1: DOWN\n").unwrap();
@@ -314,7 +363,10 @@ mod tests {
         let json = r#"[{"ifindex":1,"ifname":"lo","flags":["LOOPBACK","UP","LOWER_UP"],"operstate":"UNKNOWN","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8}]},
             {"ifindex":2,"ifname":"eth1","flags":["BROADCAST","UP"],"operstate":"DOWN","addr_info":[{"family":"inet","local":"10.1.0.2","prefixlen":24}]},
             {"ifindex":3,"ifname":"eth0","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"operstate":"UP","addr_info":[{"family":"inet","local":"192.168.1.5","prefixlen":24}]}]"#;
-        assert_eq!(pick_netdev(json), Some(("eth0".to_owned(), "192.168.1.5/24".to_owned())));
+        assert_eq!(
+            pick_netdev(json),
+            Some(("eth0".to_owned(), "192.168.1.5/24".to_owned()))
+        );
         assert_eq!(pick_netdev("[]"), None);
         assert_eq!(pick_netdev("garbage"), None);
     }

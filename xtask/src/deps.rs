@@ -26,8 +26,19 @@ impl Group {
     /// Debian package names.
     pub fn packages(self) -> &'static [&'static str] {
         match self {
-            Group::Build => &["cmake", "clang", "libclang-dev", "pkg-config", "libibverbs-dev"],
-            Group::Run => &["rdma-core", "ibverbs-utils", "ibverbs-providers", "perftest"],
+            Group::Build => &[
+                "cmake",
+                "clang",
+                "libclang-dev",
+                "pkg-config",
+                "libibverbs-dev",
+            ],
+            Group::Run => &[
+                "rdma-core",
+                "ibverbs-utils",
+                "ibverbs-providers",
+                "perftest",
+            ],
             Group::Vm => &["qemu-system-x86", "busybox-static", "kmod", "cpio"],
         }
     }
@@ -35,8 +46,16 @@ impl Group {
     /// `(tool, package)` pairs used when dpkg is not available (non-Debian hosts).
     pub fn tools(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Group::Build => &[("cmake", "cmake"), ("clang", "clang"), ("pkg-config", "pkg-config")],
-            Group::Run => &[("rdma", "iproute2"), ("ibv_devinfo", "ibverbs-utils"), ("ib_write_bw", "perftest")],
+            Group::Build => &[
+                ("cmake", "cmake"),
+                ("clang", "clang"),
+                ("pkg-config", "pkg-config"),
+            ],
+            Group::Run => &[
+                ("rdma", "iproute2"),
+                ("ibv_devinfo", "ibverbs-utils"),
+                ("ib_write_bw", "perftest"),
+            ],
             Group::Vm => &[
                 ("qemu-system-x86_64", "qemu-system-x86"),
                 ("busybox", "busybox-static"),
@@ -60,8 +79,16 @@ pub struct DepsArgs {
 
 /// Entry point of `cargo xtask deps`.
 pub fn cmd(args: &DepsArgs) -> Result<()> {
-    let groups = if args.groups.is_empty() { Group::ALL.to_vec() } else { args.groups.clone() };
-    let names = groups.iter().map(|g| format!("{g:?}").to_lowercase()).collect::<Vec<_>>().join(", ");
+    let groups = if args.groups.is_empty() {
+        Group::ALL.to_vec()
+    } else {
+        args.groups.clone()
+    };
+    let names = groups
+        .iter()
+        .map(|g| format!("{g:?}").to_lowercase())
+        .collect::<Vec<_>>()
+        .join(", ");
     let total: usize = groups.iter().map(|g| g.packages().len()).sum();
     if args.check {
         let missing = missing(&groups)?;
@@ -69,7 +96,10 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
             println!("deps: all {total} packages present ({names})");
             return Ok(());
         }
-        bail!("deps: missing {}; run `cargo xtask deps` (as root) to install them", missing.join(" "));
+        bail!(
+            "deps: missing {}; run `cargo xtask deps` (as root) to install them",
+            missing.join(" ")
+        );
     }
     let installed = ensure(&groups)?;
     if installed.is_empty() {
@@ -85,7 +115,10 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
 pub fn ensure(groups: &[Group]) -> Result<Vec<&'static str>> {
     if exec::which("dpkg-query").is_none() {
         // Not Debian: we cannot install, but we can check for the tools themselves.
-        let tools: Vec<_> = groups.iter().flat_map(|g| g.tools().iter().copied()).collect();
+        let tools: Vec<_> = groups
+            .iter()
+            .flat_map(|g| g.tools().iter().copied())
+            .collect();
         exec::require_tools(&tools)?;
         return Ok(Vec::new());
     }
@@ -103,31 +136,45 @@ pub fn ensure(groups: &[Group]) -> Result<Vec<&'static str>> {
         bail!("missing packages: {list}; not root, so run as root:\n    {command}");
     }
     if exec::which("apt-get").is_none() {
-        bail!("missing packages: {list}, and there is no apt-get here; install them with your package manager");
+        bail!(
+            "missing packages: {list}, and there is no apt-get here; install them with your package manager"
+        );
     }
     eprintln!("deps: installing {list}");
     let sh = Shell::new()?;
     let _env = sh.push_env("DEBIAN_FRONTEND", "noninteractive");
     exec::run_loud(cmd!(sh, "apt-get update -q"))?;
     let args = &missing;
-    exec::run_loud(cmd!(sh, "apt-get install -y -q --no-install-recommends {args...}"))?;
+    exec::run_loud(cmd!(
+        sh,
+        "apt-get install -y -q --no-install-recommends {args...}"
+    ))?;
     let still = self::missing(groups)?;
     if !still.is_empty() {
-        bail!("apt-get reported success but these are still not installed: {}", still.join(" "));
+        bail!(
+            "apt-get reported success but these are still not installed: {}",
+            still.join(" ")
+        );
     }
     Ok(missing)
 }
 
 /// The packages of `groups` that dpkg does not report as installed.
 pub fn missing(groups: &[Group]) -> Result<Vec<&'static str>> {
-    let pkgs: Vec<&'static str> = groups.iter().flat_map(|g| g.packages().iter().copied()).collect();
+    let pkgs: Vec<&'static str> = groups
+        .iter()
+        .flat_map(|g| g.packages().iter().copied())
+        .collect();
     let sh = Shell::new()?;
     // dpkg-query exits 1 when a package is unknown; we read stdout regardless.
     let fmt = "${Package}\t${db:Status-Status}\n";
     let list = &pkgs;
     let out = exec::output(cmd!(sh, "dpkg-query -W --showformat={fmt} {list...}"))?;
     let installed = parse_dpkg_query(&String::from_utf8_lossy(&out.stdout));
-    let mut missing: Vec<_> = pkgs.into_iter().filter(|p| !installed.contains(*p)).collect();
+    let mut missing: Vec<_> = pkgs
+        .into_iter()
+        .filter(|p| !installed.contains(*p))
+        .collect();
     missing.dedup();
     Ok(missing)
 }
@@ -159,8 +206,19 @@ mod tests {
 
     #[test]
     fn groups_cover_the_brief() {
-        let all: Vec<_> = Group::ALL.iter().flat_map(|g| g.packages().iter().copied()).collect();
-        for p in ["cmake", "libibverbs-dev", "perftest", "qemu-system-x86", "busybox-static", "kmod", "cpio"] {
+        let all: Vec<_> = Group::ALL
+            .iter()
+            .flat_map(|g| g.packages().iter().copied())
+            .collect();
+        for p in [
+            "cmake",
+            "libibverbs-dev",
+            "perftest",
+            "qemu-system-x86",
+            "busybox-static",
+            "kmod",
+            "cpio",
+        ] {
             assert!(all.contains(&p), "{p}");
         }
     }

@@ -103,8 +103,16 @@ pub fn check_output(shown: &str, out: &Output) -> Result<()> {
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let detail = if stderr.trim().is_empty() { stdout.trim().to_owned() } else { stderr.trim().to_owned() };
-    Err(eyre!("`{shown}` failed ({}): {}", out.status, tail(&detail, 2000)))
+    let detail = if stderr.trim().is_empty() {
+        stdout.trim().to_owned()
+    } else {
+        stderr.trim().to_owned()
+    };
+    Err(eyre!(
+        "`{shown}` failed ({}): {}",
+        out.status,
+        tail(&detail, 2000)
+    ))
 }
 
 /// The last `max` bytes of `s` (on a char boundary), prefixed with "..." when cut.
@@ -130,7 +138,8 @@ pub fn which(tool: &str) -> Option<PathBuf> {
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Checks that every `(tool, package)` is available; otherwise fails listing the packages
@@ -175,30 +184,45 @@ pub struct Finished {
 impl Captured {
     /// Spawns `argv` with piped stdout/stderr and null stdin.
     pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> Result<Self> {
-        let (prog, args) = argv.split_first().ok_or_else(|| eyre!("empty command line"))?;
+        let (prog, args) = argv
+            .split_first()
+            .ok_or_else(|| eyre!("empty command line"))?;
         let mut cmd = Command::new(prog);
         cmd.args(args);
-        let shown = argv.iter().map(|a| a.as_ref().to_string_lossy()).collect::<Vec<_>>().join(" ");
+        let shown = argv
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
         Self::spawn_command(cmd, shown)
     }
 
     /// Spawns an already-built command with piped stdout/stderr and null stdin.
     pub fn spawn_command(mut cmd: Command, shown: String) -> Result<Self> {
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().wrap_err_with(|| format!("could not start `{shown}` (is it installed?)"))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .wrap_err_with(|| format!("could not start `{shown}` (is it installed?)"))?;
         let stdout = child.stdout.take().map(drain);
         let stderr = child.stderr.take().map(drain);
-        Ok(Self { child, shown, stdout, stderr, started: Instant::now() })
-    }
-
-    /// The command line, for messages.
-    pub fn shown(&self) -> &str {
-        &self.shown
+        Ok(Self {
+            child,
+            shown,
+            stdout,
+            stderr,
+            started: Instant::now(),
+        })
     }
 
     /// Non-blocking: has it exited?
     pub fn exited(&mut self) -> Result<bool> {
-        Ok(self.child.try_wait().wrap_err_with(|| format!("waiting for `{}`", self.shown))?.is_some())
+        Ok(self
+            .child
+            .try_wait()
+            .wrap_err_with(|| format!("waiting for `{}`", self.shown))?
+            .is_some())
     }
 
     /// Waits until it exits or `deadline` passes (then kills it). Ctrl-C kills it too and fails.
@@ -206,7 +230,13 @@ impl Captured {
         let (status, timed_out) = wait_deadline(&mut self.child, deadline, &self.shown)?;
         let stdout = self.stdout.take().map(join_lossy).unwrap_or_default();
         let stderr = self.stderr.take().map(join_lossy).unwrap_or_default();
-        Ok(Finished { code: status.and_then(|s| s.code()), timed_out, stdout, stderr, elapsed: self.started.elapsed() })
+        Ok(Finished {
+            code: status.and_then(|s| s.code()),
+            timed_out,
+            stdout,
+            stderr,
+            elapsed: self.started.elapsed(),
+        })
     }
 }
 
@@ -233,9 +263,16 @@ fn join_lossy(h: JoinHandle<Vec<u8>>) -> String {
 
 /// Waits for `child` until `deadline`; kills it when the deadline passes (returns `(None, true)`)
 /// or when interrupted (returns an error). `shown` names it in errors.
-pub fn wait_deadline(child: &mut Child, deadline: Instant, shown: &str) -> Result<(Option<ExitStatus>, bool)> {
+pub fn wait_deadline(
+    child: &mut Child,
+    deadline: Instant,
+    shown: &str,
+) -> Result<(Option<ExitStatus>, bool)> {
     loop {
-        if let Some(status) = child.try_wait().wrap_err_with(|| format!("waiting for `{shown}`"))? {
+        if let Some(status) = child
+            .try_wait()
+            .wrap_err_with(|| format!("waiting for `{shown}`"))?
+        {
             return Ok((Some(status), false));
         }
         if interrupted() {
@@ -277,7 +314,10 @@ mod tests {
 
     #[test]
     fn captured_kills_at_deadline() {
-        let f = Captured::spawn(&["sleep", "30"]).unwrap().finish(Instant::now() + Duration::from_millis(200)).unwrap();
+        let f = Captured::spawn(&["sleep", "30"])
+            .unwrap()
+            .finish(Instant::now() + Duration::from_millis(200))
+            .unwrap();
         assert!(f.timed_out);
         assert_eq!(f.code, None);
         assert!(f.elapsed < Duration::from_secs(5));
@@ -285,7 +325,12 @@ mod tests {
 
     #[test]
     fn require_tools_names_the_package() {
-        let err = require_tools(&[("sh", "dash"), ("no-such-tool-xyz", "pkg-xyz")]).unwrap_err().to_string();
-        assert!(err.contains("no-such-tool-xyz") && err.contains("pkg-xyz"), "{err}");
+        let err = require_tools(&[("sh", "dash"), ("no-such-tool-xyz", "pkg-xyz")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no-such-tool-xyz") && err.contains("pkg-xyz"),
+            "{err}"
+        );
     }
 }

@@ -57,14 +57,30 @@ struct VmRunArgs {
 fn vm_run(args: &VmRunArgs) -> Result<()> {
     let mut spec = vm::GuestSpec::new("A", 1, args.argv.clone());
     spec.timeout = Duration::from_secs(args.timeout);
-    let run = vm::run_guests(&[spec], &vm::VmOptions { verbose: args.verbose, keep: args.keep })?;
+    let run = vm::run_guests(
+        &[spec],
+        &vm::VmOptions {
+            verbose: args.verbose,
+            keep: args.keep,
+        },
+    )?;
+    if args.keep {
+        println!(
+            "run directory (shares, console logs): {}",
+            run.dir().display()
+        );
+    }
     for o in &run.outcomes {
         if !args.verbose {
             println!("--- console tail of {} ---\n{}", o.name, o.console_tail);
         }
         match o.exit_code {
             Some(0) => println!("{}: exit 0 in {:.1} s", o.name, o.elapsed.as_secs_f64()),
-            code => bail!("{}: command failed (exit {code:?}, timed out: {})", o.name, o.timed_out),
+            code => bail!(
+                "{}: command failed (exit {code:?}, timed out: {})",
+                o.name,
+                o.timed_out
+            ),
         }
     }
     Ok(())

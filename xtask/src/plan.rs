@@ -206,13 +206,18 @@ mod tests {
         s.background = true;
         s.create_file_when_started = Some("server-started".into());
         let p = Plan {
-            node: Node { ip: "10.0.0.1/24".into(), iface: "eth0".into(), rxe: None },
+            node: Node {
+                ip: "10.0.0.1/24".into(),
+                iface: "eth0".into(),
+                rxe: None,
+            },
             steps: vec![s],
             sync_dir: "/x".into(),
         };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), p);
-        let bad = r#"{"node":{"ip":"10.0.0.1/24"},"steps":[{"name":"a","argv":["x"],"backgrund":true}]}"#;
+        let bad =
+            r#"{"node":{"ip":"10.0.0.1/24"},"steps":[{"name":"a","argv":["x"],"backgrund":true}]}"#;
         assert!(serde_json::from_str::<Plan>(bad).is_err());
     }
 
@@ -221,8 +226,16 @@ mod tests {
         let r = PlanResult {
             ok: false,
             error: Some("step x failed".into()),
-            steps: vec![StepResult { name: "x".into(), exit_code: Some(1), attempts: 2, ..Default::default() }],
-            diagnostics: Some(Diagnostics { rdma_link: "link rxe0/1".into(), ..Default::default() }),
+            steps: vec![StepResult {
+                name: "x".into(),
+                exit_code: Some(1),
+                attempts: 2,
+                ..Default::default()
+            }],
+            diagnostics: Some(Diagnostics {
+                rdma_link: "link rxe0/1".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let back: PlanResult = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

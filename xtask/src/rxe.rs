@@ -61,7 +61,10 @@ pub fn links() -> Result<Vec<LinkInfo>> {
 
 /// Turns the stderr of a failed `rdma link add` into advice.
 pub fn explain_add_failure(netdev: &str, stderr: &str) -> String {
-    let mut msg = format!("`rdma link add ... type rxe netdev {netdev}` failed: {}", stderr.trim());
+    let mut msg = format!(
+        "`rdma link add ... type rxe netdev {netdev}` failed: {}",
+        stderr.trim()
+    );
     if stderr.contains("No such file or directory") {
         msg.push_str(
             "\nhint: on Linux 6.1 rdma_rxe allocates a crc32 shash when the device is created; \
@@ -101,16 +104,27 @@ impl RxeLink {
                     existing.netdev
                 );
             }
-            let link = Self { name: name.to_owned(), netdev: netdev.to_owned(), created: false };
+            let link = Self {
+                name: name.to_owned(),
+                netdev: netdev.to_owned(),
+                created: false,
+            };
             link.wait_active(deadline)?;
             return Ok(link);
         }
         let sh = Shell::new()?;
         let out = exec::output(cmd!(sh, "rdma link add {name} type rxe netdev {netdev}"))?;
         if !out.status.success() {
-            bail!(explain_add_failure(netdev, &String::from_utf8_lossy(&out.stderr)));
+            bail!(explain_add_failure(
+                netdev,
+                &String::from_utf8_lossy(&out.stderr)
+            ));
         }
-        let link = Self { name: name.to_owned(), netdev: netdev.to_owned(), created: true };
+        let link = Self {
+            name: name.to_owned(),
+            netdev: netdev.to_owned(),
+            created: true,
+        };
         link.wait_active(deadline)?;
         Ok(link)
     }
@@ -129,7 +143,10 @@ impl RxeLink {
         let mut last = Vec::new();
         loop {
             last = links().unwrap_or(last);
-            if last.iter().any(|l| l.device == self.name && l.state == "ACTIVE") {
+            if last
+                .iter()
+                .any(|l| l.device == self.name && l.state == "ACTIVE")
+            {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -155,7 +172,10 @@ impl Drop for RxeLink {
             return;
         }
         let name = &self.name;
-        match Shell::new().map_err(Into::into).and_then(|sh| exec::run(cmd!(sh, "rdma link delete {name}"))) {
+        match Shell::new()
+            .map_err(Into::into)
+            .and_then(|sh| exec::run(cmd!(sh, "rdma link delete {name}")))
+        {
             Ok(_) => {}
             Err(e) => eprintln!("warning: could not remove rxe device {name}: {e:#}"),
         }

@@ -33,15 +33,20 @@ const SERVER_IP: &str = "10.0.0.1";
 const MARKER: &str = "server-started";
 
 fn perftest(iters: u32, server: Option<&str>) -> Vec<String> {
-    let mut v: Vec<String> =
-        ["ib_write_bw", "-x", "1", "-s", "4096", "-n"].iter().map(|s| (*s).to_owned()).collect();
+    let mut v: Vec<String> = ["ib_write_bw", "-x", "1", "-s", "4096", "-n"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     v.push(iters.to_string());
     v.extend(server.map(str::to_owned));
     v
 }
 
 fn server_step(iters: u32) -> Step {
-    let mut s = Step { argv: perftest(iters, None), ..Step::new("server", &[]) };
+    let mut s = Step {
+        argv: perftest(iters, None),
+        ..Step::new("server", &[])
+    };
     s.background = true;
     s.create_file_when_started = Some(MARKER.to_owned());
     s.timeout_s = 90.0;
@@ -49,7 +54,10 @@ fn server_step(iters: u32) -> Step {
 }
 
 fn client_step(iters: u32) -> Step {
-    let mut c = Step { argv: perftest(iters, Some(SERVER_IP)), ..Step::new("client", &[]) };
+    let mut c = Step {
+        argv: perftest(iters, Some(SERVER_IP)),
+        ..Step::new("client", &[])
+    };
     c.wait_for_file = Some(MARKER.to_owned());
     // The marker says the server process started, not that it listens yet: retry.
     c.retries = 20;
@@ -60,15 +68,49 @@ fn client_step(iters: u32) -> Step {
 
 /// The plans for `nodes` guests.
 pub fn plans(nodes: u8, iters: u32) -> Vec<(String, Plan)> {
-    let node = |ip: &str| Node { ip: format!("{ip}/24"), iface: "eth0".into(), rxe: Some("rxe0".into()) };
+    let node = |ip: &str| Node {
+        ip: format!("{ip}/24"),
+        iface: "eth0".into(),
+        rxe: Some("rxe0".into()),
+    };
     let info = Step::new("ibv_devinfo", &["ibv_devinfo"]);
     if nodes == 1 {
-        let plan = Plan { node: node(SERVER_IP), steps: vec![info, server_step(iters), client_step(iters)], sync_dir: crate::plan::GUEST_SYNC.into() };
+        let plan = Plan {
+            node: node(SERVER_IP),
+            steps: vec![info, server_step(iters), client_step(iters)],
+            sync_dir: crate::plan::GUEST_SYNC.into(),
+        };
         return vec![("A".into(), plan)];
     }
+    // Ping-pong through the sync share before the perftest pair: B looks up "ping" before A
+    // creates it, so a stale (cached) negative lookup would show up as a timeout here.
+    let mut ping = Step::new("sync-ping", &["true"]);
+    ping.create_file_when_done = Some("ping".into());
+    let mut wait_pong = Step::new("sync-pong", &["true"]);
+    wait_pong.wait_for_file = Some("pong".into());
+    wait_pong.timeout_s = 30.0;
+    let mut pong = Step::new("sync-pong", &["true"]);
+    pong.wait_for_file = Some("ping".into());
+    pong.timeout_s = 30.0;
+    pong.create_file_when_done = Some("pong".into());
+    let sync = crate::plan::GUEST_SYNC.to_owned();
     vec![
-        ("A".into(), Plan { node: node(SERVER_IP), steps: vec![info.clone(), server_step(iters)], sync_dir: crate::plan::GUEST_SYNC.into() }),
-        ("B".into(), Plan { node: node("10.0.0.2"), steps: vec![info, client_step(iters)], sync_dir: crate::plan::GUEST_SYNC.into() }),
+        (
+            "A".into(),
+            Plan {
+                node: node(SERVER_IP),
+                steps: vec![info.clone(), ping, wait_pong, server_step(iters)],
+                sync_dir: sync.clone(),
+            },
+        ),
+        (
+            "B".into(),
+            Plan {
+                node: node("10.0.0.2"),
+                steps: vec![info, pong, client_step(iters)],
+                sync_dir: sync,
+            },
+        ),
     ]
 }
 
@@ -78,7 +120,9 @@ pub fn parse_bw_average(stdout: &str) -> Option<f64> {
     lines.next()?;
     lines.find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() >= 4 && f[0].parse::<u64>().is_ok()).then(|| f[3].parse().ok()).flatten()
+        (f.len() >= 4 && f[0].parse::<u64>().is_ok())
+            .then(|| f[3].parse().ok())
+            .flatten()
     })
 }
 
@@ -87,9 +131,20 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
     let t0 = Instant::now();
     let nodes: Vec<PlanGuest> = plans(args.nodes, args.iters)
         .into_iter()
-        .map(|(name, plan)| PlanGuest { name, plan, mem_mb: 1024, timeout: Duration::from_secs(args.timeout) })
+        .map(|(name, plan)| PlanGuest {
+            name,
+            plan,
+            mem_mb: 1024,
+            timeout: Duration::from_secs(args.timeout),
+        })
         .collect();
-    let run = vm::run_plans(&nodes, &VmOptions { verbose: args.verbose, keep: args.keep })?;
+    let run = vm::run_plans(
+        &nodes,
+        &VmOptions {
+            verbose: args.verbose,
+            keep: args.keep,
+        },
+    )?;
     let mut problems = Vec::new();
     let mut results: Vec<Option<&PlanResult>> = Vec::new();
     for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
@@ -113,6 +168,13 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
     let client = results.iter().flatten().find_map(|r| r.step("client"));
     let server = results.iter().flatten().find_map(|r| r.step("server"));
     let bw = client.and_then(|c| parse_bw_average(&c.stdout));
+    // The marker crossed from guest A to the host (and to B) through the 9p sync share.
+    if !run.guests.sync_dir.join(MARKER).exists() {
+        problems.push(format!(
+            "marker {MARKER} is missing from the sync dir {}",
+            run.guests.sync_dir.display()
+        ));
+    }
     if problems.is_empty() {
         match (client, server, bw) {
             (Some(c), Some(s), Some(_)) if c.ok && s.ok => {}
@@ -124,7 +186,12 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
     }
 
     let p = &run.guests.prepared;
-    println!("vm-smoke ({} guest{}, {}):", nodes.len(), if nodes.len() > 1 { "s" } else { "" }, p.accel_why);
+    println!(
+        "vm-smoke ({} guest{}, {}):",
+        nodes.len(),
+        if nodes.len() > 1 { "s" } else { "" },
+        p.accel_why
+    );
     println!(
         "  kernel     {:>6.1} s  ({})",
         p.kernel_time.as_secs_f64(),
@@ -134,22 +201,46 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
             None => "?".into(),
         }
     );
-    println!("  initramfs  {:>6.1} s  ({})", p.initramfs_time.as_secs_f64(), if p.initramfs_built { "built" } else { "cached" });
+    println!(
+        "  initramfs  {:>6.1} s  ({})",
+        p.initramfs_time.as_secs_f64(),
+        if p.initramfs_built { "built" } else { "cached" }
+    );
     for (o, r) in run.guests.outcomes.iter().zip(&results) {
-        let boot = o.boot.map_or("?".to_owned(), |b| format!("{:.1} s", b.as_secs_f64()));
+        let boot = o
+            .boot
+            .map_or("?".to_owned(), |b| format!("{:.1} s", b.as_secs_f64()));
         let steps = r.map_or("?".to_owned(), |r| format!("{:.1} s", r.elapsed_s));
-        println!("  guest {}    boot {boot}, plan {steps}, total {:.1} s, exit {:?}", o.name, o.elapsed.as_secs_f64(), o.exit_code);
+        println!(
+            "  guest {}    boot {boot}, plan {steps}, total {:.1} s, exit {:?}",
+            o.name,
+            o.elapsed.as_secs_f64(),
+            o.exit_code
+        );
         if let Some(r) = r {
             for s in r.setup.iter().chain(&r.steps) {
-                let wait = if s.waited_s > 0.0 { format!(", waited {:.2} s for marker", s.waited_s) } else { String::new() };
-                println!("      {:<12} {:>5.2} s  attempts {} exit {:?}{wait}", s.name, s.elapsed_s, s.attempts, s.exit_code);
+                let wait = if s.waited_s > 0.0 {
+                    format!(", waited {:.2} s for marker", s.waited_s)
+                } else {
+                    String::new()
+                };
+                println!(
+                    "      {:<12} {:>5.2} s  attempts {} exit {:?}{wait}",
+                    s.name, s.elapsed_s, s.attempts, s.exit_code
+                );
             }
         }
     }
-    println!("  guests     {:>6.1} s wall", run.guests.guests_time.as_secs_f64());
+    println!(
+        "  guests     {:>6.1} s wall",
+        run.guests.guests_time.as_secs_f64()
+    );
     println!("  total      {:>6.1} s", t0.elapsed().as_secs_f64());
     if let Some(bw) = bw {
-        println!("  ib_write_bw 4096 B x {}: BW average {bw:.2} MB/sec (TCG: only ratios mean anything)", args.iters);
+        println!(
+            "  ib_write_bw 4096 B x {}: BW average {bw:.2} MB/sec (TCG: only ratios mean anything)",
+            args.iters
+        );
     }
     if !problems.is_empty() {
         bail!("vm-smoke failed:\n{}", problems.join("\n"));
@@ -169,15 +260,18 @@ mod tests {
 4096       200              12.34              11.56  \t\t   0.002960\n\
 ---------------------------------------------------------------------------------------\n";
         assert_eq!(parse_bw_average(out), Some(11.56));
-        assert_eq!(parse_bw_average("Couldn't connect to 10.0.0.1:18515\n"), None);
+        assert_eq!(
+            parse_bw_average("Couldn't connect to 10.0.0.1:18515\n"),
+            None
+        );
     }
 
     #[test]
     fn plans_synchronize_by_marker() {
         let two = plans(2, 200);
         assert_eq!(two.len(), 2);
-        let server = &two[0].1.steps[1];
-        let client = &two[1].1.steps[1];
+        let server = two[0].1.steps.iter().find(|s| s.name == "server").unwrap();
+        let client = two[1].1.steps.iter().find(|s| s.name == "client").unwrap();
         assert!(server.background);
         assert_eq!(server.create_file_when_started.as_deref(), Some(MARKER));
         assert_eq!(client.wait_for_file.as_deref(), Some(MARKER));

@@ -40,7 +40,10 @@ pub struct ModDeps {
 /// `kernel/fs/9p/9p.ko.xz` -> `9p`; dashes become underscores as the kernel does.
 pub fn module_name(path: &str) -> String {
     let base = path.rsplit('/').next().unwrap_or(path);
-    let stem = [".ko.xz", ".ko.zst", ".ko.gz", ".ko"].iter().find_map(|s| base.strip_suffix(s)).unwrap_or(base);
+    let stem = [".ko.xz", ".ko.zst", ".ko.gz", ".ko"]
+        .iter()
+        .find_map(|s| base.strip_suffix(s))
+        .unwrap_or(base);
     stem.replace('-', "_")
 }
 
@@ -69,14 +72,22 @@ impl ModDeps {
             if builtin.contains(&name) {
                 continue;
             }
-            let (path, _) =
-                self.by_name.get(&name).ok_or_else(|| eyre!("module {root} is neither in modules.dep nor built in"))?;
+            let (path, _) = self
+                .by_name
+                .get(&name)
+                .ok_or_else(|| eyre!("module {root} is neither in modules.dep nor built in"))?;
             self.visit(path, &mut seen, &mut order, 0)?;
         }
         Ok(order)
     }
 
-    fn visit(&self, path: &str, seen: &mut HashSet<String>, order: &mut Vec<String>, depth: usize) -> Result<()> {
+    fn visit(
+        &self,
+        path: &str,
+        seen: &mut HashSet<String>,
+        order: &mut Vec<String>,
+        depth: usize,
+    ) -> Result<()> {
         if depth > 64 {
             bail!("module dependency cycle near {path}");
         }
@@ -84,7 +95,11 @@ impl ModDeps {
             return Ok(());
         }
         let name = module_name(path);
-        let deps = self.by_name.get(&name).map(|(_, d)| d.clone()).unwrap_or_default();
+        let deps = self
+            .by_name
+            .get(&name)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default();
         for d in &deps {
             self.visit(d, seen, order, depth + 1)?;
         }
@@ -95,13 +110,17 @@ impl ModDeps {
 
 /// Names in `modules.builtin` (one path per line).
 pub fn parse_builtin(text: &str) -> HashSet<String> {
-    text.lines().filter(|l| !l.trim().is_empty()).map(module_name).collect()
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(module_name)
+        .collect()
 }
 
 /// Returns the cached initramfs for `kernel`, building it when needed. `(path, built_now)`.
 pub fn ensure_initramfs(kernel: &Kernel, cache: &Path) -> Result<(PathBuf, bool)> {
-    let busybox = std::fs::read(BUSYBOX)
-        .wrap_err_with(|| format!("reading {BUSYBOX}; install busybox-static (cargo xtask deps)"))?;
+    let busybox = std::fs::read(BUSYBOX).wrap_err_with(|| {
+        format!("reading {BUSYBOX}; install busybox-static (cargo xtask deps)")
+    })?;
     let mut key = crc32c::crc32c(kernel.release.as_bytes());
     key = crc32c::crc32c_append(key, INIT_SCRIPT.as_bytes());
     key = crc32c::crc32c_append(key, MODULES.join(",").as_bytes());
@@ -112,15 +131,28 @@ pub fn ensure_initramfs(kernel: &Kernel, cache: &Path) -> Result<(PathBuf, bool)
     }
     let mdir = kernel.modules_dir();
     let deps = ModDeps::parse(
-        &std::fs::read_to_string(mdir.join("modules.dep"))
-            .wrap_err_with(|| format!("reading {}/modules.dep (did depmod run?)", mdir.display()))?,
+        &std::fs::read_to_string(mdir.join("modules.dep")).wrap_err_with(|| {
+            format!("reading {}/modules.dep (did depmod run?)", mdir.display())
+        })?,
     );
-    let builtin = parse_builtin(&std::fs::read_to_string(mdir.join("modules.builtin")).unwrap_or_default());
+    let builtin =
+        parse_builtin(&std::fs::read_to_string(mdir.join("modules.builtin")).unwrap_or_default());
     let order = deps.closure(MODULES, &builtin)?;
 
-    let stage = tempfile::Builder::new().prefix(".initramfs-").tempdir_in(cache)?;
+    let stage = tempfile::Builder::new()
+        .prefix(".initramfs-")
+        .tempdir_in(cache)?;
     let root = stage.path();
-    for d in ["bin", "lib/modules", "proc", "sys", "dev", "mnt", "newroot", "tmp"] {
+    for d in [
+        "bin",
+        "lib/modules",
+        "proc",
+        "sys",
+        "dev",
+        "mnt",
+        "newroot",
+        "tmp",
+    ] {
         std::fs::create_dir_all(root.join(d))?;
     }
     write_mode(&root.join("bin/busybox"), &busybox, 0o755)?;
@@ -173,7 +205,10 @@ fn write_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 }
 
 fn collect_paths(base: &Path, dir: &Path, out: &mut String) -> Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.flatten().map(|e| e.path()).collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     entries.sort();
     for p in entries {
         let rel = p.strip_prefix(base).map_err(|e| eyre!("{e}"))?;
@@ -205,20 +240,28 @@ kernel/drivers/net/virtio-net.ko: kernel/drivers/net/net_failover.ko kernel/net/
 ";
 
     fn pos(order: &[String], name: &str) -> usize {
-        order.iter().position(|p| module_name(p) == name).unwrap_or_else(|| panic!("{name} missing from {order:?}"))
+        order
+            .iter()
+            .position(|p| module_name(p) == name)
+            .unwrap_or_else(|| panic!("{name} missing from {order:?}"))
     }
 
     #[test]
     fn names() {
         assert_eq!(module_name("kernel/fs/9p/9p.ko.xz"), "9p");
-        assert_eq!(module_name("kernel/drivers/net/virtio-net.ko"), "virtio_net");
+        assert_eq!(
+            module_name("kernel/drivers/net/virtio-net.ko"),
+            "virtio_net"
+        );
         assert_eq!(module_name("crc32_generic.ko.zst"), "crc32_generic");
     }
 
     #[test]
     fn closure_orders_dependencies_first() {
         let deps = ModDeps::parse(DEP);
-        let order = deps.closure(&["crc32_generic", "rdma_rxe", "9p"], &HashSet::new()).unwrap();
+        let order = deps
+            .closure(&["crc32_generic", "rdma_rxe", "9p"], &HashSet::new())
+            .unwrap();
         assert_eq!(order.len(), 10);
         assert!(pos(&order, "ib_core") < pos(&order, "ib_uverbs"));
         assert!(pos(&order, "ib_uverbs") < pos(&order, "rdma_rxe"));
@@ -235,7 +278,10 @@ kernel/drivers/net/virtio-net.ko: kernel/drivers/net/net_failover.ko kernel/net/
         let builtin = parse_builtin("kernel/crypto/crc32_generic.ko\n");
         let order = deps.closure(&["crc32_generic"], &builtin).unwrap();
         assert!(order.is_empty());
-        let err = deps.closure(&["nonexistent"], &builtin).unwrap_err().to_string();
+        let err = deps
+            .closure(&["nonexistent"], &builtin)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("nonexistent"), "{err}");
         // A dependency listed but without its own line is still loaded (as a leaf).
         let order = deps.closure(&["virtio-net"], &builtin).unwrap();
@@ -245,7 +291,15 @@ kernel/drivers/net/virtio-net.ko: kernel/drivers/net/net_failover.ko kernel/net/
 
     #[test]
     fn init_script_reads_the_cmdline_contract() {
-        for needle in ["xtask.argv=", "xtask.name=", "exit_code", "sysrq-trigger", "hostroot", "xshare", "xsync"] {
+        for needle in [
+            "xtask.argv=",
+            "xtask.name=",
+            "exit_code",
+            "sysrq-trigger",
+            "hostroot",
+            "xshare",
+            "xsync",
+        ] {
             assert!(INIT_SCRIPT.contains(needle), "{needle}");
         }
     }

@@ -41,19 +41,27 @@ impl Kernel {
 pub fn parse_depends(out: &str) -> Option<String> {
     out.lines()
         .filter_map(|l| l.trim().strip_prefix("Depends:"))
-        .map(|d| d.trim().trim_start_matches('<').trim_end_matches('>').to_owned())
+        .map(|d| {
+            d.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_owned()
+        })
         .find(|d| d.starts_with("linux-image-"))
 }
 
 /// `linux-image-6.1.0-56-amd64` -> `6.1.0-56-amd64`.
 pub fn release_from_package(pkg: &str) -> Option<String> {
     let rel = pkg.strip_prefix("linux-image-")?;
-    (rel.chars().next()?.is_ascii_digit() && !rel.contains(char::is_whitespace)).then(|| rel.to_owned())
+    (rel.chars().next()?.is_ascii_digit() && !rel.contains(char::is_whitespace))
+        .then(|| rel.to_owned())
 }
 
 /// From `apt-cache show --no-all-versions PKG`: the `Size:` field in bytes.
 pub fn parse_size(out: &str) -> Option<u64> {
-    out.lines().find_map(|l| l.strip_prefix("Size:")).and_then(|s| s.trim().parse().ok())
+    out.lines()
+        .find_map(|l| l.strip_prefix("Size:"))
+        .and_then(|s| s.trim().parse().ok())
 }
 
 /// Resolves, downloads and unpacks the kernel (cached). With no apt (or apt failing), falls
@@ -65,17 +73,25 @@ pub fn ensure_kernel(cache: &Path) -> Result<Kernel> {
         Ok(p) => p,
         Err(e) => {
             if let Some(k) = newest_cached(&kernels) {
-                eprintln!("vm: could not resolve {META_PACKAGE} ({e:#}); using cached kernel {}", k.release);
+                eprintln!(
+                    "vm: could not resolve {META_PACKAGE} ({e:#}); using cached kernel {}",
+                    k.release
+                );
                 return Ok(k);
             }
-            return Err(e.wrap_err(format!("cannot find a kernel: no {META_PACKAGE} from apt and none cached in {}", kernels.display())));
+            return Err(e.wrap_err(format!(
+                "cannot find a kernel: no {META_PACKAGE} from apt and none cached in {}",
+                kernels.display()
+            )));
         }
     };
-    let release = release_from_package(&pkg).ok_or_else(|| eyre!("unexpected kernel package name {pkg:?}"))?;
+    let release = release_from_package(&pkg)
+        .ok_or_else(|| eyre!("unexpected kernel package name {pkg:?}"))?;
     if let Some(k) = cached(&kernels, &release) {
         return Ok(k);
     }
-    std::fs::create_dir_all(&kernels).wrap_err_with(|| format!("creating {}", kernels.display()))?;
+    std::fs::create_dir_all(&kernels)
+        .wrap_err_with(|| format!("creating {}", kernels.display()))?;
     let downloads = cache.join("downloads");
     let deb = download(&pkg, &downloads)?;
     let tmp = tempfile::Builder::new()
@@ -86,18 +102,27 @@ pub fn ensure_kernel(cache: &Path) -> Result<Kernel> {
     let sh = Shell::new()?;
     let root = tmp.path();
     exec::run(cmd!(sh, "dpkg -x {deb} {root}"))?;
-    if !root.join("boot").join(format!("vmlinuz-{release}")).is_file() {
-        bail!("{} has no boot/vmlinuz-{release}; is {pkg} really a kernel image?", deb.display());
+    if !root
+        .join("boot")
+        .join(format!("vmlinuz-{release}"))
+        .is_file()
+    {
+        bail!(
+            "{} has no boot/vmlinuz-{release}; is {pkg} really a kernel image?",
+            deb.display()
+        );
     }
     pb.set_message(format!("depmod {release}"));
     exec::run(cmd!(sh, "depmod -b {root} {release}"))?;
     std::fs::write(root.join(".complete"), &pkg)?;
     let dest = kernels.join(&release);
     let tmp_path = tmp.keep();
-    std::fs::rename(&tmp_path, &dest).wrap_err_with(|| format!("moving {} to {}", tmp_path.display(), dest.display()))?;
+    std::fs::rename(&tmp_path, &dest)
+        .wrap_err_with(|| format!("moving {} to {}", tmp_path.display(), dest.display()))?;
     let _ = std::fs::remove_file(&deb);
     pb.finish_and_clear();
-    let mut k = cached(&kernels, &release).ok_or_else(|| eyre!("kernel {release} vanished from {}", kernels.display()))?;
+    let mut k = cached(&kernels, &release)
+        .ok_or_else(|| eyre!("kernel {release} vanished from {}", kernels.display()))?;
     k.fresh = true;
     Ok(k)
 }
@@ -147,11 +172,15 @@ fn spinner(msg: String) -> ProgressBar {
 fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
     let sh = Shell::new()?;
-    let size = exec::run(cmd!(sh, "apt-cache show --no-all-versions {pkg}")).ok().and_then(|o| parse_size(&o));
+    let size = exec::run(cmd!(sh, "apt-cache show --no-all-versions {pkg}"))
+        .ok()
+        .and_then(|o| parse_size(&o));
     let pb = match size {
         Some(n) => {
             let pb = ProgressBar::new(n).with_message(format!("downloading {pkg}"));
-            if let Ok(style) = ProgressStyle::with_template("{msg} {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec})") {
+            if let Ok(style) = ProgressStyle::with_template(
+                "{msg} {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec})",
+            ) {
                 pb.set_style(style);
             }
             pb
@@ -164,7 +193,10 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
             .map(|it| {
                 it.flatten()
                     .map(|e| e.path())
-                    .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+                    .filter(|p| {
+                        p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -179,7 +211,11 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
     let deadline = started + Duration::from_secs(15 * 60);
     let mut child = Some(child);
     let finished = loop {
-        let bytes: u64 = debs(dir).iter().filter_map(|p| p.metadata().ok()).map(|m| m.len()).sum();
+        let bytes: u64 = debs(dir)
+            .iter()
+            .filter_map(|p| p.metadata().ok())
+            .map(|m| m.len())
+            .sum();
         pb.set_position(bytes);
         if let Some(c) = child.as_mut() {
             if c.exited()? || Instant::now() >= deadline || exec::interrupted() {
@@ -191,17 +227,26 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
     pb.finish_and_clear();
     let f = finished.ok_or_else(|| eyre!("apt-get download vanished"))?;
     if f.timed_out {
-        bail!("`apt-get download {pkg}` did not finish within 15 minutes; check the network / apt sources");
+        bail!(
+            "`apt-get download {pkg}` did not finish within 15 minutes; check the network / apt sources"
+        );
     }
     if f.code != Some(0) {
-        bail!("`apt-get download {pkg}` failed ({:?}): {}", f.code, exec::tail(f.stderr.trim(), 2000));
+        bail!(
+            "`apt-get download {pkg}` failed ({:?}): {}",
+            f.code,
+            exec::tail(f.stderr.trim(), 2000)
+        );
     }
     // As root into a directory `_apt` cannot read, apt warns "Download is performed
     // unsandboxed as root"; that is harmless here.
     let found = debs(dir);
     match found.as_slice() {
         [deb] if deb.extension().is_some_and(|e| e == "deb") => Ok(deb.clone()),
-        _ => bail!("`apt-get download {pkg}` succeeded but left {found:?} in {}", dir.display()),
+        _ => bail!(
+            "`apt-get download {pkg}` succeeded but left {found:?} in {}",
+            dir.display()
+        ),
     }
 }
 
@@ -215,7 +260,8 @@ mod tests {
         let pkg = parse_depends(out).unwrap();
         assert_eq!(pkg, "linux-image-6.1.0-56-amd64");
         assert_eq!(release_from_package(&pkg).unwrap(), "6.1.0-56-amd64");
-        let virt = "linux-image-amd64\n  Depends: <linux-image-6.12.9-amd64>\n  Recommends: firmware\n";
+        let virt =
+            "linux-image-amd64\n  Depends: <linux-image-6.12.9-amd64>\n  Recommends: firmware\n";
         assert_eq!(parse_depends(virt).unwrap(), "linux-image-6.12.9-amd64");
         assert_eq!(parse_depends("linux-image-amd64\n"), None);
         assert_eq!(parse_depends("x\n  Depends: initramfs-tools\n"), None);

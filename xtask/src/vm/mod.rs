@@ -121,8 +121,50 @@ struct RunDir {
     keep: bool,
 }
 
+/// Marks a run directory as in use by a process (its pid inside); removed when the run ends.
+const IN_PROGRESS: &str = ".in-progress";
+
+impl RunDir {
+    fn create(base: &Path, keep: bool) -> Result<Self> {
+        remove_stale_runs(base);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let path = base.join(format!("run-{stamp}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).wrap_err_with(|| format!("creating {}", path.display()))?;
+        std::fs::write(path.join(IN_PROGRESS), std::process::id().to_string())?;
+        Ok(Self { path, keep })
+    }
+}
+
+/// Removes run directories left by xtask processes that died without cleaning up
+/// (SIGKILL): they still have the in-progress marker and their pid is gone.
+fn remove_stale_runs(base: &Path) {
+    let Ok(it) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in it.flatten() {
+        let p = e.path();
+        if !e.file_name().to_string_lossy().starts_with("run-") {
+            continue;
+        }
+        let Ok(pid) = std::fs::read_to_string(p.join(IN_PROGRESS)) else {
+            continue;
+        };
+        let alive = pid
+            .trim()
+            .parse::<u32>()
+            .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            let _ = std::fs::remove_dir_all(&p);
+        }
+    }
+}
+
 impl Drop for RunDir {
     fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.path.join(IN_PROGRESS));
         if self.keep {
             eprintln!("vm: kept run directory {}", self.path.display());
         } else if let Err(e) = std::fs::remove_dir_all(&self.path) {
@@ -133,9 +175,10 @@ impl Drop for RunDir {
 
 /// `target/xtask` of this workspace (next to the xtask binary's target dir).
 pub fn xtask_dir() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        .unwrap_or_else(|| manifest.parent().unwrap_or(manifest).join("target"));
     target.join("xtask")
 }
 
@@ -179,8 +222,14 @@ fn check_argv(argv: &[String]) -> Result<()> {
         bail!("guest argv is empty");
     }
     for a in argv {
-        if a.is_empty() || !a.chars().all(|c| c.is_ascii_graphic() && c != ',' && c != '"' && c != '\'') {
-            bail!("guest argument {a:?} cannot travel on the kernel command line (no spaces, commas, quotes or non-ASCII; empty not allowed)");
+        if a.is_empty()
+            || !a
+                .chars()
+                .all(|c| c.is_ascii_graphic() && c != ',' && c != '"' && c != '\'')
+        {
+            bail!(
+                "guest argument {a:?} cannot travel on the kernel command line (no spaces, commas, quotes or non-ASCII; empty not allowed)"
+            );
         }
     }
     Ok(())
@@ -223,26 +272,35 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
     }
     for s in specs {
         check_argv(&s.argv).wrap_err_with(|| format!("guest {}", s.name))?;
-        if s.name.is_empty() || !s.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            bail!("guest name {:?} must be non-empty ASCII letters, digits, - or _", s.name);
+        if s.name.is_empty()
+            || !s
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!(
+                "guest name {:?} must be non-empty ASCII letters, digits, - or _",
+                s.name
+            );
         }
     }
     let prepared = prepare()?;
-    let kernel = prepared.kernel.clone().ok_or_else(|| eyre!("no kernel prepared"))?;
+    let kernel = prepared
+        .kernel
+        .clone()
+        .ok_or_else(|| eyre!("no kernel prepared"))?;
     let accel = prepared.accel.unwrap_or(Accel::Tcg);
 
     let base = xtask_dir();
     std::fs::create_dir_all(&base)?;
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let path = base.join(format!("run-{stamp}-{}", std::process::id()));
-    std::fs::create_dir_all(&path).wrap_err_with(|| format!("creating {}", path.display()))?;
-    let dir = RunDir { path, keep: opts.keep };
+    let dir = RunDir::create(&base, opts.keep)?;
     let sync_dir = dir.path.join("sync");
     std::fs::create_dir_all(&sync_dir)?;
 
     let port = free_port()?;
     let mp = MultiProgress::new();
-    let style = ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").map_err(|e| eyre!("{e}"))?;
+    let style =
+        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").map_err(|e| eyre!("{e}"))?;
     let t0 = Instant::now();
     let mut guests: Vec<Guest> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
@@ -271,9 +329,17 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         let mem = spec.mem_mb.to_string();
         let gname = &spec.name;
         let nic = format!("virtio-net-pci,netdev=n0,mac={}", spec.mac);
-        let rootfs = "local,path=/,mount_tag=hostroot,readonly=on,security_model=none,multidevs=remap".to_owned();
-        let sharefs = format!("local,path={},mount_tag=xshare,security_model=none", share.display());
-        let syncfs = format!("local,path={},mount_tag=xsync,security_model=none", sync_dir.display());
+        let rootfs =
+            "local,path=/,mount_tag=hostroot,readonly=on,security_model=none,multidevs=remap"
+                .to_owned();
+        let sharefs = format!(
+            "local,path={},mount_tag=xshare,security_model=none",
+            share.display()
+        );
+        let syncfs = format!(
+            "local,path={},mount_tag=xsync,security_model=none",
+            sync_dir.display()
+        );
         let c = cmd!(
             sh,
             "qemu-system-x86_64 -name {gname} {a0} {a1} {a2} {a3} -smp 1 -m {mem}
@@ -284,7 +350,11 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         );
         let shown = c.to_string();
         let mut command = Command::from(c);
-        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         let parent = std::process::id();
         let hook = move || -> std::io::Result<()> {
             // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches no memory.
@@ -301,9 +371,15 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         // async-signal-safe functions (prctl, getppid). QEMU is spawned from the main thread,
         // which lives as long as the run (PDEATHSIG fires when the spawning thread exits).
         unsafe { command.pre_exec(hook) };
-        let bar = mp.add(ProgressBar::new_spinner().with_style(style.clone()).with_message(format!("{}: booting", spec.name)));
+        let bar = mp.add(
+            ProgressBar::new_spinner()
+                .with_style(style.clone())
+                .with_message(format!("{}: booting", spec.name)),
+        );
         bar.enable_steady_tick(Duration::from_millis(100));
-        let mut child = command.spawn().wrap_err_with(|| format!("starting `{shown}`"))?;
+        let mut child = command
+            .spawn()
+            .wrap_err_with(|| format!("starting `{shown}`"))?;
         let console = Arc::new(Mutex::new(Console::default()));
         let log = std::fs::File::create(dir.path.join(format!("{}.console.log", spec.name)))?;
         let reader = child.stdout.take().map(|out| {
@@ -336,7 +412,11 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
             exited: None,
         });
         if i == 0 && specs.len() > 1 {
-            wait_listening(port, &mut guests[0], Instant::now() + Duration::from_secs(20))?;
+            wait_listening(
+                port,
+                &mut guests[0],
+                Instant::now() + Duration::from_secs(20),
+            )?;
         }
     }
 
@@ -348,9 +428,14 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
             if g.exited.is_some() {
                 continue;
             }
-            let Some(child) = g.child.as_mut() else { continue };
+            let Some(child) = g.child.as_mut() else {
+                continue;
+            };
             let timed_out = g.started.elapsed() >= g.spec.timeout;
-            let done = child.try_wait().wrap_err_with(|| format!("waiting for QEMU of {}", g.spec.name))?.is_some();
+            let done = child
+                .try_wait()
+                .wrap_err_with(|| format!("waiting for QEMU of {}", g.spec.name))?
+                .is_some();
             if done || timed_out {
                 if timed_out && !done {
                     let _ = child.kill();
@@ -360,9 +445,20 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
                 g.exited = Some((g.started.elapsed(), timed_out && !done));
                 let code = read_exit_code(&g.share);
                 let msg = match (timed_out && !done, code) {
-                    (true, _) => format!("{}: KILLED at its {:?} deadline", g.spec.name, g.spec.timeout),
-                    (false, Some(c)) => format!("{}: done in {:.1} s (exit {c})", g.spec.name, g.started.elapsed().as_secs_f64()),
-                    (false, None) => format!("{}: QEMU exited after {:.1} s without an exit code", g.spec.name, g.started.elapsed().as_secs_f64()),
+                    (true, _) => format!(
+                        "{}: KILLED at its {:?} deadline",
+                        g.spec.name, g.spec.timeout
+                    ),
+                    (false, Some(c)) => format!(
+                        "{}: done in {:.1} s (exit {c})",
+                        g.spec.name,
+                        g.started.elapsed().as_secs_f64()
+                    ),
+                    (false, None) => format!(
+                        "{}: QEMU exited after {:.1} s without an exit code",
+                        g.spec.name,
+                        g.started.elapsed().as_secs_f64()
+                    ),
                 };
                 if g.bar.is_hidden() {
                     eprintln!("{msg}");
@@ -373,7 +469,11 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
             all_done = false;
             let running = g.console.lock().ok().and_then(|c| c.running_at);
             if let Some(at) = running {
-                g.bar.set_message(format!("{}: running (booted in {:.1} s)", g.spec.name, (at - g.started).as_secs_f64()));
+                g.bar.set_message(format!(
+                    "{}: running (booted in {:.1} s)",
+                    g.spec.name,
+                    (at - g.started).as_secs_f64()
+                ));
             }
         }
         if all_done {
@@ -390,7 +490,10 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         }
         let (elapsed, timed_out) = g.exited.unwrap_or((g.started.elapsed(), true));
         let (console_tail, boot) = match g.console.lock() {
-            Ok(c) => (c.tail.iter().cloned().collect::<Vec<_>>().join("\n"), c.running_at.map(|t| t - g.started)),
+            Ok(c) => (
+                c.tail.iter().cloned().collect::<Vec<_>>().join("\n"),
+                c.running_at.map(|t| t - g.started),
+            ),
             Err(_) => (String::new(), None),
         };
         outcomes.push(GuestOutcome {
@@ -403,7 +506,13 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
             elapsed,
         });
     }
-    Ok(GuestRun { outcomes, sync_dir, prepared, guests_time, dir })
+    Ok(GuestRun {
+        outcomes,
+        sync_dir,
+        prepared,
+        guests_time,
+        dir,
+    })
 }
 
 /// Prints above the spinners, or plainly when they are hidden (not a terminal).
@@ -416,7 +525,11 @@ fn say(mp: &MultiProgress, line: String) {
 }
 
 fn read_exit_code(share: &Path) -> Option<i32> {
-    std::fs::read_to_string(share.join("exit_code")).ok()?.trim().parse().ok()
+    std::fs::read_to_string(share.join("exit_code"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 const TAIL_LINES: usize = 80;
@@ -447,7 +560,9 @@ fn read_console(
             Ok(_) => {}
         }
         let _ = log.write_all(&buf);
-        let line = String::from_utf8_lossy(&buf).trim_end_matches(['\r', '\n']).to_owned();
+        let line = String::from_utf8_lossy(&buf)
+            .trim_end_matches(['\r', '\n'])
+            .to_owned();
         if line.contains("xtask-init: running") {
             if let Ok(mut c) = console.lock() {
                 c.running_at.get_or_insert_with(Instant::now);
@@ -462,7 +577,8 @@ fn read_console(
 
 /// A free TCP port on 127.0.0.1 (bound and released; QEMU binds it right after).
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").wrap_err("binding 127.0.0.1:0 to find a free port")?;
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .wrap_err("binding 127.0.0.1:0 to find a free port")?;
     Ok(l.local_addr()?.port())
 }
 
@@ -476,12 +592,22 @@ fn wait_listening(port: u16, g: &mut Guest, deadline: Instant) -> Result<()> {
         }
         if let Some(c) = g.child.as_mut() {
             if let Some(st) = c.try_wait()? {
-                let tail = g.console.lock().map(|c| c.tail.iter().cloned().collect::<Vec<_>>().join("\n")).unwrap_or_default();
-                bail!("QEMU of {} exited ({st}) before listening on 127.0.0.1:{port}:\n{tail}", g.spec.name);
+                let tail = g
+                    .console
+                    .lock()
+                    .map(|c| c.tail.iter().cloned().collect::<Vec<_>>().join("\n"))
+                    .unwrap_or_default();
+                bail!(
+                    "QEMU of {} exited ({st}) before listening on 127.0.0.1:{port}:\n{tail}",
+                    g.spec.name
+                );
             }
         }
         if Instant::now() >= deadline {
-            bail!("QEMU of {} did not listen on 127.0.0.1:{port} in time", g.spec.name);
+            bail!(
+                "QEMU of {} did not listen on 127.0.0.1:{port} in time",
+                g.spec.name
+            );
         }
         exec::sleep(Duration::from_millis(20))?;
     }
@@ -517,7 +643,10 @@ pub struct PlanRun {
 /// Boots one guest per plan; each runs `xtask guest-agent` with its plan.
 pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
     let exe = std::env::current_exe().wrap_err("finding the xtask binary")?;
-    let exe = exe.to_str().ok_or_else(|| eyre!("xtask path {} is not UTF-8", exe.display()))?.to_owned();
+    let exe = exe
+        .to_str()
+        .ok_or_else(|| eyre!("xtask path {} is not UTF-8", exe.display()))?
+        .to_owned();
     let specs = nodes
         .iter()
         .enumerate()
@@ -526,11 +655,17 @@ pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
             let mut s = GuestSpec::new(
                 &n.name,
                 idx,
-                vec![exe.clone(), "guest-agent".into(), "--plan".into(), format!("{GUEST_SHARE}/{PLAN_FILE}")],
+                vec![
+                    exe.clone(),
+                    "guest-agent".into(),
+                    "--plan".into(),
+                    format!("{GUEST_SHARE}/{PLAN_FILE}"),
+                ],
             );
             s.mem_mb = n.mem_mb;
             s.timeout = n.timeout;
-            s.files.push((PLAN_FILE.to_owned(), serde_json::to_vec_pretty(&n.plan)?));
+            s.files
+                .push((PLAN_FILE.to_owned(), serde_json::to_vec_pretty(&n.plan)?));
             Ok(s)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -541,10 +676,18 @@ pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
         .map(|o| {
             let p = o.share_dir.join(RESULT_FILE);
             let bytes = std::fs::read(&p).map_err(|e| {
-                let why = if o.timed_out { "killed at its deadline".to_owned() } else { format!("exit code {:?}", o.exit_code) };
-                format!("{}: no {RESULT_FILE} ({e}; {why}); console tail:\n{}", o.name, o.console_tail)
+                let why = if o.timed_out {
+                    "killed at its deadline".to_owned()
+                } else {
+                    format!("exit code {:?}", o.exit_code)
+                };
+                format!(
+                    "{}: no {RESULT_FILE} ({e}; {why}); console tail:\n{}",
+                    o.name, o.console_tail
+                )
             })?;
-            serde_json::from_slice(&bytes).map_err(|e| format!("{}: bad {RESULT_FILE}: {e}", o.name))
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{}: bad {RESULT_FILE}: {e}", o.name))
         })
         .collect();
     Ok(PlanRun { guests, results })
