@@ -7,6 +7,7 @@
 //! 1. write-with-imm in poll mode: sender completion, receiver completion with the imm in host
 //!    order and the write's length, bytes identical in the server buffer;
 //! 2. the same in event mode (completion channel);
+//!    then a 64 KiB plain write at offsets, checked byte for byte;
 //! 3. a wrong rkey gives a `REM_ACCESS_ERR` completion error, and the QP goes to the error state;
 //! 4. a write-with-imm without a posted receive and `rnr_retry = 0` gives `RNR_RETRY_EXC_ERR`;
 //! 5. polling an idle CQ times out at the deadline.
@@ -121,7 +122,54 @@ fn write_roundtrip(env: &Env, mode: CqMode) -> R<()> {
     if landed != msg || p.server_mr.as_slice()[msg.len()..].iter().any(|b| *b != 0) {
         return Err(format!("server buffer holds {:?}", String::from_utf8_lossy(landed)).into());
     }
+    if sent.imm.is_some() {
+        return Err(format!("the sender's completion reports an immediate: {sent:?}").into());
+    }
     println!("ok: {mode:?} write-with-imm: {sent:?} / {got:?}");
+    Ok(())
+}
+
+/// A multi-packet write (64 KiB at MTU <= 4096) into the middle of a larger buffer, from an
+/// offset in the source; the server buffer must be exactly the pattern there and zero elsewhere.
+fn big_write(env: &Env) -> R<()> {
+    let p = connect(env, CqMode::Event, RtsParams::new(random_psn()?), 0)?;
+    let pattern: Vec<u8> = (0..65536u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let mut src_data = vec![0xEEu8; 100];
+    src_data.extend_from_slice(&pattern);
+    let src = p.pd.register_bytes(&src_data, Access::NONE)?;
+    let big =
+        p.pd.register(3 * 65536, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let remote = RemoteBuffer {
+        addr: big.addr() + 65536,
+        rkey: big.rkey(),
+        len: 65536,
+    };
+    println!(
+        "server buffer at {:#x} (above 4 GiB: {})",
+        big.addr(),
+        big.addr() > u64::from(u32::MAX)
+    );
+    p.client
+        .post_write(&src, 100..100 + 65536, remote, None, 21)?;
+    let c = p.client_cq.poll(Instant::now() + Duration::from_secs(20))?;
+    if c.wr_id != 21 || c.opcode != WcOpcode::RdmaWrite {
+        return Err(format!("unexpected completion {c:?}").into());
+    }
+    // The sender's completion means the responder acknowledged all data: it is in place.
+    let s = big.as_slice();
+    if s[65536..131072] != pattern[..] || s[..65536].iter().chain(&s[131072..]).any(|b| *b != 0) {
+        return Err("64 KiB write: server buffer differs from the pattern".into());
+    }
+    // Writing more than the advertised remote length is refused before posting.
+    match p.client.post_write(&src, 0..65536 + 1, remote, None, 22) {
+        Err(Error::WriteTooLong { .. }) => {}
+        other => {
+            return Err(format!("over-long write: expected WriteTooLong, got {other:?}").into());
+        }
+    }
+    println!("ok: 64 KiB plain RDMA Write at an offset, checked byte for byte");
     Ok(())
 }
 
@@ -212,6 +260,7 @@ fn run() -> R<()> {
     let env = Env { ctx, port, gid };
     write_roundtrip(&env, CqMode::Poll)?;
     write_roundtrip(&env, CqMode::Event)?;
+    big_write(&env)?;
     wrong_rkey(&env)?;
     no_receive(&env)?;
     timeout(&env)?;

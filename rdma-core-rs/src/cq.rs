@@ -329,9 +329,19 @@ fn completion_from_wc(wc: &ffi::ibv_wc) -> Result<Completion> {
         wr_id: wc.wr_id(),
         opcode,
         byte_len: u32::try_from(wc.len()).unwrap_or(u32::MAX),
-        // imm_data is in network byte order on the wire and in the wc.
-        imm: wc.imm_data().map(u32::from_be),
+        // imm_data is in network byte order on the wire and in the wc. Only receive completions
+        // carry one (some providers also flag the sender's completion; ignore that).
+        imm: if is_receive(wc.opcode()) {
+            wc.imm_data().map(u32::from_be)
+        } else {
+            None
+        },
     })
+}
+
+/// Receive-side opcodes have bit `IBV_WC_RECV` (128) set.
+fn is_receive(opcode: u32) -> bool {
+    opcode & ffi::ibv_wc_opcode::IBV_WC_RECV != 0
 }
 
 fn status_str(status: u32) -> String {
@@ -417,6 +427,9 @@ mod tests {
                 imm: Some(0x1234_5678)
             }
         );
+        // The sender's completion never reports an immediate, even if the provider flags it.
+        let w = wc(9, 0, ffi::ibv_wc_opcode::IBV_WC_RDMA_WRITE, 17, 5, 2);
+        assert_eq!(completion_from_wc(&w).unwrap().imm, None);
         // Without the WITH_IMM flag there is no immediate.
         let w = wc(9, 0, ffi::ibv_wc_opcode::IBV_WC_RDMA_WRITE, 0, 5, 0);
         assert_eq!(completion_from_wc(&w).unwrap().imm, None);

@@ -255,7 +255,7 @@ pub enum Error {
     },
     /// A work completion came back with an error status.
     #[error(
-        "work request {wr_id} ({opcode:?}) completed with {status_str} ({status:?}, vendor error {vendor_err:#x}): {advice}"
+        "work request {wr_id} completed with {status_str} ({status:?}, vendor error {vendor_err:#x}): {advice}"
     )]
     Completion {
         /// Status.
@@ -266,7 +266,8 @@ pub enum Error {
         vendor_err: u32,
         /// The work request id.
         wr_id: u64,
-        /// Opcode as reported; verbs leaves it undefined for failed completions, so treat it as a hint.
+        /// Opcode as reported. Verbs leaves it undefined for failed completions, so it is not
+        /// shown in the message; treat it as a hint only.
         opcode: WcOpcode,
         /// What to do.
         advice: String,
