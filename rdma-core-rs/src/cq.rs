@@ -20,6 +20,42 @@ pub enum CqMode {
     Event,
 }
 
+impl CqMode {
+    /// `"poll"` or `"event"`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CqMode::Poll => "poll",
+            CqMode::Event => "event",
+        }
+    }
+}
+
+impl std::fmt::Display for CqMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Parses `poll` or `event` (ASCII case-insensitive), e.g. for a `--cq-mode` option.
+impl std::str::FromStr for CqMode {
+    type Err = ParseCqModeError;
+    fn from_str(s: &str) -> std::result::Result<CqMode, ParseCqModeError> {
+        if s.eq_ignore_ascii_case("poll") {
+            Ok(CqMode::Poll)
+        } else if s.eq_ignore_ascii_case("event") {
+            Ok(CqMode::Event)
+        } else {
+            Err(ParseCqModeError(s.to_owned()))
+        }
+    }
+}
+
+/// A string that is neither `poll` nor `event`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown completion mode `{0}`: use `poll` or `event`")]
+pub struct ParseCqModeError(pub String);
+
 /// One successful work completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
@@ -396,6 +432,22 @@ mod tests {
         w.imm_data = imm_be;
         w.wc_flags = ffi::ibv_wc_flags(flags);
         w
+    }
+
+    #[test]
+    fn cq_mode_parses_and_prints() {
+        assert_eq!("poll".parse::<CqMode>(), Ok(CqMode::Poll));
+        assert_eq!("EVENT".parse::<CqMode>(), Ok(CqMode::Event));
+        assert!(
+            "busy"
+                .parse::<CqMode>()
+                .unwrap_err()
+                .to_string()
+                .contains("`poll` or `event`")
+        );
+        for m in [CqMode::Poll, CqMode::Event] {
+            assert_eq!(m.to_string().parse::<CqMode>(), Ok(m));
+        }
     }
 
     #[test]

@@ -53,7 +53,7 @@ mod qp;
 mod types;
 
 pub use context::{Context, DeviceInfo, devices, select_gid_in};
-pub use cq::{Completion, CompletionQueue, CqMode};
+pub use cq::{Completion, CompletionQueue, CqMode, ParseCqModeError};
 pub use error::{Error, ErrorKind, Result, VerbOp};
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{

@@ -130,6 +130,27 @@ impl RtrParams {
     }
 }
 
+/// Defaults for struct-update syntax: `max_dest_rd_atomic = 1`, `min_rnr_timer = 12`, port 1,
+/// MTU 1024, Ethernet, GID index 0 and an all-zero remote. Always set `remote` (and the other
+/// connection fields): [`QueuePair::to_rtr`] rejects a zero GID on Ethernet and LID 0 on
+/// InfiniBand.
+impl Default for RtrParams {
+    fn default() -> RtrParams {
+        RtrParams::new(
+            RemoteQp {
+                qpn: 0,
+                psn: 0,
+                gid: Gid::ZERO,
+                lid: 0,
+            },
+            Mtu::M1024,
+            1,
+            0,
+            LinkLayer::Ethernet,
+        )
+    }
+}
+
 /// Attributes for RTR -> RTS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RtsParams {
@@ -715,6 +736,10 @@ mod tests {
 
     #[test]
     fn rtr_rejects_bad_parameters() {
+        // The default's zero remote GID must never reach ibv_modify_qp.
+        assert!(rtr_attr(&RtrParams::default()).is_err());
+        assert_eq!(RtrParams::default().max_dest_rd_atomic, 1);
+        assert_eq!(RtrParams::default().min_rnr_timer, 12);
         let mut r = remote_qp();
         r.gid = Gid::ZERO;
         assert!(rtr_attr(&RtrParams::new(r, Mtu::M1024, 1, 1, LinkLayer::Ethernet)).is_err());
