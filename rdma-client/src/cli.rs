@@ -1,0 +1,117 @@
+//! Command-line interface of `rdma-client`.
+
+use clap::{Parser, ValueEnum};
+use rdma_proto::Notify;
+use std::path::PathBuf;
+use rdma_core_rs::CqMode;
+use std::time::Duration;
+
+pub const EXIT_CODES_DOC: &str = "\
+Exit codes:
+  0  the server verified the write (bytes and CRC32C)
+  1  unexpected internal error
+  2  usage error
+  3  local RDMA problem: no device, kernel without RDMA, port not ACTIVE, no usable GID, verbs setup failed
+  4  network: server unreachable or the connection was lost
+  5  timeout: a deadline passed (connect, handshake, completion, verdict)
+  6  protocol error: malformed message or unsupported protocol version
+  7  refused by the server (too long, unauthorized, forbidden, busy, server-side RDMA setup)
+  8  the RDMA Write itself failed (completion error, e.g. remote access error)
+  9  the server saw the write but could not verify it (length or CRC mismatch)";
+
+/// RDMA-Write a message straight into an rdma-server's registered memory, then wait for the
+/// server's verdict.
+#[derive(Debug, Parser)]
+#[command(version, about, after_help = EXIT_CODES_DOC)]
+pub struct Args {
+    /// Server to connect to: HOST or HOST:PORT (default port 7471).
+    pub server: String,
+
+    /// Text to write into the server's buffer.
+    #[arg(long, short, default_value = "Hello RDMA Write!", conflicts_with = "file")]
+    pub message: String,
+
+    /// Write the contents of this file instead of --message.
+    #[arg(long, short)]
+    pub file: Option<PathBuf>,
+
+    /// RDMA device to use (default: the first one; see `ibv_devices`).
+    #[arg(long, short)]
+    pub device: Option<String>,
+
+    /// Port number on the device.
+    #[arg(long, default_value_t = 1)]
+    pub port: u8,
+
+    /// GID table index (default: the port's RoCE v2 IPv4-mapped GID; see `ibv_devinfo -v`).
+    #[arg(long)]
+    pub gid_index: Option<u32>,
+
+    /// How the server learns that the write is complete: `imm` = RDMA Write with immediate (the
+    /// server gets a completion), `tcp` = plain RDMA Write, then a `written` notice over TCP.
+    #[arg(long, default_value = "imm")]
+    pub notify: Notify,
+
+    /// Shared access token, if the server requires one (or set RDMA_WRITE_TOKEN).
+    #[arg(long, env = "RDMA_WRITE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Deadline (e.g. 10s, 500ms, 1m) for each phase: connect, handshake, write completion, verdict.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+
+    /// Wait for write completions by busy polling (lowest latency) or on a completion channel.
+    #[arg(long, default_value = "event", value_name = "poll|event")]
+    pub cq_mode: CqMode,
+
+    /// Print JSON Lines events (each with a `type` tag) instead of human text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
+    /// kill-after-accept, kill-after-write). Used by the end-to-end fault tests.
+    #[arg(long, hide = true)]
+    pub fault: Option<Fault>,
+}
+
+/// Deliberate misbehaviour for fault-injection tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// Write with a corrupted rkey: the server's NIC must refuse it.
+    WrongRkey,
+    /// Write just past the end of the server's buffer.
+    OutOfBounds,
+    /// SIGKILL ourselves right after sending the hello.
+    KillAfterHello,
+    /// SIGKILL ourselves after the accept, with our QP in RTS.
+    KillAfterAccept,
+    /// SIGKILL ourselves after the write completed, before the verdict.
+    KillAfterWrite,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_match_the_seed() {
+        let a = Args::try_parse_from(["rdma-client", "10.0.0.1"]).unwrap();
+        assert_eq!(a.message, "Hello RDMA Write!");
+        assert_eq!(a.port, 1);
+        assert_eq!(a.notify, Notify::Imm);
+        assert_eq!(a.timeout, Duration::from_secs(10));
+        assert!(Args::try_parse_from(["rdma-client", "h", "--timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn message_and_file_conflict() {
+        let r = Args::try_parse_from(["rdma-client", "h", "--message", "x", "--file", "/dev/null"]);
+        assert!(r.is_err());
+    }
+}

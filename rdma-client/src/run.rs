@@ -1,0 +1,284 @@
+//! The client's one flow: connect, handshake, bring the QP to RTS, RDMA Write, wait for the verdict.
+
+use crate::cli::{Args, Fault};
+use crate::exit::ClientError;
+use crate::output::{Event, Output};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
+use rdma_core_rs::{
+    Access, Context, LinkLayer, Mtu, QpCaps, RemoteBuffer, RemoteQp, RtrParams, RtsParams,
+};
+use rdma_proto::framing::LineConn;
+use rdma_proto::{
+    ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, QpEndpoint,
+    ServerMessage,
+};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
+use std::time::Instant;
+
+/// Work request id of our single write.
+const WRITE_WR_ID: u64 = 0x5752_4954; // "WRIT"
+
+/// Runs the whole client flow; `Ok` only when the server verified the bytes.
+pub fn run(args: &Args, out: &Output) -> Result<()> {
+    let payload = load_payload(args)?;
+    let crc = rdma_proto::crc32c(&payload);
+    let timeout = args.timeout;
+
+    // Local RDMA first: a machine without RDMA should hear about that, not about the network.
+    let ctx = Context::open(args.device.as_deref()).wrap_err("opening the RDMA device")?;
+    let port = ctx.require_active_port(args.port)?;
+    let gid = ctx.select_gid(&port, args.gid_index)?;
+
+    let addr = resolve(&args.server)?;
+    let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|source| {
+        ClientError::Connect {
+            addr: addr.to_string(),
+            port: addr.port(),
+            source,
+        }
+    })?;
+    let _ = stream.set_nodelay(true);
+    let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
+    let mut hs = ClientHandshake::new(ClientRequest {
+        length: payload.len() as u64,
+        notify: args.notify,
+        crc32c: crc,
+        token: args.token.clone(),
+    });
+
+    let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;
+    out.emit(
+        &Event::Connected {
+            server: &args.server,
+            program: &banner.program,
+            program_version: &banner.program_version,
+            device: ctx.name(),
+            port: port.num,
+            gid_index: gid.index,
+            gid: gid.gid.to_string(),
+        },
+        || {
+            format!(
+                "connected to {} ({} {}); local {} port {} gid[{}] {}",
+                args.server,
+                banner.program,
+                banner.program_version,
+                ctx.name(),
+                port.num,
+                gid.index,
+                gid.gid
+            )
+        },
+    );
+
+    // Verbs objects: the source buffer needs no remote access at all.
+    let pd = ctx.alloc_pd()?;
+    let mr = pd.register_bytes(&payload, Access::NONE)?;
+    let cq = ctx.create_cq(4, args.cq_mode)?;
+    let qp = pd.create_rc_qp(&cq, QpCaps::default())?;
+    let qp = qp.to_init(port.num, Access::NONE)?;
+    let psn = rdma_core_rs::random_psn()?;
+    let local = QpEndpoint {
+        qpn: qp.qpn(),
+        psn,
+        gid: rdma_proto::Gid(gid.gid.0),
+        lid: port.lid,
+        mtu: port.active_mtu.bytes(),
+    };
+    let hello = hs.hello(local)?;
+    conn.send_line(&hello.to_line(), Instant::now() + timeout)?;
+    fault_point(args, Fault::KillAfterHello);
+
+    let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
+    let remote_mtu = Mtu::from_bytes(accept.endpoint.mtu).unwrap_or(Mtu::M1024);
+    let path_mtu = Mtu::min(port.active_mtu, remote_mtu);
+    let qp = qp.to_rtr(&RtrParams {
+        remote: RemoteQp {
+            qpn: accept.endpoint.qpn,
+            psn: accept.endpoint.psn,
+            gid: rdma_core_rs::Gid(accept.endpoint.gid.0),
+            lid: accept.endpoint.lid,
+        },
+        path_mtu,
+        port: port.num,
+        sgid_index: gid.index,
+        link_layer: port.link_layer,
+        ..RtrParams::default()
+    })?;
+    let qp = qp.to_rts(&RtsParams {
+        sq_psn: psn,
+        ..RtsParams::default()
+    })?;
+    out.emit(
+        &Event::QpReady {
+            local_qpn: qp.qpn(),
+            remote_qpn: accept.endpoint.qpn,
+            path_mtu: path_mtu.bytes(),
+            remote_addr: accept.addr,
+            rkey: accept.rkey,
+            buf_len: accept.buf_len,
+        },
+        || {
+            format!(
+                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, remote buffer {:#x} ({} bytes, rkey {:#x}){}",
+                qp.qpn(),
+                accept.endpoint.qpn,
+                path_mtu.bytes(),
+                accept.addr,
+                accept.buf_len,
+                accept.rkey,
+                if port.link_layer == LinkLayer::Ethernet { ", RoCE" } else { "" }
+            )
+        },
+    );
+    fault_point(args, Fault::KillAfterAccept);
+
+    let mut remote = RemoteBuffer {
+        addr: accept.addr,
+        rkey: accept.rkey,
+        len: accept.buf_len,
+    };
+    match args.fault {
+        Some(Fault::WrongRkey) => remote.rkey ^= 0x00ff_ff00,
+        Some(Fault::OutOfBounds) => {
+            // Aim past the end of the buffer while still claiming it fits.
+            remote.addr = remote.addr.wrapping_add(accept.buf_len);
+        }
+        _ => {}
+    }
+    let imm = match args.notify {
+        Notify::Imm => Some(u32::try_from(payload.len()).wrap_err("payload too large for an immediate")?),
+        Notify::Tcp => None,
+    };
+    let started = Instant::now();
+    qp.post_write(&mr, 0..payload.len(), remote, imm, WRITE_WR_ID)?;
+    let completion = cq
+        .poll(Instant::now() + timeout)
+        .wrap_err("waiting for the RDMA Write to complete")?;
+    if completion.wr_id != WRITE_WR_ID {
+        bail!("unexpected completion for work request {:#x}", completion.wr_id);
+    }
+    let micros = started.elapsed().as_micros();
+    out.emit(
+        &Event::Written {
+            length: payload.len() as u64,
+            notify: notify_name(args.notify),
+            crc32c: crc,
+            micros,
+        },
+        || {
+            format!(
+                "wrote {} bytes with RDMA Write{} in {micros} us (crc32c {crc:#010x})",
+                payload.len(),
+                if imm.is_some() { " with immediate" } else { "" }
+            )
+        },
+    );
+    fault_point(args, Fault::KillAfterWrite);
+
+    if let Some(notice) = hs.written()? {
+        conn.send_line(&notice.to_line(), Instant::now() + timeout)?;
+    }
+    let outcome = hs.on_result(recv(&mut conn, Instant::now() + timeout)?)?;
+    out.emit(
+        &Event::Verified {
+            verified: outcome.verified,
+            length: outcome.length,
+            crc32c: outcome.crc32c,
+            text: &outcome.text,
+            truncated: outcome.truncated,
+        },
+        || {
+            format!(
+                "server verified {} bytes (crc32c {:#010x}): {:?}{}",
+                outcome.length,
+                outcome.crc32c,
+                outcome.text,
+                if outcome.truncated { " (truncated)" } else { "" }
+            )
+        },
+    );
+    Ok(())
+}
+
+fn recv(conn: &mut LineConn<TcpStream>, deadline: Instant) -> Result<ServerMessage> {
+    let line = conn
+        .read_line(deadline)
+        .wrap_err("waiting for the server")?;
+    Ok(ServerMessage::parse(&line)?)
+}
+
+fn load_payload(args: &Args) -> Result<Vec<u8>> {
+    let payload = match &args.file {
+        Some(path) => std::fs::read(path).map_err(|source| ClientError::ReadFile {
+            path: path.display().to_string(),
+            source,
+        })?,
+        None => args.message.as_bytes().to_vec(),
+    };
+    if payload.is_empty() {
+        return Err(ClientError::EmptyPayload.into());
+    }
+    Ok(payload)
+}
+
+/// `HOST`, `HOST:PORT`, an IP literal, or `[IPv6]:PORT`.
+fn resolve(server: &str) -> Result<SocketAddr> {
+    if let Ok(addr) = server.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Ok(ip) = server.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, DEFAULT_PORT));
+    }
+    let target = if server.contains(':') {
+        server.to_owned()
+    } else {
+        format!("{server}:{DEFAULT_PORT}")
+    };
+    target
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| ClientError::BadAddress(server.to_owned()).into())
+}
+
+fn notify_name(n: Notify) -> &'static str {
+    match n {
+        Notify::Imm => "imm",
+        Notify::Tcp => "tcp",
+    }
+}
+
+/// Test hook: die like a crashed client would, at the named stage.
+fn fault_point(args: &Args, at: Fault) {
+    if args.fault == Some(at) {
+        eprintln!("fault injection: SIGKILL at {at:?}");
+        // SAFETY: kill(2) on our own pid with a valid signal number has no memory-safety
+        // preconditions; SIGKILL ends the process here, as a crash would.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_get_the_default_port() {
+        assert_eq!(resolve("127.0.0.1").unwrap().port(), DEFAULT_PORT);
+        assert_eq!(resolve("127.0.0.1:9000").unwrap().port(), 9000);
+        assert_eq!(resolve("::1").unwrap().port(), DEFAULT_PORT);
+        assert_eq!(resolve("[::1]:9001").unwrap().port(), 9001);
+        assert!(resolve("no such host.invalid:x").is_err());
+    }
+
+    #[test]
+    fn empty_payload_is_refused() {
+        use clap::Parser as _;
+        let args = Args::try_parse_from(["rdma-client", "h", "--message", ""]).unwrap();
+        let err = load_payload(&args).unwrap_err();
+        assert!(err.to_string().contains("at least one byte"));
+    }
+}

@@ -1,0 +1,117 @@
+//! Command-line interface of `rdma-server`.
+
+use clap::{Parser, ValueEnum};
+use ipnet::IpNet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use rdma_core_rs::CqMode;
+use std::time::Duration;
+
+pub const EXIT_CODES_DOC: &str = "\
+Exit codes:
+  0  one-shot: a client's write was verified; --serve: stopped cleanly by SIGINT/SIGTERM
+  1  unexpected internal error
+  2  usage error (bad flag, unreadable token file)
+  3  local RDMA problem: no device, kernel without RDMA, port not ACTIVE, no usable GID
+  4  cannot listen on the TCP address (in use, or not allowed)
+  5  timeout: --lifetime passed without a verified write (one-shot)";
+
+/// Register a buffer, let clients RDMA-Write into it, and verify what landed — with no CPU copy.
+///
+/// One-shot by default (the classic demo): the server exits 0 after the first verified write;
+/// failed or aborted clients are logged and the server keeps waiting. `--serve` keeps serving.
+#[derive(Debug, Parser)]
+#[command(version, about, after_help = EXIT_CODES_DOC)]
+pub struct Args {
+    /// TCP address for the connection-info handshake.
+    #[arg(long, short, default_value = "0.0.0.0:7471")]
+    pub listen: SocketAddr,
+
+    /// RDMA device to use (default: the first one; see `ibv_devices`).
+    #[arg(long, short)]
+    pub device: Option<String>,
+
+    /// Port number on the device.
+    #[arg(long, default_value_t = 1)]
+    pub port: u8,
+
+    /// GID table index (default: the port's RoCE v2 IPv4-mapped GID; see `ibv_devinfo -v`).
+    #[arg(long)]
+    pub gid_index: Option<u32>,
+
+    /// Size in bytes of the buffer registered for each client.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub buffer_size: u64,
+
+    /// Deadline (e.g. 10s, 500ms, 1m) for each phase of a session: hello after the banner, the rest of the
+    /// handshake, and the write itself.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+
+    /// One-shot mode: give up after this long (e.g. 5m) without a verified write (exit code 5).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub lifetime: Option<Duration>,
+
+    /// Keep serving clients until SIGINT/SIGTERM instead of exiting after the first verified write.
+    #[arg(long)]
+    pub serve: bool,
+
+    /// Most clients served at once; one more gets a `busy` error.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_clients: u32,
+
+    /// File holding the shared access token clients must present (or set RDMA_WRITE_TOKEN).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+
+    /// Only accept clients from this network (repeatable), e.g. 10.0.0.0/24.
+    #[arg(long = "allow", value_name = "CIDR")]
+    pub allow: Vec<IpNet>,
+
+    /// Wait for completions by busy polling or on a completion channel.
+    #[arg(long, default_value = "event", value_name = "poll|event")]
+    pub cq_mode: CqMode,
+
+    /// Print JSON Lines events (each with a `type` tag) instead of human text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Test hook: misconfigure on purpose (no-remote-write). Used by the end-to-end tests.
+    #[arg(long, hide = true)]
+    pub fault: Option<Fault>,
+}
+
+/// Deliberate misconfiguration for tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// Register the buffer and the QP without remote write access, as the seed did.
+    NoRemoteWrite,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_match_the_seed() {
+        let a = Args::try_parse_from(["rdma-server"]).unwrap();
+        assert_eq!(a.listen.port(), 7471);
+        assert_eq!(a.buffer_size, 64);
+        assert!(!a.serve);
+        assert_eq!(a.max_clients, 16);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(Args::try_parse_from(["rdma-server", "--buffer-size", "0"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--allow", "10.0.0.0/33"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--listen", "nowhere"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--max-clients", "0"]).is_err());
+    }
+}

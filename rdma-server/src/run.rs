@@ -1,0 +1,259 @@
+//! The server's lifecycle: open the device once, listen, admit clients, run each session on its
+//! own thread, stop on the first verified write (one-shot) or on SIGINT/SIGTERM (`--serve`).
+
+use crate::access;
+use crate::cli::Args;
+use crate::exit::ServerError;
+use crate::i18n::Lang;
+use crate::output::{Event, Output};
+use crate::session;
+use color_eyre::eyre::{Result, WrapErr as _};
+use rdma_core_rs::{Context, GidEntry, PortInfo};
+use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the accept loop looks at the stop flags.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Everything a session thread needs, shared read-only (plus counters and the stop flag).
+#[derive(Debug)]
+pub struct Shared {
+    pub ctx: Context,
+    pub port: PortInfo,
+    pub gid: GidEntry,
+    pub args: Args,
+    pub token: Option<String>,
+    pub out: Output,
+    pub lang: Lang,
+    /// Set when the server is stopping: sessions abort with `shutting_down`.
+    pub stopping: AtomicBool,
+    pub verified: AtomicU64,
+    active: AtomicUsize,
+    /// Clones of the live sessions' sockets, to unblock their reads on shutdown.
+    sockets: Mutex<HashMap<u64, TcpStream>>,
+}
+
+/// Runs the server until it is done; see the module docs.
+pub fn run(args: Args, out: Output) -> Result<()> {
+    let token = access::load_token(args.token_file.as_deref())?;
+    let ctx = Context::open(args.device.as_deref()).wrap_err("opening the RDMA device")?;
+    let port = ctx.require_active_port(args.port)?;
+    let gid = ctx.select_gid(&port, args.gid_index)?;
+
+    let listener = TcpListener::bind(args.listen).map_err(|source| ServerError::Listen {
+        addr: args.listen,
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .wrap_err("making the listener non-blocking")?;
+    let local_addr = listener.local_addr().unwrap_or(args.listen);
+
+    let signalled = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&signalled)).map_err(ServerError::Signals)?;
+    }
+
+    let shared = Arc::new(Shared {
+        ctx,
+        port,
+        gid,
+        token,
+        out,
+        lang: Lang::from_env(),
+        stopping: AtomicBool::new(false),
+        verified: AtomicU64::new(0),
+        active: AtomicUsize::new(0),
+        sockets: Mutex::new(HashMap::new()),
+        args,
+    });
+    let s = &shared;
+    let mode = if s.args.serve { "serve" } else { "oneshot" };
+    let auth = if s.token.is_some() { "token" } else { "none" };
+    s.out.emit(
+        &Event::Listening {
+            addr: local_addr.to_string(),
+            device: s.ctx.name(),
+            port: s.port.num,
+            gid_index: s.gid.index,
+            gid: s.gid.gid.to_string(),
+            mtu: s.port.active_mtu.bytes(),
+            buffer_size: s.args.buffer_size,
+            mode,
+            max_clients: s.args.max_clients,
+            auth,
+        },
+        || {
+            format!(
+                "listening on {local_addr} ({mode}); device {} port {} gid[{}] {}, MTU {}, {} byte buffer per client",
+                s.ctx.name(),
+                s.port.num,
+                s.gid.index,
+                s.gid.gid,
+                s.port.active_mtu.bytes(),
+                s.args.buffer_size
+            )
+        },
+    );
+
+    let started = Instant::now();
+    let mut next_id = 0u64;
+    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    let reason = loop {
+        if signalled.load(Ordering::Relaxed) {
+            break "signal";
+        }
+        if !s.args.serve && s.verified.load(Ordering::Acquire) > 0 {
+            break "verified";
+        }
+        if let Some(lifetime) = s.args.lifetime
+            && started.elapsed() >= lifetime
+        {
+            stop(s, threads);
+            return Err(ServerError::Lifetime(lifetime).into());
+        }
+        threads.retain(|t| !t.is_finished());
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                next_id += 1;
+                if let Some(t) = admit(s, stream, peer, next_id) {
+                    threads.push(t);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(TICK),
+            Err(e) => {
+                // E.g. EMFILE: keep serving the sessions we have, try again shortly.
+                tracing::warn!("accept failed: {e}");
+                std::thread::sleep(TICK * 5);
+            }
+        }
+    };
+    stop(s, threads);
+    s.out.emit(
+        &Event::Stopped {
+            reason,
+            sessions: next_id,
+            verified: s.verified.load(Ordering::Acquire),
+        },
+        || format!("stopped ({reason}) after {next_id} connection(s)"),
+    );
+    Ok(())
+}
+
+/// Checks a new connection against `--allow` and `--max-clients`, then starts its session.
+fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Option<JoinHandle<()>> {
+    let refusal = if !access::allowed(&s.args.allow, peer.ip()) {
+        Some((
+            ErrorCode::Forbidden,
+            format!("client address {} is not in the server's --allow list", peer.ip()),
+        ))
+    } else if s.active.load(Ordering::Acquire) >= s.args.max_clients as usize {
+        Some((
+            ErrorCode::Busy,
+            format!(
+                "the server is serving its maximum of {} clients; try again shortly",
+                s.args.max_clients
+            ),
+        ))
+    } else {
+        None
+    };
+    if let Some((code, message)) = refusal {
+        s.out.emit(
+            &Event::Refused {
+                peer: peer.to_string(),
+                code: code.as_str(),
+                message: &message,
+            },
+            || format!("refused {peer}: {message}"),
+        );
+        refuse(stream, code, message);
+        return None;
+    }
+
+    // The accepted socket may inherit non-blocking mode on some platforms: sessions block with deadlines.
+    if let Err(e) = stream.set_nonblocking(false) {
+        tracing::warn!("session {id}: {e}");
+        return None;
+    }
+    if let Ok(clone) = stream.try_clone()
+        && let Ok(mut map) = s.sockets.lock()
+    {
+        map.insert(id, clone);
+    }
+    s.active.fetch_add(1, Ordering::AcqRel);
+    let shared = Arc::clone(s);
+    let spawned = std::thread::Builder::new()
+        .name(format!("session-{id}"))
+        .spawn(move || {
+            let _guard = ActiveGuard {
+                shared: &shared,
+                id,
+            };
+            session::serve(&shared, stream, peer, id);
+        });
+    match spawned {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::error!("cannot start a thread for session {id}: {e}");
+            s.active.fetch_sub(1, Ordering::AcqRel);
+            None
+        }
+    }
+}
+
+/// Sends one error line to a client that is not admitted, then closes.
+fn refuse(mut stream: TcpStream, code: ErrorCode, message: String) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let line = ServerMessage::Error(ErrorMsg {
+        code,
+        message,
+        supported: None,
+    })
+    .to_line();
+    let _ = stream.write_all(line.as_bytes());
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Stops every live session (they answer `shutting_down`) and waits for their threads.
+fn stop(s: &Arc<Shared>, threads: Vec<JoinHandle<()>>) {
+    s.stopping.store(true, Ordering::Release);
+    if let Ok(map) = s.sockets.lock() {
+        for sock in map.values() {
+            // Unblocks a session waiting for the client's next line; the write half stays
+            // open so it can still say why.
+            let _ = sock.shutdown(Shutdown::Read);
+        }
+    }
+    let deadline = Instant::now() + s.args.timeout + Duration::from_secs(1);
+    for t in threads {
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(TICK);
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Keeps the active-session count and socket registry right however a session ends.
+struct ActiveGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.active.fetch_sub(1, Ordering::AcqRel);
+        if let Ok(mut map) = self.shared.sockets.lock() {
+            map.remove(&self.id);
+        }
+    }
+}
