@@ -101,7 +101,7 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
             missing.join(" ")
         );
     }
-    let installed = ensure(&groups)?;
+    let installed = install_missing(&groups)?;
     if installed.is_empty() {
         println!("deps: all {total} packages present ({names})");
     } else {
@@ -111,8 +111,13 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
 }
 
 /// Makes sure the packages of `groups` are installed, installing the missing ones when root
-/// with apt. Silent when everything is present. Returns what it installed.
-pub fn ensure(groups: &[Group]) -> Result<Vec<&'static str>> {
+/// with apt (otherwise fails with the exact command to run). Silent when all is present.
+pub fn ensure(groups: &[Group]) -> Result<()> {
+    install_missing(groups).map(|_| ())
+}
+
+/// [`ensure`], returning what it installed.
+pub fn install_missing(groups: &[Group]) -> Result<Vec<&'static str>> {
     if exec::which("dpkg-query").is_none() {
         // Not Debian: we cannot install, but we can check for the tools themselves.
         let tools: Vec<_> = groups
@@ -143,12 +148,15 @@ pub fn ensure(groups: &[Group]) -> Result<Vec<&'static str>> {
     eprintln!("deps: installing {list}");
     let sh = Shell::new()?;
     let _env = sh.push_env("DEBIAN_FRONTEND", "noninteractive");
-    exec::run_loud(cmd!(sh, "apt-get update -q"))?;
+    exec::run_loud(cmd!(sh, "apt-get update -q"), exec::INSTALL_TIMEOUT)?;
     let args = &missing;
-    exec::run_loud(cmd!(
-        sh,
-        "apt-get install -y -q --no-install-recommends {args...}"
-    ))?;
+    exec::run_loud(
+        cmd!(
+            sh,
+            "apt-get install -y -q --no-install-recommends {args...}"
+        ),
+        exec::INSTALL_TIMEOUT,
+    )?;
     let still = self::missing(groups)?;
     if !still.is_empty() {
         bail!(

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use color_eyre::eyre::{Result, WrapErr, bail, eyre};
-use xshell::Cmd;
+use xshell::{Cmd, Shell};
 
 static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
@@ -56,14 +56,33 @@ pub fn sleep(d: Duration) -> Result<()> {
     }
 }
 
-/// Runs a command quietly and returns its output, whatever the exit status.
-/// Fails (naming the command) only when it cannot be started.
+/// Deadline for ordinary helper commands (dpkg, depmod, cpio, rdma, ...).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Deadline for package installation.
+pub const INSTALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Runs a command quietly and returns its output, whatever the exit status. Fails (naming
+/// the command) when it cannot be started or does not finish within [`DEFAULT_TIMEOUT`].
 pub fn output(cmd: Cmd<'_>) -> Result<Output> {
+    output_with(cmd, None, DEFAULT_TIMEOUT)
+}
+
+/// [`output`] with bytes fed to stdin and an explicit deadline.
+pub fn output_with(cmd: Cmd<'_>, input: Option<Vec<u8>>, timeout: Duration) -> Result<Output> {
     let shown = cmd.to_string();
-    cmd.quiet()
-        .ignore_status()
-        .output()
-        .wrap_err_with(|| format!("could not start `{shown}` (is it installed and on PATH?)"))
+    let child = Captured::spawn_command(Command::from(cmd), shown.clone(), input)?;
+    let (status, timed_out, stdout, stderr, _) = child.finish_raw(Instant::now() + timeout)?;
+    match status {
+        Some(status) if !timed_out => Ok(Output {
+            status,
+            stdout,
+            stderr,
+        }),
+        _ => Err(eyre!(
+            "`{shown}` did not finish within {timeout:?} and was killed; stderr so far: {}",
+            tail(String::from_utf8_lossy(&stderr).trim(), 2000)
+        )),
+    }
 }
 
 /// Runs a command quietly; on a non-zero exit fails with what ran, its status and stderr.
@@ -75,25 +94,27 @@ pub fn run(cmd: Cmd<'_>) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Like [`run`] but returns stdout as bytes.
-pub fn run_bytes(cmd: Cmd<'_>) -> Result<Vec<u8>> {
+/// Like [`run`] but returns stdout as bytes, optionally feeding `input` to stdin.
+pub fn run_bytes(cmd: Cmd<'_>, input: Option<Vec<u8>>) -> Result<Vec<u8>> {
     let shown = cmd.to_string();
-    let out = output(cmd)?;
+    let out = output_with(cmd, input, DEFAULT_TIMEOUT)?;
     check_output(&shown, &out)?;
     Ok(out.stdout)
 }
 
-/// Runs a command with inherited stdout/stderr (for long, chatty steps like apt-get).
-pub fn run_loud(cmd: Cmd<'_>) -> Result<()> {
+/// Runs a command with inherited stdout/stderr (for long, chatty steps like apt-get),
+/// killed after `timeout`.
+pub fn run_loud(cmd: Cmd<'_>, timeout: Duration) -> Result<()> {
     let shown = cmd.to_string();
-    let status = Command::from(cmd)
+    let mut child = Command::from(cmd)
         .stdin(Stdio::null())
-        .status()
+        .spawn()
         .wrap_err_with(|| format!("could not start `{shown}` (is it installed and on PATH?)"))?;
-    if !status.success() {
-        bail!("`{shown}` failed ({status}); its output is above");
+    match wait_deadline(&mut child, Instant::now() + timeout, &shown)? {
+        (Some(status), _) if status.success() => Ok(()),
+        (Some(status), _) => bail!("`{shown}` failed ({status}); its output is above"),
+        (None, _) => bail!("`{shown}` did not finish within {timeout:?} and was killed"),
     }
-    Ok(())
 }
 
 /// Turns a failed [`Output`] into an error that names the command and quotes its stderr.
@@ -182,29 +203,36 @@ pub struct Finished {
 }
 
 impl Captured {
-    /// Spawns `argv` with piped stdout/stderr and null stdin.
+    /// Spawns `argv` (through xshell, no shell involved) with piped stdout/stderr and null stdin.
     pub fn spawn<S: AsRef<OsStr>>(argv: &[S]) -> Result<Self> {
         let (prog, args) = argv
             .split_first()
             .ok_or_else(|| eyre!("empty command line"))?;
-        let mut cmd = Command::new(prog);
-        cmd.args(args);
-        let shown = argv
-            .iter()
-            .map(|a| a.as_ref().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ");
-        Self::spawn_command(cmd, shown)
+        let sh = Shell::new()?;
+        let cmd = sh.cmd(prog.as_ref()).args(args);
+        let shown = cmd.to_string();
+        Self::spawn_command(Command::from(cmd), shown, None)
     }
 
-    /// Spawns an already-built command with piped stdout/stderr and null stdin.
-    pub fn spawn_command(mut cmd: Command, shown: String) -> Result<Self> {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+    /// Spawns an already-built command with piped stdout/stderr; stdin gets `input` (then
+    /// EOF) or is null.
+    pub fn spawn_command(mut cmd: Command, shown: String, input: Option<Vec<u8>>) -> Result<Self> {
+        cmd.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
             .wrap_err_with(|| format!("could not start `{shown}` (is it installed?)"))?;
+        if let (Some(mut stdin), Some(bytes)) = (child.stdin.take(), input) {
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let _ = stdin.write_all(&bytes);
+            });
+        }
         let stdout = child.stdout.take().map(drain);
         let stderr = child.stderr.take().map(drain);
         Ok(Self {
@@ -226,17 +254,27 @@ impl Captured {
     }
 
     /// Waits until it exits or `deadline` passes (then kills it). Ctrl-C kills it too and fails.
-    pub fn finish(mut self, deadline: Instant) -> Result<Finished> {
-        let (status, timed_out) = wait_deadline(&mut self.child, deadline, &self.shown)?;
-        let stdout = self.stdout.take().map(join_lossy).unwrap_or_default();
-        let stderr = self.stderr.take().map(join_lossy).unwrap_or_default();
+    pub fn finish(self, deadline: Instant) -> Result<Finished> {
+        let (status, timed_out, stdout, stderr, elapsed) = self.finish_raw(deadline)?;
         Ok(Finished {
             code: status.and_then(|s| s.code()),
             timed_out,
-            stdout,
-            stderr,
-            elapsed: self.started.elapsed(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            elapsed,
         })
+    }
+
+    /// [`finish`](Self::finish) with the raw status and bytes.
+    #[allow(clippy::type_complexity)]
+    pub fn finish_raw(
+        mut self,
+        deadline: Instant,
+    ) -> Result<(Option<ExitStatus>, bool, Vec<u8>, Vec<u8>, Duration)> {
+        let (status, timed_out) = wait_deadline(&mut self.child, deadline, &self.shown)?;
+        let stdout = self.stdout.take().map(join).unwrap_or_default();
+        let stderr = self.stderr.take().map(join).unwrap_or_default();
+        Ok((status, timed_out, stdout, stderr, self.started.elapsed()))
     }
 }
 
@@ -257,8 +295,8 @@ fn drain<R: Read + Send + 'static>(mut r: R) -> JoinHandle<Vec<u8>> {
     })
 }
 
-fn join_lossy(h: JoinHandle<Vec<u8>>) -> String {
-    String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned()
+fn join(h: JoinHandle<Vec<u8>>) -> Vec<u8> {
+    h.join().unwrap_or_default()
 }
 
 /// Waits for `child` until `deadline`; kills it when the deadline passes (returns `(None, true)`)
@@ -321,6 +359,27 @@ mod tests {
         assert!(f.timed_out);
         assert_eq!(f.code, None);
         assert!(f.elapsed < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn output_feeds_stdin_and_times_out() {
+        let sh = Shell::new().unwrap();
+        let out = run_bytes(xshell::cmd!(sh, "cat"), Some(b"hello".to_vec())).unwrap();
+        assert_eq!(out, b"hello");
+        let err = output_with(
+            xshell::cmd!(sh, "sleep 30"),
+            None,
+            Duration::from_millis(200),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("did not finish"), "{err}");
+        let err = run(xshell::cmd!(sh, "ls /no/such/dir"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`ls /no/such/dir` failed") && err.contains("No such file"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -59,6 +59,25 @@ pub fn links() -> Result<Vec<LinkInfo>> {
     Ok(parse_rdma_link(&exec::run(cmd!(sh, "rdma link show"))?))
 }
 
+/// Loads rdma_rxe (and crc32_generic, which 6.1's rxe needs but does not depend on) with
+/// modprobe unless it is already loaded or built in. A no-op where modules cannot be loaded
+/// (then `rdma link add` explains what is missing).
+pub fn load_module() -> Result<()> {
+    if std::path::Path::new("/sys/module/rdma_rxe").exists()
+        || !std::path::Path::new("/proc/modules").exists()
+    {
+        return Ok(());
+    }
+    let sh = Shell::new()?;
+    // crc32_generic may be built in or absent on newer kernels: best effort.
+    let _ = exec::output(cmd!(sh, "modprobe -q crc32_generic"));
+    exec::run(cmd!(sh, "modprobe rdma_rxe"))
+        .map(|_| ())
+        .map_err(|e| {
+            e.wrap_err("loading rdma_rxe failed; is the kernel built with CONFIG_RDMA_RXE?")
+        })
+}
+
 /// Turns the stderr of a failed `rdma link add` into advice.
 pub fn explain_add_failure(netdev: &str, stderr: &str) -> String {
     let mut msg = format!(
@@ -112,6 +131,7 @@ impl RxeLink {
             link.wait_active(deadline)?;
             return Ok(link);
         }
+        load_module()?;
         let sh = Shell::new()?;
         let out = exec::output(cmd!(sh, "rdma link add {name} type rxe netdev {netdev}"))?;
         if !out.status.success() {

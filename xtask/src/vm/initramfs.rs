@@ -163,11 +163,11 @@ pub fn ensure_initramfs(kernel: &Kernel, cache: &Path) -> Result<(PathBuf, bool)
         let src = mdir.join(rel);
         let name = module_name(rel);
         let bytes = if rel.ends_with(".ko.xz") {
-            exec::run_bytes(cmd!(sh, "xz -dc {src}"))?
+            exec::run_bytes(cmd!(sh, "xz -dc {src}"), None)?
         } else if rel.ends_with(".ko.zst") {
-            exec::run_bytes(cmd!(sh, "zstd -dcq {src}"))?
+            exec::run_bytes(cmd!(sh, "zstd -dcq {src}"), None)?
         } else if rel.ends_with(".ko.gz") {
-            exec::run_bytes(cmd!(sh, "gzip -dc {src}"))?
+            exec::run_bytes(cmd!(sh, "gzip -dc {src}"), None)?
         } else {
             std::fs::read(&src).wrap_err_with(|| format!("reading module {}", src.display()))?
         };
@@ -181,7 +181,10 @@ pub fn ensure_initramfs(kernel: &Kernel, cache: &Path) -> Result<(PathBuf, bool)
     collect_paths(root, root, &mut list)?;
     let sh_in = Shell::new()?;
     let _dir = sh_in.push_dir(root);
-    let archive = exec::run_bytes(cmd!(sh_in, "cpio --quiet -o -H newc -R 0:0").stdin(list))?;
+    let archive = exec::run_bytes(
+        cmd!(sh_in, "cpio --quiet -o -H newc -R 0:0"),
+        Some(list.into_bytes()),
+    )?;
     let tmp = out.with_extension("cpio.tmp");
     std::fs::write(&tmp, archive).wrap_err_with(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &out)?;

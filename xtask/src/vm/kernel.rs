@@ -206,7 +206,7 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
     }
     let mut command = std::process::Command::from(cmd!(sh, "apt-get download -q {pkg}"));
     command.current_dir(dir);
-    let child = exec::Captured::spawn_command(command, format!("apt-get download {pkg}"))?;
+    let child = exec::Captured::spawn_command(command, format!("apt-get download {pkg}"), None)?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(15 * 60);
     let mut child = Some(child);
