@@ -55,6 +55,7 @@ impl ServerPolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerEvent {
     /// A valid `hello` passed the checks: set up the QP and call [`ServerHandshake::accept`].
+    /// Its `token` is always `None` (removed once checked, so it cannot leak into logs).
     Hello(Hello),
     /// The client says the write is done (notify=tcp): check the buffer, call `result`.
     Written(Written),
@@ -181,8 +182,10 @@ impl ServerHandshake {
                 self.state = ServerState::Failed;
                 Ok(ServerEvent::PeerError(e))
             }
-            (ServerState::AwaitHello, ClientMessage::Hello(h)) => {
+            (ServerState::AwaitHello, ClientMessage::Hello(mut h)) => {
                 self.check_token(h.token.as_deref())?;
+                // The secret has done its job; keep it out of events, logs and `hello()`.
+                h.token = None;
                 if h.length > self.policy.max_len {
                     return Err(ProtoError::TooLong {
                         length: h.length,
