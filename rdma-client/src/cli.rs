@@ -1,9 +1,9 @@
 //! Command-line interface of `rdma-client`.
 
 use clap::{Parser, ValueEnum};
+use rdma_core_rs::CqMode;
 use rdma_proto::Notify;
 use std::path::PathBuf;
-use rdma_core_rs::CqMode;
 use std::time::Duration;
 
 pub const EXIT_CODES_DOC: &str = "\
@@ -28,7 +28,12 @@ pub struct Args {
     pub server: String,
 
     /// Text to write into the server's buffer.
-    #[arg(long, short, default_value = "Hello RDMA Write!", conflicts_with = "file")]
+    #[arg(
+        long,
+        short,
+        default_value = "Hello RDMA Write!",
+        conflicts_with = "file"
+    )]
     pub message: String,
 
     /// Write the contents of this file instead of --message.
@@ -59,6 +64,10 @@ pub struct Args {
     /// Deadline (e.g. 10s, 500ms, 1m) for each phase: connect, handshake, write completion, verdict.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+
+    /// Keep retrying a refused connection this long (e.g. 10s) while the server starts up.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub wait_for_server: Option<Duration>,
 
     /// Wait for write completions by busy polling (lowest latency) or on a completion channel.
     #[arg(long, default_value = "event", value_name = "poll|event")]

@@ -49,7 +49,9 @@ impl ExitKind {
 /// An error the client itself detects, outside the two libraries.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("could not reach the server at {addr}: {source}. Is `rdma-server` running there, and is TCP port {port} open?")]
+    #[error(
+        "could not reach the server at {addr}: {source}. Is `rdma-server` running there, and is TCP port {port} open?"
+    )]
     Connect {
         addr: String,
         port: u16,
@@ -142,7 +144,11 @@ mod tests {
         assert_eq!(codes.len(), all.len());
         for k in all {
             let line = format!("  {}  ", k.code());
-            assert!(crate::cli::EXIT_CODES_DOC.contains(&line), "exit code {} undocumented", k.code());
+            assert!(
+                crate::cli::EXIT_CODES_DOC.contains(&line),
+                "exit code {} undocumented",
+                k.code()
+            );
         }
     }
 
@@ -159,6 +165,9 @@ mod tests {
         assert_eq!(classify(&eyre!("something odd")), ExitKind::Internal);
         assert_eq!(from_code(ErrorCode::TooLong, true), ExitKind::Refused);
         assert_eq!(from_code(ErrorCode::BadJson, false), ExitKind::Protocol);
-        assert_eq!(from_code(ErrorCode::VerifyFailed, true), ExitKind::Unverified);
+        assert_eq!(
+            from_code(ErrorCode::VerifyFailed, true),
+            ExitKind::Unverified
+        );
     }
 }

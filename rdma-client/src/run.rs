@@ -13,7 +13,7 @@ use rdma_proto::{
     ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Work request id of our single write.
 const WRITE_WR_ID: u64 = 0x5752_4954; // "WRIT"
@@ -30,13 +30,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     let gid = ctx.select_gid(&port, args.gid_index)?;
 
     let addr = resolve(&args.server)?;
-    let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|source| {
-        ClientError::Connect {
-            addr: addr.to_string(),
-            port: addr.port(),
-            source,
-        }
-    })?;
+    let stream = connect(addr, timeout, args.wait_for_server)?;
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
     let mut hs = ClientHandshake::new(ClientRequest {
@@ -147,7 +141,9 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         _ => {}
     }
     let imm = match args.notify {
-        Notify::Imm => Some(u32::try_from(payload.len()).wrap_err("payload too large for an immediate")?),
+        Notify::Imm => {
+            Some(u32::try_from(payload.len()).wrap_err("payload too large for an immediate")?)
+        }
         Notify::Tcp => None,
     };
     let started = Instant::now();
@@ -156,7 +152,10 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         .poll(Instant::now() + timeout)
         .wrap_err("waiting for the RDMA Write to complete")?;
     if completion.wr_id != WRITE_WR_ID {
-        bail!("unexpected completion for work request {:#x}", completion.wr_id);
+        bail!(
+            "unexpected completion for work request {:#x}",
+            completion.wr_id
+        );
     }
     let micros = started.elapsed().as_micros();
     out.emit(
@@ -194,11 +193,39 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
                 outcome.length,
                 outcome.crc32c,
                 outcome.text,
-                if outcome.truncated { " (truncated)" } else { "" }
+                if outcome.truncated {
+                    " (truncated)"
+                } else {
+                    ""
+                }
             )
         },
     );
     Ok(())
+}
+
+/// Connects within `timeout`; a refused connection is retried until `wait` has passed.
+fn connect(addr: SocketAddr, timeout: Duration, wait: Option<Duration>) -> Result<TcpStream> {
+    let give_up = Instant::now() + wait.unwrap_or_default();
+    loop {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() < give_up =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(source) => {
+                return Err(ClientError::Connect {
+                    addr: addr.to_string(),
+                    port: addr.port(),
+                    source,
+                }
+                .into());
+            }
+        }
+    }
 }
 
 fn recv(conn: &mut LineConn<TcpStream>, deadline: Instant) -> Result<ServerMessage> {
@@ -272,6 +299,33 @@ mod tests {
         assert_eq!(resolve("::1").unwrap().port(), DEFAULT_PORT);
         assert_eq!(resolve("[::1]:9001").unwrap().port(), 9001);
         assert!(resolve("no such host.invalid:x").is_err());
+    }
+
+    #[test]
+    fn refused_connections_are_retried_until_the_wait_ends() {
+        // Grab a free port, then close it: connections to it are refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let t = Instant::now();
+        let err = connect(
+            addr,
+            Duration::from_secs(1),
+            Some(Duration::from_millis(300)),
+        )
+        .unwrap_err();
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        assert!(
+            err.to_string().contains("could not reach the server"),
+            "{err}"
+        );
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(connect(addr, Duration::from_secs(1), None).is_ok());
     }
 
     #[test]

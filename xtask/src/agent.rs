@@ -116,6 +116,21 @@ fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     }
 }
 
+/// Runs a plan's steps on this host, without node setup: the `rxe` and `hardware` backends,
+/// where the RDMA device already exists.
+pub fn run_local(plan: &Plan) -> PlanResult {
+    let started = Instant::now();
+    let mut result = PlanResult::default();
+    let outcome = run_steps(plan, &mut result);
+    if let Err(e) = &outcome {
+        result.error.get_or_insert_with(|| format!("{e:#}"));
+        result.diagnostics = Some(diagnostics());
+    }
+    result.ok = outcome.is_ok() && result.error.is_none();
+    result.elapsed_s = started.elapsed().as_secs_f64();
+    result
+}
+
 /// Brings the interface up with its address and creates the rxe device (kept until drop).
 fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Option<RxeLink>> {
     let iface = plan.node.iface.as_str();
@@ -228,6 +243,15 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
             continue;
         };
         let expect = step.map_or(0, |s| s.expect_exit);
+        let deadline = match step.and_then(|s| s.stop_when_file.as_deref()) {
+            Some(marker) => {
+                if wait_for_file(&sync.join(marker), deadline)? {
+                    child.terminate();
+                }
+                deadline.max(Instant::now() + Duration::from_secs(10))
+            }
+            None => deadline,
+        };
         let f = child.finish(deadline)?;
         fill(r, &f, expect);
         if r.ok {

@@ -244,6 +244,17 @@ impl Captured {
         })
     }
 
+    /// Asks it to stop (SIGTERM), as a service manager would.
+    pub fn terminate(&self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) with a pid we spawned and have not reaped yet, and a valid signal
+            // number; no memory is shared with the callee.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+    }
+
     /// Non-blocking: has it exited?
     pub fn exited(&mut self) -> Result<bool> {
         Ok(self

@@ -5,10 +5,12 @@
 mod agent;
 mod backend;
 mod deps;
+mod e2e;
 mod exec;
 mod plan;
 mod rxe;
 mod smoke;
+mod test;
 mod vm;
 
 use std::time::Duration;
@@ -25,6 +27,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// Install what is missing, build, bring up Soft-RoCE and RDMA-Write "Hello RDMA Write!".
+    E2e(e2e::E2eArgs),
+    /// The whole test suite, as CI runs it: fmt, clippy, unit tests, e2e in the guests.
+    Test(test::TestArgs),
     /// Check for / install the Debian packages the build, the run and the VM guests need.
     Deps(deps::DepsArgs),
     /// Print which RDMA backend this machine can use, and why.
@@ -91,6 +97,8 @@ fn main() -> Result<()> {
     exec::install_signal_handlers()?;
     let cli = Cli::parse();
     match &cli.cmd {
+        Cmd::E2e(a) => e2e::cmd(a),
+        Cmd::Test(a) => test::cmd(a),
         Cmd::Deps(a) => deps::cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),

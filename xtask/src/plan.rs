@@ -70,6 +70,11 @@ pub struct Step {
     /// (for background steps: when the plan collects it).
     #[serde(default)]
     pub create_file_when_done: Option<String>,
+    /// Background steps only: once this marker exists in the sync dir (waited for until the
+    /// step's deadline, when the plan collects the step), send SIGTERM and give it 10 s to exit.
+    /// For services that run until told to stop (`rdma-server --serve`).
+    #[serde(default)]
+    pub stop_when_file: Option<String>,
     /// Extra attempts after a failure (foreground steps only), e.g. a client whose server
     /// is not listening yet.
     #[serde(default)]
@@ -96,6 +101,7 @@ impl Step {
             wait_for_file: None,
             create_file_when_started: None,
             create_file_when_done: None,
+            stop_when_file: None,
             retries: 0,
             retry_delay_s: default_retry_delay(),
             expect_exit: 0,

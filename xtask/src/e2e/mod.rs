@@ -1,0 +1,547 @@
+//! `cargo xtask e2e`: build, bring up Soft-RoCE (real hardware, host rxe, or QEMU guests), run
+//! `rdma-server` and `rdma-client` through the scenarios, and judge them from their output.
+//!
+//! The same scenarios run on every backend: they become [`Plan`]s of steps. With two guests the
+//! servers run in guest A and the clients in guest B; with one node (a guest, or this host with
+//! rxe/hardware) both run side by side. A one-node guest runs `xtask e2e --backend rxe` itself,
+//! so the host-rxe backend is exercised in CI too.
+
+pub mod scenarios;
+
+use crate::agent;
+use crate::backend::{self, Backend, BackendChoice};
+use crate::deps::{self, Group};
+use crate::exec;
+use crate::plan::{GUEST_SYNC, Node, Plan, PlanResult, Step, StepResult};
+use crate::vm::{self, PlanGuest, VmOptions};
+use clap::Args;
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use scenarios::{ClientRun, Expect, Scenario};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use xshell::{Shell, cmd};
+
+const SERVER_IP: &str = "10.0.0.1";
+const CLIENT_IP: &str = "10.0.0.2";
+/// Marker the client guest leaves when all its steps ran.
+const CLIENTS_FINISHED: &str = "clients-finished";
+
+/// Arguments of `cargo xtask e2e`.
+#[derive(Debug, Clone, Args)]
+pub struct E2eArgs {
+    /// Where the RDMA comes from; `auto` picks and says why.
+    #[arg(long, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// VM backend: 2 = server in guest A, client in guest B; 1 = both in one guest.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub nodes: u8,
+    /// Run every scenario (default: the quick ones: the seed's write, human and --json).
+    #[arg(long)]
+    pub all: bool,
+    /// Run only these scenarios (repeatable); see `--list`.
+    #[arg(long = "scenario", value_name = "NAME")]
+    pub only: Vec<String>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Stream the guest consoles.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Keep the run directory (plans, results, console logs).
+    #[arg(long)]
+    pub keep: bool,
+    /// Do not build: use the binaries already in target/debug (used inside guests).
+    #[arg(long, hide = true)]
+    pub no_build: bool,
+}
+
+/// Entry point of `cargo xtask e2e`.
+pub fn cmd(args: &E2eArgs) -> Result<()> {
+    let selected = select(args)?;
+    if args.list {
+        for s in scenarios::all() {
+            println!(
+                "{:<20} {}{}",
+                s.name,
+                s.about,
+                if s.quick { " (quick)" } else { "" }
+            );
+        }
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let mut phases: Vec<(&str, Duration)> = Vec::new();
+    if !args.no_build {
+        deps::ensure(&[Group::Build, Group::Run])?;
+        let t = Instant::now();
+        build()?;
+        phases.push(("build", t.elapsed()));
+    }
+    let detection = backend::detect(args.backend)?;
+    println!("e2e: backend {detection}");
+    let bins = Bins::locate()?;
+    let payload = write_payload()?;
+
+    let verdicts = match &detection.backend {
+        Backend::Vm { .. } => {
+            deps::ensure(&[Group::Vm])?;
+            run_vm(args, &selected, &bins, &payload, &mut phases)?
+        }
+        Backend::Rxe { netdev, .. } => {
+            let t = Instant::now();
+            let _link = crate::rxe::RxeLink::create("rxe-e2e", netdev, Duration::from_secs(20))?;
+            phases.push(("rxe up", t.elapsed()));
+            run_local(&selected, &bins, &payload, &mut phases)?
+        }
+        Backend::Hardware { .. } => run_local(&selected, &bins, &payload, &mut phases)?,
+    };
+    phases.push(("total", t0.elapsed()));
+    report(&selected, &verdicts, &phases)
+}
+
+fn select(args: &E2eArgs) -> Result<Vec<Scenario>> {
+    let all = scenarios::all();
+    for name in &args.only {
+        if !all.iter().any(|s| s.name == name) {
+            let names: Vec<_> = all.iter().map(|s| s.name).collect();
+            bail!("no scenario `{name}`; known: {}", names.join(", "));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|s| {
+            if args.only.is_empty() {
+                args.all || s.quick
+            } else {
+                args.only.iter().any(|n| n == s.name)
+            }
+        })
+        .collect())
+}
+
+fn build() -> Result<()> {
+    let sh = Shell::new()?;
+    println!("e2e: building rdma-server and rdma-client");
+    exec::run_loud(
+        cmd!(
+            sh,
+            "cargo build --quiet --package rdma-server --package rdma-client"
+        ),
+        Duration::from_secs(1200),
+    )
+    .wrap_err("building the binaries")
+}
+
+/// Absolute paths of the binaries (valid in the guests too: they see the host's root).
+#[derive(Debug, Clone)]
+struct Bins {
+    server: String,
+    client: String,
+    xtask: String,
+}
+
+impl Bins {
+    fn locate() -> Result<Self> {
+        let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
+        let dir = xtask
+            .parent()
+            .ok_or_else(|| eyre!("xtask binary has no directory"))?;
+        let path = |name: &str| -> Result<String> {
+            let p = dir.join(name);
+            if !p.exists() {
+                bail!(
+                    "{} is missing: run `cargo build -p {name}` (or drop --no-build)",
+                    p.display()
+                );
+            }
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+        };
+        Ok(Self {
+            server: path("rdma-server")?,
+            client: path("rdma-client")?,
+            xtask: path("xtask")?,
+        })
+    }
+}
+
+/// The 1 MiB random payload, under target/ so that guests (which see the host root) read it too.
+fn write_payload() -> Result<PathBuf> {
+    let dir = vm::xtask_dir().join("e2e");
+    std::fs::create_dir_all(&dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(scenarios::ONE_MIB_FILE);
+    if std::fs::metadata(&path).map(|m| m.len()).ok() != Some(1 << 20) {
+        let mut bytes = vec![0u8; 1 << 20];
+        let mut urandom = std::fs::File::open("/dev/urandom")?;
+        std::io::Read::read_exact(&mut urandom, &mut bytes)?;
+        std::fs::write(&path, bytes).wrap_err_with(|| format!("writing {}", path.display()))?;
+    }
+    Ok(path)
+}
+
+/// argv with `env NAME=VALUE` in front when the run needs an environment.
+fn argv(
+    env: &[(&str, &str)],
+    program: &str,
+    args: impl IntoIterator<Item = String>,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    if !env.is_empty() {
+        v.push("env".to_owned());
+        v.extend(env.iter().map(|(k, val)| format!("{k}={val}")));
+    }
+    v.push(program.to_owned());
+    v.extend(args);
+    v
+}
+
+fn server_step_name(s: &Scenario) -> String {
+    format!("server:{}", s.name)
+}
+
+fn client_step_name(s: &Scenario, j: usize) -> String {
+    let label = s.clients.get(j).map_or("?", |c| c.label);
+    format!("client:{}:{j} ({label})", s.name)
+}
+
+/// The server steps (background, one port each) and the client steps (in order).
+fn steps(
+    selected: &[Scenario],
+    bins: &Bins,
+    payload: &Path,
+    server_ip: &str,
+) -> (Vec<Step>, Vec<Step>) {
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for (i, s) in selected.iter().enumerate() {
+        let port =
+            scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
+        let mut args = vec!["--listen".to_owned(), format!("0.0.0.0:{port}")];
+        args.extend(s.server_args.iter().cloned());
+        let mut server = Step::new(server_step_name(s), &[]);
+        server.argv = argv(&s.server_env, &bins.server, args);
+        server.background = true;
+        server.expect_exit = s.server_exit;
+        server.timeout_s = 120.0;
+        if s.server_args.iter().any(|a| a == "--serve") {
+            server.stop_when_file = Some(CLIENTS_FINISHED.to_owned());
+        }
+        servers.push(server);
+        for (j, c) in s.clients.iter().enumerate() {
+            clients.push(client_step(s, j, c, bins, payload, server_ip, port));
+        }
+    }
+    let mut done = Step::new("clients finished", &["true"]);
+    done.create_file_when_done = Some(CLIENTS_FINISHED.to_owned());
+    clients.push(done);
+    (servers, clients)
+}
+
+fn client_step(
+    s: &Scenario,
+    j: usize,
+    c: &ClientRun,
+    bins: &Bins,
+    payload: &Path,
+    ip: &str,
+    port: u16,
+) -> Step {
+    let payload = payload.display().to_string();
+    let mut args = vec![
+        format!("{ip}:{port}"),
+        "--wait-for-server".to_owned(),
+        "30s".to_owned(),
+    ];
+    args.extend(
+        c.args
+            .iter()
+            .map(|a| a.replace(scenarios::PAYLOAD, &payload)),
+    );
+    let mut step = Step::new(client_step_name(s, j), &[]);
+    step.argv = argv(&c.env, &bins.client, args);
+    step.expect_exit = c.exit;
+    step.timeout_s = 60.0;
+    // Keep going: every scenario is judged on its own, and the servers wait for the end marker.
+    step.allow_failure = true;
+    step
+}
+
+fn node(ip: &str, rxe: bool) -> Node {
+    Node {
+        ip: format!("{ip}/24"),
+        iface: "eth0".to_owned(),
+        rxe: rxe.then(|| "rxe0".to_owned()),
+    }
+}
+
+/// Where each process's result is found after the run.
+struct Verdicts {
+    results: Vec<StepResult>,
+    /// Problems outside any scenario (guest died, plan could not run).
+    problems: Vec<String>,
+    /// Output of a nested `xtask e2e` (one-node guest), shown as is.
+    nested: Option<String>,
+}
+
+fn run_vm(
+    args: &E2eArgs,
+    selected: &[Scenario],
+    bins: &Bins,
+    payload: &Path,
+    phases: &mut Vec<(&'static str, Duration)>,
+) -> Result<Verdicts> {
+    let opts = VmOptions {
+        verbose: args.verbose,
+        keep: args.keep,
+    };
+    let timeout = Duration::from_secs(240);
+    let guests = if args.nodes == 1 {
+        // One guest runs this very command with the rxe backend.
+        let mut nested = vec![
+            bins.xtask.clone(),
+            "e2e".into(),
+            "--backend".into(),
+            "rxe".into(),
+            "--no-build".into(),
+        ];
+        for s in selected {
+            nested.push("--scenario".into());
+            nested.push(s.name.to_owned());
+        }
+        let mut step = Step::new("nested e2e --backend rxe", &[]);
+        step.argv = nested;
+        step.timeout_s = 200.0;
+        vec![PlanGuest {
+            name: "A".into(),
+            plan: Plan {
+                node: node(SERVER_IP, false),
+                steps: vec![step],
+                sync_dir: GUEST_SYNC.into(),
+            },
+            mem_mb: 1024,
+            timeout,
+        }]
+    } else {
+        let (servers, clients) = steps(selected, bins, payload, SERVER_IP);
+        vec![
+            PlanGuest {
+                name: "A".into(),
+                plan: Plan {
+                    node: node(SERVER_IP, true),
+                    steps: servers,
+                    sync_dir: GUEST_SYNC.into(),
+                },
+                mem_mb: 1024,
+                timeout,
+            },
+            PlanGuest {
+                name: "B".into(),
+                plan: Plan {
+                    node: node(CLIENT_IP, true),
+                    steps: clients,
+                    sync_dir: GUEST_SYNC.into(),
+                },
+                mem_mb: 1024,
+                timeout,
+            },
+        ]
+    };
+    let run = vm::run_plans(&guests, &opts)?;
+    let p = &run.guests.prepared;
+    phases.push(("kernel", p.kernel_time));
+    phases.push(("initramfs", p.initramfs_time));
+    phases.push(("guests", run.guests.guests_time));
+    let mut verdicts = Verdicts {
+        results: Vec::new(),
+        problems: Vec::new(),
+        nested: None,
+    };
+    for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
+        match r {
+            Ok(r) => {
+                if args.nodes == 1 {
+                    verdicts.nested = r.steps.first().map(|s| format!("{}{}", s.stdout, s.stderr));
+                    if !r.ok {
+                        verdicts.problems.push(format!(
+                            "guest {}: {}",
+                            o.name,
+                            r.error.as_deref().unwrap_or("nested e2e failed")
+                        ));
+                    }
+                }
+                if let Some(e) = r.setup.iter().find(|s| !s.ok) {
+                    verdicts.problems.push(format!(
+                        "guest {} setup `{}` failed: {}{}",
+                        o.name,
+                        e.argv.join(" "),
+                        e.stderr,
+                        e.error.as_deref().unwrap_or("")
+                    ));
+                }
+                if !r.ok {
+                    if let Some(d) = &r.diagnostics {
+                        verdicts.problems.push(format!(
+                            "guest {} diagnostics:\n--- rdma link ---\n{}\n--- ibv_devinfo ---\n{}\n--- dmesg (rdma/rxe) ---\n{}\n--- console tail ---\n{}",
+                            o.name, d.rdma_link, exec::tail(&d.ibv_devinfo, 2000), d.dmesg, o.console_tail
+                        ));
+                    }
+                }
+                verdicts.results.extend(r.steps.iter().cloned());
+            }
+            Err(e) => verdicts.problems.push(e.clone()),
+        }
+    }
+    Ok(verdicts)
+}
+
+fn run_local(
+    selected: &[Scenario],
+    bins: &Bins,
+    payload: &Path,
+    phases: &mut Vec<(&'static str, Duration)>,
+) -> Result<Verdicts> {
+    let sync = tempfile::Builder::new().prefix("rdma-e2e-sync").tempdir()?;
+    let (mut steps, clients) = steps(selected, bins, payload, "127.0.0.1");
+    steps.extend(clients);
+    let plan = Plan {
+        node: node("127.0.0.1", false),
+        steps,
+        sync_dir: sync.path().display().to_string(),
+    };
+    let t = Instant::now();
+    let result: PlanResult = agent::run_local(&plan);
+    phases.push(("scenarios", t.elapsed()));
+    let mut problems = Vec::new();
+    if let Some(d) = &result.diagnostics {
+        if !result.ok {
+            problems.push(format!(
+                "diagnostics:\n--- rdma link ---\n{}\n--- dmesg (rdma/rxe) ---\n{}",
+                d.rdma_link, d.dmesg
+            ));
+        }
+    }
+    Ok(Verdicts {
+        results: result.steps,
+        problems,
+        nested: None,
+    })
+}
+
+/// Judges every scenario, prints the table and the seed's proof, fails if anything failed.
+fn report(selected: &[Scenario], v: &Verdicts, phases: &[(&str, Duration)]) -> Result<()> {
+    if let Some(nested) = &v.nested {
+        println!(
+            "--- e2e inside the guest (backend rxe) ---\n{}",
+            nested.trim_end()
+        );
+        println!("--- end of the guest's e2e ---");
+    }
+    let mut failed = 0usize;
+    let judged = v.nested.is_none();
+    if judged {
+        for s in selected {
+            let failures = judge(s, &v.results);
+            let status = if failures.is_empty() { "PASS" } else { "FAIL" };
+            println!("{status}  {:<20} {}", s.name, s.about);
+            if s.name == "seed" && failures.is_empty() {
+                if let Some(server) = v.results.iter().find(|r| r.name == server_step_name(s)) {
+                    for line in server.stdout.lines().filter(|l| {
+                        l.starts_with("received message:") || l.starts_with("verified:")
+                    }) {
+                        println!("      server: {line}");
+                    }
+                }
+            }
+            for f in &failures {
+                println!("      - {f}");
+            }
+            if !failures.is_empty() {
+                failed += 1;
+                print_outputs(s, &v.results);
+            }
+        }
+    }
+    for p in &v.problems {
+        println!("problem: {p}");
+    }
+    let timings: Vec<String> = phases
+        .iter()
+        .map(|(n, d)| format!("{n} {:.1} s", d.as_secs_f64()))
+        .collect();
+    println!("timings: {}", timings.join(", "));
+    if failed > 0 || !v.problems.is_empty() {
+        bail!(
+            "e2e FAILED: {failed} of {} scenario(s) failed{}",
+            selected.len(),
+            if v.problems.is_empty() {
+                ""
+            } else {
+                ", plus the problems above"
+            }
+        );
+    }
+    if judged {
+        println!(
+            "e2e PASS: {} scenario(s), every write verified as expected",
+            selected.len()
+        );
+    }
+    Ok(())
+}
+
+/// What went wrong in one scenario (empty = pass).
+fn judge(s: &Scenario, results: &[StepResult]) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut judge_one = |name: String, exit: i32, expect: &[Expect]| match results
+        .iter()
+        .find(|r| r.name == name)
+    {
+        None => failures.push(format!("{name}: never ran")),
+        Some(r) => {
+            if r.timed_out {
+                failures.push(format!("{name}: killed at its deadline"));
+            } else if r.exit_code != Some(exit) {
+                failures.push(format!(
+                    "{name}: exit {:?}, expected {exit}{}",
+                    r.exit_code,
+                    r.error
+                        .as_deref()
+                        .map(|e| format!(" ({e})"))
+                        .unwrap_or_default()
+                ));
+            }
+            failures.extend(
+                scenarios::check(expect, &r.stdout, &r.stderr)
+                    .into_iter()
+                    .map(|f| format!("{name}: {f}")),
+            );
+        }
+    };
+    judge_one(server_step_name(s), s.server_exit, &s.server_expect);
+    for (j, c) in s.clients.iter().enumerate() {
+        judge_one(client_step_name(s, j), c.exit, &c.expect);
+    }
+    failures
+}
+
+fn print_outputs(s: &Scenario, results: &[StepResult]) {
+    let names: Vec<String> = std::iter::once(server_step_name(s))
+        .chain((0..s.clients.len()).map(|j| client_step_name(s, j)))
+        .collect();
+    for r in results.iter().filter(|r| names.contains(&r.name)) {
+        println!("      --- {} ({}) ---", r.name, r.argv.join(" "));
+        for (label, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
+            if !text.trim().is_empty() {
+                println!("      {label}:\n{}", indent(&exec::tail(text, 3000)));
+            }
+        }
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("        {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

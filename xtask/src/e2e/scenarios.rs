@@ -1,0 +1,385 @@
+//! The end-to-end scenarios: what each server and client is asked to do, and what must be seen.
+//!
+//! A scenario is one `rdma-server` process (its own TCP port) and a sequence of `rdma-client`
+//! runs against it. Every scenario that feeds the server bad input ends with a well-behaved
+//! client that must still be verified: that is how "the server survives" is proven, and it is
+//! also what lets a one-shot server exit 0 on its own.
+//!
+//! Verdicts are read from the binaries' `--json` events (JSON Lines with a `type` tag), plus
+//! the human lines for the scenario that shows the seed's output.
+
+use serde_json::Value;
+
+/// The message the seed writes.
+pub const SEED_MESSAGE: &str = "Hello RDMA Write!";
+/// First TCP port used by scenario servers; scenario `i` listens on `BASE_PORT + i`.
+pub const BASE_PORT: u16 = 7471;
+/// Payload file for the 1 MiB scenario, created in the sync directory by the host.
+pub const ONE_MIB_FILE: &str = "payload-1mib.bin";
+/// Placeholder in client argv for the 1 MiB payload file.
+pub const PAYLOAD: &str = "{payload}";
+
+/// A check on the lines a process printed.
+#[derive(Debug, Clone)]
+pub enum Expect {
+    /// A line of stdout contains this text.
+    StdoutHas(&'static str),
+    /// stderr contains this text (the human error report).
+    StderrHas(&'static str),
+    /// A JSON event with this `type` exists and has these fields (values compared as JSON).
+    Event(&'static str, Vec<(&'static str, Value)>),
+}
+
+/// One client run.
+#[derive(Debug, Clone)]
+pub struct ClientRun {
+    pub label: &'static str,
+    /// Extra arguments after `SERVER:PORT`.
+    pub args: Vec<String>,
+    /// Environment for the client (`env NAME=VALUE ...`).
+    pub env: Vec<(&'static str, &'static str)>,
+    pub exit: i32,
+    pub expect: Vec<Expect>,
+}
+
+/// One server and its clients.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub server_args: Vec<String>,
+    pub server_env: Vec<(&'static str, &'static str)>,
+    pub server_exit: i32,
+    pub server_expect: Vec<Expect>,
+    pub clients: Vec<ClientRun>,
+    /// Part of the quick `cargo xtask e2e` run (the rest runs in `cargo xtask test`).
+    pub quick: bool,
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// A client that writes `message` (JSON mode) and must be verified.
+fn good_client(label: &'static str, message: &'static str, extra: &[&str]) -> ClientRun {
+    let mut args = strings(&["--json", "--message", message]);
+    args.extend(strings(extra));
+    ClientRun {
+        label,
+        args,
+        env: vec![],
+        exit: 0,
+        expect: vec![
+            Expect::Event("qp_ready", vec![]),
+            Expect::Event("written", vec![("length", Value::from(message.len()))]),
+            Expect::Event(
+                "verified",
+                vec![
+                    ("verified", Value::Bool(true)),
+                    ("text", Value::from(message)),
+                ],
+            ),
+        ],
+    }
+}
+
+/// The server verified exactly `message`.
+fn server_verified(message: &'static str) -> Expect {
+    Expect::Event(
+        "verified",
+        vec![
+            ("verified", Value::Bool(true)),
+            ("text", Value::from(message)),
+        ],
+    )
+}
+
+/// A client that must fail with `exit` and a JSON error whose message mentions `needle`.
+fn failing_client(
+    label: &'static str,
+    exit: i32,
+    args: &[&str],
+    needle: &'static str,
+) -> ClientRun {
+    let mut all = strings(&["--json"]);
+    all.extend(strings(args));
+    ClientRun {
+        label,
+        args: all,
+        env: vec![],
+        exit,
+        expect: vec![
+            Expect::Event("error", vec![("exit_code", Value::from(exit))]),
+            Expect::StderrHas(needle),
+        ],
+    }
+}
+
+/// Every scenario, in run order.
+pub fn all() -> Vec<Scenario> {
+    let exact64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let over64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdefX";
+    vec![
+        Scenario {
+            name: "seed",
+            about: "the seed's demo with human output: the server prints what landed in its memory",
+            server_args: vec![],
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![
+                Expect::StdoutHas("received message: Hello RDMA Write!"),
+                Expect::StdoutHas("verified: RDMA Write data landed in server memory"),
+            ],
+            clients: vec![ClientRun {
+                label: "seed client",
+                args: vec![],
+                env: vec![],
+                exit: 0,
+                expect: vec![Expect::StdoutHas("server verified 17 bytes")],
+            }],
+            quick: true,
+        },
+        Scenario {
+            name: "seed-json",
+            about: "the same write, checked through both sides' --json events",
+            server_args: strings(&["--json"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![
+                Expect::Event("listening", vec![]),
+                Expect::Event("qp_ready", vec![("notify", Value::from("imm"))]),
+                server_verified(SEED_MESSAGE),
+            ],
+            clients: vec![good_client("client", SEED_MESSAGE, &[])],
+            quick: true,
+        },
+        Scenario {
+            name: "notify-tcp",
+            about: "plain RDMA Write, then a `written` notice over TCP",
+            server_args: strings(&["--json"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![
+                Expect::Event("written", vec![("notify", Value::from("tcp"))]),
+                server_verified(SEED_MESSAGE),
+            ],
+            clients: vec![good_client("client", SEED_MESSAGE, &["--notify", "tcp"])],
+            quick: false,
+        },
+        Scenario {
+            name: "cq-poll",
+            about: "busy-polling completion queues on both sides",
+            server_args: strings(&["--json", "--cq-mode", "poll"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![server_verified(SEED_MESSAGE)],
+            clients: vec![good_client("client", SEED_MESSAGE, &["--cq-mode", "poll"])],
+            quick: false,
+        },
+        Scenario {
+            name: "one-mib",
+            about: "a 1 MiB payload into a 1 MiB buffer",
+            server_args: strings(&["--json", "--buffer-size", "1048576"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![Expect::Event(
+                "verified",
+                vec![
+                    ("verified", Value::Bool(true)),
+                    ("length", Value::from(1_048_576)),
+                    ("truncated", Value::Bool(true)),
+                ],
+            )],
+            clients: vec![ClientRun {
+                label: "1 MiB client",
+                args: strings(&["--json", "--file", "{payload}"]),
+                env: vec![],
+                exit: 0,
+                expect: vec![Expect::Event(
+                    "verified",
+                    vec![
+                        ("verified", Value::Bool(true)),
+                        ("length", Value::from(1_048_576)),
+                    ],
+                )],
+            }],
+            quick: false,
+        },
+        Scenario {
+            name: "exact-fit",
+            about: "a payload that exactly fills the 64-byte buffer",
+            server_args: strings(&["--json"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![server_verified(exact64)],
+            clients: vec![good_client("64 bytes", exact64, &[])],
+            quick: false,
+        },
+        Scenario {
+            name: "one-byte-too-many",
+            about: "65 bytes for a 64-byte buffer: refused before any RDMA, server keeps waiting",
+            server_args: strings(&["--json"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![
+                Expect::Event("error", vec![("code", Value::from("too_long"))]),
+                server_verified(SEED_MESSAGE),
+            ],
+            clients: vec![
+                failing_client("65 bytes", 7, &["--message", over64], "too_long"),
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            quick: false,
+        },
+        Scenario {
+            name: "wrong-rkey",
+            about: "a write with a corrupted rkey: remote access error on the client, server unharmed",
+            server_args: strings(&["--json"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![
+                Expect::Event("error", vec![]),
+                server_verified(SEED_MESSAGE),
+            ],
+            clients: vec![
+                failing_client("wrong rkey", 8, &["--fault", "wrong-rkey"], "remote access"),
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            quick: false,
+        },
+        Scenario {
+            name: "out-of-bounds",
+            about: "a write aimed past the end of the buffer: refused by the server's NIC",
+            server_args: strings(&["--json"]),
+            server_env: vec![],
+            server_exit: 0,
+            server_expect: vec![server_verified(SEED_MESSAGE)],
+            clients: vec![
+                failing_client(
+                    "past the end",
+                    8,
+                    &["--fault", "out-of-bounds"],
+                    "remote access",
+                ),
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            quick: false,
+        },
+        Scenario {
+            name: "broken-server",
+            about: "a server that registers without remote write (the seed's bug) fails readably",
+            server_args: strings(&["--json", "--fault", "no-remote-write", "--lifetime", "20s"]),
+            server_env: vec![],
+            server_exit: 5,
+            server_expect: vec![Expect::Event(
+                "error",
+                vec![("code", Value::from("write_failed"))],
+            )],
+            clients: vec![failing_client(
+                "client",
+                8,
+                &["--message", SEED_MESSAGE],
+                "remote",
+            )],
+            quick: false,
+        },
+        Scenario {
+            name: "zh",
+            about: "with a zh locale the server prints the seed's own two lines",
+            server_args: vec![],
+            server_env: vec![("LANG", "zh_CN.UTF-8")],
+            server_exit: 0,
+            server_expect: vec![
+                Expect::StdoutHas("服务端收到消息: Hello RDMA Write!"),
+                Expect::StdoutHas("验证通过：RDMA Write数据已写入服务端内存"),
+            ],
+            clients: vec![ClientRun {
+                label: "client",
+                args: vec![],
+                env: vec![],
+                exit: 0,
+                expect: vec![],
+            }],
+            quick: false,
+        },
+    ]
+}
+
+/// Checks `expect` against what a process printed; returns the failures, human-readable.
+pub fn check(expect: &[Expect], stdout: &str, stderr: &str) -> Vec<String> {
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("type").is_some())
+        .collect();
+    let mut failures = Vec::new();
+    for e in expect {
+        match e {
+            Expect::StdoutHas(text) => {
+                if !stdout.lines().any(|l| l.contains(text)) {
+                    failures.push(format!("stdout lacks {text:?}"));
+                }
+            }
+            Expect::StderrHas(text) => {
+                if !stderr.to_lowercase().contains(&text.to_lowercase()) {
+                    failures.push(format!("stderr lacks {text:?}"));
+                }
+            }
+            Expect::Event(kind, fields) => {
+                let found = events.iter().any(|ev| {
+                    ev.get("type").and_then(Value::as_str) == Some(kind)
+                        && fields.iter().all(|(k, want)| ev.get(*k) == Some(want))
+                });
+                if !found {
+                    let fields: Vec<String> =
+                        fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    failures.push(format!("no `{kind}` event with [{}]", fields.join(", ")));
+                }
+            }
+        }
+    }
+    failures
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_fail_when_output_lacks_what_is_expected() {
+        let expect = vec![
+            Expect::StdoutHas("received message: hi"),
+            Expect::Event("verified", vec![("verified", Value::Bool(true))]),
+        ];
+        let good = "received message: hi\n{\"type\":\"verified\",\"verified\":true}\n";
+        assert!(check(&expect, good, "").is_empty());
+        let bad = "{\"type\":\"verified\",\"verified\":false}\n";
+        let failures = check(&expect, bad, "");
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        assert!(
+            check(
+                &[Expect::StderrHas("Remote Access")],
+                "",
+                "remote access error"
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn scenarios_are_well_formed() {
+        let all = all();
+        let mut names: Vec<_> = all.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len(), "scenario names must be unique");
+        assert!(all.iter().any(|s| s.quick));
+        for s in &all {
+            assert!(!s.clients.is_empty(), "{} has no client", s.name);
+            // A server that must exit 0 needs a last client that gets verified.
+            if s.server_exit == 0 {
+                assert_eq!(s.clients.last().map(|c| c.exit), Some(0), "{}", s.name);
+            }
+        }
+    }
+}

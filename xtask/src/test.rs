@@ -1,0 +1,89 @@
+//! `cargo xtask test`: the whole suite, exactly what CI runs (`.ci/run`).
+//!
+//! fmt check, clippy with `-D warnings`, every workspace test, then the end-to-end scenarios in
+//! the guests: all of them across two guests, and the quick ones in one guest through the
+//! host-rxe backend (`xtask e2e --backend rxe` runs inside it).
+
+use crate::deps::{self, Group};
+use crate::e2e::{self, E2eArgs};
+use crate::exec;
+use clap::Args;
+use color_eyre::eyre::{Result, WrapErr as _};
+use std::time::{Duration, Instant};
+use xshell::{Shell, cmd};
+
+/// Arguments of `cargo xtask test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Skip the end-to-end runs (static checks and unit tests only).
+    #[arg(long)]
+    pub no_e2e: bool,
+    /// Stream the guest consoles.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+/// Entry point.
+pub fn cmd(args: &TestArgs) -> Result<()> {
+    deps::ensure(&[Group::Build, Group::Run, Group::Vm])?;
+    let sh = Shell::new()?;
+    let mut phases: Vec<(&str, Duration)> = Vec::new();
+    let mut phase = |name: &'static str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+        println!("==> {name}");
+        let t = Instant::now();
+        let r = f().wrap_err_with(|| format!("`cargo xtask test` failed at: {name}"));
+        phases.push((name, t.elapsed()));
+        r
+    };
+    phase("fmt", &mut || {
+        exec::run_loud(
+            cmd!(sh, "cargo fmt --all -- --check"),
+            Duration::from_secs(120),
+        )
+        .wrap_err("run `cargo fmt --all` to fix")
+    })?;
+    phase("clippy", &mut || {
+        exec::run_loud(
+            cmd!(
+                sh,
+                "cargo clippy --workspace --all-targets --quiet -- -D warnings"
+            ),
+            Duration::from_secs(1500),
+        )
+    })?;
+    phase("unit and integration tests", &mut || {
+        exec::run_loud(
+            cmd!(sh, "cargo test --workspace --quiet"),
+            Duration::from_secs(1500),
+        )
+    })?;
+    if !args.no_e2e {
+        let base = E2eArgs {
+            backend: crate::backend::BackendChoice::Auto,
+            nodes: 2,
+            all: true,
+            only: Vec::new(),
+            list: false,
+            verbose: args.verbose,
+            keep: false,
+            no_build: false,
+        };
+        phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
+        let one = E2eArgs {
+            nodes: 1,
+            all: false,
+            no_build: true,
+            ..base.clone()
+        };
+        phase(
+            "e2e: quick scenarios, one node (host-rxe backend inside the guest)",
+            &mut || e2e::cmd(&one),
+        )?;
+    }
+    let summary: Vec<String> = phases
+        .iter()
+        .map(|(n, d)| format!("{n}: {:.0} s", d.as_secs_f64()))
+        .collect();
+    println!("test: all green ({})", summary.join("; "));
+    Ok(())
+}
