@@ -102,10 +102,9 @@ fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     match setup_node(plan, result) {
         Ok(rxe) => {
             let out = run_steps(plan, result);
-            if out.is_err() {
-                // While the rxe device still exists.
-                result.diagnostics = Some(diagnostics());
-            }
+            // Always, and while the rxe device still exists: steps may be allowed to fail,
+            // and whoever judges them later needs the device's state too.
+            result.diagnostics = Some(diagnostics());
             drop(rxe);
             out
         }
@@ -124,8 +123,8 @@ pub fn run_local(plan: &Plan) -> PlanResult {
     let outcome = run_steps(plan, &mut result);
     if let Err(e) = &outcome {
         result.error.get_or_insert_with(|| format!("{e:#}"));
-        result.diagnostics = Some(diagnostics());
     }
+    result.diagnostics = Some(diagnostics());
     result.ok = outcome.is_ok() && result.error.is_none();
     result.elapsed_s = started.elapsed().as_secs_f64();
     result

@@ -280,6 +280,8 @@ struct Verdicts {
     results: Vec<StepResult>,
     /// Problems outside any scenario (guest died, plan could not run).
     problems: Vec<String>,
+    /// Device state from each node (rdma link, ibv_devinfo, dmesg), shown when something failed.
+    diagnostics: Vec<String>,
     /// Output of a nested `xtask e2e` (one-node guest), shown as is.
     nested: Option<String>,
 }
@@ -355,6 +357,7 @@ fn run_vm(
     let mut verdicts = Verdicts {
         results: Vec::new(),
         problems: Vec::new(),
+        diagnostics: Vec::new(),
         nested: None,
     };
     for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
@@ -379,9 +382,9 @@ fn run_vm(
                         e.error.as_deref().unwrap_or("")
                     ));
                 }
-                if !r.ok {
-                    if let Some(d) = &r.diagnostics {
-                        verdicts.problems.push(format!(
+                if let Some(d) = &r.diagnostics {
+                    {
+                        verdicts.diagnostics.push(format!(
                             "guest {} diagnostics:\n--- rdma link ---\n{}\n--- ibv_devinfo ---\n{}\n--- dmesg (rdma/rxe) ---\n{}\n--- console tail ---\n{}",
                             o.name, d.rdma_link, exec::tail(&d.ibv_devinfo, 2000), d.dmesg, o.console_tail
                         ));
@@ -412,18 +415,21 @@ fn run_local(
     let t = Instant::now();
     let result: PlanResult = agent::run_local(&plan);
     phases.push(("scenarios", t.elapsed()));
-    let mut problems = Vec::new();
-    if let Some(d) = &result.diagnostics {
-        if !result.ok {
-            problems.push(format!(
+    let diagnostics = result
+        .diagnostics
+        .iter()
+        .map(|d| {
+            format!(
                 "diagnostics:\n--- rdma link ---\n{}\n--- dmesg (rdma/rxe) ---\n{}",
                 d.rdma_link, d.dmesg
-            ));
-        }
-    }
+            )
+        })
+        .collect();
+    let problems = result.error.iter().map(|e| format!("plan: {e}")).collect();
     Ok(Verdicts {
         results: result.steps,
         problems,
+        diagnostics,
         nested: None,
     })
 }
@@ -464,6 +470,11 @@ fn report(selected: &[Scenario], v: &Verdicts, phases: &[(&str, Duration)]) -> R
     }
     for p in &v.problems {
         println!("problem: {p}");
+    }
+    if failed > 0 || !v.problems.is_empty() {
+        for d in &v.diagnostics {
+            println!("{d}");
+        }
     }
     let timings: Vec<String> = phases
         .iter()
@@ -544,4 +555,81 @@ fn indent(text: &str) -> String {
         .map(|l| format!("        {l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(name: String, exit: Option<i32>, stdout: &str) -> StepResult {
+        StepResult {
+            name,
+            exit_code: exit,
+            stdout: stdout.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_scenario_fails_on_wrong_exit_missing_output_or_missing_step() {
+        let seed = scenarios::all()
+            .into_iter()
+            .find(|s| s.name == "seed-json")
+            .unwrap();
+        let server_ok = "{\"type\":\"listening\"}\n{\"type\":\"qp_ready\",\"notify\":\"imm\"}\n{\"type\":\"verified\",\"verified\":true,\"text\":\"Hello RDMA Write!\"}\n";
+        let client_ok = "{\"type\":\"qp_ready\"}\n{\"type\":\"written\",\"length\":17}\n{\"type\":\"verified\",\"verified\":true,\"text\":\"Hello RDMA Write!\"}\n";
+        let good = vec![
+            result(server_step_name(&seed), Some(0), server_ok),
+            result(client_step_name(&seed, 0), Some(0), client_ok),
+        ];
+        assert!(judge(&seed, &good).is_empty(), "{:?}", judge(&seed, &good));
+
+        let mut wrong_exit = good.clone();
+        wrong_exit[1].exit_code = Some(8);
+        assert_eq!(judge(&seed, &wrong_exit).len(), 1);
+
+        let mut unverified = good.clone();
+        unverified[0].stdout = server_ok.replace("\"verified\":true", "\"verified\":false");
+        assert_eq!(judge(&seed, &unverified).len(), 1);
+
+        let missing = vec![good[0].clone()];
+        assert!(judge(&seed, &missing)[0].contains("never ran"));
+
+        let mut killed = good;
+        killed[0].timed_out = true;
+        assert!(judge(&seed, &killed)[0].contains("deadline"));
+    }
+
+    #[test]
+    fn steps_put_each_server_on_its_own_port_and_clients_in_order() {
+        let bins = Bins {
+            server: "/bin/rdma-server".into(),
+            client: "/bin/rdma-client".into(),
+            xtask: "/bin/xtask".into(),
+        };
+        let all = scenarios::all();
+        let (servers, clients) = steps(&all, &bins, Path::new("/p.bin"), "10.0.0.1");
+        assert_eq!(servers.len(), all.len());
+        assert!(servers.iter().all(|s| s.background));
+        let ports: std::collections::HashSet<_> = servers
+            .iter()
+            .map(|s| {
+                s.argv
+                    .iter()
+                    .position(|a| a == "--listen")
+                    .map(|i| s.argv[i + 1].clone())
+            })
+            .collect();
+        assert_eq!(ports.len(), all.len());
+        assert_eq!(
+            clients
+                .last()
+                .and_then(|c| c.create_file_when_done.clone())
+                .as_deref(),
+            Some(CLIENTS_FINISHED)
+        );
+        let zh = servers.iter().find(|s| s.name == "server:zh").unwrap();
+        assert_eq!(&zh.argv[..2], ["env", "LANG=zh_CN.UTF-8"]);
+        assert!(clients.iter().any(|c| c.argv.iter().any(|a| a == "/p.bin")));
+    }
 }
