@@ -10,14 +10,20 @@ pub const TOKEN_ENV: &str = "RDMA_WRITE_TOKEN";
 /// A problem with the access-control configuration (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
-    #[error("cannot read the token file {path}: {source}. Create it with e.g. `head -c 32 /dev/urandom | base64 > {path}`")]
+    #[error(
+        "cannot read the token file {path}: {source}. Create it with e.g. `head -c 32 /dev/urandom | base64 > {path}`"
+    )]
     TokenFile {
         path: String,
         source: std::io::Error,
     },
-    #[error("the access token from {0} is empty: put at least 16 characters in it, or drop the option to serve without a token")]
+    #[error(
+        "the access token from {0} is empty: put at least 16 characters in it, or drop the option to serve without a token"
+    )]
     EmptyToken(String),
-    #[error("the access token from {from} is not valid UTF-8 text: use printable characters (base64 is fine)")]
+    #[error(
+        "the access token from {from} is not valid UTF-8 text: use printable characters (base64 is fine)"
+    )]
     TokenNotText { from: String },
 }
 
@@ -36,7 +42,8 @@ pub fn load_token(file: Option<&Path>) -> Result<Option<String>, AccessError> {
             None => return Ok(None),
         },
     };
-    let text = String::from_utf8(raw).map_err(|_| AccessError::TokenNotText { from: from.clone() })?;
+    let text =
+        String::from_utf8(raw).map_err(|_| AccessError::TokenNotText { from: from.clone() })?;
     let token = text.trim_end_matches(['\r', '\n']).to_owned();
     if token.is_empty() {
         return Err(AccessError::EmptyToken(from));
@@ -70,7 +77,10 @@ mod tests {
     fn token_file_is_trimmed_and_checked() {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         writeln!(f, "s3cret-token-0123").unwrap();
-        assert_eq!(load_token(Some(f.path())).unwrap().as_deref(), Some("s3cret-token-0123"));
+        assert_eq!(
+            load_token(Some(f.path())).unwrap().as_deref(),
+            Some("s3cret-token-0123")
+        );
 
         let empty = tempfile::NamedTempFile::new().unwrap();
         let err = load_token(Some(empty.path())).unwrap_err();

@@ -2,9 +2,9 @@
 
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
+use rdma_core_rs::CqMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use rdma_core_rs::CqMode;
 use std::time::Duration;
 
 pub const EXIT_CODES_DOC: &str = "\

@@ -6,7 +6,9 @@ use rdma_core_rs::ErrorKind as VerbsKind;
 /// Errors that end the server (session errors never do).
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot listen on {addr}: {source}. Is another rdma-server running there? Pick another --listen address")]
+    #[error(
+        "cannot listen on {addr}: {source}. Is another rdma-server running there? Pick another --listen address"
+    )]
     Listen {
         addr: std::net::SocketAddr,
         source: std::io::Error,
@@ -60,7 +62,9 @@ mod tests {
                 ("timeout", 5),
             ),
             (
-                classify(&color_eyre::Report::new(AccessError::EmptyToken("f".into()))),
+                classify(&color_eyre::Report::new(AccessError::EmptyToken(
+                    "f".into(),
+                ))),
                 ("usage", 2),
             ),
             (classify(&color_eyre::eyre::eyre!("odd")), ("internal", 1)),

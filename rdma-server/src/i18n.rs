@@ -48,8 +48,14 @@ mod tests {
     fn chinese_locales_get_the_seed_lines() {
         let zh = Lang::from_locale(Some("zh_CN.UTF-8"));
         assert_eq!(zh, Lang::Zh);
-        assert_eq!(zh.received("Hello RDMA Write!"), "服务端收到消息: Hello RDMA Write!");
-        assert_eq!(zh.verified(17, 1), "验证通过：RDMA Write数据已写入服务端内存");
+        assert_eq!(
+            zh.received("Hello RDMA Write!"),
+            "服务端收到消息: Hello RDMA Write!"
+        );
+        assert_eq!(
+            zh.verified(17, 1),
+            "验证通过：RDMA Write数据已写入服务端内存"
+        );
         let en = Lang::from_locale(Some("C.UTF-8"));
         assert_eq!(en.received("hi"), "received message: hi");
         assert!(en.verified(17, 0xabcd).contains("17 bytes"));

@@ -151,7 +151,10 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
     let refusal = if !access::allowed(&s.args.allow, peer.ip()) {
         Some((
             ErrorCode::Forbidden,
-            format!("client address {} is not in the server's --allow list", peer.ip()),
+            format!(
+                "client address {} is not in the server's --allow list",
+                peer.ip()
+            ),
         ))
     } else if s.active.load(Ordering::Acquire) >= s.args.max_clients as usize {
         Some((

@@ -56,7 +56,10 @@ impl From<FrameError> for Failure {
             FrameError::LineTooLong { .. } => ErrorCode::LineTooLong,
             _ => ErrorCode::Internal,
         };
-        let tell_peer = matches!(e, FrameError::Timeout { .. } | FrameError::LineTooLong { .. });
+        let tell_peer = matches!(
+            e,
+            FrameError::Timeout { .. } | FrameError::LineTooLong { .. }
+        );
         Failure {
             code,
             message: format!("connection: {e}"),
@@ -148,7 +151,10 @@ fn session(
         Ok(ServerEvent::Hello(hello)) => hello,
         Ok(ServerEvent::PeerError(e)) => return Err(peer_gave_up(&e)),
         Ok(ServerEvent::Written(_)) => {
-            return Err(Failure::new(ErrorCode::UnexpectedMessage, "`written` before `hello`"));
+            return Err(Failure::new(
+                ErrorCode::UnexpectedMessage,
+                "`written` before `hello`",
+            ));
         }
         Err(e) => {
             // The state machine wrote the error line for us: send it, then stop.
@@ -159,13 +165,22 @@ fn session(
     };
 
     // A fresh PD, MR (fresh rkey) and QP for this client only; all released when this returns.
-    let rdma = |e: rdma_core_rs::Error| Failure::new(ErrorCode::RdmaSetup, format!("server-side RDMA setup failed: {e}"));
+    let rdma = |e: rdma_core_rs::Error| {
+        Failure::new(
+            ErrorCode::RdmaSetup,
+            format!("server-side RDMA setup failed: {e}"),
+        )
+    };
     let (mr_access, qp_access) = if s.args.fault == Some(Fault::NoRemoteWrite) {
         (Access::LOCAL_WRITE, Access::NONE)
     } else {
-        (Access::LOCAL_WRITE | Access::REMOTE_WRITE, Access::REMOTE_WRITE)
+        (
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            Access::REMOTE_WRITE,
+        )
     };
-    let len = usize::try_from(s.args.buffer_size).map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
+    let len = usize::try_from(s.args.buffer_size)
+        .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
     let pd = s.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd.register(len, mr_access).map_err(rdma)?;
     let cq = s.ctx.create_cq(4, s.args.cq_mode).map_err(rdma)?;
@@ -248,7 +263,10 @@ fn session(
                 Ok(ServerEvent::Written(w)) => (None, Some(w)),
                 Ok(ServerEvent::PeerError(e)) => return Err(peer_gave_up(&e)),
                 Ok(ServerEvent::Hello(_)) => {
-                    return Err(Failure::new(ErrorCode::UnexpectedMessage, "a second `hello`"));
+                    return Err(Failure::new(
+                        ErrorCode::UnexpectedMessage,
+                        "a second `hello`",
+                    ));
                 }
                 Err(e) => {
                     let msg = hs.fail(&e);
@@ -264,11 +282,18 @@ fn session(
             length: hello.length,
             notify,
         },
-        || format!("[{id}] write complete ({} bytes, notify {notify})", hello.length),
+        || {
+            format!(
+                "[{id}] write complete ({} bytes, notify {notify})",
+                hello.length
+            )
+        },
     );
 
     // The NIC wrote these bytes; the CPU only reads them to prove it.
-    let length = usize::try_from(hello.length).unwrap_or(usize::MAX).min(mr.len());
+    let length = usize::try_from(hello.length)
+        .unwrap_or(usize::MAX)
+        .min(mr.len());
     let outcome: Outcome = hs.verify(&mr.as_slice()[..length], imm, written.as_ref());
     if outcome.verified {
         s.verified.fetch_add(1, Ordering::AcqRel);
@@ -310,7 +335,10 @@ fn wait_for_completion(
             }
         }
         if s.stopping.load(Ordering::Acquire) {
-            return Err(Failure::new(ErrorCode::ShuttingDown, "the server is shutting down"));
+            return Err(Failure::new(
+                ErrorCode::ShuttingDown,
+                "the server is shutting down",
+            ));
         }
         if let Some(f) = peer_state(conn) {
             return Err(f);
@@ -328,15 +356,26 @@ fn peer_state(conn: &mut LineConn<TcpStream>) -> Option<Failure> {
     let peeked = sock.peek(&mut byte);
     let _ = sock.set_nonblocking(false);
     match peeked {
-        Ok(0) => Some(Failure::new(ErrorCode::Internal, "the client closed the connection before writing").silent()),
+        Ok(0) => Some(
+            Failure::new(
+                ErrorCode::Internal,
+                "the client closed the connection before writing",
+            )
+            .silent(),
+        ),
         Ok(_) => {
             // The client said something while it should be writing: most likely an error.
-            let line = conn.read_line(Instant::now() + Duration::from_secs(1)).ok()?;
+            let line = conn
+                .read_line(Instant::now() + Duration::from_secs(1))
+                .ok()?;
             match ClientMessage::parse(&line) {
                 Ok(ClientMessage::Error(e)) => Some(peer_gave_up(&e)),
                 Ok(other) => Some(Failure::new(
                     ErrorCode::UnexpectedMessage,
-                    format!("`{}` while the server waits for the RDMA Write", other.kind()),
+                    format!(
+                        "`{}` while the server waits for the RDMA Write",
+                        other.kind()
+                    ),
                 )),
                 Err(e) => Some(Failure::from(e)),
             }
