@@ -293,6 +293,8 @@ fn select_cases(requested: &[Case], cfg: &Config) -> Result<Vec<Case>> {
 }
 
 fn print_verdict(v: &Verdict, json: bool) {
+    // One line per case, whatever the server sent.
+    let seen = v.seen.replace(['\n', '\r'], " ");
     if json {
         println!(
             "{}",
@@ -300,7 +302,7 @@ fn print_verdict(v: &Verdict, json: bool) {
                 "type": "case",
                 "case": v.case.name(),
                 "pass": v.pass,
-                "seen": v.seen,
+                "seen": seen,
                 "ms": v.elapsed.as_millis() as u64,
             })
         );
@@ -310,7 +312,7 @@ fn print_verdict(v: &Verdict, json: bool) {
             if v.pass { "PASS" } else { "FAIL" },
             v.case.name(),
             v.elapsed.as_millis(),
-            v.seen
+            seen
         );
     }
 }
@@ -622,13 +624,13 @@ impl Cx<'_> {
         drop(a);
         drop(b);
         let (_c, kc) = self.open_session("tcp")?;
-        let keys = [ka, kb, kc];
+        let keys = [ka, kb, kc].map(|k| format!("{k:#x}")).join(", ");
         if ka == kb || ka == kc || kb == kc {
             return Err(format!(
-                "an rkey was handed out twice: {keys:#x?} (two live sessions, then one after they closed)"
+                "an rkey was handed out twice: [{keys}] (two live sessions, then one after they closed)"
             ));
         }
-        Ok(format!("three sessions, three rkeys {keys:#x?}"))
+        Ok(format!("three sessions, three rkeys [{keys}]"))
     }
 
     fn token_case(&mut self, tok: Tok) -> CaseResult {
@@ -664,7 +666,10 @@ impl Cx<'_> {
             // Never the final newline.
             let body = line.get(..line.len().saturating_sub(1)).unwrap_or(&[]);
             let mut i = 0usize;
-            if c.stream.set_write_timeout(Some(Duration::from_secs(1))).is_err() {
+            if c.stream
+                .set_write_timeout(Some(Duration::from_secs(1)))
+                .is_err()
+            {
                 return Err("cannot set a write timeout".to_owned());
             }
             loop {
@@ -909,20 +914,15 @@ fn judge(expect: &Expect, got: &Got) -> Result<String, String> {
                     "error `{c}` without a `message` text: {}",
                     got.describe()
                 )),
-                _ => Err(format!(
-                    "expected error `{code}`, got {}",
-                    got.describe()
-                )),
+                _ => Err(format!("expected error `{code}`, got {}", got.describe())),
             }
         }
-        (Expect::Error { code, .. }, other) => Err(format!(
-            "expected error `{code}`, got {}",
-            other.describe()
-        )),
-        (Expect::Close, Got::Eof | Got::Reset) => Ok(format!(
-            "closed without a reply ({})",
-            got.describe()
-        )),
+        (Expect::Error { code, .. }, other) => {
+            Err(format!("expected error `{code}`, got {}", other.describe()))
+        }
+        (Expect::Close, Got::Eof | Got::Reset) => {
+            Ok(format!("closed without a reply ({})", got.describe()))
+        }
         (Expect::Close, other) => Err(format!(
             "expected a close without a reply, got {}",
             other.describe()
@@ -933,7 +933,10 @@ fn judge(expect: &Expect, got: &Got) -> Result<String, String> {
 /// Checks a banner: right type and version, speaks v1, says whether a token is needed.
 fn check_banner(v: &Value, token_required: bool) -> Result<(), String> {
     if v.get("type") != Some(&json!("banner")) {
-        return Err(format!("expected a banner, got {}", shorten(&v.to_string(), 300)));
+        return Err(format!(
+            "expected a banner, got {}",
+            shorten(&v.to_string(), 300)
+        ));
     }
     let speaks_v1 = v
         .get("versions")
@@ -986,7 +989,9 @@ fn check_accept(got: &Got, length: u64, buffer_size: u64) -> Result<u32, String>
         ));
     }
     if buf_len < length {
-        return Err(format!("accept offers {buf_len} bytes for a {length}-byte hello"));
+        return Err(format!(
+            "accept offers {buf_len} bytes for a {length}-byte hello"
+        ));
     }
     Ok(rkey)
 }
@@ -1004,8 +1009,12 @@ fn secrets_in(v: &Value) -> Vec<&'static str> {
 fn parse_server_line(bytes: &[u8]) -> Result<Value, String> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| format!("server sent a line that is not UTF-8 ({e})"))?;
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| format!("server sent a line that is not JSON ({e}): {}", shorten(text, 200)))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "server sent a line that is not JSON ({e}): {}",
+            shorten(text, 200)
+        )
+    })?;
     if !v.is_object() || !v.get("type").is_some_and(Value::is_string) {
         return Err(format!(
             "server sent a line that is not a typed object: {}",
@@ -1013,7 +1022,10 @@ fn parse_server_line(bytes: &[u8]) -> Result<Value, String> {
         ));
     }
     if v.get("v") != Some(&json!(1)) {
-        return Err(format!("server line without `v: 1`: {}", shorten(text, 200)));
+        return Err(format!(
+            "server line without `v: 1`: {}",
+            shorten(text, 200)
+        ));
     }
     Ok(v)
 }
@@ -1235,5 +1247,378 @@ impl SplitMix64 {
             let r = self.next().to_le_bytes();
             chunk.copy_from_slice(&r[..chunk.len()]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_proto::{
+        DEFAULT_MAX_LINE, ErrorCode, ErrorMsg, FrameError, LineConn, QpEndpoint, ServerEvent,
+        ServerHandshake, ServerMessage, ServerPolicy,
+    };
+    use std::net::{Ipv4Addr, TcpListener};
+    use std::sync::atomic::{AtomicU32, AtomicUsize};
+
+    /// How the fake server behaves: the reference state machine, no RDMA.
+    #[derive(Debug, Clone, Copy)]
+    struct Fake {
+        timeout: Duration,
+        max_clients: usize,
+        forbid: bool,
+        leak_in_banner: bool,
+        same_rkey: bool,
+        token: Option<&'static str>,
+    }
+
+    impl Default for Fake {
+        fn default() -> Self {
+            Self {
+                timeout: Duration::from_millis(800),
+                max_clients: 64,
+                forbid: false,
+                leak_in_banner: false,
+                same_rkey: false,
+                token: None,
+            }
+        }
+    }
+
+    fn refuse(mut s: TcpStream, code: ErrorCode) {
+        let line = ServerMessage::Error(ErrorMsg {
+            code,
+            message: "refused by the fake".to_owned(),
+            supported: None,
+        })
+        .to_line();
+        let _ = s.write_all(line.as_bytes());
+        let _ = s.shutdown(Shutdown::Both);
+    }
+
+    /// A multi-client fake of rdma-server's session flow on 127.0.0.1.
+    fn fake_server(f: Fake) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let active = Arc::new(AtomicUsize::new(0));
+        let rkeys = Arc::new(AtomicU32::new(0x1000));
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                if f.forbid {
+                    refuse(s, ErrorCode::Forbidden);
+                    continue;
+                }
+                if active.load(Ordering::Acquire) >= f.max_clients {
+                    refuse(s, ErrorCode::Busy);
+                    continue;
+                }
+                active.fetch_add(1, Ordering::AcqRel);
+                let (active, rkeys) = (Arc::clone(&active), Arc::clone(&rkeys));
+                std::thread::spawn(move || {
+                    fake_session(s, f, &rkeys);
+                    active.fetch_sub(1, Ordering::AcqRel);
+                });
+            }
+        });
+        addr
+    }
+
+    fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
+        let soon = || Instant::now() + Duration::from_secs(1);
+        let mut conn = LineConn::new(s, DEFAULT_MAX_LINE);
+        let mut hs = ServerHandshake::new(ServerPolicy {
+            max_len: 64,
+            token: f.token.map(str::to_owned),
+            program_version: "0".to_owned(),
+            features: ServerPolicy::default_features(),
+        });
+        let mut banner = hs.banner().unwrap().to_line();
+        if f.leak_in_banner {
+            banner = banner.replacen("\"v\":1", "\"v\":1,\"rkey\":4660", 1);
+        }
+        if conn.send_line(&banner, soon()).is_err() {
+            return;
+        }
+        loop {
+            let line = match conn.read_line(Instant::now() + f.timeout) {
+                Ok(l) => l,
+                Err(e @ (FrameError::Timeout { .. } | FrameError::LineTooLong { .. })) => {
+                    let _ =
+                        conn.send_line(&ServerMessage::Error(e.to_error_msg()).to_line(), soon());
+                    return;
+                }
+                Err(_) => return,
+            };
+            let reply = match hs.on_line(&line) {
+                Ok(ServerEvent::Hello(_)) => {
+                    let rkey = if f.same_rkey {
+                        0x1000
+                    } else {
+                        rkeys.fetch_add(1, Ordering::AcqRel)
+                    };
+                    let ep = QpEndpoint {
+                        qpn: 0x12,
+                        psn: 0x5678,
+                        gid: rdma_proto::Gid::from(Ipv4Addr::LOCALHOST.to_ipv6_mapped()),
+                        lid: 0,
+                        mtu: 1024,
+                    };
+                    match hs.accept(ep, 0x7f00_dead_b000, rkey, 64) {
+                        Ok(a) => a,
+                        Err(e) => hs.fail(&e),
+                    }
+                }
+                Ok(ServerEvent::PeerError(_)) => return,
+                Ok(ServerEvent::Written(_)) => ServerMessage::Error(ErrorMsg {
+                    code: ErrorCode::UnexpectedMessage,
+                    message: "`written` before `hello`".to_owned(),
+                    supported: None,
+                }),
+                Err(e) => hs.fail(&e),
+            };
+            let last = matches!(reply, ServerMessage::Error(_));
+            if conn.send_line(&reply.to_line(), soon()).is_err() || last {
+                return;
+            }
+        }
+    }
+
+    fn config(server: SocketAddr, f: &Fake) -> Arc<Config> {
+        Arc::new(Config {
+            server,
+            buffer_size: 64,
+            server_timeout: f.timeout,
+            token: f.token.map(str::to_owned),
+            max_clients: (f.max_clients < 64).then_some(f.max_clients as u32),
+            expect_forbidden: f.forbid,
+            gid: "::ffff:10.0.0.2".to_owned(),
+            reply: Duration::from_secs(3),
+            seed: 7,
+        })
+    }
+
+    fn run_all(f: Fake) -> Vec<Verdict> {
+        let cfg = config(fake_server(f), &f);
+        let cases = select_cases(&[], &cfg).unwrap();
+        cases
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| run_case(&cfg, c, i as u64))
+            .collect()
+    }
+
+    fn failed(vs: &[Verdict]) -> Vec<String> {
+        vs.iter()
+            .filter(|v| !v.pass)
+            .map(|v| format!("{}: {}", v.case.name(), v.seen))
+            .collect()
+    }
+
+    #[test]
+    fn a_correct_server_passes_every_case() {
+        let vs = run_all(Fake::default());
+        for v in &vs {
+            print_verdict(v, false);
+        }
+        assert!(vs.len() >= 20, "{} cases", vs.len());
+        assert_eq!(failed(&vs), Vec::<String>::new());
+    }
+
+    #[test]
+    fn token_and_busy_cases_pass_against_a_correct_server() {
+        let f = Fake {
+            token: Some("s3cret-token-0123"),
+            max_clients: 3,
+            ..Fake::default()
+        };
+        let cfg = config(fake_server(f), &f);
+        for (i, case) in [
+            Case::WrongToken,
+            Case::MissingToken,
+            Case::Busy,
+            Case::DuplicateHello,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let v = run_case(&cfg, case, i as u64);
+            assert!(v.pass, "{}: {}", case.name(), v.seen);
+        }
+    }
+
+    #[test]
+    fn forbidden_config_runs_only_forbidden_and_passes() {
+        let f = Fake {
+            forbid: true,
+            ..Fake::default()
+        };
+        let vs = run_all(f);
+        assert_eq!(vs.len(), 1);
+        assert_eq!(vs[0].case, Case::Forbidden);
+        assert!(vs[0].pass, "{}", vs[0].seen);
+    }
+
+    #[test]
+    fn a_leaking_banner_fails() {
+        let f = Fake {
+            leak_in_banner: true,
+            ..Fake::default()
+        };
+        let cfg = config(fake_server(f), &f);
+        let v = run_case(&cfg, Case::BadJson, 0);
+        assert!(!v.pass);
+        assert!(v.seen.contains("SECRET LEAK"), "{}", v.seen);
+    }
+
+    #[test]
+    fn a_reused_rkey_fails() {
+        let f = Fake {
+            same_rkey: true,
+            ..Fake::default()
+        };
+        let cfg = config(fake_server(f), &f);
+        let v = run_case(&cfg, Case::FreshRkey, 0);
+        assert!(!v.pass);
+        assert!(v.seen.contains("twice"), "{}", v.seen);
+    }
+
+    #[test]
+    fn wrong_expectations_fail() {
+        let f = Fake::default();
+        let addr = fake_server(f);
+        // The harness claims a longer timeout than the server has: `timeout` comes too early.
+        let mut cfg = Config {
+            server_timeout: Duration::from_secs(3),
+            ..Arc::try_unwrap(config(addr, &f)).unwrap()
+        };
+        let v = run_case(&Arc::new(cfg), Case::SlowLoris, 0);
+        assert!(
+            !v.pass && v.seen.contains("before the server's --timeout"),
+            "{}",
+            v.seen
+        );
+        // The harness claims a token is required: the banner says otherwise.
+        cfg = Config {
+            token: Some("x".to_owned()),
+            ..Arc::try_unwrap(config(addr, &f)).unwrap()
+        };
+        let v = run_case(&Arc::new(cfg), Case::BadJson, 0);
+        assert!(!v.pass && v.seen.contains("auth"), "{}", v.seen);
+        // Busy with a wrong --max-clients: the extra connection is admitted.
+        cfg = Config {
+            max_clients: Some(2),
+            ..Arc::try_unwrap(config(addr, &f)).unwrap()
+        };
+        let v = run_case(&Arc::new(cfg), Case::Busy, 0);
+        assert!(
+            !v.pass && v.seen.contains("expected error `busy`"),
+            "{}",
+            v.seen
+        );
+    }
+
+    #[test]
+    fn nothing_listening_fails_the_case() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let f = Fake::default();
+        let v = run_case(&config(port, &f), Case::BadJson, 0);
+        assert!(!v.pass && v.seen.contains("cannot connect"), "{}", v.seen);
+    }
+
+    #[test]
+    fn judge_matches_codes_messages_and_closes() {
+        let err = |code: &str, msg: &str| {
+            Got::Line(json!({"type": "error", "v": 1, "code": code, "message": msg}))
+        };
+        let e = |code| Expect::Error {
+            code,
+            mentions: None,
+        };
+        assert!(judge(&e("bad_json"), &err("bad_json", "bad JSON")).is_ok());
+        assert!(judge(&e("bad_json"), &err("bad_utf8", "x")).is_err());
+        assert!(judge(&e("bad_json"), &err("bad_json", "")).is_err());
+        assert!(judge(&e("bad_json"), &Got::Eof).is_err());
+        assert!(judge(&e("bad_json"), &Got::Timeout).is_err());
+        let banner = Got::Line(json!({"type": "banner", "v": 1}));
+        assert!(judge(&e("bad_json"), &banner).is_err());
+        let m = Expect::Error {
+            code: "invalid_field",
+            mentions: Some("qpn"),
+        };
+        assert!(judge(&m, &err("invalid_field", "field `qpn` of `hello`")).is_ok());
+        assert!(judge(&m, &err("invalid_field", "field `psn`")).is_err());
+        assert!(judge(&Expect::Close, &Got::Eof).is_ok());
+        assert!(judge(&Expect::Close, &Got::Reset).is_ok());
+        assert!(judge(&Expect::Close, &err("internal", "x")).is_err());
+        assert!(judge(&Expect::Close, &Got::Timeout).is_err());
+    }
+
+    #[test]
+    fn server_lines_are_parsed_strictly_and_checked_for_secrets() {
+        assert!(parse_server_line(b"{\"type\":\"banner\",\"v\":1}").is_ok());
+        assert!(parse_server_line(b"{\"type\":\"banner\",\"v\":2}").is_err());
+        assert!(parse_server_line(b"[1]").is_err());
+        assert!(parse_server_line(b"{\"v\":1}").is_err());
+        assert!(parse_server_line(b"\xff").is_err());
+        let v = json!({"type": "error", "v": 1, "rkey": 1, "qpn": 2});
+        assert_eq!(secrets_in(&v), vec!["rkey", "qpn"]);
+        assert!(secrets_in(&json!({"type": "banner", "message": "rkey addr qpn"})).is_empty());
+    }
+
+    #[test]
+    fn banners_and_accepts_are_checked() {
+        let b = json!({"type": "banner", "v": 1, "versions": [1], "features": [], "auth": "none"});
+        assert!(check_banner(&b, false).is_ok());
+        assert!(check_banner(&b, true).is_err());
+        let b2 = json!({"type": "banner", "v": 1, "versions": [2], "auth": "none"});
+        assert!(check_banner(&b2, false).is_err());
+        let acc = |addr: u64, buf: u64| {
+            Got::Line(
+                json!({"type": "accept", "v": 1, "qpn": 18, "psn": 5, "gid": "::1",
+                "lid": 0, "mtu": 1024, "addr": addr, "rkey": 77, "buf_len": buf}),
+            )
+        };
+        assert_eq!(check_accept(&acc(0x7f00_0000_1000, 64), 17, 64), Ok(77));
+        assert!(check_accept(&acc(0, 64), 17, 64).is_err());
+        assert!(check_accept(&acc(1, 32), 17, 64).is_err());
+        assert!(check_accept(&Got::Eof, 17, 64).is_err());
+    }
+
+    #[test]
+    fn case_selection_follows_the_configuration() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let plain = config(addr, &Fake::default());
+        let all = select_cases(&[], &plain).unwrap();
+        for c in [
+            Case::Forbidden,
+            Case::Busy,
+            Case::WrongToken,
+            Case::MissingToken,
+        ] {
+            assert!(!all.contains(&c), "{}", c.name());
+        }
+        assert!(select_cases(&[Case::Busy], &plain).is_err());
+        assert_eq!(
+            select_cases(&[Case::BadJson, Case::TooLong], &plain).unwrap(),
+            vec![Case::BadJson, Case::TooLong]
+        );
+        assert_eq!(Case::LineTooLong.name(), "line_too_long");
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(gid_for("10.0.0.2".parse().unwrap()), "::ffff:10.0.0.2");
+        assert_eq!(gid_for("127.0.0.1".parse().unwrap()), "::ffff:10.0.0.2");
+        assert_eq!(gid_for("fe80::1".parse().unwrap()), "fe80::1");
+        assert_eq!(shorten("héllo", 2), "h…");
+        let mut r = SplitMix64::new(1);
+        assert!((0..1000).all(|_| r.below(10) < 10));
+        assert_eq!(r.below(0), 0);
+        let mut b = [0u8; 13];
+        r.fill(&mut b);
+        assert!(b.iter().any(|&x| x != 0));
     }
 }
