@@ -38,6 +38,7 @@ impl Group {
                 "ibverbs-utils",
                 "ibverbs-providers",
                 "perftest",
+                "valgrind",
             ],
             Group::Vm => &["qemu-system-x86", "busybox-static", "kmod", "cpio"],
         }
@@ -55,6 +56,7 @@ impl Group {
                 ("rdma", "iproute2"),
                 ("ibv_devinfo", "ibverbs-utils"),
                 ("ib_write_bw", "perftest"),
+                ("valgrind", "valgrind"),
             ],
             Group::Vm => &[
                 ("qemu-system-x86_64", "qemu-system-x86"),

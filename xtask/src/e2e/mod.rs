@@ -16,8 +16,8 @@ use crate::plan::{GUEST_SYNC, Node, Plan, PlanResult, Step, StepResult};
 use crate::vm::{self, PlanGuest, VmOptions};
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
-use scenarios::{ClientRun, Expect, Scenario};
-use std::path::{Path, PathBuf};
+use scenarios::{ClientRun, Expect, Scenario, Target};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use xshell::{Shell, cmd};
 
@@ -80,20 +80,20 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
     let detection = backend::detect(args.backend)?;
     println!("e2e: backend {detection}");
     let bins = Bins::locate()?;
-    let payload = write_payload()?;
+    let files = Files::write()?;
 
     let verdicts = match &detection.backend {
         Backend::Vm { .. } => {
             deps::ensure(&[Group::Vm])?;
-            run_vm(args, &selected, &bins, &payload, &mut phases)?
+            run_vm(args, &selected, &bins, &files, &mut phases)?
         }
         Backend::Rxe { netdev, .. } => {
             let t = Instant::now();
             let _link = crate::rxe::RxeLink::create("rxe-e2e", netdev, Duration::from_secs(20))?;
             phases.push(("rxe up", t.elapsed()));
-            run_local(&selected, &bins, &payload, &mut phases)?
+            run_local(&selected, &bins, &files, &mut phases)?
         }
-        Backend::Hardware { .. } => run_local(&selected, &bins, &payload, &mut phases)?,
+        Backend::Hardware { .. } => run_local(&selected, &bins, &files, &mut phases)?,
     };
     phases.push(("total", t0.elapsed()));
     report(&selected, &verdicts, &phases)
@@ -166,23 +166,51 @@ impl Bins {
     }
 }
 
-/// The 1 MiB random payload, under target/ so that guests (which see the host root) read it too.
-fn write_payload() -> Result<PathBuf> {
-    let dir = vm::xtask_dir().join("e2e");
-    std::fs::create_dir_all(&dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(scenarios::ONE_MIB_FILE);
-    if std::fs::metadata(&path).map(|m| m.len()).ok() != Some(1 << 20) {
-        let mut bytes = vec![0u8; 1 << 20];
-        let mut urandom = std::fs::File::open("/dev/urandom")?;
-        std::io::Read::read_exact(&mut urandom, &mut bytes)?;
-        std::fs::write(&path, bytes).wrap_err_with(|| format!("writing {}", path.display()))?;
-    }
-    Ok(path)
+/// Files the scenarios read, under target/ so that guests (which see the host root) read
+/// them too; `{payload}` and `{token_file}` in scenario arguments expand to their paths.
+#[derive(Debug, Clone)]
+struct Files {
+    payload: String,
+    token_file: String,
 }
 
-/// argv with `env NAME=VALUE` in front when the run needs an environment.
+impl Files {
+    fn write() -> Result<Self> {
+        let dir = vm::xtask_dir().join("e2e");
+        std::fs::create_dir_all(&dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
+        let payload = dir.join(scenarios::ONE_MIB_FILE);
+        if std::fs::metadata(&payload).map(|m| m.len()).ok() != Some(1 << 20) {
+            let mut bytes = vec![0u8; 1 << 20];
+            let mut urandom = std::fs::File::open("/dev/urandom")?;
+            std::io::Read::read_exact(&mut urandom, &mut bytes)?;
+            std::fs::write(&payload, bytes)
+                .wrap_err_with(|| format!("writing {}", payload.display()))?;
+        }
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, format!("{}\n", scenarios::TOKEN))
+            .wrap_err_with(|| format!("writing {}", token_file.display()))?;
+        let utf8 = |p: PathBuf| {
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+        };
+        Ok(Self {
+            payload: utf8(payload)?,
+            token_file: utf8(token_file)?,
+        })
+    }
+
+    fn expand(&self, arg: &str) -> String {
+        arg.replace(scenarios::PAYLOAD, &self.payload)
+            .replace(scenarios::TOKEN_FILE, &self.token_file)
+    }
+}
+
+/// argv: `env NAME=VALUE…` when the run needs an environment, then the wrapper (valgrind),
+/// then the program.
 fn argv(
     env: &[(&str, &str)],
+    wrapper: &[&str],
     program: &str,
     args: impl IntoIterator<Item = String>,
 ) -> Vec<String> {
@@ -191,6 +219,7 @@ fn argv(
         v.push("env".to_owned());
         v.extend(env.iter().map(|(k, val)| format!("{k}={val}")));
     }
+    v.extend(wrapper.iter().map(|w| (*w).to_owned()));
     v.push(program.to_owned());
     v.extend(args);
     v
@@ -209,7 +238,7 @@ fn client_step_name(s: &Scenario, j: usize) -> String {
 fn steps(
     selected: &[Scenario],
     bins: &Bins,
-    payload: &Path,
+    files: &Files,
     server_ip: &str,
 ) -> (Vec<Step>, Vec<Step>) {
     let mut servers = Vec::new();
@@ -218,9 +247,9 @@ fn steps(
         let port =
             scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
         let mut args = vec!["--listen".to_owned(), format!("0.0.0.0:{port}")];
-        args.extend(s.server_args.iter().cloned());
+        args.extend(s.server_args.iter().map(|a| files.expand(a)));
         let mut server = Step::new(server_step_name(s), &[]);
-        server.argv = argv(&s.server_env, &bins.server, args);
+        server.argv = argv(&s.server_env, s.wrapper, &bins.server, args);
         server.background = true;
         server.expect_exit = s.server_exit;
         server.timeout_s = 120.0;
@@ -229,7 +258,7 @@ fn steps(
         }
         servers.push(server);
         for (j, c) in s.clients.iter().enumerate() {
-            clients.push(client_step(s, j, c, bins, payload, server_ip, port));
+            clients.push(client_step(s, j, c, bins, files, server_ip, port));
         }
     }
     let mut done = Step::new("clients finished", &["true"]);
@@ -243,27 +272,29 @@ fn client_step(
     j: usize,
     c: &ClientRun,
     bins: &Bins,
-    payload: &Path,
+    files: &Files,
     ip: &str,
     port: u16,
 ) -> Step {
-    let payload = payload.display().to_string();
-    let mut args = vec![
-        format!("{ip}:{port}"),
-        "--wait-for-server".to_owned(),
-        "30s".to_owned(),
-    ];
-    args.extend(
-        c.args
-            .iter()
-            .map(|a| a.replace(scenarios::PAYLOAD, &payload)),
-    );
+    let mut args = match c.target {
+        Target::Server => vec![
+            format!("{ip}:{port}"),
+            "--wait-for-server".to_owned(),
+            "30s".to_owned(),
+        ],
+        // Scenario ports are consecutive from BASE_PORT; nothing listens this far above.
+        Target::Nowhere => vec![format!("{ip}:{}", port.saturating_add(500))],
+    };
+    args.extend(c.args.iter().map(|a| files.expand(a)));
     let mut step = Step::new(client_step_name(s, j), &[]);
-    step.argv = argv(&c.env, &bins.client, args);
+    step.argv = argv(&c.env, s.wrapper, &bins.client, args);
     step.expect_exit = c.exit;
     step.timeout_s = 60.0;
     // Keep going: every scenario is judged on its own, and the servers wait for the end marker.
     step.allow_failure = true;
+    if !s.wrapper.is_empty() {
+        step.timeout_s = 180.0;
+    }
     step
 }
 
@@ -290,7 +321,7 @@ fn run_vm(
     args: &E2eArgs,
     selected: &[Scenario],
     bins: &Bins,
-    payload: &Path,
+    files: &Files,
     phases: &mut Vec<(&'static str, Duration)>,
 ) -> Result<Verdicts> {
     let opts = VmOptions {
@@ -325,7 +356,7 @@ fn run_vm(
             timeout,
         }]
     } else {
-        let (servers, clients) = steps(selected, bins, payload, SERVER_IP);
+        let (servers, clients) = steps(selected, bins, files, SERVER_IP);
         vec![
             PlanGuest {
                 name: "A".into(),
@@ -401,11 +432,11 @@ fn run_vm(
 fn run_local(
     selected: &[Scenario],
     bins: &Bins,
-    payload: &Path,
+    files: &Files,
     phases: &mut Vec<(&'static str, Duration)>,
 ) -> Result<Verdicts> {
     let sync = tempfile::Builder::new().prefix("rdma-e2e-sync").tempdir()?;
-    let (mut steps, clients) = steps(selected, bins, payload, "127.0.0.1");
+    let (mut steps, clients) = steps(selected, bins, files, "127.0.0.1");
     steps.extend(clients);
     let plan = Plan {
         node: node("127.0.0.1", false),
@@ -608,7 +639,11 @@ mod tests {
             xtask: "/bin/xtask".into(),
         };
         let all = scenarios::all();
-        let (servers, clients) = steps(&all, &bins, Path::new("/p.bin"), "10.0.0.1");
+        let files = Files {
+            payload: "/p.bin".into(),
+            token_file: "/t".into(),
+        };
+        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1");
         assert_eq!(servers.len(), all.len());
         assert!(servers.iter().all(|s| s.background));
         let ports: std::collections::HashSet<_> = servers

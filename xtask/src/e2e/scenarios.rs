@@ -16,8 +16,21 @@ pub const SEED_MESSAGE: &str = "Hello RDMA Write!";
 pub const BASE_PORT: u16 = 7471;
 /// Payload file for the 1 MiB scenario, written under `target/xtask/e2e/` by the host.
 pub const ONE_MIB_FILE: &str = "payload-1mib.bin";
-/// Placeholder in client argv for the 1 MiB payload file.
+/// Placeholder in argv for the 1 MiB payload file.
 pub const PAYLOAD: &str = "{payload}";
+/// Placeholder in argv for the file holding [`TOKEN`].
+pub const TOKEN_FILE: &str = "{token_file}";
+/// The shared access token of the `token` scenario.
+pub const TOKEN: &str = "e2e-token-6f1c2a9b4d7e";
+/// valgrind as a leak checker: definite leaks and memory errors fail the run.
+pub const VALGRIND: &[&str] = &[
+    "valgrind",
+    "--quiet",
+    "--leak-check=full",
+    "--show-leak-kinds=definite",
+    "--errors-for-leak-kinds=definite",
+    "--error-exitcode=99",
+];
 
 /// A check on the lines a process printed.
 #[derive(Debug, Clone)]
@@ -30,10 +43,20 @@ pub enum Expect {
     Event(&'static str, Vec<(&'static str, Value)>),
 }
 
+/// Where a client connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The scenario's server (waiting for it to start listening).
+    Server,
+    /// A port where nothing listens, without waiting.
+    Nowhere,
+}
+
 /// One client run.
 #[derive(Debug, Clone)]
 pub struct ClientRun {
     pub label: &'static str,
+    pub target: Target,
     /// Extra arguments after `SERVER:PORT`.
     pub args: Vec<String>,
     /// Environment for the client (`env NAME=VALUE ...`).
@@ -51,6 +74,8 @@ pub struct Scenario {
     pub server_env: Vec<(&'static str, &'static str)>,
     pub server_exit: i32,
     pub server_expect: Vec<Expect>,
+    /// Runs server and clients under this program (e.g. [`VALGRIND`]).
+    pub wrapper: &'static [&'static str],
     pub clients: Vec<ClientRun>,
     /// Part of the quick `cargo xtask e2e` run (the rest runs in `cargo xtask test`).
     pub quick: bool,
@@ -66,6 +91,7 @@ fn good_client(label: &'static str, message: &'static str, extra: &[&str]) -> Cl
     args.extend(strings(extra));
     ClientRun {
         label,
+        target: Target::Server,
         args,
         env: vec![],
         exit: 0,
@@ -105,6 +131,7 @@ fn failing_client(
     all.extend(strings(args));
     ClientRun {
         label,
+        target: Target::Server,
         args: all,
         env: vec![],
         exit,
@@ -126,11 +153,13 @@ pub fn all() -> Vec<Scenario> {
             server_args: vec![],
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![
                 Expect::StdoutHas("received message: Hello RDMA Write!"),
                 Expect::StdoutHas("verified: RDMA Write data landed in server memory"),
             ],
             clients: vec![ClientRun {
+                target: Target::Server,
                 label: "seed client",
                 args: vec![],
                 env: vec![],
@@ -145,6 +174,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![
                 Expect::Event("listening", vec![]),
                 Expect::Event("qp_ready", vec![("notify", Value::from("imm"))]),
@@ -159,6 +189,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![
                 Expect::Event("written", vec![("notify", Value::from("tcp"))]),
                 server_verified(SEED_MESSAGE),
@@ -172,6 +203,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json", "--cq-mode", "poll"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![good_client("client", SEED_MESSAGE, &["--cq-mode", "poll"])],
             quick: false,
@@ -182,6 +214,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json", "--buffer-size", "1048576"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![Expect::Event(
                 "verified",
                 vec![
@@ -191,6 +224,7 @@ pub fn all() -> Vec<Scenario> {
                 ],
             )],
             clients: vec![ClientRun {
+                target: Target::Server,
                 label: "1 MiB client",
                 args: strings(&["--json", "--file", "{payload}"]),
                 env: vec![],
@@ -211,6 +245,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![server_verified(exact64)],
             clients: vec![good_client("64 bytes", exact64, &[])],
             quick: false,
@@ -221,6 +256,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![
                 Expect::Event("error", vec![("code", Value::from("too_long"))]),
                 server_verified(SEED_MESSAGE),
@@ -237,6 +273,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![
                 Expect::Event("error", vec![]),
                 server_verified(SEED_MESSAGE),
@@ -253,6 +290,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![
                 failing_client(
@@ -271,6 +309,7 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json", "--serve", "--fault", "no-remote-write"]),
             server_env: vec![],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![
                 Expect::Event("error", vec![("code", Value::from("write_failed"))]),
                 Expect::Event(
@@ -295,17 +334,91 @@ pub fn all() -> Vec<Scenario> {
             server_args: vec![],
             server_env: vec![("LANG", "zh_CN.UTF-8")],
             server_exit: 0,
+            wrapper: &[],
             server_expect: vec![
                 Expect::StdoutHas("服务端收到消息: Hello RDMA Write!"),
                 Expect::StdoutHas("验证通过：RDMA Write数据已写入服务端内存"),
             ],
             clients: vec![ClientRun {
+                target: Target::Server,
                 label: "client",
                 args: vec![],
                 env: vec![],
                 exit: 0,
                 expect: vec![],
             }],
+            quick: false,
+        },
+        Scenario {
+            name: "token",
+            about: "a server with a shared token: none or a wrong one is refused, the right one works",
+            server_args: strings(&["--json", "--token-file", TOKEN_FILE]),
+            server_env: vec![],
+            server_exit: 0,
+            wrapper: &[],
+            server_expect: vec![
+                Expect::Event("listening", vec![("auth", Value::from("token"))]),
+                Expect::Event("error", vec![("code", Value::from("unauthorized"))]),
+                server_verified(SEED_MESSAGE),
+            ],
+            clients: vec![
+                failing_client("no token", 7, &[], "token"),
+                ClientRun {
+                    env: vec![("RDMA_WRITE_TOKEN", "e2e-token-wrong-guess")],
+                    ..failing_client("wrong token", 7, &[], "unauthorized")
+                },
+                ClientRun {
+                    env: vec![("RDMA_WRITE_TOKEN", TOKEN)],
+                    ..good_client("right token", SEED_MESSAGE, &[])
+                },
+            ],
+            quick: false,
+        },
+        Scenario {
+            name: "allow",
+            about: "a client outside --allow gets `forbidden` before any banner or secret",
+            server_args: strings(&["--json", "--serve", "--allow", "192.0.2.0/24"]),
+            server_env: vec![],
+            server_exit: 0,
+            wrapper: &[],
+            server_expect: vec![
+                Expect::Event("refused", vec![("code", Value::from("forbidden"))]),
+                Expect::Event("stopped", vec![("verified", Value::from(0))]),
+            ],
+            clients: vec![failing_client(
+                "outside the allow list",
+                7,
+                &[],
+                "forbidden",
+            )],
+            quick: false,
+        },
+        Scenario {
+            name: "client-errors",
+            about: "clean client failures: unknown device (the real ones listed), server unreachable",
+            server_args: strings(&["--json", "--serve"]),
+            server_env: vec![],
+            server_exit: 0,
+            wrapper: &[],
+            server_expect: vec![Expect::Event("stopped", vec![("sessions", Value::from(0))])],
+            clients: vec![
+                failing_client("no such device", 3, &["--device", "no-such-dev0"], "rxe0"),
+                ClientRun {
+                    target: Target::Nowhere,
+                    ..failing_client("nobody listening", 4, &[], "could not reach the server")
+                },
+            ],
+            quick: false,
+        },
+        Scenario {
+            name: "valgrind",
+            about: "server and client under valgrind: no definite leak, no memory error",
+            server_args: strings(&["--json", "--timeout", "60s"]),
+            server_env: vec![],
+            server_exit: 0,
+            wrapper: VALGRIND,
+            server_expect: vec![server_verified(SEED_MESSAGE)],
+            clients: vec![good_client("client", SEED_MESSAGE, &["--timeout", "60s"])],
             quick: false,
         },
     ]
