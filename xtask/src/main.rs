@@ -7,6 +7,7 @@ mod backend;
 mod deps;
 mod e2e;
 mod exec;
+mod fuzz;
 mod plan;
 mod rxe;
 mod smoke;
@@ -31,6 +32,8 @@ enum Cmd {
     E2e(e2e::E2eArgs),
     /// The whole test suite, as CI runs it: fmt, clippy, unit tests, e2e in the guests.
     Test(test::TestArgs),
+    /// A short libFuzzer run of the protocol parser, seeded from the golden vectors.
+    Fuzz(fuzz::FuzzArgs),
     /// Check for / install the Debian packages the build, the run and the VM guests need.
     Deps(deps::DepsArgs),
     /// Print which RDMA backend this machine can use, and why.
@@ -99,6 +102,7 @@ fn main() -> Result<()> {
     match &cli.cmd {
         Cmd::E2e(a) => e2e::cmd(a),
         Cmd::Test(a) => test::cmd(a),
+        Cmd::Fuzz(a) => fuzz::cmd(a),
         Cmd::Deps(a) => deps::cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),

@@ -1,6 +1,7 @@
 //! `cargo xtask test`: the whole suite, exactly what CI runs (`.ci/run`).
 //!
-//! fmt check, clippy with `-D warnings`, every workspace test, then the end-to-end scenarios in
+//! fmt check, clippy with `-D warnings`, every workspace test, a short fuzz run of the protocol
+//! parser, then the end-to-end scenarios in
 //! the guests: all of them across two guests, and the quick ones in one guest through the
 //! host-rxe backend (`xtask e2e --backend rxe` runs inside it).
 
@@ -56,6 +57,9 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             cmd!(sh, "cargo test --workspace --quiet"),
             Duration::from_secs(1500),
         )
+    })?;
+    phase("fuzz the protocol parser (20 s)", &mut || {
+        crate::fuzz::cmd(&crate::fuzz::FuzzArgs { seconds: 20 })
     })?;
     if !args.no_e2e {
         let base = E2eArgs {
