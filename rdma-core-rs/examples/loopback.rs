@@ -12,7 +12,8 @@
 //! 4. a write-with-imm without a posted receive and `rnr_retry = 0` gives `RNR_RETRY_EXC_ERR`;
 //! 5. polling an idle CQ times out at the deadline.
 //!
-//! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`.
+//! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`. `cargo xtask e2e --selftest` runs it on the
+//! server node (and `cargo xtask test` does, in a guest).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

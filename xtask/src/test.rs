@@ -71,12 +71,14 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             verbose: args.verbose,
             keep: false,
             no_build: false,
+            selftest: false,
         };
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
         let one = E2eArgs {
             nodes: 1,
             all: false,
-            no_build: true,
+            selftest: true,
+            no_build: false,
             ..base.clone()
         };
         phase(

@@ -23,6 +23,8 @@ use xshell::{Shell, cmd};
 
 const SERVER_IP: &str = "10.0.0.1";
 const CLIENT_IP: &str = "10.0.0.2";
+/// Step name of rdma-core-rs's device self-test.
+const SELFTEST: &str = "rdma-core-rs self-test";
 /// Marker the client guest leaves when all its steps ran.
 const CLIENTS_FINISHED: &str = "clients-finished";
 
@@ -50,6 +52,9 @@ pub struct E2eArgs {
     /// Keep the run directory (plans, results, console logs).
     #[arg(long)]
     pub keep: bool,
+    /// Also run rdma-core-rs's device self-test (`examples/loopback`) on the server node.
+    #[arg(long)]
+    pub selftest: bool,
     /// Do not build: use the binaries already in target/debug (used inside guests).
     #[arg(long, hide = true)]
     pub no_build: bool,
@@ -74,12 +79,12 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
     if !args.no_build {
         deps::ensure(&[Group::Build, Group::Run])?;
         let t = Instant::now();
-        build()?;
+        build(args.selftest)?;
         phases.push(("build", t.elapsed()));
     }
     let detection = backend::detect(args.backend)?;
     println!("e2e: backend {detection}");
-    let bins = Bins::locate()?;
+    let bins = Bins::locate(args.selftest)?;
     let files = Files::write()?;
 
     let verdicts = match &detection.backend {
@@ -119,13 +124,18 @@ fn select(args: &E2eArgs) -> Result<Vec<Scenario>> {
         .collect())
 }
 
-fn build() -> Result<()> {
+fn build(selftest: bool) -> Result<()> {
     let sh = Shell::new()?;
     println!("e2e: building rdma-server and rdma-client");
+    let example: &[&str] = if selftest {
+        &["--package", "rdma-core-rs", "--example", "loopback"]
+    } else {
+        &[]
+    };
     exec::run_loud(
         cmd!(
             sh,
-            "cargo build --quiet --package rdma-server --package rdma-client"
+            "cargo build --package rdma-server --package rdma-client {example...}"
         ),
         Duration::from_secs(1200),
     )
@@ -138,10 +148,12 @@ struct Bins {
     server: String,
     client: String,
     xtask: String,
+    /// rdma-core-rs's device self-test, when asked for.
+    selftest: Option<String>,
 }
 
 impl Bins {
-    fn locate() -> Result<Self> {
+    fn locate(selftest: bool) -> Result<Self> {
         let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
         let dir = xtask
             .parent()
@@ -162,6 +174,11 @@ impl Bins {
             server: path("rdma-server")?,
             client: path("rdma-client")?,
             xtask: path("xtask")?,
+            selftest: if selftest {
+                Some(path("examples/loopback")?)
+            } else {
+                None
+            },
         })
     }
 }
@@ -243,6 +260,12 @@ fn steps(
 ) -> (Vec<Step>, Vec<Step>) {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
+    if let Some(selftest) = &bins.selftest {
+        let mut step = Step::new(SELFTEST, &[selftest.as_str()]);
+        step.timeout_s = 120.0;
+        step.allow_failure = true;
+        servers.push(step);
+    }
     for (i, s) in selected.iter().enumerate() {
         let port =
             scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
@@ -338,6 +361,9 @@ fn run_vm(
             "rxe".into(),
             "--no-build".into(),
         ];
+        if args.selftest {
+            nested.push("--selftest".into());
+        }
         for s in selected {
             nested.push("--scenario".into());
             nested.push(s.name.to_owned());
@@ -476,6 +502,26 @@ fn report(selected: &[Scenario], v: &Verdicts, phases: &[(&str, Duration)]) -> R
     }
     let mut failed = 0usize;
     let judged = v.nested.is_none();
+    if let Some(r) = v
+        .results
+        .iter()
+        .find(|r| r.name == SELFTEST)
+        .filter(|_| judged)
+    {
+        if r.ok {
+            println!(
+                "PASS  {SELFTEST:<20} verbs layer on the device: poll/event write-with-imm, 64 KiB write, wrong rkey, RNR, CQ timeout"
+            );
+        } else {
+            failed += 1;
+            println!(
+                "FAIL  {SELFTEST} (exit {:?}):\n{}\n{}",
+                r.exit_code,
+                indent(&r.stdout),
+                indent(&r.stderr)
+            );
+        }
+    }
     if judged {
         for s in selected {
             let failures = judge(s, &v.results);
@@ -637,6 +683,7 @@ mod tests {
             server: "/bin/rdma-server".into(),
             client: "/bin/rdma-client".into(),
             xtask: "/bin/xtask".into(),
+            selftest: None,
         };
         let all = scenarios::all();
         let files = Files {
