@@ -87,6 +87,10 @@ pub struct HostileArgs {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub reply_timeout: Duration,
 
+    /// Keep trying to connect this long before the first case (the server may still be starting).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub wait_for_server: Duration,
+
     /// Seed for the random QPNs and PSNs (printed, to replay a run).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -221,7 +225,7 @@ pub fn cmd(args: &HostileArgs) -> Result<()> {
         expect_forbidden: args.expect_forbidden,
         gid: match &args.gid {
             Some(g) => g.clone(),
-            None => local_gid(args.server, args.reply_timeout)?,
+            None => local_gid(args.server, args.reply_timeout, args.wait_for_server)?,
         },
         reply: args.reply_timeout,
         seed: args.seed.unwrap_or_else(random_seed),
@@ -1039,9 +1043,19 @@ fn to_line(v: &Value) -> Vec<u8> {
 
 /// The GID for our hellos: our local address towards the server, IPv4-mapped (so the server's
 /// RDMA stack can resolve it; the QP never sends anything anyway).
-fn local_gid(server: SocketAddr, wait: Duration) -> Result<String> {
-    let s = TcpStream::connect_timeout(&server, wait)
-        .wrap_err_with(|| format!("cannot connect to the server at {server}: is it running?"))?;
+fn local_gid(server: SocketAddr, wait: Duration, retry_for: Duration) -> Result<String> {
+    let until = Instant::now() + retry_for;
+    let s = loop {
+        match TcpStream::connect_timeout(&server, wait) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => {
+                return Err(e).wrap_err_with(|| {
+                    format!("cannot connect to the server at {server} (tried for {retry_for:?}): is it running?")
+                });
+            }
+        }
+    };
     let local = s.local_addr().wrap_err("reading our local address")?.ip();
     Ok(gid_for(local))
 }

@@ -22,6 +22,7 @@ use std::io::{BufRead as _, BufReader, Read};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -125,6 +126,13 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
     }
     .wrap_err("creating a directory for the payload files")?;
     let addr = format!("127.0.0.1:{}", args.port);
+    // Interrupted (the harness gives up on us): stop between clients so the guards kill the
+    // server and the clients instead of leaving them behind.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&interrupted))
+            .wrap_err("installing the SIGINT/SIGTERM handler")?;
+    }
 
     let mut server = ServerGuard::start(args, &addr)?;
     let listening = server.wait_for("listening", Instant::now() + args.server_deadline)?;
@@ -141,6 +149,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
         addr,
         dir: tmp.path().to_path_buf(),
         rng: &mut rng,
+        interrupted,
         clients: 0,
         verified: 0,
         kills: 0,
@@ -317,6 +326,8 @@ struct Run<'a> {
     addr: String,
     dir: PathBuf,
     rng: &'a mut SplitMix64,
+    /// Set by SIGINT/SIGTERM.
+    interrupted: Arc<AtomicBool>,
     /// Client processes started (each makes one TCP connection).
     clients: u64,
     /// Normal clients verified.
@@ -343,6 +354,12 @@ struct Spawned {
 impl Run<'_> {
     /// Writes a fresh random payload and starts one client for it.
     fn spawn(&mut self, notify: &'static str, fault: Option<&'static str>) -> Result<Spawned> {
+        if self.interrupted.load(Ordering::Relaxed) {
+            bail!(
+                "interrupted by a signal after {} clients; stopping the server",
+                self.clients
+            );
+        }
         let max = usize::try_from(self.args.buffer_size).unwrap_or(usize::MAX);
         let len = 1 + usize::try_from(self.rng.below(max as u64)).unwrap_or(0);
         let mut payload = vec![0u8; len];
