@@ -8,6 +8,8 @@ mod deps;
 mod e2e;
 mod exec;
 mod fuzz;
+mod hostile;
+mod load;
 mod plan;
 mod rxe;
 mod smoke;
@@ -42,6 +44,12 @@ enum Cmd {
     VmSmoke(smoke::SmokeArgs),
     /// Run one command in a guest (host userland, Debian kernel with rdma_rxe).
     VmRun(VmRunArgs),
+    /// (inside a guest) Misbehave against a live rdma-server and check every answer.
+    #[command(hide = true)]
+    Hostile(hostile::HostileArgs),
+    /// (inside a guest) Many clients against one server: all verified, no leaks, clean stop.
+    #[command(hide = true)]
+    Load(load::LoadArgs),
     /// (inside a guest) Run a plan: configure the node, run its steps, write result.json.
     #[command(hide = true)]
     GuestAgent(agent::AgentArgs),
@@ -103,6 +111,8 @@ fn main() -> Result<()> {
         Cmd::E2e(a) => e2e::cmd(a),
         Cmd::Test(a) => test::cmd(a),
         Cmd::Fuzz(a) => fuzz::cmd(a),
+        Cmd::Hostile(a) => hostile::cmd(a),
+        Cmd::Load(a) => load::cmd(a),
         Cmd::Deps(a) => deps::cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),

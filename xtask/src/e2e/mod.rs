@@ -16,7 +16,7 @@ use crate::plan::{GUEST_SYNC, Node, Plan, PlanResult, Step, StepResult};
 use crate::vm::{self, PlanGuest, VmOptions};
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
-use scenarios::{ClientRun, Expect, Scenario, Target};
+use scenarios::{ClientRun, Expect, Scenario, Target, Tool};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use xshell::{Shell, cmd};
@@ -299,6 +299,20 @@ fn client_step(
     ip: &str,
     port: u16,
 ) -> Step {
+    if c.tool == Tool::Hostile {
+        let mut args = vec![
+            "hostile".to_owned(),
+            "--server".to_owned(),
+            format!("{ip}:{port}"),
+        ];
+        args.extend(c.args.iter().map(|a| files.expand(a)));
+        let mut step = Step::new(client_step_name(s, j), &[]);
+        step.argv = argv(&c.env, &[], &bins.xtask, args);
+        step.expect_exit = c.exit;
+        step.timeout_s = 180.0;
+        step.allow_failure = true;
+        return step;
+    }
     let mut args = match c.target {
         Target::Server => vec![
             format!("{ip}:{port}"),

@@ -52,10 +52,20 @@ pub enum Target {
     Nowhere,
 }
 
+/// Which program plays the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `rdma-client SERVER:PORT ARGS…`
+    RdmaClient,
+    /// `xtask hostile --server SERVER:PORT ARGS…`: the protocol-level misbehaviour matrix.
+    Hostile,
+}
+
 /// One client run.
 #[derive(Debug, Clone)]
 pub struct ClientRun {
     pub label: &'static str,
+    pub tool: Tool,
     pub target: Target,
     /// Extra arguments after `SERVER:PORT`.
     pub args: Vec<String>,
@@ -91,6 +101,7 @@ fn good_client(label: &'static str, message: &'static str, extra: &[&str]) -> Cl
     args.extend(strings(extra));
     ClientRun {
         label,
+        tool: Tool::RdmaClient,
         target: Target::Server,
         args,
         env: vec![],
@@ -120,6 +131,24 @@ fn server_verified(message: &'static str) -> Expect {
     )
 }
 
+/// The hostile peer: exits 0 only if every case got the answer PROTOCOL.md promises.
+fn hostile(label: &'static str, args: &[&str]) -> ClientRun {
+    let mut all = strings(&["--json"]);
+    all.extend(strings(args));
+    ClientRun {
+        label,
+        tool: Tool::Hostile,
+        target: Target::Server,
+        args: all,
+        env: vec![],
+        exit: 0,
+        expect: vec![Expect::Event(
+            "summary",
+            vec![("failed", Value::Array(vec![]))],
+        )],
+    }
+}
+
 /// A client that must fail with `exit` and a JSON error whose message mentions `needle`.
 fn failing_client(
     label: &'static str,
@@ -131,6 +160,7 @@ fn failing_client(
     all.extend(strings(args));
     ClientRun {
         label,
+        tool: Tool::RdmaClient,
         target: Target::Server,
         args: all,
         env: vec![],
@@ -159,6 +189,7 @@ pub fn all() -> Vec<Scenario> {
                 Expect::StdoutHas("verified: RDMA Write data landed in server memory"),
             ],
             clients: vec![ClientRun {
+                tool: Tool::RdmaClient,
                 target: Target::Server,
                 label: "seed client",
                 args: vec![],
@@ -224,6 +255,7 @@ pub fn all() -> Vec<Scenario> {
                 ],
             )],
             clients: vec![ClientRun {
+                tool: Tool::RdmaClient,
                 target: Target::Server,
                 label: "1 MiB client",
                 args: strings(&["--json", "--file", "{payload}"]),
@@ -340,6 +372,7 @@ pub fn all() -> Vec<Scenario> {
                 Expect::StdoutHas("验证通过：RDMA Write数据已写入服务端内存"),
             ],
             clients: vec![ClientRun {
+                tool: Tool::RdmaClient,
                 target: Target::Server,
                 label: "client",
                 args: vec![],
@@ -419,6 +452,66 @@ pub fn all() -> Vec<Scenario> {
             wrapper: VALGRIND,
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![good_client("client", SEED_MESSAGE, &["--timeout", "60s"])],
+            quick: false,
+        },
+        Scenario {
+            name: "hostile",
+            about: "a --serve server against the hostile-peer matrix (garbage, wrong order, slow loris, vanishing, busy, ...)",
+            server_args: strings(&[
+                "--json",
+                "--serve",
+                "--buffer-size",
+                "4096",
+                "--timeout",
+                "3s",
+                "--max-clients",
+                "4",
+            ]),
+            server_env: vec![],
+            server_exit: 0,
+            wrapper: &[],
+            server_expect: vec![Expect::Event(
+                "stopped",
+                vec![("reason", Value::from("signal"))],
+            )],
+            clients: vec![
+                hostile(
+                    "hostile peer",
+                    &[
+                        "--buffer-size",
+                        "4096",
+                        "--server-timeout",
+                        "3s",
+                        "--max-clients",
+                        "4",
+                    ],
+                ),
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            quick: false,
+        },
+        Scenario {
+            name: "hostile-token",
+            about: "the hostile-peer matrix against a server that requires a token",
+            server_args: strings(&[
+                "--json",
+                "--serve",
+                "--timeout",
+                "3s",
+                "--token-file",
+                TOKEN_FILE,
+            ]),
+            server_env: vec![],
+            server_exit: 0,
+            wrapper: &[],
+            server_expect: vec![Expect::Event(
+                "stopped",
+                vec![("reason", Value::from("signal"))],
+            )],
+            clients: vec![hostile(
+                "hostile peer with token",
+                &["--server-timeout", "3s", "--token-file", TOKEN_FILE],
+            )],
             quick: false,
         },
     ]
