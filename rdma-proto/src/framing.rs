@@ -113,6 +113,12 @@ impl<S: Deadlined> LineConn<S> {
         self.inner.get_mut()
     }
 
+    /// Whether bytes already read from the stream wait in the buffer: a caller that peeks at
+    /// the socket to see if the peer said something must look here first.
+    pub fn has_buffered(&self) -> bool {
+        !self.inner.buffer().is_empty()
+    }
+
     /// Remaining time to `deadline`, or `Timeout` if it has passed.
     fn arm(&self, start: Instant, deadline: Instant) -> Result<(), FrameError> {
         let now = Instant::now();

@@ -360,3 +360,22 @@ fn frame_error_messages() {
     assert_eq!(e.to_error_msg().code, ErrorCode::LineTooLong);
     assert_eq!(FrameError::Closed.code(), ErrorCode::Internal);
 }
+
+#[test]
+fn a_second_line_read_with_the_first_is_reported_as_buffered() {
+    let (a, mut b) = pair();
+    b.write_all(b"{\"type\":\"hello\"}\n{\"type\":\"error\"}\n")
+        .unwrap();
+    let mut conn = LineConn::new(a, DEFAULT_MAX_LINE);
+    assert!(!conn.has_buffered());
+    let first = conn.read_line(after(2000)).unwrap();
+    assert_eq!(first, b"{\"type\":\"hello\"}");
+    // Both lines arrived in one segment: the second now sits in the buffer, where a peek at
+    // the socket would not see it.
+    assert!(conn.has_buffered());
+    assert_eq!(
+        conn.read_line(after(2000)).unwrap(),
+        b"{\"type\":\"error\"}"
+    );
+    assert!(!conn.has_buffered());
+}

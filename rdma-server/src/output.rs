@@ -22,6 +22,8 @@ pub enum Event<'a> {
         mode: &'a str,
         max_clients: u32,
         auth: &'a str,
+        /// The deadline of each session phase (`--timeout`), in milliseconds.
+        timeout_ms: u128,
     },
     /// A client connected (before any check).
     Connected { session: u64, peer: String },

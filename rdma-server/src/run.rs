@@ -88,6 +88,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             mode,
             max_clients: s.args.max_clients,
             auth,
+            timeout_ms: s.args.timeout.as_millis(),
         },
         || {
             format!(

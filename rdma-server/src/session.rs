@@ -32,6 +32,9 @@ struct Failure {
     message: String,
     /// Whether an error line should (still) be sent to the client.
     tell_peer: bool,
+    /// The client went away (closed or reset the connection): logged as `client_gone`, which
+    /// is the client's doing, not a server fault.
+    gone: bool,
 }
 
 impl Failure {
@@ -40,6 +43,24 @@ impl Failure {
             code,
             message: message.into(),
             tell_peer: true,
+            gone: false,
+        }
+    }
+
+    /// The client closed or reset the connection; nobody is left to tell.
+    fn gone(message: impl Into<String>) -> Self {
+        Self {
+            gone: true,
+            ..Self::new(ErrorCode::Internal, message).silent()
+        }
+    }
+
+    /// The code in the server's own log line.
+    fn log_code(&self) -> &'static str {
+        if self.gone {
+            "client_gone"
+        } else {
+            self.code.as_str()
         }
     }
 
@@ -56,14 +77,17 @@ impl From<FrameError> for Failure {
             FrameError::LineTooLong { .. } => ErrorCode::LineTooLong,
             _ => ErrorCode::Internal,
         };
-        let tell_peer = matches!(
+        if matches!(
             e,
-            FrameError::Timeout { .. } | FrameError::LineTooLong { .. }
-        );
+            FrameError::Closed | FrameError::Truncated | FrameError::Io(_)
+        ) {
+            return Failure::gone(format!("connection: {e}"));
+        }
         Failure {
             code,
             message: format!("connection: {e}"),
-            tell_peer,
+            tell_peer: true,
+            gone: false,
         }
     }
 }
@@ -75,6 +99,7 @@ impl From<ProtoError> for Failure {
             code: e.code(),
             message: e.to_string(),
             tell_peer,
+            gone: false,
         }
     }
 }
@@ -113,7 +138,7 @@ pub fn serve(s: &Shared, stream: TcpStream, peer: SocketAddr, id: u64) {
         &Event::Error {
             session: Some(id),
             peer: Some(peer.to_string()),
-            code: failure.code.as_str(),
+            code: failure.log_code(),
             message: failure.message.clone(),
             fatal: false,
             exit_code: None,
@@ -121,7 +146,7 @@ pub fn serve(s: &Shared, stream: TcpStream, peer: SocketAddr, id: u64) {
         || {
             format!(
                 "[{id}] session failed ({}): {}; still serving",
-                failure.code.as_str(),
+                failure.log_code(),
                 failure.message
             )
         },
@@ -348,21 +373,23 @@ fn wait_for_completion(
 
 /// Looks (without blocking) whether the client closed the connection or sent an error line.
 fn peer_state(conn: &mut LineConn<TcpStream>) -> Option<Failure> {
-    let sock = conn.get_ref();
-    if sock.set_nonblocking(true).is_err() {
-        return None;
-    }
-    let mut byte = [0u8; 1];
-    let peeked = sock.peek(&mut byte);
-    let _ = sock.set_nonblocking(false);
+    let peeked = if conn.has_buffered() {
+        // A line that arrived together with an earlier one is already in our buffer.
+        Ok(1)
+    } else {
+        let sock = conn.get_ref();
+        if sock.set_nonblocking(true).is_err() {
+            return None;
+        }
+        let mut byte = [0u8; 1];
+        let peeked = sock.peek(&mut byte);
+        let _ = sock.set_nonblocking(false);
+        peeked
+    };
     match peeked {
-        Ok(0) => Some(
-            Failure::new(
-                ErrorCode::Internal,
-                "the client closed the connection before writing",
-            )
-            .silent(),
-        ),
+        Ok(0) => Some(Failure::gone(
+            "the client closed the connection before writing",
+        )),
         Ok(_) => {
             // The client said something while it should be writing: most likely an error.
             let line = conn

@@ -72,17 +72,19 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             keep: false,
             no_build: false,
             selftest: false,
+            load: false,
         };
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
         let one = E2eArgs {
             nodes: 1,
             all: false,
             selftest: true,
+            load: true,
             no_build: false,
             ..base.clone()
         };
         phase(
-            "e2e: quick scenarios, one node (host-rxe backend inside the guest)",
+            "e2e: one node (host-rxe backend inside the guest): verbs self-test, quick scenarios, load",
             &mut || e2e::cmd(&one),
         )?;
     }

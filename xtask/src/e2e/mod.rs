@@ -25,6 +25,8 @@ const SERVER_IP: &str = "10.0.0.1";
 const CLIENT_IP: &str = "10.0.0.2";
 /// Step name of rdma-core-rs's device self-test.
 const SELFTEST: &str = "rdma-core-rs self-test";
+/// Step name of the load test.
+const LOAD: &str = "load";
 /// Marker the client guest leaves when all its steps ran.
 const CLIENTS_FINISHED: &str = "clients-finished";
 
@@ -55,6 +57,10 @@ pub struct E2eArgs {
     /// Also run rdma-core-rs's device self-test (`examples/loopback`) on the server node.
     #[arg(long)]
     pub selftest: bool,
+    /// Also run the load test on the client node: 200 sequential + 16 concurrent sessions with
+    /// random payloads, a client SIGKILLed at each stage, server RSS and fds checked.
+    #[arg(long)]
+    pub load: bool,
     /// Do not build: use the binaries already in target/debug (used inside guests).
     #[arg(long, hide = true)]
     pub no_build: bool,
@@ -96,9 +102,9 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
             let t = Instant::now();
             let _link = crate::rxe::RxeLink::create("rxe-e2e", netdev, Duration::from_secs(20))?;
             phases.push(("rxe up", t.elapsed()));
-            run_local(&selected, &bins, &files, &mut phases)?
+            run_local(&selected, &bins, &files, args.load, &mut phases)?
         }
-        Backend::Hardware { .. } => run_local(&selected, &bins, &files, &mut phases)?,
+        Backend::Hardware { .. } => run_local(&selected, &bins, &files, args.load, &mut phases)?,
     };
     phases.push(("total", t0.elapsed()));
     report(&selected, &verdicts, &phases)
@@ -257,6 +263,7 @@ fn steps(
     bins: &Bins,
     files: &Files,
     server_ip: &str,
+    load: bool,
 ) -> (Vec<Step>, Vec<Step>) {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
@@ -287,6 +294,24 @@ fn steps(
     let mut done = Step::new("clients finished", &["true"]);
     done.create_file_when_done = Some(CLIENTS_FINISHED.to_owned());
     clients.push(done);
+    if load {
+        let mut step = Step::new(
+            LOAD,
+            &[
+                bins.xtask.as_str(),
+                "load",
+                "--server-bin",
+                bins.server.as_str(),
+                "--client-bin",
+                bins.client.as_str(),
+                "--kill-stages",
+                "--json",
+            ],
+        );
+        step.timeout_s = 480.0;
+        step.allow_failure = true;
+        clients.push(step);
+    }
     (servers, clients)
 }
 
@@ -365,7 +390,8 @@ fn run_vm(
         verbose: args.verbose,
         keep: args.keep,
     };
-    let timeout = Duration::from_secs(240);
+    // The load test runs ~230 client processes under TCG: give it room.
+    let timeout = Duration::from_secs(if args.load { 720 } else { 240 });
     let guests = if args.nodes == 1 {
         // One guest runs this very command with the rxe backend.
         let mut nested = vec![
@@ -378,13 +404,16 @@ fn run_vm(
         if args.selftest {
             nested.push("--selftest".into());
         }
+        if args.load {
+            nested.push("--load".into());
+        }
         for s in selected {
             nested.push("--scenario".into());
             nested.push(s.name.to_owned());
         }
         let mut step = Step::new("nested e2e --backend rxe", &[]);
         step.argv = nested;
-        step.timeout_s = 200.0;
+        step.timeout_s = timeout.as_secs_f64() - 30.0;
         vec![PlanGuest {
             name: "A".into(),
             plan: Plan {
@@ -396,7 +425,7 @@ fn run_vm(
             timeout,
         }]
     } else {
-        let (servers, clients) = steps(selected, bins, files, SERVER_IP);
+        let (servers, clients) = steps(selected, bins, files, SERVER_IP, args.load);
         vec![
             PlanGuest {
                 name: "A".into(),
@@ -473,10 +502,11 @@ fn run_local(
     selected: &[Scenario],
     bins: &Bins,
     files: &Files,
+    load: bool,
     phases: &mut Vec<(&'static str, Duration)>,
 ) -> Result<Verdicts> {
     let sync = tempfile::Builder::new().prefix("rdma-e2e-sync").tempdir()?;
-    let (mut steps, clients) = steps(selected, bins, files, "127.0.0.1");
+    let (mut steps, clients) = steps(selected, bins, files, "127.0.0.1", load);
     steps.extend(clients);
     let plan = Plan {
         node: node("127.0.0.1", false),
@@ -533,6 +563,27 @@ fn report(selected: &[Scenario], v: &Verdicts, phases: &[(&str, Duration)]) -> R
                 r.exit_code,
                 indent(&r.stdout),
                 indent(&r.stderr)
+            );
+        }
+    }
+    if let Some(r) = v.results.iter().find(|r| r.name == LOAD).filter(|_| judged) {
+        let summary = r
+            .stdout
+            .lines()
+            .rev()
+            .find(|l| l.contains("load_summary"))
+            .unwrap_or("");
+        if r.ok {
+            println!(
+                "PASS  {LOAD:<20} sequential + concurrent sessions, kill stages, no RSS/fd growth\n      {summary}"
+            );
+        } else {
+            failed += 1;
+            println!(
+                "FAIL  {LOAD} (exit {:?}):\n{}\n{}",
+                r.exit_code,
+                indent(&exec::tail(&r.stdout, 4000)),
+                indent(&exec::tail(&r.stderr, 4000))
             );
         }
     }
@@ -704,7 +755,7 @@ mod tests {
             payload: "/p.bin".into(),
             token_file: "/t".into(),
         };
-        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1");
+        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1", false);
         assert_eq!(servers.len(), all.len());
         assert!(servers.iter().all(|s| s.background));
         let ports: std::collections::HashSet<_> = servers
