@@ -4,6 +4,7 @@
 
 mod agent;
 mod backend;
+mod bench;
 mod deps;
 mod e2e;
 mod exec;
@@ -34,6 +35,8 @@ enum Cmd {
     E2e(e2e::E2eArgs),
     /// The whole test suite, as CI runs it: fmt, clippy, unit tests, e2e in the guests.
     Test(test::TestArgs),
+    /// Speed targets: e2e turnaround, and write latency next to perftest in the same guests.
+    Bench(bench::BenchArgs),
     /// A short libFuzzer run of the protocol parser, seeded from the golden vectors.
     Fuzz(fuzz::FuzzArgs),
     /// Check for / install the Debian packages the build, the run and the VM guests need.
@@ -110,6 +113,7 @@ fn main() -> Result<()> {
     match &cli.cmd {
         Cmd::E2e(a) => e2e::cmd(a),
         Cmd::Test(a) => test::cmd(a),
+        Cmd::Bench(a) => bench::cmd(a),
         Cmd::Fuzz(a) => fuzz::cmd(a),
         Cmd::Hostile(a) => hostile::cmd(a),
         Cmd::Load(a) => load::cmd(a),

@@ -150,16 +150,16 @@ fn build(selftest: bool) -> Result<()> {
 
 /// Absolute paths of the binaries (valid in the guests too: they see the host's root).
 #[derive(Debug, Clone)]
-struct Bins {
-    server: String,
-    client: String,
-    xtask: String,
+pub struct Bins {
+    pub server: String,
+    pub client: String,
+    pub xtask: String,
     /// rdma-core-rs's device self-test, when asked for.
-    selftest: Option<String>,
+    pub selftest: Option<String>,
 }
 
 impl Bins {
-    fn locate(selftest: bool) -> Result<Self> {
+    pub fn locate(selftest: bool) -> Result<Self> {
         let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
         let dir = xtask
             .parent()
