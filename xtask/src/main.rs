@@ -107,7 +107,12 @@ fn vm_run(args: &VmRunArgs) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    color_eyre::install()?;
+    let hook = color_eyre::config::HookBuilder::default().display_env_section(false);
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        hook.install()?;
+    } else {
+        hook.theme(color_eyre::config::Theme::new()).install()?;
+    }
     exec::install_signal_handlers()?;
     let cli = Cli::parse();
     match &cli.cmd {

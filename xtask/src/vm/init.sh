@@ -51,7 +51,7 @@ mount -t tmpfs -o mode=0755 tmpfs /mnt/rw || die "tmpfs"
 mkdir -p /mnt/rw/upper /mnt/rw/work
 mount -t overlay overlay -o lowerdir=/mnt/lower,upperdir=/mnt/rw/upper,workdir=/mnt/rw/work /newroot \
     || die "cannot mount the overlay root"
-mkdir -p /newroot/xtask-share /newroot/xtask-sync /newroot/proc /newroot/sys /newroot/dev /newroot/tmp /newroot/run
+mkdir -p /newroot/xtask-share /newroot/xtask-sync /newroot/proc /newroot/sys /newroot/dev /newroot/run
 # cache=none: every read/lookup goes to the host, so markers written by another guest are
 # visible at once.
 mount -t 9p -o "$NINEP,cache=none" xshare /newroot/xtask-share || die "cannot mount the share (9p tag xshare)"
@@ -62,7 +62,8 @@ mount -t devtmpfs devtmpfs /newroot/dev
 mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs tmpfs /newroot/dev/shm
-mount -t tmpfs tmpfs /newroot/tmp
+# No tmpfs over /tmp: a workspace checked out under the host's /tmp (CI may clone there) must
+# stay visible; writes to /tmp land in the overlay's tmpfs upper layer anyway.
 mount -t tmpfs tmpfs /newroot/run
 ip link set lo up
 
