@@ -1,7 +1,7 @@
 //! Command-line interface of `rdma-client`.
 
 use clap::{Parser, ValueEnum};
-use rdma_core_rs::CqMode;
+use rdma_core_rs::cli::DeviceArgs;
 use rdma_proto::Notify;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -40,17 +40,9 @@ pub struct Args {
     #[arg(long, short)]
     pub file: Option<PathBuf>,
 
-    /// RDMA device to use (default: the first one; see `ibv_devices`).
-    #[arg(long, short)]
-    pub device: Option<String>,
-
-    /// Port number on the device.
-    #[arg(long, default_value_t = 1)]
-    pub port: u8,
-
-    /// GID table index (default: the port's RoCE v2 IPv4-mapped GID; see `ibv_devinfo -v`).
-    #[arg(long)]
-    pub gid_index: Option<u32>,
+    /// The local RDMA device, port, GID and completion mode.
+    #[command(flatten)]
+    pub local: DeviceArgs,
 
     /// How the server learns that the write is complete: `imm` = RDMA Write with immediate (the
     /// server gets a completion), `tcp` = plain RDMA Write, then a `written` notice over TCP.
@@ -68,10 +60,6 @@ pub struct Args {
     /// Keep retrying a refused connection this long (e.g. 10s) while the server starts up.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub wait_for_server: Option<Duration>,
-
-    /// Wait for write completions by busy polling (lowest latency) or on a completion channel.
-    #[arg(long, default_value = "event", value_name = "poll|event")]
-    pub cq_mode: CqMode,
 
     /// Print JSON Lines events (each with a `type` tag) instead of human text.
     #[arg(long)]
@@ -112,7 +100,7 @@ mod tests {
     fn defaults_match_the_seed() {
         let a = Args::try_parse_from(["rdma-client", "10.0.0.1"]).unwrap();
         assert_eq!(a.message, "Hello RDMA Write!");
-        assert_eq!(a.port, 1);
+        assert_eq!(a.local.port, 1);
         assert_eq!(a.notify, Notify::Imm);
         assert_eq!(a.timeout, Duration::from_secs(10));
         assert!(Args::try_parse_from(["rdma-client", "h", "--timeout", "soon"]).is_err());

@@ -5,7 +5,7 @@ use crate::exit::ClientError;
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_core_rs::{
-    Access, Context, LinkLayer, Mtu, QpCaps, RemoteBuffer, RemoteQp, RtrParams, RtsParams,
+    Access, LinkLayer, LocalPort, Mtu, QpCaps, RemoteBuffer, RemoteQp, RtrParams, RtsParams,
 };
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
@@ -25,9 +25,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     let timeout = args.timeout;
 
     // Local RDMA first: a machine without RDMA should hear about that, not about the network.
-    let ctx = Context::open(args.device.as_deref()).wrap_err("opening the RDMA device")?;
-    let port = ctx.require_active_port(args.port)?;
-    let gid = ctx.select_gid(&port, args.gid_index)?;
+    let LocalPort { ctx, port, gid } = args.local.open()?;
 
     let addr = resolve(&args.server)?;
     let stream = connect(addr, timeout, args.wait_for_server)?;
@@ -68,7 +66,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     // Verbs objects: the source buffer needs no remote access at all.
     let pd = ctx.alloc_pd()?;
     let mr = pd.register_bytes(&payload, Access::NONE)?;
-    let cq = ctx.create_cq(4, args.cq_mode)?;
+    let cq = ctx.create_cq(4, args.local.cq_mode)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default())?;
     let qp = qp.to_init(port.num, Access::NONE)?;
     let psn = rdma_core_rs::random_psn()?;

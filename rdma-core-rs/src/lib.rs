@@ -48,6 +48,7 @@
 mod context;
 mod cq;
 pub mod error;
+mod local;
 mod pd;
 mod qp;
 mod types;
@@ -55,6 +56,9 @@ mod types;
 pub use context::{Context, DeviceInfo, devices, select_gid_in};
 pub use cq::{Completion, CompletionQueue, CqMode, ParseCqModeError};
 pub use error::{Error, ErrorKind, Result, VerbOp};
+pub use local::LocalPort;
+#[cfg(feature = "clap")]
+pub use local::cli;
 pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{
     Init, MAX_PSN, MAX_WRITE_LEN, QpCaps, QueuePair, RemoteBuffer, RemoteQp, Reset, Rtr, RtrParams,

@@ -2,7 +2,7 @@
 
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
-use rdma_core_rs::CqMode;
+use rdma_core_rs::cli::DeviceArgs;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,17 +27,9 @@ pub struct Args {
     #[arg(long, short, default_value = "0.0.0.0:7471")]
     pub listen: SocketAddr,
 
-    /// RDMA device to use (default: the first one; see `ibv_devices`).
-    #[arg(long, short)]
-    pub device: Option<String>,
-
-    /// Port number on the device.
-    #[arg(long, default_value_t = 1)]
-    pub port: u8,
-
-    /// GID table index (default: the port's RoCE v2 IPv4-mapped GID; see `ibv_devinfo -v`).
-    #[arg(long)]
-    pub gid_index: Option<u32>,
+    /// The local RDMA device, port, GID and completion mode.
+    #[command(flatten)]
+    pub local: DeviceArgs,
 
     /// Size in bytes of the buffer registered for each client.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
@@ -67,10 +59,6 @@ pub struct Args {
     /// Only accept clients from this network (repeatable), e.g. 10.0.0.0/24.
     #[arg(long = "allow", value_name = "CIDR")]
     pub allow: Vec<IpNet>,
-
-    /// Wait for completions by busy polling or on a completion channel.
-    #[arg(long, default_value = "event", value_name = "poll|event")]
-    pub cq_mode: CqMode,
 
     /// Print JSON Lines events (each with a `type` tag) instead of human text.
     #[arg(long)]

@@ -8,7 +8,7 @@ use crate::i18n::Lang;
 use crate::output::{Event, Output};
 use crate::session;
 use color_eyre::eyre::{Result, WrapErr as _};
-use rdma_core_rs::{Context, GidEntry, PortInfo};
+use rdma_core_rs::{Context, GidEntry, LocalPort, PortInfo};
 use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage};
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -42,9 +42,7 @@ pub struct Shared {
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
     let token = access::load_token(args.token_file.as_deref())?;
-    let ctx = Context::open(args.device.as_deref()).wrap_err("opening the RDMA device")?;
-    let port = ctx.require_active_port(args.port)?;
-    let gid = ctx.select_gid(&port, args.gid_index)?;
+    let LocalPort { ctx, port, gid } = args.local.open()?;
 
     let listener = TcpListener::bind(args.listen).map_err(|source| ServerError::Listen {
         addr: args.listen,

@@ -208,7 +208,7 @@ fn session(
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
     let pd = s.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd.register(len, mr_access).map_err(rdma)?;
-    let cq = s.ctx.create_cq(4, s.args.cq_mode).map_err(rdma)?;
+    let cq = s.ctx.create_cq(4, s.args.local.cq_mode).map_err(rdma)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default()).map_err(rdma)?;
     let qp = qp.to_init(s.port.num, qp_access).map_err(rdma)?;
     if hello.notify == Notify::Imm {
@@ -320,6 +320,12 @@ fn session(
         .unwrap_or(usize::MAX)
         .min(mr.len());
     let outcome: Outcome = hs.verify(&mr.as_slice()[..length], imm, written.as_ref());
+    // Release this client's verbs objects before it hears the verdict: its rkey dies now, and
+    // its slot under --max-clients is free by the time it (or the next client) connects again.
+    drop(qp);
+    drop(cq);
+    drop(mr);
+    drop(pd);
     if outcome.verified {
         s.verified.fetch_add(1, Ordering::AcqRel);
     }

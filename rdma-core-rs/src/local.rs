@@ -1,0 +1,66 @@
+//! The local end of a connection: a device, one ACTIVE port on it, and the GID to use. Both
+//! rdma-write binaries need exactly this before any queue pair exists.
+
+use crate::{Context, GidEntry, PortInfo, Result};
+
+/// An open device with a checked port and a selected GID.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct LocalPort {
+    /// The device, opened once.
+    pub ctx: Context,
+    /// The port, known to be ACTIVE.
+    pub port: PortInfo,
+    /// The GID that goes into the address vector (and to the peer).
+    pub gid: GidEntry,
+}
+
+impl LocalPort {
+    /// Opens `device` (`None`: the first one), requires `port` to be ACTIVE, and selects the GID:
+    /// `gid_index` if given, else the port's RoCE v2 IPv4-mapped GID (index 0 on InfiniBand).
+    ///
+    /// # Errors
+    /// No RDMA in the kernel, no such device, port not ACTIVE, no usable GID: each with advice.
+    pub fn open(device: Option<&str>, port: u8, gid_index: Option<u32>) -> Result<Self> {
+        let ctx = Context::open(device)?;
+        let port = ctx.require_active_port(port)?;
+        let gid = ctx.select_gid(&port, gid_index)?;
+        Ok(Self { ctx, port, gid })
+    }
+}
+
+/// Command-line flags that choose the local end (feature `clap`), shared by the binaries.
+#[cfg(feature = "clap")]
+pub mod cli {
+    use crate::CqMode;
+
+    /// `--device`, `--port`, `--gid-index`, `--cq-mode`.
+    #[derive(Debug, Clone, clap::Args)]
+    pub struct DeviceArgs {
+        /// RDMA device to use (default: the first one; see `ibv_devices`).
+        #[arg(long, short)]
+        pub device: Option<String>,
+
+        /// Port number on the device.
+        #[arg(long, default_value_t = 1)]
+        pub port: u8,
+
+        /// GID table index (default: the port's RoCE v2 IPv4-mapped GID; see `ibv_devinfo -v`).
+        #[arg(long)]
+        pub gid_index: Option<u32>,
+
+        /// Wait for completions by busy polling (lowest latency) or on a completion channel.
+        #[arg(long, default_value = "event", value_name = "poll|event")]
+        pub cq_mode: CqMode,
+    }
+
+    impl DeviceArgs {
+        /// [`super::LocalPort::open`] with these flags.
+        ///
+        /// # Errors
+        /// As [`super::LocalPort::open`].
+        pub fn open(&self) -> crate::Result<super::LocalPort> {
+            super::LocalPort::open(self.device.as_deref(), self.port, self.gid_index)
+        }
+    }
+}
