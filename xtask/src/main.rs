@@ -17,10 +17,8 @@ mod smoke;
 mod test;
 mod vm;
 
-use std::time::Duration;
-
 use clap::{Parser, Subcommand};
-use color_eyre::eyre::{Result, bail};
+use color_eyre::eyre::Result;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "rdma-write project automation", version)]
@@ -46,7 +44,7 @@ enum Cmd {
     /// Boot guests, bring up rxe and run an ib_write_bw pair across them.
     VmSmoke(smoke::SmokeArgs),
     /// Run one command in a guest (host userland, Debian kernel with rdma_rxe).
-    VmRun(VmRunArgs),
+    VmRun(vm::run_cmd::VmRunArgs),
     /// (inside a guest) Misbehave against a live rdma-server and check every answer.
     #[command(hide = true)]
     Hostile(hostile::HostileArgs),
@@ -56,54 +54,6 @@ enum Cmd {
     /// (inside a guest) Run a plan: configure the node, run its steps, write result.json.
     #[command(hide = true)]
     GuestAgent(agent::AgentArgs),
-}
-
-#[derive(Debug, clap::Args)]
-struct VmRunArgs {
-    /// Stream the console.
-    #[arg(long, short)]
-    verbose: bool,
-    /// Keep the run directory.
-    #[arg(long)]
-    keep: bool,
-    /// Hard deadline, seconds.
-    #[arg(long, default_value_t = 120)]
-    timeout: u64,
-    /// Absolute path of the program, then its arguments.
-    #[arg(trailing_var_arg = true, required = true)]
-    argv: Vec<String>,
-}
-
-fn vm_run(args: &VmRunArgs) -> Result<()> {
-    let mut spec = vm::GuestSpec::new("A", 1, args.argv.clone());
-    spec.timeout = Duration::from_secs(args.timeout);
-    let run = vm::run_guests(
-        &[spec],
-        &vm::VmOptions {
-            verbose: args.verbose,
-            keep: args.keep,
-        },
-    )?;
-    if args.keep {
-        println!(
-            "run directory (shares, console logs): {}",
-            run.dir().display()
-        );
-    }
-    for o in &run.outcomes {
-        if !args.verbose {
-            println!("--- console tail of {} ---\n{}", o.name, o.console_tail);
-        }
-        match o.exit_code {
-            Some(0) => println!("{}: exit 0 in {:.1} s", o.name, o.elapsed.as_secs_f64()),
-            code => bail!(
-                "{}: command failed (exit {code:?}, timed out: {})",
-                o.name,
-                o.timed_out
-            ),
-        }
-    }
-    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -125,7 +75,7 @@ fn main() -> Result<()> {
         Cmd::Deps(a) => deps::cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),
-        Cmd::VmRun(a) => vm_run(a),
+        Cmd::VmRun(a) => vm::run_cmd::cmd(a),
         Cmd::GuestAgent(a) => agent::cmd(a),
     }
 }

@@ -91,6 +91,23 @@ pub struct Scenario {
     pub quick: bool,
 }
 
+impl Scenario {
+    /// A scenario with a plain one-shot server (exit 0), no clients yet, not quick.
+    fn new(name: &'static str, about: &'static str) -> Self {
+        Self {
+            name,
+            about,
+            server_args: Vec::new(),
+            server_env: Vec::new(),
+            server_exit: 0,
+            server_expect: Vec::new(),
+            wrapper: &[],
+            clients: Vec::new(),
+            quick: false,
+        }
+    }
+}
+
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -178,12 +195,6 @@ pub fn all() -> Vec<Scenario> {
     let over64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdefX";
     vec![
         Scenario {
-            name: "seed",
-            about: "the seed's demo with human output: the server prints what landed in its memory",
-            server_args: vec![],
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::StdoutHas("received message: Hello RDMA Write!"),
                 Expect::StdoutHas("verified: RDMA Write data landed in server memory"),
@@ -198,14 +209,13 @@ pub fn all() -> Vec<Scenario> {
                 expect: vec![Expect::StdoutHas("server verified 17 bytes")],
             }],
             quick: true,
+            ..Scenario::new(
+                "seed",
+                "the seed's demo with human output: the server prints what landed in its memory",
+            )
         },
         Scenario {
-            name: "seed-json",
-            about: "the same write, checked through both sides' --json events",
             server_args: strings(&["--json"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::Event("listening", vec![]),
                 Expect::Event("qp_ready", vec![("notify", Value::from("imm"))]),
@@ -213,39 +223,33 @@ pub fn all() -> Vec<Scenario> {
             ],
             clients: vec![good_client("client", SEED_MESSAGE, &[])],
             quick: true,
+            ..Scenario::new(
+                "seed-json",
+                "the same write, checked through both sides' --json events",
+            )
         },
         Scenario {
-            name: "notify-tcp",
-            about: "plain RDMA Write, then a `written` notice over TCP",
             server_args: strings(&["--json"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::Event("written", vec![("notify", Value::from("tcp"))]),
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![good_client("client", SEED_MESSAGE, &["--notify", "tcp"])],
             quick: false,
+            ..Scenario::new(
+                "notify-tcp",
+                "plain RDMA Write, then a `written` notice over TCP",
+            )
         },
         Scenario {
-            name: "cq-poll",
-            about: "busy-polling completion queues on both sides",
             server_args: strings(&["--json", "--cq-mode", "poll"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![good_client("client", SEED_MESSAGE, &["--cq-mode", "poll"])],
             quick: false,
+            ..Scenario::new("cq-poll", "busy-polling completion queues on both sides")
         },
         Scenario {
-            name: "one-mib",
-            about: "a 1 MiB payload into a 1 MiB buffer",
             server_args: strings(&["--json", "--buffer-size", "1048576"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![Expect::Event(
                 "verified",
                 vec![
@@ -270,25 +274,20 @@ pub fn all() -> Vec<Scenario> {
                 )],
             }],
             quick: false,
+            ..Scenario::new("one-mib", "a 1 MiB payload into a 1 MiB buffer")
         },
         Scenario {
-            name: "exact-fit",
-            about: "a payload that exactly fills the 64-byte buffer",
             server_args: strings(&["--json"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![server_verified(exact64)],
             clients: vec![good_client("64 bytes", exact64, &[])],
             quick: false,
+            ..Scenario::new(
+                "exact-fit",
+                "a payload that exactly fills the 64-byte buffer",
+            )
         },
         Scenario {
-            name: "one-byte-too-many",
-            about: "65 bytes for a 64-byte buffer: refused before any RDMA, server keeps waiting",
             server_args: strings(&["--json"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::Event("error", vec![("code", Value::from("too_long"))]),
                 server_verified(SEED_MESSAGE),
@@ -298,14 +297,13 @@ pub fn all() -> Vec<Scenario> {
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             quick: false,
+            ..Scenario::new(
+                "one-byte-too-many",
+                "65 bytes for a 64-byte buffer: refused before any RDMA, server keeps waiting",
+            )
         },
         Scenario {
-            name: "wrong-rkey",
-            about: "a write with a corrupted rkey: remote access error on the client, server unharmed",
             server_args: strings(&["--json"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::Event("error", vec![]),
                 server_verified(SEED_MESSAGE),
@@ -315,14 +313,13 @@ pub fn all() -> Vec<Scenario> {
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             quick: false,
+            ..Scenario::new(
+                "wrong-rkey",
+                "a write with a corrupted rkey: remote access error on the client, server unharmed",
+            )
         },
         Scenario {
-            name: "out-of-bounds",
-            about: "a write aimed past the end of the buffer: refused by the server's NIC",
             server_args: strings(&["--json"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![
                 failing_client(
@@ -334,14 +331,13 @@ pub fn all() -> Vec<Scenario> {
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             quick: false,
+            ..Scenario::new(
+                "out-of-bounds",
+                "a write aimed past the end of the buffer: refused by the server's NIC",
+            )
         },
         Scenario {
-            name: "broken-server",
-            about: "a server that registers without remote write (the seed's bug) fails readably",
             server_args: strings(&["--json", "--serve", "--fault", "no-remote-write"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::Event("error", vec![("code", Value::from("write_failed"))]),
                 Expect::Event(
@@ -359,14 +355,13 @@ pub fn all() -> Vec<Scenario> {
                 "remote",
             )],
             quick: false,
+            ..Scenario::new(
+                "broken-server",
+                "a server that registers without remote write (the seed's bug) fails readably",
+            )
         },
         Scenario {
-            name: "zh",
-            about: "with a zh locale the server prints the seed's own two lines",
-            server_args: vec![],
             server_env: vec![("LANG", "zh_CN.UTF-8")],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::StdoutHas("服务端收到消息: Hello RDMA Write!"),
                 Expect::StdoutHas("验证通过：RDMA Write数据已写入服务端内存"),
@@ -381,14 +376,13 @@ pub fn all() -> Vec<Scenario> {
                 expect: vec![],
             }],
             quick: false,
+            ..Scenario::new(
+                "zh",
+                "with a zh locale the server prints the seed's own two lines",
+            )
         },
         Scenario {
-            name: "token",
-            about: "a server with a shared token: none or a wrong one is refused, the right one works",
             server_args: strings(&["--json", "--token-file", TOKEN_FILE]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::Event("listening", vec![("auth", Value::from("token"))]),
                 Expect::Event("error", vec![("code", Value::from("unauthorized"))]),
@@ -406,14 +400,13 @@ pub fn all() -> Vec<Scenario> {
                 },
             ],
             quick: false,
+            ..Scenario::new(
+                "token",
+                "a server with a shared token: none or a wrong one is refused, the right one works",
+            )
         },
         Scenario {
-            name: "allow",
-            about: "a client outside --allow gets `forbidden` before any banner or secret",
             server_args: strings(&["--json", "--serve", "--allow", "192.0.2.0/24"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![
                 Expect::Event("refused", vec![("code", Value::from("forbidden"))]),
                 Expect::Event("stopped", vec![("verified", Value::from(0))]),
@@ -425,14 +418,13 @@ pub fn all() -> Vec<Scenario> {
                 "forbidden",
             )],
             quick: false,
+            ..Scenario::new(
+                "allow",
+                "a client outside --allow gets `forbidden` before any banner or secret",
+            )
         },
         Scenario {
-            name: "client-errors",
-            about: "clean client failures: unknown device (the real ones listed), server unreachable",
             server_args: strings(&["--json", "--serve"]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![Expect::Event("stopped", vec![("sessions", Value::from(0))])],
             clients: vec![
                 failing_client("no such device", 3, &["--device", "no-such-dev0"], "rxe0"),
@@ -442,21 +434,23 @@ pub fn all() -> Vec<Scenario> {
                 },
             ],
             quick: false,
+            ..Scenario::new(
+                "client-errors",
+                "clean client failures: unknown device (the real ones listed), server unreachable",
+            )
         },
         Scenario {
-            name: "valgrind",
-            about: "server and client under valgrind: no definite leak, no memory error",
             server_args: strings(&["--json", "--timeout", "60s"]),
-            server_env: vec![],
-            server_exit: 0,
             wrapper: VALGRIND,
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![good_client("client", SEED_MESSAGE, &["--timeout", "60s"])],
             quick: false,
+            ..Scenario::new(
+                "valgrind",
+                "server and client under valgrind: no definite leak, no memory error",
+            )
         },
         Scenario {
-            name: "hostile",
-            about: "a --serve server against the hostile-peer matrix (garbage, wrong order, slow loris, vanishing, busy, ...)",
             server_args: strings(&[
                 "--json",
                 "--serve",
@@ -467,9 +461,6 @@ pub fn all() -> Vec<Scenario> {
                 "--max-clients",
                 "4",
             ]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![Expect::Event(
                 "stopped",
                 vec![("reason", Value::from("signal"))],
@@ -489,10 +480,12 @@ pub fn all() -> Vec<Scenario> {
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             quick: false,
+            ..Scenario::new(
+                "hostile",
+                "a --serve server against the hostile-peer matrix (garbage, wrong order, slow loris, vanishing, busy, ...)",
+            )
         },
         Scenario {
-            name: "hostile-token",
-            about: "the hostile-peer matrix against a server that requires a token",
             server_args: strings(&[
                 "--json",
                 "--serve",
@@ -501,9 +494,6 @@ pub fn all() -> Vec<Scenario> {
                 "--token-file",
                 TOKEN_FILE,
             ]),
-            server_env: vec![],
-            server_exit: 0,
-            wrapper: &[],
             server_expect: vec![Expect::Event(
                 "stopped",
                 vec![("reason", Value::from("signal"))],
@@ -513,6 +503,10 @@ pub fn all() -> Vec<Scenario> {
                 &["--server-timeout", "3s", "--token-file", TOKEN_FILE],
             )],
             quick: false,
+            ..Scenario::new(
+                "hostile-token",
+                "the hostile-peer matrix against a server that requires a token",
+            )
         },
     ]
 }

@@ -7,6 +7,7 @@
 
 pub mod initramfs;
 pub mod kernel;
+pub mod run_cmd;
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
