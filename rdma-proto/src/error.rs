@@ -210,7 +210,7 @@ pub enum ProtoError {
         reason: String,
     },
     /// An error the PEER sent us.
-    #[error("server said: {}: {}", .0.code, .0.message)]
+    #[error("server said: {}: {}", .0.code, crate::printable(&.0.message))]
     Remote(ErrorMsg),
     /// Any other coded error the local program wants to report (e.g. `busy`, `rdma_setup`).
     #[error("{code}: {message}")]

@@ -53,6 +53,21 @@ pub fn crc32c(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
 }
 
+/// Text that came from the peer (an error `message`, a `result.text`), made safe to print on a
+/// terminal: every control character (NUL, ESC, newline, ...) is escaped (`\u{1b}`), the rest
+/// is kept as is. JSON output needs no such care; human output does.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The payload as text for `result.text`: lossy UTF-8, cut to at most [`MAX_TEXT`] bytes on a
 /// char boundary. The bool says whether it was cut.
 pub fn preview_text(payload: &[u8]) -> (String, bool) {

@@ -238,3 +238,23 @@ fn constants() {
     assert_eq!(DEFAULT_MAX_LINE, 65536);
     assert_eq!(MAX_TEXT, 1024);
 }
+
+#[test]
+fn peer_text_is_made_safe_to_print() {
+    assert_eq!(
+        rdma_proto::printable("ok\u{1b}[31mred\u{0}"),
+        "ok\\u{1b}[31mred\\0"
+    );
+    assert_eq!(
+        rdma_proto::printable("Hello RDMA Write! 你好"),
+        "Hello RDMA Write! 你好"
+    );
+    let line = br#"{"type":"error","v":1,"code":"busy","message":"try later\u001b]0;pwned\u0007"}"#;
+    let msg = rdma_proto::ServerMessage::parse(line).unwrap();
+    let rdma_proto::ServerMessage::Error(e) = msg else {
+        panic!("not an error: {msg:?}")
+    };
+    let shown = rdma_proto::ProtoError::Remote(e).to_string();
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    assert!(shown.contains("try later"), "{shown}");
+}

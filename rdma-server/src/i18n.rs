@@ -21,8 +21,10 @@ impl Lang {
         }
     }
 
-    /// The line that shows the bytes the server found in its own memory.
+    /// The line that shows the bytes the server found in its own memory. The bytes are the
+    /// client's: control characters are shown escaped (`\u{1b}`), never sent to the terminal.
     pub fn received(self, text: &str) -> String {
+        let text = rdma_proto::printable(text);
         match self {
             Lang::En => format!("received message: {text}"),
             Lang::Zh => format!("服务端收到消息: {text}"),
@@ -60,5 +62,13 @@ mod tests {
         assert_eq!(en.received("hi"), "received message: hi");
         assert!(en.verified(17, 0xabcd).contains("17 bytes"));
         assert_eq!(Lang::from_locale(None), Lang::En);
+    }
+
+    #[test]
+    fn client_bytes_cannot_drive_the_terminal() {
+        let line = Lang::En.received("a\u{0}b\u{1b}[2Jc\nd");
+        assert_eq!(line, "received message: a\\0b\\u{1b}[2Jc\\nd");
+        assert!(!line.chars().any(char::is_control));
+        assert_eq!(Lang::En.received("你好"), "received message: 你好");
     }
 }

@@ -420,7 +420,11 @@ fn peer_state(conn: &mut LineConn<TcpStream>) -> Option<Failure> {
 fn peer_gave_up(e: &ErrorMsg) -> Failure {
     Failure::new(
         e.code,
-        format!("the client gave up: {}: {}", e.code.as_str(), e.message),
+        format!(
+            "the client gave up: {}: {}",
+            e.code.as_str(),
+            rdma_proto::printable(&e.message)
+        ),
     )
     .silent()
 }
