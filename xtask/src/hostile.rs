@@ -94,6 +94,10 @@ pub struct HostileArgs {
     /// Seed for the random QPNs and PSNs (printed, to replay a run).
     #[arg(long)]
     pub seed: Option<u64>,
+
+    /// After every case, a real `rdma-client` (this binary) must still get its write verified.
+    #[arg(long, value_name = "PATH")]
+    pub probe_client: Option<PathBuf>,
 }
 
 /// One hostile behaviour.
@@ -194,6 +198,7 @@ struct Config {
     gid: String,
     reply: Duration,
     seed: u64,
+    probe_client: Option<PathBuf>,
 }
 
 /// The outcome of one case.
@@ -229,6 +234,7 @@ pub fn cmd(args: &HostileArgs) -> Result<()> {
         },
         reply: args.reply_timeout,
         seed: args.seed.unwrap_or_else(random_seed),
+        probe_client: args.probe_client.clone(),
     });
     let cases = select_cases(&args.cases, &cfg)?;
     if !args.json {
@@ -346,7 +352,7 @@ fn run_case(cfg: &Arc<Config>, case: Case, index: u64) -> Verdict {
             Err(_) => Err(format!("the case did not finish within {budget:?}")),
         },
     };
-    let outcome = outcome.and_then(|seen| match probe(cfg) {
+    let outcome = outcome.and_then(|seen| match probe(cfg).and_then(|()| probe_write(cfg)) {
         Ok(()) => Ok(seen),
         Err(e) => Err(format!(
             "{seen}; but afterwards a fresh connection failed: {e}"
@@ -854,6 +860,40 @@ fn probe(cfg: &Config) -> Result<(), String> {
                 ));
             }
         }
+    }
+}
+
+/// With `--probe-client`: a real client must still get a write verified (the server survived
+/// the case as a whole, not just its accept loop).
+fn probe_write(cfg: &Config) -> Result<(), String> {
+    let Some(client) = cfg.probe_client.as_ref().filter(|_| !cfg.expect_forbidden) else {
+        return Ok(());
+    };
+    let sh = xshell::Shell::new().map_err(|e| e.to_string())?;
+    let server = cfg.server.to_string();
+    let mut cmd = xshell::cmd!(
+        sh,
+        "{client} {server} --json --timeout 10s --wait-for-server 5s"
+    );
+    if let Some(token) = &cfg.token {
+        cmd = cmd.env("RDMA_WRITE_TOKEN", token);
+    }
+    let shown = cmd.to_string();
+    let finished = crate::exec::Captured::spawn_command(cmd.into(), shown, None)
+        .and_then(|c| c.finish(Instant::now() + Duration::from_secs(40)))
+        .map_err(|e| format!("probe client: {e:#}"))?;
+    let verified = finished.stdout.lines().any(|l| {
+        serde_json::from_str::<Value>(l)
+            .is_ok_and(|v| v["type"] == "verified" && v["verified"] == true)
+    });
+    if finished.code == Some(0) && verified {
+        Ok(())
+    } else {
+        Err(format!(
+            "a real client was not verified (exit {:?}): {}",
+            finished.code,
+            crate::exec::tail(&finished.stderr, 400)
+        ))
     }
 }
 
@@ -1408,6 +1448,7 @@ mod tests {
             gid: "::ffff:10.0.0.2".to_owned(),
             reply: Duration::from_secs(3),
             seed: 7,
+            probe_client: None,
         })
     }
 

@@ -329,6 +329,8 @@ fn client_step(
             "hostile".to_owned(),
             "--server".to_owned(),
             format!("{ip}:{port}"),
+            "--probe-client".to_owned(),
+            bins.client.clone(),
         ];
         args.extend(c.args.iter().map(|a| files.expand(a)));
         let mut step = Step::new(client_step_name(s, j), &[]);

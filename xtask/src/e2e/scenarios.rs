@@ -41,6 +41,8 @@ pub enum Expect {
     StderrHas(&'static str),
     /// A JSON event with this `type` exists and has these fields (values compared as JSON).
     Event(&'static str, Vec<(&'static str, Value)>),
+    /// A JSON event with this `type` has a numeric field at least this large.
+    EventAtLeast(&'static str, &'static str, u64),
 }
 
 /// Where a client connects.
@@ -148,7 +150,9 @@ fn server_verified(message: &'static str) -> Expect {
     )
 }
 
-/// The hostile peer: exits 0 only if every case got the answer PROTOCOL.md promises.
+/// The hostile peer: exits 0 only if every case got the answer PROTOCOL.md promises and, after
+/// each case, a real `rdma-client` still got its write verified (`--probe-client`, added by
+/// the harness).
 fn hostile(label: &'static str, args: &[&str]) -> ClientRun {
     let mut all = strings(&["--json"]);
     all.extend(strings(args));
@@ -461,10 +465,11 @@ pub fn all() -> Vec<Scenario> {
                 "--max-clients",
                 "4",
             ]),
-            server_expect: vec![Expect::Event(
-                "stopped",
-                vec![("reason", Value::from("signal"))],
-            )],
+            server_expect: vec![
+                Expect::Event("stopped", vec![("reason", Value::from("signal"))]),
+                // One probe write verified after each of the 21 cases, plus the last client.
+                Expect::EventAtLeast("stopped", "verified", 22),
+            ],
             clients: vec![
                 hostile(
                     "hostile peer",
@@ -529,6 +534,18 @@ pub fn check(expect: &[Expect], stdout: &str, stderr: &str) -> Vec<String> {
             Expect::StderrHas(text) => {
                 if !stderr.to_lowercase().contains(&text.to_lowercase()) {
                     failures.push(format!("stderr lacks {text:?}"));
+                }
+            }
+            Expect::EventAtLeast(kind, field, min) => {
+                let found = events.iter().any(|ev| {
+                    ev.get("type").and_then(Value::as_str) == Some(kind)
+                        && ev
+                            .get(*field)
+                            .and_then(Value::as_u64)
+                            .is_some_and(|n| n >= *min)
+                });
+                if !found {
+                    failures.push(format!("no `{kind}` event with {field} >= {min}"));
                 }
             }
             Expect::Event(kind, fields) => {
