@@ -53,8 +53,8 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             format!(
                 "connected to {} ({} {}); local {} port {} gid[{}] {}",
                 args.server,
-                banner.program,
-                banner.program_version,
+                rdma_proto::printable(&banner.program),
+                rdma_proto::printable(&banner.program_version),
                 ctx.name(),
                 port.num,
                 gid.index,
@@ -159,7 +159,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     out.emit(
         &Event::Written {
             length: payload.len() as u64,
-            notify: notify_name(args.notify),
+            notify: args.notify.as_str(),
             crc32c: crc,
             micros,
         },
@@ -265,13 +265,6 @@ fn resolve(server: &str) -> Result<SocketAddr> {
         .ok()
         .and_then(|mut addrs| addrs.next())
         .ok_or_else(|| ClientError::BadAddress(server.to_owned()).into())
-}
-
-fn notify_name(n: Notify) -> &'static str {
-    match n {
-        Notify::Imm => "imm",
-        Notify::Tcp => "tcp",
-    }
 }
 
 /// Test hook: die like a crashed client would, at the named stage.

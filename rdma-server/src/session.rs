@@ -248,7 +248,7 @@ fn session(
     };
     let accept = hs.accept(local, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + phase)?;
-    let notify = notify_name(hello.notify);
+    let notify = hello.notify.as_str();
     s.out.emit(
         &Event::QpReady {
             session: id,
@@ -456,11 +456,4 @@ fn report_verdict(s: &Shared, id: u64, outcome: &Outcome) {
             }
         },
     );
-}
-
-fn notify_name(n: Notify) -> &'static str {
-    match n {
-        Notify::Imm => "imm",
-        Notify::Tcp => "tcp",
-    }
 }
