@@ -61,6 +61,8 @@ pub enum Tool {
     RdmaClient,
     /// `xtask hostile --server SERVER:PORT ARGS…`: the protocol-level misbehaviour matrix.
     Hostile,
+    /// A plain command on the client's node (e.g. `ip link set eth0 down`); `args` unused.
+    Command(&'static [&'static str]),
 }
 
 /// One client run.
@@ -91,6 +93,8 @@ pub struct Scenario {
     pub clients: Vec<ClientRun>,
     /// Part of the quick `cargo xtask e2e` run (the rest runs in `cargo xtask test`).
     pub quick: bool,
+    /// Disturbs the node's network: runs only inside the guests, never on a user's host.
+    pub guest_only: bool,
 }
 
 impl Scenario {
@@ -106,6 +110,7 @@ impl Scenario {
             wrapper: &[],
             clients: Vec::new(),
             quick: false,
+            guest_only: false,
         }
     }
 }
@@ -148,6 +153,19 @@ fn server_verified(message: &'static str) -> Expect {
             ("text", Value::from(message)),
         ],
     )
+}
+
+/// A command on the client's node that must succeed.
+fn command(label: &'static str, argv: &'static [&'static str]) -> ClientRun {
+    ClientRun {
+        label,
+        tool: Tool::Command(argv),
+        target: Target::Server,
+        args: vec![],
+        env: vec![],
+        exit: 0,
+        expect: vec![],
+    }
 }
 
 /// The hostile peer: exits 0 only if every case got the answer PROTOCOL.md promises and, after
@@ -239,7 +257,6 @@ pub fn all() -> Vec<Scenario> {
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![good_client("client", SEED_MESSAGE, &["--notify", "tcp"])],
-            quick: false,
             ..Scenario::new(
                 "notify-tcp",
                 "plain RDMA Write, then a `written` notice over TCP",
@@ -249,7 +266,6 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json", "--cq-mode", "poll"]),
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![good_client("client", SEED_MESSAGE, &["--cq-mode", "poll"])],
-            quick: false,
             ..Scenario::new("cq-poll", "busy-polling completion queues on both sides")
         },
         Scenario {
@@ -277,14 +293,12 @@ pub fn all() -> Vec<Scenario> {
                     ],
                 )],
             }],
-            quick: false,
             ..Scenario::new("one-mib", "a 1 MiB payload into a 1 MiB buffer")
         },
         Scenario {
             server_args: strings(&["--json"]),
             server_expect: vec![server_verified(exact64)],
             clients: vec![good_client("64 bytes", exact64, &[])],
-            quick: false,
             ..Scenario::new(
                 "exact-fit",
                 "a payload that exactly fills the 64-byte buffer",
@@ -300,7 +314,6 @@ pub fn all() -> Vec<Scenario> {
                 failing_client("65 bytes", 7, &["--message", over64], "too_long"),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
-            quick: false,
             ..Scenario::new(
                 "one-byte-too-many",
                 "65 bytes for a 64-byte buffer: refused before any RDMA, server keeps waiting",
@@ -316,7 +329,6 @@ pub fn all() -> Vec<Scenario> {
                 failing_client("wrong rkey", 8, &["--fault", "wrong-rkey"], "remote access"),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
-            quick: false,
             ..Scenario::new(
                 "wrong-rkey",
                 "a write with a corrupted rkey: remote access error on the client, server unharmed",
@@ -334,7 +346,6 @@ pub fn all() -> Vec<Scenario> {
                 ),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
-            quick: false,
             ..Scenario::new(
                 "out-of-bounds",
                 "a write aimed past the end of the buffer: refused by the server's NIC",
@@ -358,7 +369,6 @@ pub fn all() -> Vec<Scenario> {
                 &["--message", SEED_MESSAGE],
                 "remote",
             )],
-            quick: false,
             ..Scenario::new(
                 "broken-server",
                 "a server that registers without remote write (the seed's bug) fails readably",
@@ -379,7 +389,6 @@ pub fn all() -> Vec<Scenario> {
                 exit: 0,
                 expect: vec![],
             }],
-            quick: false,
             ..Scenario::new(
                 "zh",
                 "with a zh locale the server prints the seed's own two lines",
@@ -403,7 +412,6 @@ pub fn all() -> Vec<Scenario> {
                     ..good_client("right token", SEED_MESSAGE, &[])
                 },
             ],
-            quick: false,
             ..Scenario::new(
                 "token",
                 "a server with a shared token: none or a wrong one is refused, the right one works",
@@ -421,7 +429,6 @@ pub fn all() -> Vec<Scenario> {
                 &[],
                 "forbidden",
             )],
-            quick: false,
             ..Scenario::new(
                 "allow",
                 "a client outside --allow gets `forbidden` before any banner or secret",
@@ -437,7 +444,6 @@ pub fn all() -> Vec<Scenario> {
                     ..failing_client("nobody listening", 4, &[], "could not reach the server")
                 },
             ],
-            quick: false,
             ..Scenario::new(
                 "client-errors",
                 "clean client failures: unknown device (the real ones listed), server unreachable",
@@ -448,7 +454,6 @@ pub fn all() -> Vec<Scenario> {
             wrapper: VALGRIND,
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![good_client("client", SEED_MESSAGE, &["--timeout", "60s"])],
-            quick: false,
             ..Scenario::new(
                 "valgrind",
                 "server and client under valgrind: no definite leak, no memory error",
@@ -484,7 +489,6 @@ pub fn all() -> Vec<Scenario> {
                 ),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
-            quick: false,
             ..Scenario::new(
                 "hostile",
                 "a --serve server against the hostile-peer matrix (garbage, wrong order, slow loris, vanishing, busy, ...)",
@@ -507,10 +511,34 @@ pub fn all() -> Vec<Scenario> {
                 "hostile peer with token",
                 &["--server-timeout", "3s", "--token-file", TOKEN_FILE],
             )],
-            quick: false,
             ..Scenario::new(
                 "hostile-token",
                 "the hostile-peer matrix against a server that requires a token",
+            )
+        },
+        Scenario {
+            // --serve, and a first client: the server is surely up before the link goes down
+            // (with one node, the server's port goes down too).
+            server_args: strings(&["--json", "--serve"]),
+            server_expect: vec![
+                server_verified(SEED_MESSAGE),
+                Expect::EventAtLeast("stopped", "verified", 2),
+            ],
+            clients: vec![
+                good_client("a normal client first", SEED_MESSAGE, &[]),
+                command(
+                    "take the client's link down",
+                    &["ip", "link", "set", "eth0", "down"],
+                ),
+                failing_client("port DOWN", 3, &[], "not ACTIVE"),
+                command("bring it back up", &["ip", "link", "set", "eth0", "up"]),
+                command("let the port settle", &["sleep", "2"]),
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            guest_only: true,
+            ..Scenario::new(
+                "port-down",
+                "a client whose RDMA port is DOWN says so and exits 3; after the link is back it works",
             )
         },
     ]
