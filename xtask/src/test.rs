@@ -1,9 +1,10 @@
 //! `cargo xtask test`: the whole suite, exactly what CI runs (`.ci/run`).
 //!
 //! fmt check, clippy with `-D warnings`, every workspace test, a short fuzz run of the protocol
-//! parser, then the end-to-end scenarios in
-//! the guests: all of them across two guests, and the quick ones in one guest through the
-//! host-rxe backend (`xtask e2e --backend rxe` runs inside it).
+//! parser, then the end-to-end scenarios in the guests: all of them across two guests, then all
+//! of them again in one guest through the
+//! host-rxe backend (`xtask e2e --backend rxe` runs inside it), with the verbs self-test and the
+//! load test.
 
 use crate::deps::{self, Group};
 use crate::e2e::{self, E2eArgs};
@@ -77,14 +78,14 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
         let one = E2eArgs {
             nodes: 1,
-            all: false,
+            all: true,
             selftest: true,
             load: true,
             no_build: false,
             ..base.clone()
         };
         phase(
-            "e2e: one node (host-rxe backend inside the guest): verbs self-test, quick scenarios, load",
+            "e2e: one node (host-rxe backend inside the guest): verbs self-test, every scenario, load",
             &mut || e2e::cmd(&one),
         )?;
     }

@@ -111,13 +111,32 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
             deps::ensure(&[Group::Vm])?;
             run_vm(args, &selected, &bins, &files, &mut phases)?
         }
-        Backend::Rxe { netdev, .. } => {
+        Backend::Rxe { netdev, ipv4 } => {
             let t = Instant::now();
-            let _link = crate::rxe::RxeLink::create("rxe-e2e", netdev, Duration::from_secs(20))?;
+            let link = crate::rxe::RxeLink::create("rxe-e2e", netdev, Duration::from_secs(20))?;
             phases.push(("rxe up", t.elapsed()));
-            run_local(&selected, &bins, &files, args.load, &mut phases)?
+            // Clients reach the server at the rxe netdev's address: the GID a peer announces
+            // must be routable through that netdev (`::ffff:127.0.0.1` is not).
+            let ip = ipv4.split('/').next().unwrap_or(ipv4);
+            run_local(
+                &selected,
+                &bins,
+                &files,
+                args.load,
+                link.name(),
+                ip,
+                &mut phases,
+            )?
         }
-        Backend::Hardware { .. } => run_local(&selected, &bins, &files, args.load, &mut phases)?,
+        Backend::Hardware { device } => run_local(
+            &selected,
+            &bins,
+            &files,
+            args.load,
+            device,
+            "127.0.0.1",
+            &mut phases,
+        )?,
     };
     phases.push(("total", t0.elapsed()));
     report(&selected, &verdicts, &phases)
@@ -277,11 +296,13 @@ fn steps(
     files: &Files,
     server_ip: &str,
     load: bool,
+    device: Option<&str>,
 ) -> (Vec<Step>, Vec<Step>) {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     if let Some(selftest) = &bins.selftest {
         let mut step = Step::new(SELFTEST, &[selftest.as_str()]);
+        step.argv.extend(device.map(str::to_owned));
         step.timeout_s = 120.0;
         step.allow_failure = true;
         servers.push(step);
@@ -291,6 +312,7 @@ fn steps(
             scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
         let mut args = vec!["--listen".to_owned(), format!("0.0.0.0:{port}")];
         args.extend(s.server_args.iter().map(|a| files.expand(a)));
+        with_device(&mut args, device);
         let mut server = Step::new(server_step_name(s), &[]);
         server.argv = argv(&s.server_env, s.wrapper, &bins.server, args);
         server.background = true;
@@ -301,7 +323,11 @@ fn steps(
         }
         servers.push(server);
         for (j, c) in s.clients.iter().enumerate() {
-            clients.push(client_step(s, j, c, bins, files, server_ip, port));
+            let mut step = client_step(s, j, c, bins, files, server_ip, port);
+            if c.tool == Tool::RdmaClient {
+                with_device(&mut step.argv, device);
+            }
+            clients.push(step);
         }
     }
     let mut done = Step::new("clients finished", &["true"]);
@@ -321,11 +347,26 @@ fn steps(
                 "--json",
             ],
         );
+        if let Some(d) = device {
+            step.argv.push(format!("--server-arg=--device={d}"));
+            step.argv.push(format!("--client-arg=--device={d}"));
+        }
         step.timeout_s = 480.0;
         step.allow_failure = true;
         clients.push(step);
     }
     (servers, clients)
+}
+
+/// Names the device explicitly (the rxe and hardware backends know which one they brought up),
+/// unless the scenario picks its own.
+fn with_device(argv: &mut Vec<String>, device: Option<&str>) {
+    if let Some(d) = device
+        && !argv.iter().any(|a| a == "--device")
+    {
+        argv.push("--device".to_owned());
+        argv.push(d.to_owned());
+    }
 }
 
 fn client_step(
@@ -447,7 +488,7 @@ fn run_vm(
             timeout,
         }]
     } else {
-        let (servers, clients) = steps(selected, bins, files, SERVER_IP, args.load);
+        let (servers, clients) = steps(selected, bins, files, SERVER_IP, args.load, None);
         vec![
             PlanGuest {
                 name: "A".into(),
@@ -525,10 +566,12 @@ fn run_local(
     bins: &Bins,
     files: &Files,
     load: bool,
+    device: &str,
+    server_ip: &str,
     phases: &mut Vec<(&'static str, Duration)>,
 ) -> Result<Verdicts> {
     let sync = tempfile::Builder::new().prefix("rdma-e2e-sync").tempdir()?;
-    let (mut steps, clients) = steps(selected, bins, files, "127.0.0.1", load);
+    let (mut steps, clients) = steps(selected, bins, files, server_ip, load, Some(device));
     steps.extend(clients);
     let plan = Plan {
         node: node("127.0.0.1", false),
@@ -765,6 +808,42 @@ mod tests {
     }
 
     #[test]
+    fn a_known_device_is_named_unless_the_scenario_names_its_own() {
+        let bins = Bins {
+            server: "/bin/rdma-server".into(),
+            client: "/bin/rdma-client".into(),
+            xtask: "/bin/xtask".into(),
+            selftest: None,
+        };
+        let files = Files {
+            payload: "/p.bin".into(),
+            token_file: "/t".into(),
+        };
+        let all = scenarios::all();
+        let (servers, clients) = steps(&all, &bins, &files, "127.0.0.1", true, Some("rxe-e2e"));
+        let names_dev =
+            |argv: &[String], dev: &str| argv.windows(2).any(|w| w[0] == "--device" && w[1] == dev);
+        assert!(servers.iter().all(|s| names_dev(&s.argv, "rxe-e2e")));
+        let unknown = clients
+            .iter()
+            .find(|c| c.name.contains("no such device"))
+            .unwrap();
+        assert!(names_dev(&unknown.argv, "no-such-dev0"));
+        assert!(!names_dev(&unknown.argv, "rxe-e2e"));
+        let load = clients.iter().find(|c| c.name == LOAD).unwrap();
+        assert!(
+            load.argv
+                .contains(&"--client-arg=--device=rxe-e2e".to_owned())
+        );
+        let (servers, _) = steps(&all, &bins, &files, "10.0.0.1", false, None);
+        assert!(
+            servers
+                .iter()
+                .all(|s| !s.argv.contains(&"--device".to_owned()))
+        );
+    }
+
+    #[test]
     fn steps_put_each_server_on_its_own_port_and_clients_in_order() {
         let bins = Bins {
             server: "/bin/rdma-server".into(),
@@ -777,7 +856,7 @@ mod tests {
             payload: "/p.bin".into(),
             token_file: "/t".into(),
         };
-        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1", false);
+        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1", false, None);
         assert_eq!(servers.len(), all.len());
         assert!(servers.iter().all(|s| s.background));
         let ports: std::collections::HashSet<_> = servers

@@ -438,7 +438,12 @@ pub fn all() -> Vec<Scenario> {
             server_args: strings(&["--json", "--serve"]),
             server_expect: vec![Expect::Event("stopped", vec![("sessions", Value::from(0))])],
             clients: vec![
-                failing_client("no such device", 3, &["--device", "no-such-dev0"], "rxe0"),
+                failing_client(
+                    "no such device",
+                    3,
+                    &["--device", "no-such-dev0"],
+                    "`no-such-dev0` not found; available: ",
+                ),
                 ClientRun {
                     target: Target::Nowhere,
                     ..failing_client("nobody listening", 4, &[], "could not reach the server")
