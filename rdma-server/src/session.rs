@@ -171,22 +171,9 @@ fn session(
     let phase = s.args.timeout;
     conn.send_line(&hs.banner()?.to_line(), Instant::now() + phase)?;
 
-    let line = conn.read_line(Instant::now() + phase)?;
-    let hello = match hs.on_line(&line) {
-        Ok(ServerEvent::Hello(hello)) => hello,
-        Ok(ServerEvent::PeerError(e)) => return Err(peer_gave_up(&e)),
-        Ok(ServerEvent::Written(_)) => {
-            return Err(Failure::new(
-                ErrorCode::UnexpectedMessage,
-                "`written` before `hello`",
-            ));
-        }
-        Err(e) => {
-            // The state machine wrote the error line for us: send it, then stop.
-            let msg = hs.fail(&e);
-            let _ = conn.send_line(&msg.to_line(), Instant::now() + Duration::from_secs(1));
-            return Err(Failure::from(e).silent());
-        }
+    let hello = match next_event(conn, hs, Instant::now() + phase)? {
+        ServerEvent::Hello(hello) => hello,
+        other => return Err(out_of_order(&other)),
     };
 
     // A fresh PD, MR (fresh rkey) and QP for this client only; all released when this returns.
@@ -282,24 +269,10 @@ fn session(
             }
             (c.imm, None)
         }
-        Notify::Tcp => {
-            let line = conn.read_line(deadline)?;
-            match hs.on_line(&line) {
-                Ok(ServerEvent::Written(w)) => (None, Some(w)),
-                Ok(ServerEvent::PeerError(e)) => return Err(peer_gave_up(&e)),
-                Ok(ServerEvent::Hello(_)) => {
-                    return Err(Failure::new(
-                        ErrorCode::UnexpectedMessage,
-                        "a second `hello`",
-                    ));
-                }
-                Err(e) => {
-                    let msg = hs.fail(&e);
-                    let _ = conn.send_line(&msg.to_line(), Instant::now() + Duration::from_secs(1));
-                    return Err(Failure::from(e).silent());
-                }
-            }
-        }
+        Notify::Tcp => match next_event(conn, hs, deadline)? {
+            ServerEvent::Written(w) => (None, Some(w)),
+            other => return Err(out_of_order(&other)),
+        },
     };
     s.out.emit(
         &Event::Written {
@@ -334,6 +307,40 @@ fn session(
     conn.send_line(&result.to_line(), Instant::now() + phase)
         .map_err(|e| Failure::from(e).silent())?;
     Ok(())
+}
+
+/// Reads the client's next line and feeds it to the handshake. A line the state machine refuses
+/// (malformed, wrong order, bad token, too long) is answered here with the machine's own error
+/// line; an `error` from the client ends the session quietly.
+fn next_event(
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    deadline: Instant,
+) -> Result<ServerEvent, Failure> {
+    let line = conn.read_line(deadline)?;
+    match hs.on_line(&line) {
+        Ok(ServerEvent::PeerError(e)) => Err(peer_gave_up(&e)),
+        Ok(event) => Ok(event),
+        Err(e) => {
+            let msg = hs.fail(&e);
+            let _ = conn.send_line(&msg.to_line(), Instant::now() + Duration::from_secs(1));
+            Err(Failure::from(e).silent())
+        }
+    }
+}
+
+/// An event the state machine accepted but this point of the session does not expect (the
+/// machine refuses wrong orders itself, so this is a server bug, reported as such).
+fn out_of_order(event: &ServerEvent) -> Failure {
+    let what = match event {
+        ServerEvent::Hello(_) => "hello",
+        ServerEvent::Written(_) => "written",
+        ServerEvent::PeerError(_) => "error",
+    };
+    Failure::new(
+        ErrorCode::Internal,
+        format!("`{what}` accepted by the handshake where the server did not expect it"),
+    )
 }
 
 /// Waits for the receive completion of a write-with-immediate, in slices, so that a client that
