@@ -46,7 +46,7 @@ pub struct Args {
 
     /// How the server learns that the write is complete: `imm` = RDMA Write with immediate (the
     /// server gets a completion), `tcp` = plain RDMA Write, then a `written` notice over TCP.
-    #[arg(long, default_value = "imm")]
+    #[arg(long, default_value = "imm", value_name = "imm|tcp")]
     pub notify: Notify,
 
     /// Shared access token, if the server requires one (or set RDMA_WRITE_TOKEN).
