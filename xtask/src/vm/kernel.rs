@@ -65,8 +65,29 @@ pub fn parse_size(out: &str) -> Option<u64> {
 }
 
 /// Resolves, downloads and unpacks the kernel (cached). With no apt (or apt failing), falls
-/// back to the newest kernel already in the cache.
+/// back to the newest kernel already in the cache. When the download fails as root (apt's lists
+/// can name a kernel the mirror no longer has), refreshes the lists once and tries again.
 pub fn ensure_kernel(cache: &Path) -> Result<Kernel> {
+    match try_kernel(cache) {
+        Ok(k) => Ok(k),
+        // SAFETY: geteuid(2) has no preconditions and cannot fail.
+        Err(e) if exec::which("apt-get").is_some() && unsafe { libc::geteuid() } == 0 => {
+            eprintln!(
+                "vm: {e:#}\nvm: refreshing apt's package lists (`apt-get update`) and trying again"
+            );
+            let sh = Shell::new()?;
+            exec::run_loud(
+                cmd!(sh, "apt-get update -q"),
+                std::time::Duration::from_secs(600),
+            )
+            .wrap_err("apt-get update")?;
+            try_kernel(cache).wrap_err("still no kernel after `apt-get update`")
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn try_kernel(cache: &Path) -> Result<Kernel> {
     let kernels = cache.join("kernel");
     let pkg = resolve_package();
     let pkg = match pkg {
