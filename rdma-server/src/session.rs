@@ -119,7 +119,7 @@ pub fn serve(s: &Shared, stream: TcpStream, peer: SocketAddr, id: u64) {
         max_len: s.args.buffer_size,
         token: s.token.clone(),
         program_version: env!("CARGO_PKG_VERSION").to_owned(),
-        features: vec!["notify-imm".to_owned(), "notify-tcp".to_owned()],
+        features: ServerPolicy::default_features(),
     });
     let failure = match session(s, &mut conn, &mut hs, id) {
         Ok(()) => return,
