@@ -65,8 +65,10 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         all: false,
         only: vec!["seed".into()],
         list: false,
-        verbose: args.verbose,
-        keep: false,
+        vm: VmOptions {
+            verbose: args.verbose,
+            keep: false,
+        },
         selftest: false,
         load: false,
         no_build: false,

@@ -7,7 +7,7 @@ use clap::Args;
 use color_eyre::eyre::{Result, bail};
 
 use crate::plan::{Node, Plan, PlanResult, Step};
-use crate::vm::{self, PlanGuest, VmOptions};
+use crate::vm::{self, PlanGuest};
 
 /// Arguments of `cargo xtask vm-smoke`.
 #[derive(Debug, Args)]
@@ -15,15 +15,8 @@ pub struct SmokeArgs {
     /// 2: server in guest A, client in guest B; 1: both in one guest.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub nodes: u8,
-    /// Stream the guest consoles.
-    #[arg(long, short)]
-    pub verbose: bool,
-    /// Keep the run directory (plans, results, console logs).
-    #[arg(long)]
-    pub keep: bool,
-    /// Hard deadline per guest, seconds.
-    #[arg(long, default_value_t = 120)]
-    pub timeout: u64,
+    #[command(flatten)]
+    pub guests: vm::GuestFlags,
     /// Messages the perftest pair sends.
     #[arg(long, default_value_t = 200)]
     pub iters: u32,
@@ -135,16 +128,10 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
             name,
             plan,
             mem_mb: 1024,
-            timeout: Duration::from_secs(args.timeout),
+            timeout: Duration::from_secs(args.guests.timeout),
         })
         .collect();
-    let run = vm::run_plans(
-        &nodes,
-        &VmOptions {
-            verbose: args.verbose,
-            keep: args.keep,
-        },
-    )?;
+    let run = vm::run_plans(&nodes, &args.guests.vm)?;
     let mut problems = Vec::new();
     let mut results: Vec<Option<&PlanResult>> = Vec::new();
     for (o, r) in run.guests.outcomes.iter().zip(&run.results) {

@@ -69,8 +69,10 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             all: true,
             only: Vec::new(),
             list: false,
-            verbose: args.verbose,
-            keep: false,
+            vm: crate::vm::VmOptions {
+                verbose: args.verbose,
+                keep: false,
+            },
             no_build: false,
             selftest: false,
             load: false,

@@ -48,12 +48,8 @@ pub struct E2eArgs {
     /// List the scenarios and exit.
     #[arg(long)]
     pub list: bool,
-    /// Stream the guest consoles.
-    #[arg(long, short)]
-    pub verbose: bool,
-    /// Keep the run directory (plans, results, console logs).
-    #[arg(long)]
-    pub keep: bool,
+    #[command(flatten)]
+    pub vm: VmOptions,
     /// Also run rdma-core-rs's device self-test (`examples/loopback`) on the server node.
     #[arg(long)]
     pub selftest: bool,
@@ -449,10 +445,7 @@ fn run_vm(
     files: &Files,
     phases: &mut Vec<(&'static str, Duration)>,
 ) -> Result<Verdicts> {
-    let opts = VmOptions {
-        verbose: args.verbose,
-        keep: args.keep,
-    };
+    let opts = &args.vm;
     // The load test runs ~230 client processes under TCG: give it room.
     let timeout = Duration::from_secs(if args.load { 720 } else { 240 });
     let guests = if args.nodes == 1 {
@@ -512,7 +505,7 @@ fn run_vm(
             },
         ]
     };
-    let run = vm::run_plans(&guests, &opts)?;
+    let run = vm::run_plans(&guests, opts)?;
     let p = &run.guests.prepared;
     phases.push(("kernel", p.kernel_time));
     phases.push(("initramfs", p.initramfs_time));

@@ -57,13 +57,25 @@ impl GuestSpec {
     }
 }
 
-/// Options shared by all guests of a run.
-#[derive(Clone, Debug, Default)]
+/// Options shared by all guests of a run (also the flags of the commands that boot guests).
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct VmOptions {
-    /// Stream the consoles, prefixed with the guest name.
+    /// Stream the guest consoles, prefixed with the guest name.
+    #[arg(long, short)]
     pub verbose: bool,
-    /// Keep the run directory (shares, console logs) instead of removing it.
+    /// Keep the run directory (plans, results, shares, console logs) instead of removing it.
+    #[arg(long)]
     pub keep: bool,
+}
+
+/// Flags of the commands that boot guests themselves (`vm-smoke`, `vm-run`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct GuestFlags {
+    #[command(flatten)]
+    pub vm: VmOptions,
+    /// Hard deadline per guest, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
 }
 
 /// What one guest did.

@@ -5,19 +5,12 @@ use std::time::Duration;
 
 use color_eyre::eyre::{Result, bail};
 
-use super::{GuestSpec, VmOptions, run_guests};
+use super::{GuestSpec, run_guests};
 
 #[derive(Debug, clap::Args)]
 pub struct VmRunArgs {
-    /// Stream the console.
-    #[arg(long, short)]
-    pub verbose: bool,
-    /// Keep the run directory.
-    #[arg(long)]
-    pub keep: bool,
-    /// Hard deadline, seconds.
-    #[arg(long, default_value_t = 120)]
-    pub timeout: u64,
+    #[command(flatten)]
+    pub guests: super::GuestFlags,
     /// Absolute path of the program, then its arguments.
     #[arg(trailing_var_arg = true, required = true)]
     pub argv: Vec<String>,
@@ -25,22 +18,16 @@ pub struct VmRunArgs {
 
 pub fn cmd(args: &VmRunArgs) -> Result<()> {
     let mut spec = GuestSpec::new("A", 1, args.argv.clone());
-    spec.timeout = Duration::from_secs(args.timeout);
-    let run = run_guests(
-        &[spec],
-        &VmOptions {
-            verbose: args.verbose,
-            keep: args.keep,
-        },
-    )?;
-    if args.keep {
+    spec.timeout = Duration::from_secs(args.guests.timeout);
+    let run = run_guests(&[spec], &args.guests.vm)?;
+    if args.guests.vm.keep {
         println!(
             "run directory (shares, console logs): {}",
             run.dir().display()
         );
     }
     for o in &run.outcomes {
-        if !args.verbose {
+        if !args.guests.vm.verbose {
             println!("--- console tail of {} ---\n{}", o.name, o.console_tail);
         }
         match o.exit_code {
