@@ -604,45 +604,36 @@ fn report(selected: &[Scenario], v: &Verdicts, phases: &[(&str, Duration)]) -> R
     }
     let mut failed = 0usize;
     let judged = v.nested.is_none();
-    if let Some(r) = v
-        .results
-        .iter()
-        .find(|r| r.name == SELFTEST)
-        .filter(|_| judged)
-    {
-        if r.ok {
-            println!(
-                "PASS  {SELFTEST:<20} verbs layer on the device: poll/event write-with-imm, 64 KiB write, wrong rkey, RNR, CQ timeout"
-            );
-        } else {
-            failed += 1;
-            println!(
-                "FAIL  {SELFTEST} (exit {:?}):\n{}\n{}",
-                r.exit_code,
-                indent(&r.stdout),
-                indent(&r.stderr)
-            );
-        }
-    }
-    if let Some(r) = v.results.iter().find(|r| r.name == LOAD).filter(|_| judged) {
-        let summary = r
-            .stdout
-            .lines()
-            .rev()
-            .find(|l| l.contains("load_summary"))
-            .unwrap_or("");
-        if r.ok {
-            println!(
-                "PASS  {LOAD:<20} sequential + concurrent sessions, kill stages, no RSS/fd growth\n      {summary}"
-            );
-        } else {
-            failed += 1;
-            println!(
-                "FAIL  {LOAD} (exit {:?}):\n{}\n{}",
-                r.exit_code,
-                indent(&exec::tail(&r.stdout, 4000)),
-                indent(&exec::tail(&r.stderr, 4000))
-            );
+    if judged {
+        let extras = [
+            (
+                SELFTEST,
+                "verbs layer on the device: poll/event write-with-imm, 64 KiB write, wrong rkey, RNR, CQ timeout",
+            ),
+            (
+                LOAD,
+                "sequential + concurrent sessions, kill stages, no RSS/fd growth",
+            ),
+        ];
+        for (name, about) in extras {
+            let Some(r) = v.results.iter().find(|r| r.name == name) else {
+                continue;
+            };
+            if r.ok {
+                println!("PASS  {name:<20} {about}");
+                // The load test ends with its numbers: show them.
+                if let Some(summary) = r.stdout.lines().rev().find(|l| l.contains("load_summary")) {
+                    println!("      {summary}");
+                }
+            } else {
+                failed += 1;
+                println!(
+                    "FAIL  {name} (exit {:?}):\n{}\n{}",
+                    r.exit_code,
+                    indent(&exec::tail(&r.stdout, 4000)),
+                    indent(&exec::tail(&r.stderr, 4000))
+                );
+            }
         }
     }
     if judged {
