@@ -10,6 +10,7 @@ use color_eyre::eyre::{Result, WrapErr, eyre};
 use crate::exec::{self, Captured, Finished};
 use crate::plan::{Diagnostics, Plan, PlanResult, RESULT_FILE, Step, StepResult};
 use crate::rxe::RxeLink;
+use crate::text;
 
 /// Arguments of `guest-agent`.
 #[derive(Debug, Args)]
@@ -92,8 +93,8 @@ fn run_once(name: &str, argv: &[&str], timeout: Duration) -> StepResult {
 fn fill(r: &mut StepResult, f: &Finished, expect: i32) {
     r.exit_code = f.code;
     r.timed_out = f.timed_out;
-    r.stdout = exec::tail(&f.stdout, 64 * 1024);
-    r.stderr = exec::tail(&f.stderr, 64 * 1024);
+    r.stdout = text::tail(&f.stdout, 64 * 1024);
+    r.stderr = text::tail(&f.stderr, 64 * 1024);
     r.elapsed_s = f.elapsed.as_secs_f64();
     r.ok = f.code == Some(expect) && !f.timed_out;
 }
@@ -233,7 +234,7 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
         }
     }
     // Collect background steps: each until its own deadline (killed after).
-    for (idx, child, deadline) in background {
+    for (idx, mut child, deadline) in background {
         let step = plan
             .steps
             .iter()
@@ -308,7 +309,7 @@ fn describe_failure(r: &StepResult) -> String {
         r.name,
         r.argv.join(" "),
         r.attempts,
-        exec::tail(r.stderr.trim(), 400)
+        text::tail(r.stderr.trim(), 400)
     )
 }
 

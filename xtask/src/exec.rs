@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use color_eyre::eyre::{Result, WrapErr, bail, eyre};
 use xshell::{Cmd, Shell};
 
+// Re-exported: subprocess errors quote the tail of stderr.
+pub use crate::text::tail;
+
 static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
 /// Installs SIGINT/SIGTERM/SIGHUP handlers that set a flag (checked by every wait loop).
@@ -136,18 +139,6 @@ pub fn check_output(shown: &str, out: &Output) -> Result<()> {
     ))
 }
 
-/// The last `max` bytes of `s` (on a char boundary), prefixed with "..." when cut.
-pub fn tail(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("...{}", &s[start..])
-}
-
 /// Finds `tool` on PATH (plus the sbin directories that non-root PATHs often lack).
 pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -245,14 +236,8 @@ impl Captured {
     }
 
     /// Asks it to stop (SIGTERM), as a service manager would.
-    pub fn terminate(&self) {
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: kill(2) with a pid we spawned and have not reaped yet, and a valid signal
-            // number; no memory is shared with the callee.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
+    pub fn terminate(&mut self) {
+        let _ = sigterm(&mut self.child);
     }
 
     /// Non-blocking: has it exited?
@@ -298,12 +283,51 @@ impl Drop for Captured {
     }
 }
 
-fn drain<R: Read + Send + 'static>(mut r: R) -> JoinHandle<Vec<u8>> {
+fn drain<R: Read + Send + 'static>(r: R) -> JoinHandle<Vec<u8>> {
+    drain_tail(r, usize::MAX)
+}
+
+/// Reads a child's pipe to its end on a thread (so the child never blocks on a full pipe),
+/// keeping at most the last `keep` bytes.
+pub fn drain_tail<R: Read + Send + 'static>(mut r: R, keep: usize) -> JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        buf
+        let mut all = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    all.extend_from_slice(&buf[..n]);
+                    if all.len() > keep.saturating_mul(2) {
+                        let cut = all.len() - keep;
+                        all.drain(..cut);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        if all.len() > keep {
+            let cut = all.len() - keep;
+            all.drain(..cut);
+        }
+        all
     })
+}
+
+/// Sends SIGTERM to `child` unless it has already exited (then there is nothing to stop).
+pub fn sigterm(child: &mut Child) -> std::io::Result<()> {
+    // Reaping happens only through `child`, which we hold: while `try_wait` says it runs, the
+    // pid is still ours (a zombie keeps it), so the signal cannot reach another process.
+    if child.try_wait()?.is_some() {
+        return Ok(());
+    }
+    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn join(h: JoinHandle<Vec<u8>>) -> Vec<u8> {
@@ -317,6 +341,7 @@ pub fn wait_deadline(
     deadline: Instant,
     shown: &str,
 ) -> Result<(Option<ExitStatus>, bool)> {
+    let mut poll = Duration::from_millis(1);
     loop {
         if let Some(status) = child
             .try_wait()
@@ -329,12 +354,15 @@ pub fn wait_deadline(
             let _ = child.wait();
             bail!("interrupted while waiting for `{shown}`; killed it");
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             let _ = child.kill();
             let _ = child.wait();
             return Ok((None, true));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Poll often at first (short-lived children), then every 20 ms.
+        std::thread::sleep(poll.min(deadline - now));
+        poll = (poll * 2).min(Duration::from_millis(20));
     }
 }
 
@@ -343,10 +371,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tail_cuts_on_char_boundary() {
-        assert_eq!(tail("abc", 10), "abc");
-        assert_eq!(tail("abcdef", 3), "...def");
-        assert_eq!(tail("aé", 1), "...");
+    fn drain_tail_keeps_the_last_bytes() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        let kept = drain_tail(std::io::Cursor::new(data.clone()), 100)
+            .join()
+            .unwrap();
+        assert_eq!(kept, data[data.len() - 100..]);
+        let all = drain_tail(std::io::Cursor::new(data.clone()), usize::MAX)
+            .join()
+            .unwrap();
+        assert_eq!(all, data);
+    }
+
+    #[test]
+    fn sigterm_stops_a_child_and_is_harmless_after_it_exited() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        sigterm(&mut child).unwrap();
+        let (status, timed_out) = wait_deadline(
+            &mut child,
+            Instant::now() + Duration::from_secs(10),
+            "sleep",
+        )
+        .unwrap();
+        assert!(!timed_out);
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.and_then(|s| s.signal()), Some(libc::SIGTERM));
+        sigterm(&mut child).unwrap();
     }
 
     #[test]

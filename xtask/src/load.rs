@@ -14,7 +14,6 @@
 //!
 //! Every wait has a deadline; the server is killed on every exit path ([`ServerGuard`]).
 
-use crate::hostile::{SplitMix64, random_seed};
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
 use serde_json::{Value, json};
@@ -100,9 +99,10 @@ pub struct LoadArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Seed for payload lengths and bytes (printed, to replay a run).
+    /// Seed of the random number generator for payload lengths and bytes (printed, to replay
+    /// a run).
     #[arg(long)]
-    pub seed: Option<u64>,
+    pub rng_seed: Option<u64>,
 }
 
 /// The client faults that kill the client (its hidden `--fault` values).
@@ -118,8 +118,8 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
         );
     }
     let started = Instant::now();
-    let seed = args.seed.unwrap_or_else(random_seed);
-    let mut rng = SplitMix64::new(seed);
+    let rng_seed = args.rng_seed.unwrap_or_else(|| fastrand::u64(..));
+    let mut rng = fastrand::Rng::with_seed(rng_seed);
     let tmp = match &args.tmp_dir {
         Some(d) => tempfile::TempDir::new_in(d),
         None => tempfile::TempDir::new(),
@@ -140,7 +140,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
     let pid = server.pid();
     let baseline_threads = proc_threads(pid)?;
     println!(
-        "load: server pid {pid} listening on {addr} ({} threads); seed {seed}",
+        "load: server pid {pid} listening on {addr} ({} threads); rng seed {rng_seed}",
         baseline_threads
     );
 
@@ -306,7 +306,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
                 "threads": {"baseline": baseline_threads, "end": end.threads},
                 "server_exit": exit,
                 "wall_ms": wall.as_millis() as u64,
-                "seed": seed,
+                "rng_seed": rng_seed,
             })
         );
     }
@@ -325,7 +325,7 @@ struct Run<'a> {
     args: &'a LoadArgs,
     addr: String,
     dir: PathBuf,
-    rng: &'a mut SplitMix64,
+    rng: &'a mut fastrand::Rng,
     /// Set by SIGINT/SIGTERM.
     interrupted: Arc<AtomicBool>,
     /// Client processes started (each makes one TCP connection).
@@ -361,7 +361,7 @@ impl Run<'_> {
             );
         }
         let max = usize::try_from(self.args.buffer_size).unwrap_or(usize::MAX);
-        let len = 1 + usize::try_from(self.rng.below(max as u64)).unwrap_or(0);
+        let len = self.rng.usize(1..=max);
         let mut payload = vec![0u8; len];
         self.rng.fill(&mut payload);
         let id = self.clients;

@@ -15,6 +15,7 @@ mod plan;
 mod rxe;
 mod smoke;
 mod test;
+mod text;
 mod vm;
 
 use clap::{Parser, Subcommand};

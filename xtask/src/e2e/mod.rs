@@ -13,6 +13,7 @@ use crate::backend::{self, Backend, BackendChoice};
 use crate::deps::{self, Group};
 use crate::exec;
 use crate::plan::{GUEST_SYNC, Node, Plan, PlanResult, Step, StepResult};
+use crate::text::indent;
 use crate::vm::{self, PlanGuest, VmOptions};
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
@@ -542,7 +543,7 @@ fn run_vm(
                     {
                         verdicts.diagnostics.push(format!(
                             "guest {} diagnostics:\n--- rdma link ---\n{}\n--- ibv_devinfo ---\n{}\n--- dmesg (rdma/rxe) ---\n{}\n--- console tail ---\n{}",
-                            o.name, d.rdma_link, exec::tail(&d.ibv_devinfo, 2000), d.dmesg, o.console_tail
+                            o.name, d.rdma_link, crate::text::tail(&d.ibv_devinfo, 2000), d.dmesg, o.console_tail
                         ));
                     }
                 }
@@ -630,8 +631,8 @@ fn report(selected: &[Scenario], v: &Verdicts, phases: &[(&str, Duration)]) -> R
                 println!(
                     "FAIL  {name} (exit {:?}):\n{}\n{}",
                     r.exit_code,
-                    indent(&exec::tail(&r.stdout, 4000)),
-                    indent(&exec::tail(&r.stderr, 4000))
+                    indent(&crate::text::tail(&r.stdout, 4000)),
+                    indent(&crate::text::tail(&r.stderr, 4000))
                 );
             }
         }
@@ -735,17 +736,10 @@ fn print_outputs(s: &Scenario, results: &[StepResult]) {
         println!("      --- {} ({}) ---", r.name, r.argv.join(" "));
         for (label, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
             if !text.trim().is_empty() {
-                println!("      {label}:\n{}", indent(&exec::tail(text, 3000)));
+                println!("      {label}:\n{}", indent(&crate::text::tail(text, 3000)));
             }
         }
     }
-}
-
-fn indent(text: &str) -> String {
-    text.lines()
-        .map(|l| format!("        {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[cfg(test)]

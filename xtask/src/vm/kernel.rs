@@ -256,7 +256,7 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
         bail!(
             "`apt-get download {pkg}` failed ({:?}): {}",
             f.code,
-            exec::tail(f.stderr.trim(), 2000)
+            crate::text::tail(f.stderr.trim(), 2000)
         );
     }
     // As root into a directory `_apt` cannot read, apt warns "Download is performed
