@@ -26,14 +26,7 @@ fn root() -> PathBuf {
 /// Entry point.
 pub fn cmd(args: &FuzzArgs) -> Result<()> {
     let sh = Shell::new()?;
-    if exec::which("cargo-fuzz").is_none() {
-        println!("fuzz: installing cargo-fuzz (once, a few minutes)");
-        exec::run_loud(
-            cmd!(sh, "cargo install --locked cargo-fuzz"),
-            Duration::from_secs(1200),
-        )
-        .wrap_err("installing cargo-fuzz")?;
-    }
+    crate::deps::ensure_cargo_tool(&crate::deps::CARGO_FUZZ, false)?;
     let root = root();
     let fuzz_dir = root.join("rdma-proto/fuzz");
     let corpus = fuzz_dir.join("corpus/parse_line");

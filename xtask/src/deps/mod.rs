@@ -1,9 +1,17 @@
-//! `cargo xtask deps [--check]`: the Debian packages the build, the run and the VM guests need.
+//! `cargo xtask deps [--check] [--verbose]`: the Debian packages (and cargo tools) the build,
+//! the run, the VM guests and the packaging need.
+//!
+//! apt never removes or downgrades a package here ([`apt`]), and every program the project runs
+//! is in [`tools::TOOLS`] with its package (a test keeps that true).
+
+pub mod apt;
+pub mod tools;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use color_eyre::eyre::{Result, bail};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
 use xshell::{Shell, cmd};
 
 use crate::exec;
@@ -11,22 +19,47 @@ use crate::exec;
 /// A group of packages, needed by a family of commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Group {
-    /// Building the workspace (ibverbs-sys runs cmake + bindgen; binaries link libibverbs).
+    /// Building the workspace (ibverbs-sys runs cmake, make and bindgen; binaries link libibverbs).
     Build,
-    /// Running against RDMA on this host (providers incl. librxe, `rdma`, perftest).
+    /// Running against RDMA here or in the guests (providers incl. librxe, `ip`/`rdma`, perftest).
     Run,
-    /// QEMU guests with the Debian kernel (busybox initramfs, depmod, cpio).
+    /// QEMU guests with the Debian kernel (busybox initramfs, depmod, cpio, module decompressors).
     Vm,
+    /// `cargo xtask dist`: cargo-deb (and dpkg-shlibdeps for its `$auto`), systemd-analyze.
+    Dist,
 }
+
+/// A cargo subcommand installed with `cargo install --locked`.
+#[derive(Clone, Copy, Debug)]
+pub struct CargoTool {
+    /// The program (`cargo-deb`).
+    pub bin: &'static str,
+    /// The crate, with a pinned version where the project relies on its behaviour.
+    pub krate: &'static str,
+}
+
+/// cargo-deb: builds the .deb packages (`cargo xtask dist`).
+pub const CARGO_DEB: CargoTool = CargoTool {
+    bin: "cargo-deb",
+    krate: "cargo-deb@3.8.0",
+};
+/// cargo-fuzz: runs the parser fuzz target (`cargo xtask fuzz`).
+pub const CARGO_FUZZ: CargoTool = CargoTool {
+    bin: "cargo-fuzz",
+    krate: "cargo-fuzz",
+};
 
 impl Group {
     /// Every group.
-    pub const ALL: [Group; 3] = [Group::Build, Group::Run, Group::Vm];
+    pub const ALL: [Group; 4] = [Group::Build, Group::Run, Group::Vm, Group::Dist];
 
     /// Debian package names.
     pub fn packages(self) -> &'static [&'static str] {
         match self {
             Group::Build => &[
+                "gcc",
+                "libc6-dev",
+                "make",
                 "cmake",
                 "clang",
                 "libclang-dev",
@@ -37,34 +70,38 @@ impl Group {
                 "rdma-core",
                 "ibverbs-utils",
                 "ibverbs-providers",
+                "iproute2",
+                "kmod",
                 "perftest",
                 "valgrind",
             ],
-            Group::Vm => &["qemu-system-x86", "busybox-static", "kmod", "cpio"],
+            Group::Vm => &[
+                "qemu-system-x86",
+                "busybox-static",
+                "kmod",
+                "cpio",
+                "xz-utils",
+                "zstd",
+            ],
+            Group::Dist => &["dpkg-dev", "systemd"],
         }
     }
 
-    /// `(tool, package)` pairs used when dpkg is not available (non-Debian hosts).
-    pub fn tools(self) -> &'static [(&'static str, &'static str)] {
+    /// Cargo subcommands the group needs.
+    pub fn cargo_tools(self) -> &'static [CargoTool] {
         match self {
-            Group::Build => &[
-                ("cmake", "cmake"),
-                ("clang", "clang"),
-                ("pkg-config", "pkg-config"),
-            ],
-            Group::Run => &[
-                ("rdma", "iproute2"),
-                ("ibv_devinfo", "ibverbs-utils"),
-                ("ib_write_bw", "perftest"),
-                ("valgrind", "valgrind"),
-            ],
-            Group::Vm => &[
-                ("qemu-system-x86_64", "qemu-system-x86"),
-                ("busybox", "busybox-static"),
-                ("depmod", "kmod"),
-                ("cpio", "cpio"),
-            ],
+            Group::Dist => &[CARGO_DEB],
+            Group::Build | Group::Run | Group::Vm => &[],
         }
+    }
+
+    /// `(program, package)` pairs of the group, checked when dpkg is not available.
+    pub fn tools(self) -> Vec<(&'static str, &'static str)> {
+        tools::TOOLS
+            .iter()
+            .filter(|(_, p)| self.packages().contains(p))
+            .copied()
+            .collect()
     }
 }
 
@@ -77,6 +114,9 @@ pub struct DepsArgs {
     /// Groups to consider (default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub groups: Vec<Group>,
+    /// Show apt's and cargo's own output (default: one line per step).
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 /// Entry point of `cargo xtask deps`.
@@ -93,7 +133,14 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
         .join(", ");
     let total: usize = groups.iter().map(|g| g.packages().len()).sum();
     if args.check {
-        let missing = missing(&groups)?;
+        let mut missing = missing(&groups)?;
+        missing.extend(
+            groups
+                .iter()
+                .flat_map(|g| g.cargo_tools())
+                .filter(|t| exec::which(t.bin).is_none())
+                .map(|t| t.bin),
+        );
         if missing.is_empty() {
             println!("deps: all {total} packages present ({names})");
             return Ok(());
@@ -103,7 +150,7 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
             missing.join(" ")
         );
     }
-    let installed = install_missing(&groups)?;
+    let installed = install_missing(&groups, args.verbose)?;
     if installed.is_empty() {
         println!("deps: all {total} packages present ({names})");
     } else {
@@ -115,17 +162,24 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
 /// Makes sure the packages of `groups` are installed, installing the missing ones when root
 /// with apt (otherwise fails with the exact command to run). Silent when all is present.
 pub fn ensure(groups: &[Group]) -> Result<()> {
-    install_missing(groups).map(|_| ())
+    install_missing(groups, false).map(|_| ())
 }
 
 /// [`ensure`], returning what it installed.
-pub fn install_missing(groups: &[Group]) -> Result<Vec<&'static str>> {
+pub fn install_missing(groups: &[Group], verbose: bool) -> Result<Vec<&'static str>> {
+    let mut done = install_packages(groups, verbose)?;
+    for tool in groups.iter().flat_map(|g| g.cargo_tools()) {
+        if ensure_cargo_tool(tool, verbose)? {
+            done.push(tool.bin);
+        }
+    }
+    Ok(done)
+}
+
+fn install_packages(groups: &[Group], verbose: bool) -> Result<Vec<&'static str>> {
     if exec::which("dpkg-query").is_none() {
         // Not Debian: we cannot install, but we can check for the tools themselves.
-        let tools: Vec<_> = groups
-            .iter()
-            .flat_map(|g| g.tools().iter().copied())
-            .collect();
+        let tools: Vec<_> = groups.iter().flat_map(|g| g.tools()).collect();
         exec::require_tools(&tools)?;
         return Ok(Vec::new());
     }
@@ -135,7 +189,7 @@ pub fn install_missing(groups: &[Group]) -> Result<Vec<&'static str>> {
     }
     let list = missing.join(" ");
     let command = format!(
-        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {list}"
+        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --no-remove {list}"
     );
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
@@ -147,18 +201,8 @@ pub fn install_missing(groups: &[Group]) -> Result<Vec<&'static str>> {
             "missing packages: {list}, and there is no apt-get here; install them with your package manager"
         );
     }
-    eprintln!("deps: installing {list}");
-    let sh = Shell::new()?;
-    let _env = sh.push_env("DEBIAN_FRONTEND", "noninteractive");
-    exec::run_loud(cmd!(sh, "apt-get update -q"), exec::INSTALL_TIMEOUT)?;
-    let args = &missing;
-    exec::run_loud(
-        cmd!(
-            sh,
-            "apt-get install -y -q --no-install-recommends {args...}"
-        ),
-        exec::INSTALL_TIMEOUT,
-    )?;
+    let owned: Vec<String> = missing.iter().map(|s| (*s).to_owned()).collect();
+    apt::install(&owned, verbose)?;
     let still = self::missing(groups)?;
     if !still.is_empty() {
         bail!(
@@ -169,24 +213,55 @@ pub fn install_missing(groups: &[Group]) -> Result<Vec<&'static str>> {
     Ok(missing)
 }
 
+/// Installs a cargo subcommand once (`cargo install --locked`); true when it installed it.
+pub fn ensure_cargo_tool(tool: &CargoTool, verbose: bool) -> Result<bool> {
+    if exec::which(tool.bin).is_some() {
+        return Ok(false);
+    }
+    println!(
+        "deps: installing {} (cargo install, once: a few minutes)",
+        tool.krate
+    );
+    let sh = Shell::new()?;
+    let krate = tool.krate;
+    let c = cmd!(sh, "cargo install --locked {krate}");
+    let timeout = Duration::from_secs(1800);
+    if verbose {
+        exec::run_loud(c, timeout)
+    } else {
+        let shown = c.to_string();
+        let out = exec::output_with(c, None, timeout)?;
+        exec::check_output(&shown, &out)
+    }
+    .wrap_err_with(|| format!("installing {}", tool.krate))?;
+    if exec::which(tool.bin).is_none() {
+        bail!(
+            "`cargo install {}` succeeded but {} is not on PATH: add ~/.cargo/bin to PATH",
+            tool.krate,
+            tool.bin
+        );
+    }
+    Ok(true)
+}
+
 /// The packages of `groups` that dpkg does not report as installed.
 pub fn missing(groups: &[Group]) -> Result<Vec<&'static str>> {
-    let pkgs: Vec<&'static str> = groups
+    let mut pkgs: Vec<&'static str> = groups
         .iter()
         .flat_map(|g| g.packages().iter().copied())
         .collect();
+    pkgs.sort_unstable();
+    pkgs.dedup();
     let sh = Shell::new()?;
     // dpkg-query exits 1 when a package is unknown; we read stdout regardless.
     let fmt = "${Package}\t${db:Status-Status}\n";
     let list = &pkgs;
     let out = exec::output(cmd!(sh, "dpkg-query -W --showformat={fmt} {list...}"))?;
     let installed = parse_dpkg_query(&String::from_utf8_lossy(&out.stdout));
-    let mut missing: Vec<_> = pkgs
+    Ok(pkgs
         .into_iter()
         .filter(|p| !installed.contains(*p))
-        .collect();
-    missing.dedup();
-    Ok(missing)
+        .collect())
 }
 
 /// Parses `dpkg-query -W -f='${Package}\t${db:Status-Status}\n'` into the set of installed
@@ -220,7 +295,11 @@ mod tests {
             .iter()
             .flat_map(|g| g.packages().iter().copied())
             .collect();
+        // make and iproute2: a debootstrap minbase root lacks both (cmake's build of the
+        // vendored rdma-core runs make; the guests run ip and rdma).
         for p in [
+            "make",
+            "iproute2",
             "cmake",
             "libibverbs-dev",
             "perftest",
@@ -228,8 +307,11 @@ mod tests {
             "busybox-static",
             "kmod",
             "cpio",
+            "dpkg-dev",
         ] {
             assert!(all.contains(&p), "{p}");
         }
+        assert_eq!(Group::Dist.cargo_tools()[0].bin, "cargo-deb");
+        assert!(Group::Run.tools().contains(&("rdma", "iproute2")));
     }
 }
