@@ -1,0 +1,227 @@
+//! The load's clients: each one a real `rdma-client` process with its own random payload,
+//! judged from its exit status and its `verified` event. Failures are collected, not returned,
+//! so that one bad session does not hide the others.
+
+use super::args::LoadArgs;
+use crate::exec::{self, Captured};
+use crate::text::tail;
+use color_eyre::eyre::{Result, WrapErr as _, bail};
+use serde_json::{Value, json};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus};
+use std::time::Instant;
+use xshell::{Shell, cmd};
+
+/// The client faults that kill the client (its hidden `--fault` values).
+pub(super) const KILL_STAGES: [&str; 3] =
+    ["kill-after-hello", "kill-after-accept", "kill-after-write"];
+
+/// Starts clients, waits for them, and keeps the score.
+#[derive(Debug)]
+pub(super) struct Clients<'a> {
+    args: &'a LoadArgs,
+    sh: Shell,
+    /// The server's address, `127.0.0.1:PORT`.
+    addr: String,
+    /// Where the payload files go.
+    dir: PathBuf,
+    rng: fastrand::Rng,
+    /// Client processes started (each makes one TCP connection).
+    pub started: u64,
+    /// Normal clients verified.
+    pub verified: u64,
+    /// Clients that killed themselves as expected.
+    pub kills: u64,
+    /// What went wrong, one line per client.
+    pub failures: Vec<String>,
+}
+
+/// A running client process and what it should report.
+#[derive(Debug)]
+pub(super) struct Spawned {
+    /// Killed on drop if still running.
+    proc: Captured,
+    payload: PathBuf,
+    len: usize,
+    crc: u32,
+    notify: &'static str,
+    fault: Option<&'static str>,
+    id: u64,
+    deadline: Instant,
+}
+
+impl<'a> Clients<'a> {
+    pub fn new(args: &'a LoadArgs, addr: String, dir: PathBuf, rng_seed: u64) -> Result<Self> {
+        Ok(Self {
+            args,
+            sh: Shell::new()?,
+            addr,
+            dir,
+            rng: fastrand::Rng::with_seed(rng_seed),
+            started: 0,
+            verified: 0,
+            kills: 0,
+            failures: Vec::new(),
+        })
+    }
+
+    /// Writes a fresh random payload and starts one client for it.
+    pub fn spawn(&mut self, notify: &'static str, fault: Option<&'static str>) -> Result<Spawned> {
+        if exec::interrupted() {
+            bail!(
+                "interrupted by a signal after {} clients; stopping the server",
+                self.started
+            );
+        }
+        let max = usize::try_from(self.args.buffer_size).unwrap_or(usize::MAX);
+        let payload = random_payload(&mut self.rng, max);
+        let id = self.started;
+        let path = self.dir.join(format!("payload-{id}.bin"));
+        std::fs::write(&path, &payload)
+            .wrap_err_with(|| format!("writing the payload file {}", path.display()))?;
+        let (bin, addr, extra) = (&self.args.client_bin, &self.addr, &self.args.client_args);
+        let fault_args: Vec<&str> = fault.map(|f| vec!["--fault", f]).unwrap_or_default();
+        let c = cmd!(
+            self.sh,
+            "{bin} {addr} --json --file {path} --notify {notify} {extra...} {fault_args...}"
+        );
+        let shown = c.to_string();
+        let proc = Captured::spawn_command(Command::from(c), shown, None)
+            .wrap_err_with(|| format!("starting the client {}", bin.display()))?;
+        self.started += 1;
+        Ok(Spawned {
+            proc,
+            payload: path,
+            len: payload.len(),
+            crc: crc32c::crc32c(&payload),
+            notify,
+            fault,
+            id,
+            deadline: Instant::now() + self.args.client_deadline,
+        })
+    }
+
+    /// Waits for a client and checks its outcome; a failed client is recorded, not returned
+    /// (`Err` only when interrupted).
+    pub fn finish(&mut self, c: Spawned) -> Result<()> {
+        let (status, _, stdout, stderr, _) = c.proc.finish_raw(c.deadline)?;
+        let _ = std::fs::remove_file(&c.payload);
+        let what = format!(
+            "client #{} ({} bytes, notify {}{})",
+            c.id,
+            c.len,
+            c.notify,
+            c.fault
+                .map(|f| format!(", --fault {f}"))
+                .unwrap_or_default()
+        );
+        let verdict = match (c.fault, status) {
+            (_, None) => Err(format!(
+                "did not finish within {:?} (killed)",
+                self.args.client_deadline
+            )),
+            (Some(_), Some(st)) if st.signal() == Some(libc::SIGKILL) => {
+                self.kills += 1;
+                Ok(())
+            }
+            (Some(_), Some(st)) => Err(format!("expected death by SIGKILL, got {st}")),
+            (None, Some(st)) => check_client(&String::from_utf8_lossy(&stdout), st, c.len, c.crc)
+                .map(|()| {
+                    self.verified += 1;
+                }),
+        };
+        if let Err(e) = verdict {
+            let stderr = String::from_utf8_lossy(&stderr);
+            self.failures
+                .push(format!("{what}: {e}; stderr: {}", tail(stderr.trim(), 600)));
+        }
+        Ok(())
+    }
+
+    /// Starts a client and waits for it.
+    pub fn run(&mut self, notify: &'static str, fault: Option<&'static str>) -> Result<()> {
+        let c = self.spawn(notify, fault)?;
+        self.finish(c)
+    }
+}
+
+/// A payload of 1..=`max` random bytes (`max` >= 1).
+fn random_payload(rng: &mut fastrand::Rng, max: usize) -> Vec<u8> {
+    let mut payload = vec![0u8; rng.usize(1..=max.max(1))];
+    rng.fill(&mut payload);
+    payload
+}
+
+/// A normal client must exit 0 with a `verified` event matching its payload.
+pub(super) fn check_client(
+    stdout: &str,
+    status: ExitStatus,
+    len: usize,
+    crc: u32,
+) -> Result<(), String> {
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    if !status.success() {
+        let err = events
+            .iter()
+            .find(|e| e["type"] == "error")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        return Err(format!("exited with {status} {err}"));
+    }
+    let Some(v) = events.iter().find(|e| e["type"] == "verified") else {
+        return Err(format!(
+            "exit 0 but no `verified` event in its output: {}",
+            tail(stdout.trim(), 400)
+        ));
+    };
+    if v["verified"] != true || v["length"] != json!(len) || v["crc32c"] != json!(crc) {
+        return Err(format!(
+            "`verified` event does not match the payload (length {len}, crc32c {crc}): {v}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_output_is_checked_against_the_payload() {
+        let ok = ExitStatus::from_raw(0);
+        let good = r#"{"type":"connected"}
+{"type":"verified","verified":true,"length":17,"crc32c":617249076,"text":"x","truncated":false}"#;
+        assert!(check_client(good, ok, 17, 617_249_076).is_ok());
+        assert!(check_client(good, ok, 16, 617_249_076).is_err());
+        assert!(check_client(good, ok, 17, 1).is_err());
+        assert!(check_client(good, ExitStatus::from_raw(7 << 8), 17, 617_249_076).is_err());
+        assert!(check_client(r#"{"type":"connected"}"#, ok, 17, 617_249_076).is_err());
+        let unverified = good.replace("\"verified\":true", "\"verified\":false");
+        assert!(check_client(&unverified, ok, 17, 617_249_076).is_err());
+    }
+
+    #[test]
+    fn payloads_replay_from_the_rng_seed_and_fit_the_buffer() {
+        let run = |rng_seed| {
+            let mut rng = fastrand::Rng::with_seed(rng_seed);
+            (0..300)
+                .map(|_| random_payload(&mut rng, 64))
+                .collect::<Vec<_>>()
+        };
+        let a = run(1);
+        assert_eq!(
+            a,
+            run(1),
+            "the same --rng-seed must replay the same payloads"
+        );
+        assert_ne!(a, run(2));
+        assert!(a.iter().all(|p| (1..=64).contains(&p.len())));
+        // Both ends of the range come up: one byte, and a payload that fills the buffer.
+        assert!(a.iter().any(|p| p.len() == 1) && a.iter().any(|p| p.len() == 64));
+        assert_eq!(random_payload(&mut fastrand::Rng::with_seed(3), 1).len(), 1);
+    }
+}

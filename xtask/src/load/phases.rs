@@ -1,0 +1,74 @@
+//! The load's phases, in order: sequential clients (the warm-up measurement inside them),
+//! `--concurrent` clients at once, then optionally the kill stages. Between phases the server
+//! must be quiescent, and it is measured.
+
+use super::args::LoadArgs;
+use super::clients::{Clients, KILL_STAGES};
+use super::policy::Observed;
+use super::sample::{Sample, quiesce};
+use super::server::ServerGuard;
+use color_eyre::eyre::{Result, eyre};
+
+/// Notify modes alternate so that both are under load.
+fn notify(i: u32) -> &'static str {
+    if i % 2 == 0 { "imm" } else { "tcp" }
+}
+
+/// Runs every phase; returns what was observed of the server.
+pub(super) fn run(
+    args: &LoadArgs,
+    server: &mut ServerGuard,
+    clients: &mut Clients<'_>,
+    baseline_threads: u64,
+) -> Result<Observed> {
+    let pid = server.pid();
+    let quiet = || quiesce(pid, baseline_threads, args.server_deadline);
+
+    // Sequential, with the warm-up measurement inside it.
+    let mut warm = None;
+    for i in 0..args.sequential {
+        clients.run(notify(i), None)?;
+        server.alive()?;
+        if i + 1 == args.warmup {
+            quiet()?;
+            warm = Some(Sample::take(pid)?);
+        }
+    }
+    let warm = warm.ok_or_else(|| eyre!("no warm-up sample (--warmup > --sequential?)"))?;
+    quiet()?;
+    let after_sequential = Sample::take(pid)?;
+    let errors_before_concurrent = server.errors();
+
+    // Concurrent: exactly the server's --max-clients at once.
+    let batch = (0..args.concurrent)
+        .map(|i| clients.spawn(notify(i), None))
+        .collect::<Result<Vec<_>>>()?;
+    for c in batch {
+        clients.finish(c)?;
+    }
+    server.alive()?;
+    quiet()?;
+    let errors_before_kills = server.errors();
+
+    // Clients that SIGKILL themselves at each stage, each followed by a normal one.
+    if args.kill_stages {
+        for stage in KILL_STAGES {
+            for notify in ["imm", "tcp"] {
+                clients.run(notify, Some(stage))?;
+                clients.run(notify, None)?;
+                server.alive()?;
+            }
+        }
+        quiet()?;
+    }
+    Ok(Observed {
+        warm,
+        after_sequential,
+        end: Sample::take(pid)?,
+        errors_before_concurrent,
+        errors_before_kills,
+        errors_total: server.errors(),
+        unverified: server.count(|e| e["type"] == "verified" && e["verified"] != true),
+        error_examples: server.errors_text(),
+    })
+}

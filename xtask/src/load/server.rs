@@ -1,0 +1,198 @@
+//! The `rdma-server` under load: started with `--serve --json`, its events collected as they
+//! come, stopped with SIGTERM, and killed on every other exit path.
+
+use super::args::LoadArgs;
+use crate::exec;
+use crate::text::tail;
+use color_eyre::eyre::{Result, WrapErr as _, bail};
+use serde_json::{Value, json};
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use xshell::{Shell, cmd};
+
+/// Most stderr kept from the server, for failure reports.
+const KEEP_STDERR: usize = 16 * 1024;
+
+/// The server process, its events, and a guarantee that it does not outlive the run.
+#[derive(Debug)]
+pub(super) struct ServerGuard {
+    child: Child,
+    events: Arc<Mutex<Vec<Value>>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl ServerGuard {
+    pub fn start(args: &LoadArgs, addr: &str) -> Result<Self> {
+        let sh = Shell::new()?;
+        let bin = &args.server_bin;
+        let buffer_size = args.buffer_size.to_string();
+        let max_clients = args.concurrent.to_string();
+        let extra = &args.server_args;
+        let mut command = Command::from(cmd!(
+            sh,
+            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} {extra...}"
+        ));
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .wrap_err_with(|| format!("starting the server {}", bin.display()))?;
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&events);
+        let stdout = child.stdout.take();
+        let reader = std::thread::spawn(move || {
+            let Some(stdout) = stdout else { return };
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let ev = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| json!({"type": "not_json", "line": line}));
+                if let Ok(mut v) = sink.lock() {
+                    v.push(ev);
+                }
+            }
+        });
+        let stderr = child
+            .stderr
+            .take()
+            .map(|e| exec::drain_tail(e, KEEP_STDERR));
+        Ok(Self {
+            child,
+            events,
+            stderr,
+            reader: Some(reader),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How many events so far satisfy `pred`.
+    pub fn count(&self, pred: impl Fn(&Value) -> bool) -> u64 {
+        self.events
+            .lock()
+            .map(|v| v.iter().filter(|e| pred(e)).count() as u64)
+            .unwrap_or(0)
+    }
+
+    /// How many `error` events so far (a session that failed).
+    pub fn errors(&self) -> u64 {
+        self.count(|e| e["type"] == "error")
+    }
+
+    fn find(&self, ty: &str) -> Option<Value> {
+        self.events
+            .lock()
+            .ok()
+            .and_then(|v| v.iter().find(|e| e["type"] == ty).cloned())
+    }
+
+    /// The first few `error` events, for a failure report.
+    pub fn errors_text(&self) -> String {
+        self.events
+            .lock()
+            .map(|v| {
+                v.iter()
+                    .filter(|e| e["type"] == "error")
+                    .take(3)
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits for the first event of type `ty`; fails early if the server exits.
+    pub fn wait_for(&mut self, ty: &str, deadline: Instant) -> Result<Value> {
+        loop {
+            if let Some(ev) = self.find(ty) {
+                return Ok(ev);
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                bail!(
+                    "the server exited ({st}) before its `{ty}` event; stderr: {}",
+                    self.stderr_tail()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "no `{ty}` event from the server in time; stderr: {}",
+                    self.stderr_tail()
+                );
+            }
+            exec::sleep(Duration::from_millis(20))?;
+        }
+    }
+
+    /// Fails if the server has exited.
+    pub fn alive(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(st)) => bail!(
+                "the server died during the load ({st}); stderr: {}",
+                self.stderr_tail()
+            ),
+            Err(e) => bail!("cannot check the server process: {e}"),
+        }
+    }
+
+    /// Sends SIGTERM; the server must exit 0 before the deadline. Returns its exit code and its
+    /// `stopped` event, if it printed one.
+    pub fn terminate(&mut self, within: Duration) -> Result<(Option<i32>, Option<Value>)> {
+        exec::sigterm(&mut self.child).wrap_err("cannot send SIGTERM to the server")?;
+        let (status, _) = exec::wait_deadline(
+            &mut self.child,
+            Instant::now() + within,
+            "the server after SIGTERM",
+        )?;
+        // The stdout reader ends with the process; wait for it so no event is missed.
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let stopped = self.find("stopped");
+        match status {
+            None => bail!("the server did not exit within {within:?} of SIGTERM (killed)"),
+            Some(st) if st.code() == Some(0) => Ok((Some(0), stopped)),
+            Some(st) => bail!(
+                "the server exited with {st} after SIGTERM, not 0; stderr: {}",
+                self.stderr_tail()
+            ),
+        }
+    }
+
+    fn stderr_tail(&mut self) -> String {
+        // Only once the process is gone does the pipe end; do not block on a live server.
+        if matches!(self.child.try_wait(), Ok(Some(_)))
+            && let Some(h) = self.stderr.take()
+        {
+            let bytes = h.join().unwrap_or_default();
+            return tail(String::from_utf8_lossy(&bytes).trim(), 1500);
+        }
+        "(server still running)".to_owned()
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The server's `listening` event must show the configuration we asked for.
+pub(super) fn check_listening(ev: &Value, args: &LoadArgs) -> Result<()> {
+    if ev["buffer_size"] != json!(args.buffer_size)
+        || ev["max_clients"] != json!(args.concurrent)
+        || ev["mode"] != "serve"
+    {
+        bail!("the server's `listening` event does not match the requested configuration: {ev}");
+    }
+    Ok(())
+}
