@@ -169,11 +169,7 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
 }
 
 fn plans(args: &BenchArgs, bins: &e2e::Bins) -> Vec<PlanGuest> {
-    let node = |ip: &str| Node {
-        ip: format!("{ip}/24"),
-        iface: "eth0".into(),
-        rxe: Some("rxe0".into()),
-    };
+    let node = |ip: &str| Node::guest(ip, true);
     let lat = |server: Option<&'static str>| -> Vec<String> {
         let mut v: Vec<String> = ["ib_write_lat", "-F", "-x", "1", "-s", "17", "-n"]
             .iter()

@@ -46,6 +46,18 @@ pub struct Node {
     pub rxe: Option<String>,
 }
 
+impl Node {
+    /// A guest of the project's virtual link: `ip`/24 on eth0, with Soft-RoCE `rxe0` on it
+    /// when `rxe` (the agent then creates it).
+    pub fn guest(ip: &str, rxe: bool) -> Self {
+        Self {
+            ip: format!("{ip}/24"),
+            iface: default_iface(),
+            rxe: rxe.then(|| "rxe0".to_owned()),
+        }
+    }
+}
+
 /// One command.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -204,6 +216,8 @@ mod tests {
         assert_eq!(p.steps[0].timeout(), Duration::from_secs(60));
         assert!(!p.steps[0].background);
         assert_eq!(p.steps[0], Step::new("info", &["ibv_devinfo"]));
+        assert_eq!(p.node, Node::guest("10.0.0.1", true));
+        assert_eq!(Node::guest("10.0.0.2", false).rxe, None);
     }
 
     #[test]

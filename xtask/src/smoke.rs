@@ -61,11 +61,7 @@ fn client_step(iters: u32) -> Step {
 
 /// The plans for `nodes` guests.
 pub fn plans(nodes: u8, iters: u32) -> Vec<(String, Plan)> {
-    let node = |ip: &str| Node {
-        ip: format!("{ip}/24"),
-        iface: "eth0".into(),
-        rxe: Some("rxe0".into()),
-    };
+    let node = |ip: &str| Node::guest(ip, true);
     let info = Step::new("ibv_devinfo", &["ibv_devinfo"]);
     if nodes == 1 {
         let plan = Plan {

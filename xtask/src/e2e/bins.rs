@@ -1,0 +1,79 @@
+//! The binaries the scenarios run: built with cargo, then found next to the xtask binary.
+
+use crate::exec;
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use std::time::Duration;
+use xshell::{Shell, cmd};
+
+/// Builds the binaries the scenarios run (and the self-test example when asked for).
+pub(super) fn build(selftest: bool) -> Result<()> {
+    let sh = Shell::new()?;
+    println!("e2e: building rdma-server and rdma-client");
+    let example: &[&str] = if selftest {
+        &["--package", "rdma-core-rs", "--example", "loopback"]
+    } else {
+        &[]
+    };
+    exec::run_loud(
+        cmd!(
+            sh,
+            "cargo build --package rdma-server --package rdma-client {example...}"
+        ),
+        Duration::from_secs(1200),
+    )
+    .wrap_err("building the binaries")
+}
+
+/// Absolute paths of the binaries (valid in the guests too: they see the host's root).
+#[derive(Debug, Clone)]
+pub struct Bins {
+    pub server: String,
+    pub client: String,
+    pub xtask: String,
+    /// rdma-core-rs's device self-test, when asked for.
+    pub selftest: Option<String>,
+}
+
+impl Bins {
+    pub fn locate(selftest: bool) -> Result<Self> {
+        let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
+        let dir = xtask
+            .parent()
+            .ok_or_else(|| eyre!("xtask binary has no directory"))?;
+        let path = |name: &str| -> Result<String> {
+            let p = dir.join(name);
+            if !p.exists() {
+                bail!(
+                    "{} is missing: run `cargo build -p {name}` (or drop --no-build)",
+                    p.display()
+                );
+            }
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+        };
+        Ok(Self {
+            server: path("rdma-server")?,
+            client: path("rdma-client")?,
+            xtask: path("xtask")?,
+            selftest: if selftest {
+                Some(path("examples/loopback")?)
+            } else {
+                None
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+impl Bins {
+    /// Binaries under /bin, no self-test.
+    pub fn for_tests() -> Self {
+        Self {
+            server: "/bin/rdma-server".into(),
+            client: "/bin/rdma-client".into(),
+            xtask: "/bin/xtask".into(),
+            selftest: None,
+        }
+    }
+}

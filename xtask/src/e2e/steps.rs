@@ -1,0 +1,239 @@
+//! How scenarios become plan steps: one background server step per scenario (its own port),
+//! the client steps in order, then the extras (self-test, load test) and the end marker.
+
+use super::bins::Bins;
+use super::files::Files;
+use super::scenarios::{self, ClientRun, Scenario, Target, Tool};
+use crate::plan::Step;
+
+/// Step name of rdma-core-rs's device self-test.
+pub(super) const SELFTEST: &str = "rdma-core-rs self-test";
+/// Step name of the load test.
+pub(super) const LOAD: &str = "load";
+/// Marker the client guest leaves when all its steps ran.
+pub(super) const CLIENTS_FINISHED: &str = "clients-finished";
+
+/// argv: `env NAME=VALUE…` when the run needs an environment, then the wrapper (valgrind),
+/// then the program.
+fn argv(
+    env: &[(&str, &str)],
+    wrapper: &[&str],
+    program: &str,
+    args: impl IntoIterator<Item = String>,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    if !env.is_empty() {
+        v.push("env".to_owned());
+        v.extend(env.iter().map(|(k, val)| format!("{k}={val}")));
+    }
+    v.extend(wrapper.iter().map(|w| (*w).to_owned()));
+    v.push(program.to_owned());
+    v.extend(args);
+    v
+}
+
+/// The step name of a scenario's server.
+pub(super) fn server_step_name(s: &Scenario) -> String {
+    format!("server:{}", s.name)
+}
+
+/// The step name of a scenario's `j`-th client.
+pub(super) fn client_step_name(s: &Scenario, j: usize) -> String {
+    let label = s.clients.get(j).map_or("?", |c| c.label);
+    format!("client:{}:{j} ({label})", s.name)
+}
+
+/// The server steps (background, one port each) and the client steps (in order).
+pub(super) fn steps(
+    selected: &[Scenario],
+    bins: &Bins,
+    files: &Files,
+    server_ip: &str,
+    load: bool,
+    device: Option<&str>,
+) -> (Vec<Step>, Vec<Step>) {
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    if let Some(selftest) = &bins.selftest {
+        let mut step = Step::new(SELFTEST, &[selftest.as_str()]);
+        step.argv.extend(device.map(str::to_owned));
+        step.timeout_s = 120.0;
+        step.allow_failure = true;
+        servers.push(step);
+    }
+    for (i, s) in selected.iter().enumerate() {
+        let port =
+            scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
+        let mut args = vec!["--listen".to_owned(), format!("0.0.0.0:{port}")];
+        args.extend(s.server_args.iter().map(|a| files.expand(a)));
+        with_device(&mut args, device);
+        let mut server = Step::new(server_step_name(s), &[]);
+        server.argv = argv(&s.server_env, s.wrapper, &bins.server, args);
+        server.background = true;
+        server.expect_exit = s.server_exit;
+        server.timeout_s = 120.0;
+        if s.server_args.iter().any(|a| a == "--serve") {
+            server.stop_when_file = Some(CLIENTS_FINISHED.to_owned());
+        }
+        servers.push(server);
+        for (j, c) in s.clients.iter().enumerate() {
+            let mut step = client_step(s, j, c, bins, files, server_ip, port);
+            if c.tool == Tool::RdmaClient {
+                with_device(&mut step.argv, device);
+            }
+            clients.push(step);
+        }
+    }
+    let mut done = Step::new("clients finished", &["true"]);
+    done.create_file_when_done = Some(CLIENTS_FINISHED.to_owned());
+    clients.push(done);
+    if load {
+        let mut step = Step::new(
+            LOAD,
+            &[
+                bins.xtask.as_str(),
+                "load",
+                "--server-bin",
+                bins.server.as_str(),
+                "--client-bin",
+                bins.client.as_str(),
+                "--kill-stages",
+                "--json",
+            ],
+        );
+        if let Some(d) = device {
+            step.argv.push(format!("--server-arg=--device={d}"));
+            step.argv.push(format!("--client-arg=--device={d}"));
+        }
+        step.timeout_s = 480.0;
+        step.allow_failure = true;
+        clients.push(step);
+    }
+    (servers, clients)
+}
+
+/// Names the device explicitly (the rxe and hardware backends know which one they brought up),
+/// unless the scenario picks its own.
+fn with_device(argv: &mut Vec<String>, device: Option<&str>) {
+    if let Some(d) = device
+        && !argv.iter().any(|a| a == "--device")
+    {
+        argv.push("--device".to_owned());
+        argv.push(d.to_owned());
+    }
+}
+
+fn client_step(
+    s: &Scenario,
+    j: usize,
+    c: &ClientRun,
+    bins: &Bins,
+    files: &Files,
+    ip: &str,
+    port: u16,
+) -> Step {
+    if let Tool::Command(argv) = c.tool {
+        let mut step = Step::new(client_step_name(s, j), argv);
+        step.expect_exit = c.exit;
+        step.timeout_s = 30.0;
+        step.allow_failure = true;
+        return step;
+    }
+    if c.tool == Tool::Hostile {
+        let mut args = vec![
+            "hostile".to_owned(),
+            "--server".to_owned(),
+            format!("{ip}:{port}"),
+            "--probe-client".to_owned(),
+            bins.client.clone(),
+        ];
+        args.extend(c.args.iter().map(|a| files.expand(a)));
+        let mut step = Step::new(client_step_name(s, j), &[]);
+        step.argv = argv(&c.env, &[], &bins.xtask, args);
+        step.expect_exit = c.exit;
+        step.timeout_s = 180.0;
+        step.allow_failure = true;
+        return step;
+    }
+    let mut args = match c.target {
+        Target::Server => vec![
+            format!("{ip}:{port}"),
+            "--wait-for-server".to_owned(),
+            "30s".to_owned(),
+        ],
+        // Scenario ports are consecutive from BASE_PORT; nothing listens this far above.
+        Target::Nowhere => vec![format!("{ip}:{}", port.saturating_add(500))],
+    };
+    args.extend(c.args.iter().map(|a| files.expand(a)));
+    let mut step = Step::new(client_step_name(s, j), &[]);
+    step.argv = argv(&c.env, s.wrapper, &bins.client, args);
+    step.expect_exit = c.exit;
+    step.timeout_s = 60.0;
+    // Keep going: every scenario is judged on its own, and the servers wait for the end marker.
+    step.allow_failure = true;
+    if !s.wrapper.is_empty() {
+        step.timeout_s = 180.0;
+    }
+    step
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_device_is_named_unless_the_scenario_names_its_own() {
+        let (bins, files) = (Bins::for_tests(), Files::for_tests());
+        let all = scenarios::all();
+        let (servers, clients) = steps(&all, &bins, &files, "127.0.0.1", true, Some("rxe-e2e"));
+        let names_dev =
+            |argv: &[String], dev: &str| argv.windows(2).any(|w| w[0] == "--device" && w[1] == dev);
+        assert!(servers.iter().all(|s| names_dev(&s.argv, "rxe-e2e")));
+        let unknown = clients
+            .iter()
+            .find(|c| c.name.contains("no such device"))
+            .unwrap();
+        assert!(names_dev(&unknown.argv, "no-such-dev0"));
+        assert!(!names_dev(&unknown.argv, "rxe-e2e"));
+        let load = clients.iter().find(|c| c.name == LOAD).unwrap();
+        assert!(
+            load.argv
+                .contains(&"--client-arg=--device=rxe-e2e".to_owned())
+        );
+        let (servers, _) = steps(&all, &bins, &files, "10.0.0.1", false, None);
+        assert!(
+            servers
+                .iter()
+                .all(|s| !s.argv.contains(&"--device".to_owned()))
+        );
+    }
+
+    #[test]
+    fn steps_put_each_server_on_its_own_port_and_clients_in_order() {
+        let (bins, files) = (Bins::for_tests(), Files::for_tests());
+        let all = scenarios::all();
+        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1", false, None);
+        assert_eq!(servers.len(), all.len());
+        assert!(servers.iter().all(|s| s.background));
+        let ports: std::collections::HashSet<_> = servers
+            .iter()
+            .map(|s| {
+                s.argv
+                    .iter()
+                    .position(|a| a == "--listen")
+                    .map(|i| s.argv[i + 1].clone())
+            })
+            .collect();
+        assert_eq!(ports.len(), all.len());
+        assert_eq!(
+            clients
+                .last()
+                .and_then(|c| c.create_file_when_done.clone())
+                .as_deref(),
+            Some(CLIENTS_FINISHED)
+        );
+        let zh = servers.iter().find(|s| s.name == "server:zh").unwrap();
+        assert_eq!(&zh.argv[..2], ["env", "LANG=zh_CN.UTF-8"]);
+        assert!(clients.iter().any(|c| c.argv.iter().any(|a| a == "/p.bin")));
+    }
+}
