@@ -10,7 +10,9 @@
 //!    then a 64 KiB plain write at offsets, checked byte for byte;
 //! 3. a wrong rkey gives a `REM_ACCESS_ERR` completion error, and the QP goes to the error state;
 //! 4. a write-with-imm without a posted receive and `rnr_retry = 0` gives `RNR_RETRY_EXC_ERR`;
-//! 5. polling an idle CQ times out at the deadline.
+//! 5. polling an idle CQ times out at the deadline;
+//! 6. after `ExposedRegion::deregister` the old rkey is dead: a write with it gets
+//!    `REM_ACCESS_ERR`, and the buffer handed back holds only what landed before.
 //!
 //! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`. `cargo xtask e2e --selftest` runs it on the
 //! server node (and `cargo xtask test` does, in a guest).
@@ -19,33 +21,29 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use rdma_core_rs::{
-    Access, CompletionQueue, Context, CqMode, Error, GidEntry, MemoryRegion, PortInfo,
-    ProtectionDomain, QpCaps, QpState, QueuePair, RemoteBuffer, RemoteQp, RtrParams, Rts,
-    RtsParams, WcOpcode, WcStatus, describe_gid_table, random_psn,
+    Access, CompletionQueue, CqMode, Error, ExposedRegion, LocalPort, ProtectionDomain, QpCaps,
+    QpState, QueuePair, RemoteBuffer, RemoteQp, RtrParams, Rts, RtsParams, WcOpcode, WcStatus,
+    describe_gid_table, random_psn,
 };
 
 type R<T> = Result<T, Box<dyn std::error::Error>>;
-
-struct Env {
-    ctx: Context,
-    port: PortInfo,
-    gid: GidEntry,
-}
 
 struct Pair {
     server: QueuePair<Rts>,
     client: QueuePair<Rts>,
     server_cq: CompletionQueue,
     client_cq: CompletionQueue,
-    server_mr: MemoryRegion,
+    server_mr: ExposedRegion,
     pd: ProtectionDomain,
 }
 
-fn connect(env: &Env, mode: CqMode, client_rts: RtsParams, recvs: u64) -> R<Pair> {
+/// The server side comes up through `connect_to` (as the binaries do); the client side step by
+/// step with its own RTS attributes.
+fn connect(env: &LocalPort, mode: CqMode, client_rts: RtsParams, recvs: u64) -> R<Pair> {
     let pd = env.ctx.alloc_pd()?;
     let server_cq = env.ctx.create_cq(16, mode)?;
     let client_cq = env.ctx.create_cq(16, mode)?;
-    let server_mr = pd.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let server_mr = pd.register_exposed(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let s = pd
         .create_rc_qp(&server_cq, QpCaps::default())?
         .to_init(env.port.num, Access::REMOTE_WRITE)?;
@@ -56,25 +54,25 @@ fn connect(env: &Env, mode: CqMode, client_rts: RtsParams, recvs: u64) -> R<Pair
         .create_rc_qp(&client_cq, QpCaps::default())?
         .to_init(env.port.num, Access::NONE)?;
     let (s_psn, c_psn) = (random_psn()?, client_rts.sq_psn);
-    let me = |qpn, psn| RemoteQp {
-        qpn,
-        psn,
-        gid: env.gid.gid,
-        lid: env.port.lid,
+    let s_end = env.endpoint(&s, s_psn);
+    let s = s.connect_to(env, &env.endpoint(&c, c_psn), s_psn)?;
+    if s.path_mtu() != env.port.active_mtu {
+        return Err(format!("path MTU {} on one port", s.path_mtu()).into());
+    }
+    let remote = RemoteQp {
+        qpn: s_end.qpn,
+        psn: s_end.psn,
+        gid: s_end.gid,
+        lid: s_end.lid,
     };
-    let rtr = |remote| {
-        RtrParams::new(
-            remote,
-            env.port.active_mtu,
-            env.port.num,
-            env.gid.index,
-            env.port.link_layer,
-        )
-    };
-    let s = s
-        .to_rtr(&rtr(me(c.qpn(), c_psn)))?
-        .to_rts(&RtsParams::new(s_psn))?;
-    let c = c.to_rtr(&rtr(me(s.qpn(), s_psn)))?.to_rts(&client_rts)?;
+    let rtr = RtrParams::new(
+        remote,
+        env.port.active_mtu,
+        env.port.num,
+        env.gid.index,
+        env.port.link_layer,
+    );
+    let c = c.to_rtr(&rtr)?.to_rts(&client_rts)?;
     if s.query_state()? != QpState::Rts || c.query_state()? != QpState::Rts {
         return Err("QPs are not in RTS after the transitions".into());
     }
@@ -88,7 +86,7 @@ fn connect(env: &Env, mode: CqMode, client_rts: RtsParams, recvs: u64) -> R<Pair
     })
 }
 
-fn remote_of(mr: &MemoryRegion) -> RemoteBuffer {
+fn remote_of(mr: &ExposedRegion) -> RemoteBuffer {
     RemoteBuffer {
         addr: mr.addr(),
         rkey: mr.rkey(),
@@ -96,7 +94,7 @@ fn remote_of(mr: &MemoryRegion) -> RemoteBuffer {
     }
 }
 
-fn write_roundtrip(env: &Env, mode: CqMode) -> R<()> {
+fn write_roundtrip(env: &LocalPort, mode: CqMode) -> R<()> {
     let p = connect(env, mode, RtsParams::new(random_psn()?), 1)?;
     let msg = b"Hello RDMA Write!";
     let src = p.pd.register_bytes(msg, Access::NONE)?;
@@ -119,8 +117,11 @@ fn write_roundtrip(env: &Env, mode: CqMode) -> R<()> {
     if got.byte_len as usize != msg.len() {
         return Err(format!("receiver byte_len {} != {}", got.byte_len, msg.len()).into());
     }
-    let landed = &p.server_mr.as_slice()[..msg.len()];
-    if landed != msg || p.server_mr.as_slice()[msg.len()..].iter().any(|b| *b != 0) {
+    // The peer's QP goes first, then the registration: only then may the CPU read.
+    drop(p.server);
+    let buf = p.server_mr.deregister()?;
+    let landed = &buf[..msg.len()];
+    if landed != msg || buf[msg.len()..].iter().any(|b| *b != 0) {
         return Err(format!("server buffer holds {:?}", String::from_utf8_lossy(landed)).into());
     }
     if sent.imm.is_some() {
@@ -132,7 +133,7 @@ fn write_roundtrip(env: &Env, mode: CqMode) -> R<()> {
 
 /// A multi-packet write (64 KiB at MTU <= 4096) into the middle of a larger buffer, from an
 /// offset in the source; the server buffer must be exactly the pattern there and zero elsewhere.
-fn big_write(env: &Env) -> R<()> {
+fn big_write(env: &LocalPort) -> R<()> {
     let p = connect(env, CqMode::Event, RtsParams::new(random_psn()?), 0)?;
     let pattern: Vec<u8> = (0..65536u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
@@ -141,7 +142,7 @@ fn big_write(env: &Env) -> R<()> {
     src_data.extend_from_slice(&pattern);
     let src = p.pd.register_bytes(&src_data, Access::NONE)?;
     let big =
-        p.pd.register(3 * 65536, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        p.pd.register_exposed(3 * 65536, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let remote = RemoteBuffer {
         addr: big.addr() + 65536,
         rkey: big.rkey(),
@@ -158,11 +159,6 @@ fn big_write(env: &Env) -> R<()> {
     if c.wr_id != 21 || c.opcode != WcOpcode::RdmaWrite {
         return Err(format!("unexpected completion {c:?}").into());
     }
-    // The sender's completion means the responder acknowledged all data: it is in place.
-    let s = big.as_slice();
-    if s[65536..131072] != pattern[..] || s[..65536].iter().chain(&s[131072..]).any(|b| *b != 0) {
-        return Err("64 KiB write: server buffer differs from the pattern".into());
-    }
     // Writing more than the advertised remote length is refused before posting.
     match p.client.post_write(&src, 0..65536 + 1, remote, None, 22) {
         Err(Error::WriteTooLong { .. }) => {}
@@ -170,11 +166,17 @@ fn big_write(env: &Env) -> R<()> {
             return Err(format!("over-long write: expected WriteTooLong, got {other:?}").into());
         }
     }
+    // The sender's completion means the responder acknowledged all data: it is in place.
+    drop(p.server);
+    let s = big.deregister()?;
+    if s[65536..131072] != pattern[..] || s[..65536].iter().chain(&s[131072..]).any(|b| *b != 0) {
+        return Err("64 KiB write: server buffer differs from the pattern".into());
+    }
     println!("ok: 64 KiB plain RDMA Write at an offset, checked byte for byte");
     Ok(())
 }
 
-fn wrong_rkey(env: &Env) -> R<()> {
+fn wrong_rkey(env: &LocalPort) -> R<()> {
     let p = connect(env, CqMode::Poll, RtsParams::new(random_psn()?), 1)?;
     let src = p.pd.register_bytes(b"x", Access::NONE)?;
     let mut remote = remote_of(&p.server_mr);
@@ -200,7 +202,7 @@ fn wrong_rkey(env: &Env) -> R<()> {
     Ok(())
 }
 
-fn no_receive(env: &Env) -> R<()> {
+fn no_receive(env: &LocalPort) -> R<()> {
     let rts = RtsParams {
         rnr_retry: 0,
         ..RtsParams::new(random_psn()?)
@@ -223,7 +225,38 @@ fn no_receive(env: &Env) -> R<()> {
     }
 }
 
-fn timeout(env: &Env) -> R<()> {
+/// The guarantee the server's verdict rests on: once deregistered, a region's rkey is dead even
+/// while the peer's QP is still connected, and the buffer handed back keeps what landed before.
+fn deregistered_rkey(env: &LocalPort) -> R<()> {
+    let p = connect(env, CqMode::Poll, RtsParams::new(random_psn()?), 0)?;
+    let src = p.pd.register_bytes(b"first", Access::NONE)?;
+    let again = p.pd.register_bytes(b"later", Access::NONE)?;
+    let remote = remote_of(&p.server_mr);
+    let deadline = || Instant::now() + Duration::from_secs(20);
+    p.client.post_write(&src, 0..5, remote, None, 31)?;
+    p.client_cq.poll(deadline())?;
+    let buf = p.server_mr.deregister()?;
+    p.client.post_write(&again, 0..5, remote, None, 32)?;
+    match p.client_cq.poll(deadline()) {
+        Err(Error::Completion {
+            status: WcStatus::RemAccessErr,
+            wr_id: 32,
+            ..
+        }) => {}
+        other => {
+            return Err(
+                format!("write after deregister: expected REM_ACCESS_ERR, got {other:?}").into(),
+            );
+        }
+    }
+    if &buf[..5] != b"first" {
+        return Err(format!("deregistered buffer holds {:?}", &buf[..5]).into());
+    }
+    println!("ok: a deregistered region's rkey is refused; its buffer keeps what landed before");
+    Ok(())
+}
+
+fn timeout(env: &LocalPort) -> R<()> {
     for mode in [CqMode::Poll, CqMode::Event] {
         let cq = env.ctx.create_cq(4, mode)?;
         let start = Instant::now();
@@ -249,22 +282,20 @@ fn run() -> R<()> {
     let port_num: u8 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(1);
     let gid_index: Option<u32> = args.get(2).map(|s| s.parse()).transpose()?;
     println!("devices: {:?}", rdma_core_rs::devices()?);
-    let ctx = Context::open(dev)?;
-    let port = ctx.require_active_port(port_num)?;
-    println!("{} port {port_num}: {port:?}", ctx.name());
+    let env = LocalPort::open(dev, port_num, gid_index)?;
+    println!("{} port {port_num}: {:?}", env.ctx.name(), env.port);
     println!(
         "GID table:\n{}",
-        describe_gid_table(&ctx.gid_table(port_num)?)
+        describe_gid_table(&env.ctx.gid_table(port_num)?)
     );
-    let gid = ctx.select_gid(&port, gid_index)?;
-    println!("selected GID: {gid:?}");
-    let env = Env { ctx, port, gid };
+    println!("selected GID: {:?}", env.gid);
     write_roundtrip(&env, CqMode::Poll)?;
     write_roundtrip(&env, CqMode::Event)?;
     big_write(&env)?;
     wrong_rkey(&env)?;
     no_receive(&env)?;
     timeout(&env)?;
+    deregistered_rkey(&env)?;
     Ok(())
 }
 

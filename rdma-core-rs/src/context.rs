@@ -410,7 +410,8 @@ mod tests {
         }
     }
 
-    /// What rxe over eth0 with 10.0.0.1 shows (see notes): link-local at 0, IPv4-mapped at 1.
+    /// What rxe over eth0 with 10.0.0.1 shows (measured in the guests): link-local at 0,
+    /// IPv4-mapped at 1.
     fn rxe_table() -> Vec<GidEntry> {
         vec![
             e(0, "fe80::5054:ff:fe12:3401", GidKind::RoceV2),

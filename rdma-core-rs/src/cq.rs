@@ -16,7 +16,8 @@ pub enum CqMode {
     /// Busy-poll: spin briefly, then yield, then sleep with a back-off of at most 1 ms.
     #[default]
     Poll,
-    /// Sleep in `poll(2)` on a completion channel armed with `ibv_req_notify_cq`.
+    /// Sleep in `poll(2)` on a completion channel, after asking for an event with
+    /// `ibv_req_notify_cq`.
     Event,
 }
 
@@ -216,7 +217,7 @@ impl CompletionQueue {
     /// status (with advice for that status); [`Error::Verb`] if polling itself fails.
     pub fn poll(&self, deadline: Instant) -> Result<Completion> {
         let start = Instant::now();
-        let mut armed = false;
+        let mut notify_requested = false;
         let mut idle_rounds: u32 = 0;
         loop {
             if let Some(c) = self.poll_once()? {
@@ -235,13 +236,14 @@ impl CompletionQueue {
                     backoff(idle_rounds, deadline - now);
                 }
                 CqMode::Event => {
-                    if armed {
+                    if notify_requested {
                         self.wait_event(deadline - now)?;
-                        armed = false;
+                        notify_requested = false;
                     } else {
-                        self.arm()?;
-                        armed = true;
-                        // Poll again before sleeping: a completion may have arrived before arming.
+                        self.request_notify()?;
+                        notify_requested = true;
+                        // Poll again before sleeping: a completion may have arrived before the
+                        // request.
                     }
                 }
             }
@@ -277,7 +279,9 @@ impl CompletionQueue {
         Ok(Some(completion_from_wc(&wc)))
     }
 
-    fn arm(&self) -> Result<()> {
+    /// Asks for an event on the completion channel at the next completion
+    /// (`ibv_req_notify_cq`).
+    fn request_notify(&self) -> Result<()> {
         let cq = self.0.cq;
         // SAFETY: as in `poll_once`.
         let notify = unsafe { (*(*cq).context).ops.req_notify_cq };
@@ -392,15 +396,35 @@ fn status_str(status: u32) -> String {
         .into_owned()
 }
 
-/// Back-off for busy polling: spin, then yield, then sleep up to 1 ms (never past `left`).
-fn backoff(round: u32, left: Duration) {
+/// What busy polling does between two empty polls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backoff {
+    Spin,
+    Yield,
+    Sleep(Duration),
+}
+
+/// The longest sleep between two polls.
+const MAX_BACKOFF_SLEEP: Duration = Duration::from_millis(1);
+
+/// Back-off for busy polling after `round` empty polls: spin, then yield, then sleep a growing
+/// step of at most [`MAX_BACKOFF_SLEEP`], never past the `left` time to the deadline.
+fn backoff_step(round: u32, left: Duration) -> Backoff {
     if round < 64 {
-        std::hint::spin_loop();
+        Backoff::Spin
     } else if round < 256 {
-        std::thread::yield_now();
+        Backoff::Yield
     } else {
-        let step = Duration::from_micros(u64::from((round - 255).min(1000)));
-        std::thread::sleep(step.min(left).min(Duration::from_millis(1)));
+        let step = Duration::from_micros(u64::from(round - 255));
+        Backoff::Sleep(step.min(left).min(MAX_BACKOFF_SLEEP))
+    }
+}
+
+fn backoff(round: u32, left: Duration) {
+    match backoff_step(round, left) {
+        Backoff::Spin => std::hint::spin_loop(),
+        Backoff::Yield => std::thread::yield_now(),
+        Backoff::Sleep(d) => std::thread::sleep(d),
     }
 }
 
@@ -511,12 +535,32 @@ mod tests {
     }
 
     #[test]
-    fn backoff_never_sleeps_past_the_deadline() {
-        let t = Instant::now();
-        for round in 0..2000 {
-            backoff(round, Duration::from_micros(10));
+    fn backoff_never_sleeps_past_the_deadline_or_the_cap() {
+        let lefts = [
+            Duration::ZERO,
+            Duration::from_micros(10),
+            Duration::from_micros(999),
+            Duration::from_secs(5),
+        ];
+        for left in lefts {
+            for round in [0, 63, 64, 255, 256, 300, 1255, 1256, 5000, u32::MAX] {
+                if let Backoff::Sleep(d) = backoff_step(round, left) {
+                    assert!(d <= left, "round {round}: sleeps {d:?} with {left:?} left");
+                    assert!(d <= MAX_BACKOFF_SLEEP, "round {round}: sleeps {d:?}");
+                }
+            }
         }
-        // 1744 sleeping rounds of at most 10 µs each (plus scheduling slack).
-        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        // The phases, and a step that grows to the cap when time allows.
+        let long = Duration::from_secs(5);
+        assert_eq!(backoff_step(0, long), Backoff::Spin);
+        assert_eq!(backoff_step(64, long), Backoff::Yield);
+        assert_eq!(
+            backoff_step(256, long),
+            Backoff::Sleep(Duration::from_micros(1))
+        );
+        assert_eq!(
+            backoff_step(100_000, long),
+            Backoff::Sleep(MAX_BACKOFF_SLEEP)
+        );
     }
 }

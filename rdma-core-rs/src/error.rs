@@ -54,6 +54,8 @@ pub enum VerbOp {
     AllocPd,
     /// `ibv_reg_mr`.
     RegMr,
+    /// `ibv_dereg_mr`.
+    DeregMr,
     /// `ibv_create_comp_channel` (or making its fd non-blocking).
     CreateCompChannel,
     /// `ibv_create_cq`.
@@ -91,6 +93,7 @@ impl VerbOp {
             VerbOp::QueryGid => "reading the GID table",
             VerbOp::AllocPd => "allocating a protection domain",
             VerbOp::RegMr => "registering memory",
+            VerbOp::DeregMr => "deregistering memory",
             VerbOp::CreateCompChannel => "creating a completion channel",
             VerbOp::CreateCq => "creating a completion queue",
             VerbOp::CreateQp => "creating the queue pair",
@@ -101,7 +104,7 @@ impl VerbOp {
             VerbOp::PostSend => "posting the RDMA Write",
             VerbOp::PostRecv => "posting a receive",
             VerbOp::PollCq => "polling the completion queue",
-            VerbOp::ReqNotifyCq => "arming the completion queue",
+            VerbOp::ReqNotifyCq => "requesting a completion event",
             VerbOp::WaitCqEvent => "waiting for a completion event",
         }
     }
@@ -116,6 +119,7 @@ impl VerbOp {
             VerbOp::QueryGid => "ibv_query_gid_ex",
             VerbOp::AllocPd => "ibv_alloc_pd",
             VerbOp::RegMr => "ibv_reg_mr",
+            VerbOp::DeregMr => "ibv_dereg_mr",
             VerbOp::CreateCompChannel => "ibv_create_comp_channel",
             VerbOp::CreateCq => "ibv_create_cq",
             VerbOp::CreateQp => "ibv_create_qp",
@@ -453,6 +457,10 @@ pub fn advice_for(op: VerbOp, errno: i32) -> String {
              limit the region size (max_mr_size in `ibv_devinfo -v`)"
         }
         (V::RegMr, _) => "memory registration failed; check `ibv_devinfo -v` limits",
+        (V::DeregMr, _) => {
+            "the memory region could not be deregistered (see `dmesg`); its buffer is kept \
+             allocated (leaked), so that the device can never write freed memory"
+        }
         (V::AllocPd | V::CreateCompChannel | V::CreateCq | V::CreateQp, libc::ENOMEM) => {
             "the device is out of resources: close other RDMA users or use smaller queues"
         }
@@ -628,6 +636,7 @@ mod tests {
             VerbOp::QueryGid,
             VerbOp::AllocPd,
             VerbOp::RegMr,
+            VerbOp::DeregMr,
             VerbOp::CreateCompChannel,
             VerbOp::CreateCq,
             VerbOp::CreateQp,

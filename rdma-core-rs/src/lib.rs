@@ -5,12 +5,15 @@
 //!
 //! * [`Context`] — an open device ([`devices`], [`Context::open`]), port queries, the GID
 //!   table and GID selection ([`select_gid_in`] is the pure rule).
-//! * [`ProtectionDomain`] and [`MemoryRegion`] — buffers this crate allocates (zeroed,
-//!   page-aligned) and registers with [`Access`] flags.
+//! * [`ProtectionDomain`], [`MemoryRegion`] and [`ExposedRegion`] — buffers this crate
+//!   allocates (zeroed, page-aligned) and registers with [`Access`] flags. A `MemoryRegion` is
+//!   only read by the device (the source of a write); an `ExposedRegion` may be written by peers
+//!   at any time, so the CPU reads it only after [`ExposedRegion::deregister`] revoked its keys.
 //! * [`CompletionQueue`] — waits for one completion with a deadline, busy-polling or sleeping
 //!   on a completion channel ([`CqMode`]).
 //! * [`QueuePair`] — an RC QP whose state is a type: [`Reset`] → [`Init`] → [`Rtr`] → [`Rts`];
 //!   only `QueuePair<Rts>` can [`post_write`](QueuePair::post_write).
+//!   [`connect_to`](QueuePair::connect_to) goes from INIT to RTS given the peer's [`Endpoint`].
 //!
 //! Lifetimes: children hold `Arc`s of their parents, so a QP is destroyed before its CQ and PD,
 //! an MR before its PD, a CQ before its completion channel, and the device is closed last, on
@@ -20,25 +23,22 @@
 //! Errors ([`Error`]) name the step that failed, the errno and what to do ([`Error::advice`]);
 //! [`Error::kind`] groups them for exit codes. There is no JSON and no socket code here.
 //!
-//! A typical connection (both sides exchange `qpn`, `psn`, GID, LID, and the server's buffer
-//! `addr`/`rkey`/`len` out of band):
+//! A typical connection (both sides exchange their [`Endpoint`], and the server its buffer's
+//! `addr`/`rkey`/`len`, out of band):
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
 //! use rdma_core_rs::*;
-//! # fn peer() -> (RemoteQp, RemoteBuffer) { unimplemented!() }
-//! let ctx = Context::open(None)?;
-//! let port = ctx.require_active_port(1)?;
-//! let gid = ctx.select_gid(&port, None)?;
-//! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(16, CqMode::Poll)?;
+//! # fn exchange(_: Endpoint) -> (Endpoint, RemoteBuffer) { unimplemented!() }
+//! let local = LocalPort::open(None, 1, None)?;
+//! let pd = local.ctx.alloc_pd()?;
+//! let cq = local.ctx.create_cq(16, CqMode::Poll)?;
 //! let mr = pd.register_bytes(b"Hello RDMA Write!", Access::NONE)?;
-//! let qp = pd.create_rc_qp(&cq, QpCaps::default())?.to_init(port.num, Access::NONE)?;
+//! let qp = pd.create_rc_qp(&cq, QpCaps::default())?.to_init(local.port.num, Access::NONE)?;
 //! let psn = random_psn()?;
-//! // ... send qp.qpn(), psn, gid.gid, port.lid; receive the peer's ...
-//! let (remote_qp, remote_buf) = peer();
-//! let rtr = RtrParams::new(remote_qp, port.active_mtu, port.num, gid.index, port.link_layer);
-//! let qp = qp.to_rtr(&rtr)?.to_rts(&RtsParams::new(psn))?;
+//! // ... send ours, receive the peer's ...
+//! let (peer, remote_buf) = exchange(local.endpoint(&qp, psn));
+//! let qp = qp.connect_to(&local, &peer, psn)?;
 //! qp.post_write(&mr, 0..mr.len(), remote_buf, Some(0xC0FFEE), 1)?;
 //! let done = cq.poll(Instant::now() + Duration::from_secs(5))?;
 //! assert_eq!(done.opcode, WcOpcode::RdmaWrite);
@@ -59,10 +59,10 @@ pub use error::{Error, ErrorKind, Result, VerbOp};
 pub use local::LocalPort;
 #[cfg(feature = "clap")]
 pub use local::cli;
-pub use pd::{MemoryRegion, ProtectionDomain};
+pub use pd::{ExposedRegion, MemoryRegion, OwnedBuffer, ProtectionDomain};
 pub use qp::{
-    Init, MAX_PSN, MAX_WRITE_LEN, QpCaps, QueuePair, RemoteBuffer, RemoteQp, Reset, Rtr, RtrParams,
-    Rts, RtsParams,
+    Endpoint, Init, MAX_PSN, MAX_WRITE_LEN, QpCaps, QueuePair, RemoteBuffer, RemoteQp, Reset, Rtr,
+    RtrParams, Rts, RtsParams,
 };
 pub use types::{
     Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, WcOpcode,

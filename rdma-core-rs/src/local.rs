@@ -1,7 +1,7 @@
 //! The local end of a connection: a device, one ACTIVE port on it, and the GID to use. Both
 //! rdma-write binaries need exactly this before any queue pair exists.
 
-use crate::{Context, GidEntry, PortInfo, Result};
+use crate::{Context, Endpoint, GidEntry, PortInfo, QueuePair, Result};
 
 /// An open device with a checked port and a selected GID.
 #[derive(Clone, Debug)]
@@ -26,6 +26,19 @@ impl LocalPort {
         let port = ctx.require_active_port(port)?;
         let gid = ctx.select_gid(&port, gid_index)?;
         Ok(Self { ctx, port, gid })
+    }
+
+    /// This side of a connection through `qp`, for the peer: the QPN, our send PSN `psn` (give
+    /// the same to [`QueuePair::connect_to`]), and this port's GID, LID and active MTU.
+    #[must_use]
+    pub fn endpoint<S>(&self, qp: &QueuePair<S>, psn: u32) -> Endpoint {
+        Endpoint {
+            qpn: qp.qpn(),
+            psn,
+            gid: self.gid.gid,
+            lid: self.port.lid,
+            mtu: self.port.active_mtu.bytes(),
+        }
     }
 }
 

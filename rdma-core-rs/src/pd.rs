@@ -1,4 +1,11 @@
-//! Protection domains and registered memory regions with buffers this crate owns.
+//! Protection domains and the memory they register, in buffers this crate owns. Two kinds of
+//! region, so that the type says who may write a buffer:
+//!
+//! * [`MemoryRegion`]: only this process writes it, the device only reads it (the source of an
+//!   RDMA Write). The CPU reads and writes it as a slice at any time.
+//! * [`ExposedRegion`]: peers holding its rkey may RDMA-Write into it at any time. The CPU never
+//!   sees it as a slice while it is registered: [`ExposedRegion::deregister`] revokes every key
+//!   first, then hands over an [`OwnedBuffer`].
 
 use std::alloc::{self, Layout};
 use std::mem::ManuallyDrop;
@@ -75,23 +82,161 @@ impl ProtectionDomain {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers it with `access`.
+    /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers it with `access`,
+    /// for this process to fill and the device to read (the source of an RDMA Write:
+    /// [`Access::NONE`] is enough).
     ///
-    /// Verbs requires [`Access::LOCAL_WRITE`] whenever [`Access::REMOTE_WRITE`] is set, so a server
-    /// buffer is `LOCAL_WRITE | REMOTE_WRITE`; a client source buffer needs only
-    /// [`Access::NONE`].
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `len == 0` or for [`Access::REMOTE_WRITE`] (a buffer peers
+    /// may write is an [`ExposedRegion`]: use [`register_exposed`](Self::register_exposed)),
+    /// [`Error::Alloc`], [`Error::Verb`] ([`VerbOp::RegMr`]; ENOMEM advises `ulimit -l`).
+    pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        check_local_access(access)?;
+        Region::new(self, len, access).map(MemoryRegion)
+    }
+
+    /// Copies `data` into a new owned buffer and registers it (see [`register`](Self::register)).
+    ///
+    /// # Errors
+    /// As `register`; empty `data` is [`Error::InvalidArgument`].
+    pub fn register_bytes(&self, data: &[u8], access: Access) -> Result<MemoryRegion> {
+        let mut mr = self.register(data.len(), access)?;
+        mr.as_mut_slice().copy_from_slice(data);
+        Ok(mr)
+    }
+
+    /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers it with `access`,
+    /// for peers to write: give them its [`addr`](ExposedRegion::addr) and
+    /// [`rkey`](ExposedRegion::rkey). Verbs requires [`Access::LOCAL_WRITE`] whenever
+    /// [`Access::REMOTE_WRITE`] is set, so such a buffer is `LOCAL_WRITE | REMOTE_WRITE`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for `len == 0` or REMOTE_WRITE without LOCAL_WRITE,
     /// [`Error::Alloc`], [`Error::Verb`] ([`VerbOp::RegMr`]; ENOMEM advises `ulimit -l`).
-    pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+    pub fn register_exposed(&self, len: usize, access: Access) -> Result<ExposedRegion> {
         check_access(access)?;
-        let buf = Buffer::zeroed(len)?;
-        // SAFETY: `buf` is a live allocation of `len` bytes, owned by the MemoryRegion built below,
+        Region::new(self, len, access).map(ExposedRegion)
+    }
+}
+
+/// A [`MemoryRegion`] is never written by a device, so no peer may write it.
+fn check_local_access(access: Access) -> Result<()> {
+    if access.contains(Access::REMOTE_WRITE) {
+        return Err(Error::invalid(
+            format!("a MemoryRegion with {access:?}"),
+            "a buffer peers may write is an ExposedRegion: use ProtectionDomain::register_exposed, \
+             and read it after ExposedRegion::deregister",
+        ));
+    }
+    Ok(())
+}
+
+fn check_access(access: Access) -> Result<()> {
+    if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
+        return Err(Error::invalid(
+            format!("memory access {access:?} has REMOTE_WRITE without LOCAL_WRITE"),
+            "verbs requires LOCAL_WRITE with REMOTE_WRITE: use Access::LOCAL_WRITE | Access::REMOTE_WRITE",
+        ));
+    }
+    Ok(())
+}
+
+/// A zeroed, page-aligned heap buffer that no device can access: what
+/// [`ExposedRegion::deregister`] hands back. Reads and writes as a `[u8]`.
+pub struct OwnedBuffer {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: plain heap memory owned by this value; no device holds a key to it.
+unsafe impl Send for OwnedBuffer {}
+// SAFETY: see `Send`; `&self` hands out only `&[u8]`.
+unsafe impl Sync for OwnedBuffer {}
+
+impl OwnedBuffer {
+    fn zeroed(len: usize) -> Result<OwnedBuffer> {
+        if len == 0 {
+            return Err(Error::invalid(
+                "a memory region of 0 bytes",
+                "register at least 1 byte",
+            ));
+        }
+        let layout = Layout::from_size_align(len, page_size()).map_err(|_| Error::Alloc { len })?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or(Error::Alloc { len })?;
+        Ok(OwnedBuffer { ptr, layout })
+    }
+}
+
+impl std::ops::Deref for OwnedBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: a live allocation of `layout.size()` initialised (zeroed, then written) bytes
+        // owned by self. Only the CPU accesses it: an OwnedBuffer is either not yet registered
+        // or already deregistered (every key to it revoked).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl std::ops::DerefMut for OwnedBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for OwnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated with exactly this layout in `zeroed`, freed once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+impl std::fmt::Debug for OwnedBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedBuffer")
+            .field("len", &self.layout.size())
+            .finish()
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(ps)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// A registration and the buffer it covers. Keeps its PD alive; the buffer is freed only after
+/// the registration is gone (on drop, or handed over by [`Region::deregister`]).
+struct Region {
+    /// Null once deregistered.
+    mr: *mut ffi::ibv_mr,
+    // Taken (handed over or freed) only after `mr` is deregistered; leaked if that fails.
+    buf: ManuallyDrop<OwnedBuffer>,
+    lkey: u32,
+    rkey: u32,
+    access: Access,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: the MR handle is usable from any thread (verbs are thread-safe) and the buffer is
+// plain heap memory owned by this value.
+unsafe impl Send for Region {}
+// SAFETY: see `Send`; `&self` methods only read fields.
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn new(pd: &ProtectionDomain, len: usize, access: Access) -> Result<Region> {
+        let buf = OwnedBuffer::zeroed(len)?;
+        // SAFETY: `buf` is a live allocation of `len` bytes, owned by the Region built below,
         // which deregisters before freeing it; the PD is valid.
         let mr = unsafe {
             ffi::ibv_reg_mr(
-                self.0.pd,
+                pd.0.pd,
                 buf.ptr.as_ptr().cast(),
                 len,
                 access.bits() as libc::c_int,
@@ -105,191 +250,183 @@ impl ProtectionDomain {
         }
         // SAFETY: `mr` is non-null and valid until ibv_dereg_mr.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(MemoryRegion {
+        Ok(Region {
             mr,
             buf: ManuallyDrop::new(buf),
             lkey,
             rkey,
             access,
-            pd: self.clone(),
+            pd: pd.clone(),
         })
     }
 
-    /// Copies `data` into a new owned buffer and registers it (see [`register`](Self::register)).
-    ///
-    /// # Errors
-    /// As `register`; empty `data` is [`Error::InvalidArgument`].
-    pub fn register_bytes(&self, data: &[u8], access: Access) -> Result<MemoryRegion> {
-        let mut mr = self.register(data.len(), access)?;
-        mr.as_mut_slice().copy_from_slice(data);
-        Ok(mr)
-    }
-}
-
-fn check_access(access: Access) -> Result<()> {
-    if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
-        return Err(Error::invalid(
-            format!("memory access {access:?} has REMOTE_WRITE without LOCAL_WRITE"),
-            "verbs requires LOCAL_WRITE with REMOTE_WRITE: use Access::LOCAL_WRITE | Access::REMOTE_WRITE",
-        ));
-    }
-    Ok(())
-}
-
-/// A zeroed, page-aligned heap buffer.
-struct Buffer {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-impl Buffer {
-    fn zeroed(len: usize) -> Result<Buffer> {
-        if len == 0 {
-            return Err(Error::invalid(
-                "a memory region of 0 bytes",
-                "register at least 1 byte",
-            ));
-        }
-        let layout = Layout::from_size_align(len, page_size()).map_err(|_| Error::Alloc { len })?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or(Error::Alloc { len })?;
-        Ok(Buffer { ptr, layout })
-    }
-}
-
-impl Drop for Buffer {
-    fn drop(&mut self) {
-        // SAFETY: allocated with exactly this layout in `zeroed`, freed once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
-    }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(ps)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096)
-}
-
-/// A registered buffer owned by this crate. Keeps its PD alive; on drop it is deregistered
-/// *before* the buffer is freed.
-///
-/// Reading what a peer wrote: the NIC writes the buffer behind the CPU's back. Only read it
-/// after you know the write is finished — a receive completion for a write-with-immediate, or a
-/// notice from the peer sent after its write completed. [`as_slice`](Self::as_slice) issues an
-/// acquire fence before handing out the slice.
-///
-/// Do not drop a region while a posted work request still uses it: wait for its completion
-/// first. (If you do, the hardware cannot touch the freed memory — deregistration revokes its
-/// keys — but the work request fails.)
-#[must_use]
-pub struct MemoryRegion {
-    mr: *mut ffi::ibv_mr,
-    // Freed by Drop only after `mr` is deregistered.
-    buf: ManuallyDrop<Buffer>,
-    lkey: u32,
-    rkey: u32,
-    access: Access,
-    pd: ProtectionDomain,
-}
-
-// SAFETY: the MR handle is usable from any thread (verbs are thread-safe) and the buffer is
-// plain heap memory owned by this value; shared access hands out only `&[u8]`.
-unsafe impl Send for MemoryRegion {}
-// SAFETY: see `Send`; `&self` methods only read.
-unsafe impl Sync for MemoryRegion {}
-
-impl MemoryRegion {
-    /// Address of the buffer, as the peer must use it in RDMA Writes (64 bits: never truncate).
-    #[must_use]
-    pub fn addr(&self) -> u64 {
+    fn addr(&self) -> u64 {
         self.buf.ptr.as_ptr() as u64
     }
 
-    /// Length in bytes (at least 1).
-    #[must_use]
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.buf.layout.size()
     }
 
-    /// Always false (regions have at least one byte); present for API symmetry.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Local key, for work requests on this side.
-    #[must_use]
-    pub fn lkey(&self) -> u32 {
-        self.lkey
-    }
-
-    /// Remote key, to give the peer so it may access the buffer.
-    #[must_use]
-    pub fn rkey(&self) -> u32 {
-        self.rkey
-    }
-
-    /// The access flags it was registered with.
-    #[must_use]
-    pub fn access(&self) -> Access {
-        self.access
-    }
-
-    /// The protection domain it belongs to.
-    pub fn pd(&self) -> &ProtectionDomain {
-        &self.pd
-    }
-
-    /// The buffer contents. Meaningful for remotely written data only after a completion or a
-    /// peer notice says the write finished (see the type docs); an acquire fence orders this
-    /// read after that observation. Copy out what you need right away.
-    #[must_use]
-    pub fn as_slice(&self) -> &[u8] {
+    /// Deregisters (revoking the lkey and rkey) and hands the buffer over. If deregistration
+    /// fails the buffer is leaked: the registration may still let the device write it.
+    fn deregister(&mut self) -> Result<OwnedBuffer> {
+        let mr = std::mem::replace(&mut self.mr, std::ptr::null_mut());
+        if mr.is_null() {
+            return Err(Error::invalid(
+                "the memory region was already deregistered",
+                "deregister a region once",
+            ));
+        }
+        // SAFETY: `mr` came from ibv_reg_mr; it was swapped out for null, so it is
+        // deregistered exactly once.
+        let rc = unsafe { ffi::ibv_dereg_mr(mr) };
+        if rc != 0 {
+            return Err(Error::verb(
+                VerbOp::DeregMr,
+                format!("{} bytes at {:#x}", self.len(), self.addr()),
+                rc,
+            ));
+        }
+        // Whatever the device wrote before the registration ended is read after this point.
         fence(Ordering::Acquire);
-        // SAFETY: the buffer is a live allocation of `len` initialised (zeroed) bytes owned by
-        // self. The NIC may write it concurrently only if the application let a peer write
-        // while reading, which the docs rule out.
-        unsafe { std::slice::from_raw_parts(self.buf.ptr.as_ptr(), self.len()) }
-    }
-
-    /// The buffer, for filling before a write. Do not change it while a posted work request
-    /// reads it.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        fence(Ordering::Acquire);
-        // SAFETY: as in `as_slice`; `&mut self` makes this the only Rust reference.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.ptr.as_ptr(), self.len()) }
+        // SAFETY: the registration is gone, so no device can access the buffer any more. `buf`
+        // is taken exactly once: `mr` is null from now on, so neither this function nor Drop
+        // gets here again.
+        Ok(unsafe { ManuallyDrop::take(&mut self.buf) })
     }
 }
 
-impl Drop for MemoryRegion {
+impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: `mr` came from ibv_reg_mr and is deregistered exactly once, here.
-        let rc = unsafe { ffi::ibv_dereg_mr(self.mr) };
-        if rc == 0 {
-            // SAFETY: the registration is gone, so the device no longer uses the buffer; `buf`
-            // is dropped exactly once and never touched again.
-            unsafe { ManuallyDrop::drop(&mut self.buf) };
-        } else {
-            // The registration may still pin the memory: leak the buffer rather than free
-            // memory the device might access.
-            tracing::error!(rc, "ibv_dereg_mr failed; leaking the buffer to stay safe");
+        if self.mr.is_null() {
+            return; // handed over by `deregister`
+        }
+        if let Err(e) = self.deregister() {
+            // The registration may still pin the memory: the buffer stays leaked rather than
+            // freed under a device that might access it.
+            tracing::error!("{e}; leaking the buffer to stay safe");
         }
     }
 }
 
-impl std::fmt::Debug for MemoryRegion {
+impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryRegion")
+        f.debug_struct("Region")
             .field("addr", &format_args!("{:#x}", self.addr()))
             .field("len", &self.len())
             .field("lkey", &format_args!("{:#x}", self.lkey))
             .field("rkey", &format_args!("{:#x}", self.rkey))
             .field("access", &self.access)
             .finish()
+    }
+}
+
+/// The accessors both kinds of region share.
+macro_rules! region_accessors {
+    () => {
+        /// Address of the buffer, as a peer must use it in RDMA operations (64 bits: never
+        /// truncate).
+        #[must_use]
+        pub fn addr(&self) -> u64 {
+            self.0.addr()
+        }
+
+        /// Length in bytes (at least 1).
+        #[must_use]
+        pub fn len(&self) -> usize {
+            self.0.len()
+        }
+
+        /// Always false (regions have at least one byte); present for API symmetry.
+        #[must_use]
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// Local key, for work requests on this side.
+        #[must_use]
+        pub fn lkey(&self) -> u32 {
+            self.0.lkey
+        }
+
+        /// Remote key, to give a peer so it may access the buffer.
+        #[must_use]
+        pub fn rkey(&self) -> u32 {
+            self.0.rkey
+        }
+
+        /// The access flags it was registered with.
+        #[must_use]
+        pub fn access(&self) -> Access {
+            self.0.access
+        }
+
+        /// The protection domain it belongs to.
+        pub fn pd(&self) -> &ProtectionDomain {
+            &self.0.pd
+        }
+    };
+}
+
+/// A registered buffer that only this process writes: the device only reads it (the source of
+/// an RDMA Write). Keeps its PD alive; on drop it is deregistered *before* the buffer is freed.
+///
+/// Its access flags never include [`Access::REMOTE_WRITE`] ([`ProtectionDomain::register`]
+/// refuses it), and this crate posts no work request that writes local memory (receives have no
+/// scatter list, there is no RDMA Read), so the CPU may read and write it at any time.
+/// Changing it while a posted write still reads it changes what is sent, nothing more.
+///
+/// Dropping it while a posted work request still uses it is safe: deregistration revokes its
+/// keys before the memory is freed, and the work request completes with an error.
+#[must_use]
+#[derive(Debug)]
+pub struct MemoryRegion(Region);
+
+impl MemoryRegion {
+    region_accessors!();
+
+    /// The buffer contents.
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: a live allocation of `len` initialised bytes owned by self; no device writes
+        // it (see the type docs), and `&self` rules out a `&mut` from this process.
+        unsafe { std::slice::from_raw_parts(self.0.buf.ptr.as_ptr(), self.len()) }
+    }
+
+    /// The buffer, for filling before a write.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; `&mut self` makes this the only reference. A device may be
+        // reading it for a posted write (it never writes it), which is no Rust access.
+        unsafe { std::slice::from_raw_parts_mut(self.0.buf.ptr.as_ptr(), self.len()) }
+    }
+}
+
+/// A registered buffer exposed to peers: whoever holds its rkey and a connected queue pair may
+/// RDMA-Write into it (with [`Access::REMOTE_WRITE`]) at any moment, behind the CPU's back, even
+/// after the write you were waiting for completed. So it is never seen as a slice while it is
+/// registered: [`deregister`](Self::deregister) revokes every key first and then hands the
+/// buffer over, and only then does the CPU read what landed.
+///
+/// Keeps its PD alive; on drop it is deregistered *before* the buffer is freed.
+#[must_use]
+#[derive(Debug)]
+pub struct ExposedRegion(Region);
+
+impl ExposedRegion {
+    region_accessors!();
+
+    /// Ends the registration, so that no peer (and no local work request) can access the buffer
+    /// any more, and returns the buffer with what was written into it.
+    ///
+    /// Destroy the queue pairs the peer writes through first: a write that is still arriving
+    /// then fails at the responder instead of racing the deregistration.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::DeregMr`]); the buffer is then leaked, not freed, because the
+    /// device may still be allowed to write it.
+    pub fn deregister(mut self) -> Result<OwnedBuffer> {
+        self.0.deregister()
     }
 }
 
@@ -311,12 +448,19 @@ mod tests {
     }
 
     #[test]
+    fn a_memory_region_is_never_remotely_writable() {
+        let e = check_local_access(Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap_err();
+        assert!(e.to_string().contains("register_exposed"), "{e}");
+        assert!(check_local_access(Access::NONE).is_ok());
+        assert!(check_local_access(Access::LOCAL_WRITE | Access::REMOTE_READ).is_ok());
+    }
+
+    #[test]
     fn buffers_are_zeroed_and_page_aligned() {
-        assert!(Buffer::zeroed(0).is_err());
-        let b = Buffer::zeroed(10_000).unwrap();
+        assert!(OwnedBuffer::zeroed(0).is_err());
+        let b = OwnedBuffer::zeroed(10_000).unwrap();
         assert_eq!(b.ptr.as_ptr() as usize % page_size(), 0);
-        // SAFETY: (test) freshly allocated, 10_000 bytes.
-        let s = unsafe { std::slice::from_raw_parts(b.ptr.as_ptr(), 10_000) };
-        assert!(s.iter().all(|x| *x == 0));
+        assert_eq!(b.len(), 10_000);
+        assert!(b.iter().all(|x| *x == 0));
     }
 }

@@ -14,8 +14,9 @@ use ibverbs_sys as ffi;
 
 use crate::cq::CompletionQueue;
 use crate::error::{Error, Result, VerbOp};
+use crate::local::LocalPort;
 use crate::pd::{MemoryRegion, ProtectionDomain};
-use crate::types::{Access, Gid, LinkLayer, Mtu, QpState};
+use crate::types::{Access, Gid, LinkLayer, Mtu, PortInfo, QpState};
 
 /// Typestate: freshly created.
 #[derive(Debug)]
@@ -86,6 +87,36 @@ pub struct RemoteQp {
     pub gid: Gid,
     /// The peer's LID (InfiniBand: required; RoCE: 0).
     pub lid: u16,
+}
+
+/// One side's queue pair as the two sides exchange it (out of band, e.g. in a handshake):
+/// everything the other side needs to connect to it. Plain values; no wire format here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// Initial send PSN (24 bits): the other side's receive PSN.
+    pub psn: u32,
+    /// The GID its address vector uses (RoCE: required).
+    pub gid: Gid,
+    /// Its port's LID (InfiniBand: required; RoCE: 0).
+    pub lid: u16,
+    /// Its port's active MTU in bytes (256, 512, 1024, 2048 or 4096).
+    pub mtu: u32,
+}
+
+impl Endpoint {
+    /// An endpoint from its parts (for one-line conversions from a wire format).
+    #[must_use]
+    pub fn new(qpn: u32, psn: u32, gid: Gid, lid: u16, mtu: u32) -> Endpoint {
+        Endpoint {
+            qpn,
+            psn,
+            gid,
+            lid,
+            mtu,
+        }
+    }
 }
 
 /// Attributes for INIT -> RTR.
@@ -193,6 +224,8 @@ impl Default for RtsParams {
 struct QpHandle {
     qp: *mut ffi::ibv_qp,
     qpn: u32,
+    /// Set by INIT -> RTR (read only in `Rtr` and `Rts`).
+    path_mtu: Mtu,
     cq: CompletionQueue,
     pd: ProtectionDomain,
 }
@@ -277,6 +310,7 @@ impl ProtectionDomain {
             h: QpHandle {
                 qp,
                 qpn,
+                path_mtu: Mtu::M256,
                 cq: cq.clone(),
                 pd: self.clone(),
             },
@@ -533,11 +567,61 @@ impl QueuePair<Init> {
     /// ([`VerbOp::ModifyQpRtr`]); the QP is destroyed.
     pub fn to_rtr(self, p: &RtrParams) -> Result<QueuePair<Rtr>> {
         let (attr, mask) = rtr_attr(p)?;
-        self.modify(attr, mask, VerbOp::ModifyQpRtr)
+        let mut qp: QueuePair<Rtr> = self.modify(attr, mask, VerbOp::ModifyQpRtr)?;
+        qp.h.path_mtu = p.path_mtu;
+        Ok(qp)
+    }
+
+    /// INIT -> RTR -> RTS towards `peer`, on `local`'s port and GID: the path MTU is the smaller
+    /// of both ports' active MTUs, our send PSN is `sq_psn` (the one sent to the peer with
+    /// [`LocalPort::endpoint`]), every other attribute is the [`RtrParams`] / [`RtsParams`]
+    /// default.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an out-of-range peer (MTU, QPN, PSN, zero GID on RoCE, LID
+    /// 0 on InfiniBand), [`Error::Verb`] ([`VerbOp::ModifyQpRtr`], [`VerbOp::ModifyQpRts`]); the
+    /// QP is destroyed.
+    pub fn connect_to(
+        self,
+        local: &LocalPort,
+        peer: &Endpoint,
+        sq_psn: u32,
+    ) -> Result<QueuePair<Rts>> {
+        let rtr = rtr_params_towards(&local.port, local.gid.index, peer)?;
+        self.to_rtr(&rtr)?.to_rts(&RtsParams::new(sq_psn))
     }
 }
 
+/// The INIT -> RTR attributes that connect our `port` (GID `sgid_index`) to `peer`.
+fn rtr_params_towards(port: &PortInfo, sgid_index: u32, peer: &Endpoint) -> Result<RtrParams> {
+    let peer_mtu = Mtu::from_bytes(peer.mtu).ok_or_else(|| {
+        Error::invalid(
+            format!("the peer's MTU of {} bytes", peer.mtu),
+            "an MTU is 256, 512, 1024, 2048 or 4096 bytes: check the peer's handshake data",
+        )
+    })?;
+    let remote = RemoteQp {
+        qpn: peer.qpn,
+        psn: peer.psn,
+        gid: peer.gid,
+        lid: peer.lid,
+    };
+    Ok(RtrParams::new(
+        remote,
+        Mtu::min(port.active_mtu, peer_mtu),
+        port.num,
+        sgid_index,
+        port.link_layer,
+    ))
+}
+
 impl QueuePair<Rtr> {
+    /// The path MTU set by INIT -> RTR.
+    #[must_use]
+    pub fn path_mtu(&self) -> Mtu {
+        self.h.path_mtu
+    }
+
     /// Posts a receive without buffers.
     ///
     /// # Errors
@@ -628,6 +712,12 @@ fn write_wr(
 }
 
 impl QueuePair<Rts> {
+    /// The path MTU set by INIT -> RTR.
+    #[must_use]
+    pub fn path_mtu(&self) -> Mtu {
+        self.h.path_mtu
+    }
+
     /// Posts a receive without buffers.
     ///
     /// # Errors
@@ -640,7 +730,8 @@ impl QueuePair<Rts> {
     /// buffer). With `imm`, it is an RDMA Write with immediate (sent big-endian; the peer's
     /// receive completion shows it in host order), which consumes a receive the peer posted.
     ///
-    /// Keep `mr` alive and unchanged until the completion for `wr_id` arrives.
+    /// `mr` is only read. Changing it before the completion for `wr_id` arrives changes what is
+    /// sent; dropping it makes the write fail (its keys are revoked before its memory is freed).
     ///
     /// # Errors
     /// [`Error::InvalidRange`] / [`Error::WriteTooLong`] for bad lengths,
@@ -677,8 +768,10 @@ impl QueuePair<Rts> {
                 libc::ENOSYS,
             ));
         };
-        // SAFETY: valid QP; `wr` and `sge` live across the call (the provider copies them); the
-        // SGE points inside `mr`, which the caller keeps alive until completion.
+        // SAFETY: valid QP; `wr` and `sge` live across the call (the provider copies them). The
+        // SGE names `mr`'s lkey and a range checked to lie inside its buffer. Whatever the caller
+        // does afterwards, the device never touches freed memory: dropping `mr` deregisters it
+        // (revoking the lkey, so the work request fails) before its buffer is freed.
         let rc = unsafe { f(self.h.qp, &mut wr, &mut bad) };
         if rc != 0 {
             return Err(Error::verb(
@@ -732,6 +825,33 @@ mod tests {
             assert_eq!(mask.0 & bit.0, bit.0, "mask lacks {bit:?}");
         }
         assert_eq!(mask.0 & M::IBV_QP_SQ_PSN.0, 0);
+    }
+
+    #[test]
+    fn rtr_towards_a_peer_takes_the_smaller_mtu_and_our_port() {
+        let port = PortInfo {
+            num: 2,
+            state: crate::types::PortState::Active,
+            link_layer: LinkLayer::Ethernet,
+            active_mtu: Mtu::M1024,
+            max_mtu: Mtu::M4096,
+            lid: 0,
+            gid_tbl_len: 16,
+        };
+        let r = remote_qp();
+        let peer = Endpoint::new(r.qpn, r.psn, r.gid, r.lid, 4096);
+        let p = rtr_params_towards(&port, 3, &peer).unwrap();
+        assert_eq!(p.remote, r);
+        assert_eq!((p.path_mtu, p.port, p.sgid_index), (Mtu::M1024, 2, 3));
+        assert_eq!(p.link_layer, LinkLayer::Ethernet);
+        let small = Endpoint { mtu: 512, ..peer };
+        assert_eq!(
+            rtr_params_towards(&port, 3, &small).unwrap().path_mtu,
+            Mtu::M512
+        );
+        let e = rtr_params_towards(&port, 3, &Endpoint { mtu: 1500, ..peer }).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Usage);
+        assert!(e.to_string().contains("1500"), "{e}");
     }
 
     #[test]

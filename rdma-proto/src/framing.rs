@@ -68,10 +68,18 @@ impl FrameError {
         }
     }
 
-    /// The `error` message to send the peer (worth sending for `Timeout` and `LineTooLong`; after
-    /// `Closed`/`Truncated` there is nobody to send it to).
+    /// The `error` message to send the peer (worth sending unless [`peer_gone`](Self::peer_gone):
+    /// after `Closed`/`Truncated` there is nobody to send it to).
     pub fn to_error_msg(&self) -> ErrorMsg {
         ErrorMsg::new(self.code(), self.to_string())
+    }
+
+    /// The peer closed or reset the connection (or it broke): nobody is left to answer.
+    pub fn peer_gone(&self) -> bool {
+        matches!(
+            self,
+            FrameError::Closed | FrameError::Truncated | FrameError::Io(_)
+        )
     }
 }
 
@@ -119,8 +127,9 @@ impl<S: Deadlined> LineConn<S> {
         !self.inner.buffer().is_empty()
     }
 
-    /// Remaining time to `deadline`, or `Timeout` if it has passed.
-    fn arm(&self, start: Instant, deadline: Instant) -> Result<(), FrameError> {
+    /// Sets the stream's timeouts to the time left until `deadline`; `Timeout` (counted from
+    /// `start`) if it has passed.
+    fn apply_deadline(&self, start: Instant, deadline: Instant) -> Result<(), FrameError> {
         let now = Instant::now();
         let remaining = deadline.saturating_duration_since(now);
         if remaining.is_zero() {
@@ -142,11 +151,11 @@ impl<S: Deadlined> LineConn<S> {
         let hard_cap = self.max_line.saturating_add(1);
         let mut line = Vec::new();
         loop {
-            self.arm(start, deadline)?;
+            self.apply_deadline(start, deadline)?;
             let chunk = match self.inner.fill_buf() {
                 Ok(c) => c,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if is_timeout(&e) => continue, // `arm` reports the timeout
+                Err(e) if is_timeout(&e) => continue, // `apply_deadline` reports it
                 Err(e) => return Err(FrameError::Io(e)),
             };
             if chunk.is_empty() {
@@ -186,7 +195,7 @@ impl<S: Deadlined> LineConn<S> {
         let start = Instant::now();
         let mut rest = line.as_bytes();
         while !rest.is_empty() {
-            self.arm(start, deadline)?;
+            self.apply_deadline(start, deadline)?;
             match self.inner.get_mut().write(rest) {
                 Ok(0) => {
                     return Err(FrameError::Io(io::Error::new(
@@ -200,7 +209,7 @@ impl<S: Deadlined> LineConn<S> {
             }
         }
         loop {
-            self.arm(start, deadline)?;
+            self.apply_deadline(start, deadline)?;
             match self.inner.get_mut().flush() {
                 Ok(()) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted || is_timeout(&e) => {}

@@ -4,6 +4,11 @@
 //! moves the machine to `Failed`; the caller then sends [`ServerHandshake::fail`]'s line (server)
 //! or just closes (client) and drops the connection.
 //!
+//! The server's machine takes every line a client sends, in every state (a line while it waits
+//! for the write is an `error` from the client or a refusal), and every failed read
+//! ([`ServerHandshake::on_read_error`]): a server feeds it whatever the client did and sends
+//! what it answers.
+//!
 //! Server: `Start -banner()-> AwaitHello -hello-> AwaitAccept -accept()-> AwaitWrite{notify}
 //! -result()-> Done`.
 //! Client: `AwaitBanner -banner-> NeedHello -hello()-> AwaitAccept -accept-> Writing
@@ -14,6 +19,7 @@ use std::fmt;
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::error::{ErrorCode, ProtoError};
+use crate::framing::FrameError;
 use crate::wire::{
     Accept, Auth, Banner, ClientMessage, ErrorMsg, Hello, Notify, Outcome, QpEndpoint,
     ServerMessage, Written,
@@ -366,6 +372,14 @@ impl ServerHandshake {
         Ok(ServerMessage::Result(outcome))
     }
 
+    /// Reading the client's next line failed (deadline, line too long, connection closed). Moves
+    /// to `Failed` and returns the `error` line to send, or `None` when the client is gone and
+    /// nobody is left to tell ([`FrameError::peer_gone`]). The code is [`FrameError::code`].
+    pub fn on_read_error(&mut self, err: &FrameError) -> Option<ServerMessage> {
+        self.state = ServerState::Failed;
+        (!err.peer_gone()).then(|| ServerMessage::Error(err.to_error_msg()))
+    }
+
     /// Moves to `Failed` and returns the `error` line to send for `err`.
     pub fn fail(&mut self, err: &ProtoError) -> ServerMessage {
         self.state = ServerState::Failed;
@@ -492,6 +506,7 @@ pub struct ClientHandshake {
     state: ClientState,
     banner: Option<Banner>,
     accept: Option<Accept>,
+    outcome: Option<Outcome>,
 }
 
 impl ClientHandshake {
@@ -502,6 +517,7 @@ impl ClientHandshake {
             state: ClientState::AwaitBanner,
             banner: None,
             accept: None,
+            outcome: None,
         }
     }
 
@@ -518,6 +534,12 @@ impl ClientHandshake {
     /// The server's accept, once received.
     pub fn accept(&self) -> Option<&Accept> {
         self.accept.as_ref()
+    }
+
+    /// The server's `result` as it was received, once there is one, whether or not it passed
+    /// [`on_result`](Self::on_result)'s checks.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
     }
 
     fn guard<T>(&mut self, r: Result<T, ProtoError>) -> Result<T, ProtoError> {
@@ -672,6 +694,7 @@ impl ClientHandshake {
         let r = match (self.state, msg) {
             (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
             (ClientState::AwaitResult, ServerMessage::Result(o)) => {
+                self.outcome = Some(o.clone());
                 let mut problems = Vec::new();
                 if !o.verified {
                     problems.push(format!(

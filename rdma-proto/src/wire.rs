@@ -199,6 +199,17 @@ pub struct QpEndpoint {
 }
 
 impl QpEndpoint {
+    /// An endpoint from its parts (for one-line conversions from a verbs layer's own type).
+    pub fn new(qpn: u32, psn: u32, gid: Gid, lid: u16, mtu: u32) -> Self {
+        QpEndpoint {
+            qpn,
+            psn,
+            gid,
+            lid,
+            mtu,
+        }
+    }
+
     /// Checks the ranges the wire allows (24-bit qpn/psn, MTU in [`VALID_MTUS`]).
     pub fn validate(&self, msg: &'static str) -> Result<(), ProtoError> {
         check_range(msg, "qpn", u64::from(self.qpn), 0..=u64::from(MAX_24BIT))?;

@@ -6,10 +6,9 @@ use crate::cli::Args;
 use crate::exit::ServerError;
 use crate::i18n::Lang;
 use crate::output::{Event, Output};
-use crate::session;
+use crate::session::{self, SessionCtx};
 use color_eyre::eyre::{Result, WrapErr as _};
-use rdma_core_rs::{Context, GidEntry, LocalPort, PortInfo};
-use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage};
+use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage, ServerPolicy};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -21,19 +20,11 @@ use std::time::{Duration, Instant};
 /// How often the accept loop looks at the stop flags.
 const TICK: Duration = Duration::from_millis(20);
 
-/// Everything a session thread needs, shared read-only (plus counters and the stop flag).
+/// The accept loop's state, shared with the session threads, which see only `session`.
 #[derive(Debug)]
-pub struct Shared {
-    pub ctx: Context,
-    pub port: PortInfo,
-    pub gid: GidEntry,
-    pub args: Args,
-    pub token: Option<String>,
-    pub out: Output,
-    pub lang: Lang,
-    /// Set when the server is stopping: sessions abort with `shutting_down`.
-    pub stopping: AtomicBool,
-    pub verified: AtomicU64,
+struct Shared {
+    session: SessionCtx,
+    args: Args,
     active: AtomicUsize,
     /// Clones of the live sessions' sockets, to unblock their reads on shutdown.
     sockets: Mutex<HashMap<u64, TcpStream>>,
@@ -42,7 +33,7 @@ pub struct Shared {
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
     let token = access::load_token(args.token_file.as_deref())?;
-    let LocalPort { ctx, port, gid } = args.local.open()?;
+    let local = args.local.open()?;
 
     let listener = TcpListener::bind(args.listen).map_err(|source| ServerError::Listen {
         addr: args.listen,
@@ -59,29 +50,43 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     }
 
     let shared = Arc::new(Shared {
-        ctx,
-        port,
-        gid,
-        token,
-        out,
-        lang: Lang::from_env(),
-        stopping: AtomicBool::new(false),
-        verified: AtomicU64::new(0),
+        session: SessionCtx {
+            local,
+            policy: ServerPolicy {
+                max_len: args.buffer_size,
+                token,
+                program_version: env!("CARGO_PKG_VERSION").to_owned(),
+                features: ServerPolicy::default_features(),
+            },
+            timeout: args.timeout,
+            cq_mode: args.local.cq_mode,
+            fault: args.fault,
+            out,
+            lang: Lang::from_env(),
+            stopping: AtomicBool::new(false),
+            verified: AtomicU64::new(0),
+        },
         active: AtomicUsize::new(0),
         sockets: Mutex::new(HashMap::new()),
         args,
     });
     let s = &shared;
+    let out = &s.session.out;
+    let local = &s.session.local;
     let mode = if s.args.serve { "serve" } else { "oneshot" };
-    let auth = if s.token.is_some() { "token" } else { "none" };
-    s.out.emit(
+    let auth = if s.session.policy.token.is_some() {
+        "token"
+    } else {
+        "none"
+    };
+    out.emit(
         &Event::Listening {
             addr: local_addr.to_string(),
-            device: s.ctx.name(),
-            port: s.port.num,
-            gid_index: s.gid.index,
-            gid: s.gid.gid.to_string(),
-            mtu: s.port.active_mtu.bytes(),
+            device: local.ctx.name(),
+            port: local.port.num,
+            gid_index: local.gid.index,
+            gid: local.gid.gid.to_string(),
+            mtu: local.port.active_mtu.bytes(),
             buffer_size: s.args.buffer_size,
             mode,
             max_clients: s.args.max_clients,
@@ -91,11 +96,11 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         || {
             format!(
                 "listening on {local_addr} ({mode}); device {} port {} gid[{}] {}, MTU {}, {} byte buffer per client",
-                s.ctx.name(),
-                s.port.num,
-                s.gid.index,
-                s.gid.gid,
-                s.port.active_mtu.bytes(),
+                local.ctx.name(),
+                local.port.num,
+                local.gid.index,
+                local.gid.gid,
+                local.port.active_mtu.bytes(),
                 s.args.buffer_size
             )
         },
@@ -108,7 +113,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         if signalled.load(Ordering::Relaxed) {
             break "signal";
         }
-        if !s.args.serve && s.verified.load(Ordering::Acquire) > 0 {
+        if !s.args.serve && s.session.verified.load(Ordering::Acquire) > 0 {
             break "verified";
         }
         if let Some(lifetime) = s.args.lifetime
@@ -134,11 +139,11 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         }
     };
     stop(s, threads);
-    s.out.emit(
+    out.emit(
         &Event::Stopped {
             reason,
             sessions: next_id,
-            verified: s.verified.load(Ordering::Acquire),
+            verified: s.session.verified.load(Ordering::Acquire),
         },
         || format!("stopped ({reason}) after {next_id} connection(s)"),
     );
@@ -167,7 +172,7 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
         None
     };
     if let Some((code, message)) = refusal {
-        s.out.emit(
+        s.session.out.emit(
             &Event::Refused {
                 peer: peer.to_string(),
                 code: code.as_str(),
@@ -198,7 +203,7 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
                 shared: &shared,
                 id,
             };
-            session::serve(&shared, stream, peer, id);
+            session::serve(&shared.session, stream, peer, id);
         });
     match spawned {
         Ok(t) => Some(t),
@@ -226,7 +231,7 @@ fn refuse(mut stream: TcpStream, code: ErrorCode, message: String) {
 
 /// Stops every live session (they answer `shutting_down`) and waits for their threads.
 fn stop(s: &Arc<Shared>, threads: Vec<JoinHandle<()>>) {
-    s.stopping.store(true, Ordering::Release);
+    s.session.stopping.store(true, Ordering::Release);
     if let Ok(map) = s.sockets.lock() {
         for sock in map.values() {
             // Unblocks a session waiting for the client's next line; the write half stays

@@ -1,29 +1,49 @@
-//! One client's session: banner, hello, a fresh PD/MR/CQ/QP, accept, wait for the write, verify,
-//! verdict. Every failure is logged and answered with an error line where the socket allows;
-//! nothing a client does can take the server down.
+//! One client's session: banner, hello, a fresh PD/MR/CQ/QP, accept, wait for the write, revoke
+//! the client's access, verify, verdict. Every failure is logged and answered with an error line
+//! where the socket allows; nothing a client does can take the server down.
 //!
 //! Secrets (rkey, buffer address, QPN) are only sent in the `accept`, after the hello passed
-//! every check of the handshake state machine (version, token, length).
+//! every check of the handshake state machine (version, token, length). Every line the client
+//! sends, and every failed read, goes through that machine, which says what to answer.
 
 use crate::cli::Fault;
-use crate::output::Event;
-use crate::run::Shared;
-use rdma_core_rs::{
-    Access, Completion, ErrorKind, Mtu, QpCaps, RemoteQp, RtrParams, RtsParams, WcOpcode,
-};
+use crate::i18n::Lang;
+use crate::output::{Event, Output};
+use rdma_core_rs::{Access, Completion, CqMode, Endpoint, ErrorKind, LocalPort, QpCaps, WcOpcode};
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
-    ClientMessage, ErrorCode, ErrorMsg, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent,
-    ServerHandshake, ServerMessage, ServerPolicy,
+    ErrorCode, ErrorMsg, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent, ServerHandshake,
+    ServerMessage, ServerPolicy,
 };
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Work request id of the receive that catches the write-with-immediate.
 const RECV_WR_ID: u64 = 0x5245_4356; // "RECV"
 /// How often a session waiting for the write checks the socket and the stop flag.
 const SLICE: Duration = Duration::from_millis(100);
+
+/// What every session needs from the server, shared by the session threads.
+#[derive(Debug)]
+pub struct SessionCtx {
+    /// The device, its port and GID, opened once.
+    pub local: LocalPort,
+    /// What a hello may ask for (`max_len` is the buffer size) and what the banner says.
+    pub policy: ServerPolicy,
+    /// The deadline of each phase of a session.
+    pub timeout: Duration,
+    /// How the session's completion queue waits.
+    pub cq_mode: CqMode,
+    /// Deliberate misconfiguration, for tests.
+    pub fault: Option<Fault>,
+    pub out: Output,
+    pub lang: Lang,
+    /// Set when the server is stopping: sessions abort with `shutting_down`.
+    pub stopping: AtomicBool,
+    /// Writes verified so far.
+    pub verified: AtomicU64,
+}
 
 /// Why a session ended without a verdict.
 #[derive(Debug)]
@@ -47,14 +67,6 @@ impl Failure {
         }
     }
 
-    /// The client closed or reset the connection; nobody is left to tell.
-    fn gone(message: impl Into<String>) -> Self {
-        Self {
-            gone: true,
-            ..Self::new(ErrorCode::Internal, message).silent()
-        }
-    }
-
     /// The code in the server's own log line.
     fn log_code(&self) -> &'static str {
         if self.gone {
@@ -70,24 +82,15 @@ impl Failure {
     }
 }
 
+/// A failed read or send on the connection. Whatever could still be said to the client was
+/// said by then (see [`read_failed`]), so this is only logged.
 impl From<FrameError> for Failure {
     fn from(e: FrameError) -> Self {
-        let code = match e {
-            FrameError::Timeout { .. } => ErrorCode::Timeout,
-            FrameError::LineTooLong { .. } => ErrorCode::LineTooLong,
-            _ => ErrorCode::Internal,
-        };
-        if matches!(
-            e,
-            FrameError::Closed | FrameError::Truncated | FrameError::Io(_)
-        ) {
-            return Failure::gone(format!("connection: {e}"));
-        }
         Failure {
-            code,
+            code: e.code(),
             message: format!("connection: {e}"),
-            tell_peer: true,
-            gone: false,
+            tell_peer: false,
+            gone: e.peer_gone(),
         }
     }
 }
@@ -105,7 +108,7 @@ impl From<ProtoError> for Failure {
 }
 
 /// Serves one connection to its end; never panics on client input, never returns an error.
-pub fn serve(s: &Shared, stream: TcpStream, peer: SocketAddr, id: u64) {
+pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     s.out.emit(
         &Event::Connected {
             session: id,
@@ -115,12 +118,7 @@ pub fn serve(s: &Shared, stream: TcpStream, peer: SocketAddr, id: u64) {
     );
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, rdma_proto::DEFAULT_MAX_LINE);
-    let mut hs = ServerHandshake::new(ServerPolicy {
-        max_len: s.args.buffer_size,
-        token: s.token.clone(),
-        program_version: env!("CARGO_PKG_VERSION").to_owned(),
-        features: ServerPolicy::default_features(),
-    });
+    let mut hs = ServerHandshake::new(s.policy.clone());
     let failure = match session(s, &mut conn, &mut hs, id) {
         Ok(()) => return,
         Err(f) => f,
@@ -163,12 +161,12 @@ pub fn serve(s: &Shared, stream: TcpStream, peer: SocketAddr, id: u64) {
 }
 
 fn session(
-    s: &Shared,
+    s: &SessionCtx,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
     id: u64,
 ) -> Result<(), Failure> {
-    let phase = s.args.timeout;
+    let phase = s.timeout;
     conn.send_line(&hs.banner()?.to_line(), Instant::now() + phase)?;
 
     let hello = match next_event(conn, hs, Instant::now() + phase)? {
@@ -176,14 +174,14 @@ fn session(
         other => return Err(out_of_order(&other)),
     };
 
-    // A fresh PD, MR (fresh rkey) and QP for this client only; all released when this returns.
+    // A fresh PD, MR (fresh rkey) and QP for this client only; all released before the verdict.
     let rdma = |e: rdma_core_rs::Error| {
         Failure::new(
             ErrorCode::RdmaSetup,
             format!("server-side RDMA setup failed: {e}"),
         )
     };
-    let (mr_access, qp_access) = if s.args.fault == Some(Fault::NoRemoteWrite) {
+    let (mr_access, qp_access) = if s.fault == Some(Fault::NoRemoteWrite) {
         (Access::LOCAL_WRITE, Access::NONE)
     } else {
         (
@@ -191,66 +189,48 @@ fn session(
             Access::REMOTE_WRITE,
         )
     };
-    let len = usize::try_from(s.args.buffer_size)
+    let len = usize::try_from(s.policy.max_len)
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
-    let pd = s.ctx.alloc_pd().map_err(rdma)?;
-    let mr = pd.register(len, mr_access).map_err(rdma)?;
-    let cq = s.ctx.create_cq(4, s.args.local.cq_mode).map_err(rdma)?;
+    let local = &s.local;
+    let pd = local.ctx.alloc_pd().map_err(rdma)?;
+    let mr = pd.register_exposed(len, mr_access).map_err(rdma)?;
+    let cq = local.ctx.create_cq(4, s.cq_mode).map_err(rdma)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default()).map_err(rdma)?;
-    let qp = qp.to_init(s.port.num, qp_access).map_err(rdma)?;
+    let qp = qp.to_init(local.port.num, qp_access).map_err(rdma)?;
     if hello.notify == Notify::Imm {
         // Posted before the client can know our QP: the write-with-immediate finds it waiting.
         qp.post_recv(RECV_WR_ID).map_err(rdma)?;
     }
-    let remote_mtu = Mtu::from_bytes(hello.endpoint.mtu).unwrap_or(Mtu::M1024);
-    let path_mtu = Mtu::min(s.port.active_mtu, remote_mtu);
     let psn = rdma_core_rs::random_psn().map_err(rdma)?;
-    let qp = qp
-        .to_rtr(&RtrParams {
-            remote: RemoteQp {
-                qpn: hello.endpoint.qpn,
-                psn: hello.endpoint.psn,
-                gid: rdma_core_rs::Gid(hello.endpoint.gid.0),
-                lid: hello.endpoint.lid,
-            },
-            path_mtu,
-            port: s.port.num,
-            sgid_index: s.gid.index,
-            link_layer: s.port.link_layer,
-            ..RtrParams::default()
-        })
-        .map_err(rdma)?;
-    let qp = qp
-        .to_rts(&RtsParams {
-            sq_psn: psn,
-            ..RtsParams::default()
-        })
-        .map_err(rdma)?;
-    let local = QpEndpoint {
-        qpn: qp.qpn(),
-        psn,
-        gid: rdma_proto::Gid(s.gid.gid.0),
-        lid: s.port.lid,
-        mtu: s.port.active_mtu.bytes(),
-    };
-    let accept = hs.accept(local, mr.addr(), mr.rkey(), mr.len() as u64)?;
+    let h = &hello.endpoint;
+    let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
+    let qp = qp.connect_to(local, &client, psn).map_err(rdma)?;
+    let ours = local.endpoint(&qp, psn);
+    let ours = QpEndpoint::new(
+        ours.qpn,
+        ours.psn,
+        rdma_proto::Gid(ours.gid.0),
+        ours.lid,
+        ours.mtu,
+    );
+    let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + phase)?;
     let notify = hello.notify.as_str();
+    let path_mtu = qp.path_mtu().bytes();
     s.out.emit(
         &Event::QpReady {
             session: id,
             local_qpn: qp.qpn(),
-            remote_qpn: hello.endpoint.qpn,
-            path_mtu: path_mtu.bytes(),
+            remote_qpn: h.qpn,
+            path_mtu,
             notify,
             length: hello.length,
         },
         || {
             format!(
-                "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {}, offering {} bytes (notify {notify})",
+                "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, offering {} bytes (notify {notify})",
                 qp.qpn(),
-                hello.endpoint.qpn,
-                path_mtu.bytes(),
+                h.qpn,
                 mr.len()
             )
         },
@@ -260,7 +240,7 @@ fn session(
     let deadline = Instant::now() + phase;
     let (imm, written) = match hello.notify {
         Notify::Imm => {
-            let c = wait_for_completion(s, conn, &cq, deadline)?;
+            let c = wait_for_completion(s, conn, hs, &cq, deadline)?;
             if c.opcode != WcOpcode::RecvRdmaWithImm {
                 return Err(Failure::new(
                     ErrorCode::WriteFailed,
@@ -288,37 +268,55 @@ fn session(
         },
     );
 
-    // The NIC wrote these bytes; the CPU only reads them to prove it.
+    // The client could still write: its QP is connected and the rkey is live. Take both away
+    // before the CPU reads a byte: destroy our QP (no more packets from it are taken), then
+    // deregister the MR (the rkey dies; the buffer is handed back). This also frees the
+    // client's slot under --max-clients before it hears the verdict.
+    drop(qp);
+    let buf = mr.deregister().map_err(|e| {
+        Failure::new(
+            ErrorCode::Internal,
+            format!("could not revoke the client's access to the buffer: {e}"),
+        )
+    })?;
+    drop(cq);
+    drop(pd);
     let length = usize::try_from(hello.length)
         .unwrap_or(usize::MAX)
-        .min(mr.len());
-    let outcome: Outcome = hs.verify(&mr.as_slice()[..length], imm, written.as_ref());
-    // Release this client's verbs objects before it hears the verdict: its rkey dies now, and
-    // its slot under --max-clients is free by the time it (or the next client) connects again.
-    drop(qp);
-    drop(cq);
-    drop(mr);
-    drop(pd);
+        .min(buf.len());
+    let outcome: Outcome = hs.verify(&buf[..length], imm, written.as_ref());
+    drop(buf);
     if outcome.verified {
         s.verified.fetch_add(1, Ordering::AcqRel);
     }
     report_verdict(s, id, &outcome);
     let result = hs.result(outcome)?;
-    conn.send_line(&result.to_line(), Instant::now() + phase)
-        .map_err(|e| Failure::from(e).silent())?;
+    conn.send_line(&result.to_line(), Instant::now() + phase)?;
     Ok(())
 }
 
-/// Reads the client's next line and feeds it to the handshake. A line the state machine refuses
-/// (malformed, wrong order, bad token, too long) is answered here with the machine's own error
-/// line; an `error` from the client ends the session quietly.
+/// Reads the client's next line and feeds it to the handshake (see [`feed`]); a failed read
+/// goes to the handshake too (see [`read_failed`]).
 fn next_event(
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
     deadline: Instant,
 ) -> Result<ServerEvent, Failure> {
-    let line = conn.read_line(deadline)?;
-    match hs.on_line(&line) {
+    match conn.read_line(deadline) {
+        Ok(line) => feed(conn, hs, &line),
+        Err(e) => Err(read_failed(conn, hs, e)),
+    }
+}
+
+/// Feeds one client line to the handshake. A line the state machine refuses (malformed, wrong
+/// order, bad token, too long) is answered here with the machine's own error line; an `error`
+/// from the client ends the session quietly.
+fn feed(
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    line: &[u8],
+) -> Result<ServerEvent, Failure> {
+    match hs.on_line(line) {
         Ok(ServerEvent::PeerError(e)) => Err(peer_gave_up(&e)),
         Ok(event) => Ok(event),
         Err(e) => {
@@ -327,6 +325,14 @@ fn next_event(
             Err(Failure::from(e).silent())
         }
     }
+}
+
+/// A read from the client failed: the handshake says what, if anything, to answer.
+fn read_failed(conn: &mut LineConn<TcpStream>, hs: &mut ServerHandshake, e: FrameError) -> Failure {
+    if let Some(msg) = hs.on_read_error(&e) {
+        let _ = conn.send_line(&msg.to_line(), Instant::now() + Duration::from_secs(1));
+    }
+    Failure::from(e)
 }
 
 /// An event the state machine accepted but this point of the session does not expect (the
@@ -344,10 +350,11 @@ fn out_of_order(event: &ServerEvent) -> Failure {
 }
 
 /// Waits for the receive completion of a write-with-immediate, in slices, so that a client that
-/// vanished, an error line it sent, or a server shutdown end the wait early.
+/// vanished, a line it sent (fed to the handshake), or a server shutdown end the wait early.
 fn wait_for_completion(
-    s: &Shared,
+    s: &SessionCtx,
     conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
     cq: &rdma_core_rs::CompletionQueue,
     deadline: Instant,
 ) -> Result<Completion, Failure> {
@@ -358,7 +365,7 @@ fn wait_for_completion(
                 ErrorCode::Timeout,
                 format!(
                     "no RDMA Write arrived within {:?}; the client may have failed its write",
-                    s.args.timeout
+                    s.timeout
                 ),
             ));
         }
@@ -378,50 +385,31 @@ fn wait_for_completion(
                 "the server is shutting down",
             ));
         }
-        if let Some(f) = peer_state(conn) {
-            return Err(f);
+        if client_spoke(conn) {
+            // Nothing is expected from the client now: the handshake refuses whatever it sent
+            // (or takes its `error`), and a closed connection is a failed read.
+            let event = next_event(conn, hs, deadline)?;
+            return Err(out_of_order(&event));
         }
     }
 }
 
-/// Looks (without blocking) whether the client closed the connection or sent an error line.
-fn peer_state(conn: &mut LineConn<TcpStream>) -> Option<Failure> {
-    let peeked = if conn.has_buffered() {
+/// Whether the client sent something or closed the connection (looked at without blocking).
+fn client_spoke(conn: &LineConn<TcpStream>) -> bool {
+    if conn.has_buffered() {
         // A line that arrived together with an earlier one is already in our buffer.
-        Ok(1)
-    } else {
-        let sock = conn.get_ref();
-        if sock.set_nonblocking(true).is_err() {
-            return None;
-        }
-        let mut byte = [0u8; 1];
-        let peeked = sock.peek(&mut byte);
-        let _ = sock.set_nonblocking(false);
-        peeked
-    };
-    match peeked {
-        Ok(0) => Some(Failure::gone(
-            "the client closed the connection before writing",
-        )),
-        Ok(_) => {
-            // The client said something while it should be writing: most likely an error.
-            let line = conn
-                .read_line(Instant::now() + Duration::from_secs(1))
-                .ok()?;
-            match ClientMessage::parse(&line) {
-                Ok(ClientMessage::Error(e)) => Some(peer_gave_up(&e)),
-                Ok(other) => Some(Failure::new(
-                    ErrorCode::UnexpectedMessage,
-                    format!(
-                        "`{}` while the server waits for the RDMA Write",
-                        other.kind()
-                    ),
-                )),
-                Err(e) => Some(Failure::from(e)),
-            }
-        }
-        Err(_) => None,
+        return true;
     }
+    let sock = conn.get_ref();
+    if sock.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut byte = [0u8; 1];
+    let peeked = sock.peek(&mut byte);
+    let _ = sock.set_nonblocking(false);
+    // Ok(0): closed; Ok(_): bytes to read; an error other than WouldBlock: reset. The read
+    // that follows tells which.
+    !matches!(peeked, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 fn peer_gave_up(e: &ErrorMsg) -> Failure {
@@ -436,7 +424,7 @@ fn peer_gave_up(e: &ErrorMsg) -> Failure {
     .silent()
 }
 
-fn report_verdict(s: &Shared, id: u64, outcome: &Outcome) {
+fn report_verdict(s: &SessionCtx, id: u64, outcome: &Outcome) {
     s.out.emit(
         &Event::Verified {
             session: id,
