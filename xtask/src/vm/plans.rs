@@ -1,0 +1,76 @@
+//! Guests that run a [`Plan`] each with `xtask guest-agent`, and the plans' results.
+
+use super::{GuestRun, GuestSpec, VmOptions, run_guests};
+use crate::plan::{GUEST_SHARE, PLAN_FILE, Plan, PlanResult, RESULT_FILE};
+use color_eyre::eyre::{Result, WrapErr, eyre};
+use std::time::Duration;
+
+/// A guest that runs a plan with `guest-agent`.
+#[derive(Clone, Debug)]
+pub struct PlanGuest {
+    pub name: String,
+    pub plan: Plan,
+    pub mem_mb: u32,
+    pub timeout: Duration,
+}
+
+/// What [`run_plans`] returns: the guests plus each plan's parsed result (same order).
+#[derive(Debug)]
+pub struct PlanRun {
+    pub guests: GuestRun,
+    /// `Err` holds why there is no result (guest died, agent crashed...).
+    pub results: Vec<std::result::Result<PlanResult, String>>,
+}
+
+/// Boots one guest per plan; each runs `xtask guest-agent` with its plan.
+pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
+    let exe = std::env::current_exe().wrap_err("finding the xtask binary")?;
+    let exe = exe
+        .to_str()
+        .ok_or_else(|| eyre!("xtask path {} is not UTF-8", exe.display()))?
+        .to_owned();
+    let specs = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let idx = u8::try_from(i + 1).map_err(|_| eyre!("too many guests"))?;
+            let mut s = GuestSpec::new(
+                &n.name,
+                idx,
+                vec![
+                    exe.clone(),
+                    "guest-agent".into(),
+                    "--plan".into(),
+                    format!("{GUEST_SHARE}/{PLAN_FILE}"),
+                ],
+            );
+            s.mem_mb = n.mem_mb;
+            s.timeout = n.timeout;
+            s.files
+                .push((PLAN_FILE.to_owned(), serde_json::to_vec_pretty(&n.plan)?));
+            Ok(s)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let guests = run_guests(&specs, opts)?;
+    let results = guests
+        .outcomes
+        .iter()
+        .map(|o| {
+            let p = o.share_dir.join(RESULT_FILE);
+            let bytes = std::fs::read(&p).map_err(|e| {
+                let why = if o.timed_out {
+                    "killed at its deadline".to_owned()
+                } else {
+                    format!("exit code {:?}", o.exit_code)
+                };
+                format!(
+                    "{}: no {RESULT_FILE} ({e}; {why}); console tail:\n{}",
+                    o.name, o.console_tail
+                )
+            })?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{}: bad {RESULT_FILE}: {e}", o.name))
+        })
+        .collect();
+    Ok(PlanRun { guests, results })
+}

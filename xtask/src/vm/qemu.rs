@@ -1,0 +1,230 @@
+//! One QEMU: its command line (a pure function of what the guest needs) and the process,
+//! which dies with xtask.
+
+use crate::backend::Accel;
+use color_eyre::eyre::{Result, WrapErr};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use xshell::{Shell, cmd};
+
+/// The guest's side of the virtual link (`-netdev socket` over 127.0.0.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Link {
+    /// The first guest listens on this port.
+    Listen(u16),
+    /// The others connect to it.
+    Connect(u16),
+}
+
+/// What one QEMU command line is made of.
+#[derive(Debug, Clone)]
+pub(super) struct Qemu<'a> {
+    pub name: &'a str,
+    pub accel: Accel,
+    pub mem_mb: u32,
+    pub vmlinuz: &'a Path,
+    pub initrd: &'a Path,
+    /// The kernel command line ([`kernel_cmdline`]).
+    pub cmdline: String,
+    pub link: Link,
+    pub mac: &'a str,
+    /// The guest's own writable share (plan, results, exit code).
+    pub share: &'a Path,
+    /// The share every guest of the run sees (markers).
+    pub sync: &'a Path,
+}
+
+/// The kernel command line: serial console, panic = power off, and the guest's name and
+/// command for the initramfs's /init (`argv` joined by commas: see `check_argv`).
+pub(super) fn kernel_cmdline(name: &str, argv: &[String], verbose: bool) -> String {
+    let loglevel = if verbose { 6 } else { 4 };
+    format!(
+        "console=ttyS0 panic=-1 oops=panic loglevel={loglevel} xtask.name={name} xtask.argv={}",
+        argv.join(",")
+    )
+}
+
+/// The arguments of `qemu-system-x86_64`: one vCPU, no devices but the serial console, the
+/// kernel and initramfs, one virtio NIC on the link, the host root read-only over 9p, the
+/// guest's share and the run's sync share writable.
+pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
+    let net = match q.link {
+        Link::Listen(port) => format!("socket,id=n0,listen=127.0.0.1:{port}"),
+        Link::Connect(port) => format!("socket,id=n0,connect=127.0.0.1:{port}"),
+    };
+    let mut v: Vec<OsString> = vec!["-name".into(), q.name.into()];
+    v.extend(q.accel.qemu_args().map(OsString::from));
+    v.extend(
+        [
+            "-smp",
+            "1",
+            "-m",
+            &q.mem_mb.to_string(),
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+        ]
+        .map(OsString::from),
+    );
+    v.extend([
+        "-kernel".into(),
+        q.vmlinuz.into(),
+        "-initrd".into(),
+        q.initrd.into(),
+        "-append".into(),
+        q.cmdline.clone().into(),
+        "-netdev".into(),
+        net.into(),
+        "-device".into(),
+        format!("virtio-net-pci,netdev=n0,mac={}", q.mac).into(),
+        "-virtfs".into(),
+        "local,path=/,mount_tag=hostroot,readonly=on,security_model=none,multidevs=remap".into(),
+        "-virtfs".into(),
+        virtfs(q.share, "xshare"),
+        "-virtfs".into(),
+        virtfs(q.sync, "xsync"),
+    ]);
+    v
+}
+
+/// A writable 9p share of `dir` under `tag`.
+fn virtfs(dir: &Path, tag: &str) -> OsString {
+    let mut s = OsString::from("local,path=");
+    s.push(dir);
+    s.push(format!(",mount_tag={tag},security_model=none"));
+    s
+}
+
+/// Starts QEMU with `args` ([`argv`]) with piped stdout/stderr, in its own process group,
+/// killed by the kernel if xtask dies. Returns the child and the command as shown in errors.
+pub(super) fn spawn(args: &[OsString]) -> Result<(Child, String)> {
+    let sh = Shell::new()?;
+    let c = cmd!(sh, "qemu-system-x86_64 {args...}");
+    let shown = c.to_string();
+    let mut command = Command::from(c);
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let parent = std::process::id();
+    let hook = move || -> std::io::Result<()> {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches no memory.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: getppid has no preconditions.
+        if unsafe { libc::getppid() } as u32 != parent {
+            return Err(std::io::Error::other("xtask exited before QEMU started"));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec and only calls
+    // async-signal-safe functions (prctl, getppid). QEMU is spawned from the main thread,
+    // which lives as long as the run (PDEATHSIG fires when the spawning thread exits).
+    unsafe { command.pre_exec(hook) };
+    let child = command
+        .spawn()
+        .wrap_err_with(|| format!("starting `{shown}`"))?;
+    Ok((child, shown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qemu(link: Link) -> Qemu<'static> {
+        Qemu {
+            name: "A",
+            accel: Accel::Tcg,
+            mem_mb: 1024,
+            vmlinuz: Path::new("/k/vmlinuz"),
+            initrd: Path::new("/k/initrd.cpio"),
+            cmdline: kernel_cmdline("A", &["/bin/xtask".into(), "guest-agent".into()], false),
+            link,
+            mac: "52:54:00:12:34:01",
+            share: Path::new("/run/A"),
+            sync: Path::new("/run/sync"),
+        }
+    }
+
+    fn strings(argv: &[OsString]) -> Vec<String> {
+        argv.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The value after `flag` (the first one).
+    fn after<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
+        argv.iter()
+            .position(|a| a == flag)
+            .and_then(|i| argv.get(i + 1))
+            .map(String::as_str)
+    }
+
+    #[test]
+    fn the_command_line_carries_the_guest() {
+        let v = strings(&argv(&qemu(Link::Listen(4000))));
+        assert_eq!(&v[..2], ["-name", "A"]);
+        assert_eq!(after(&v, "-accel"), Some("tcg,thread=multi"));
+        assert_eq!(after(&v, "-cpu"), Some("max"));
+        assert_eq!(after(&v, "-smp"), Some("1"));
+        assert_eq!(after(&v, "-m"), Some("1024"));
+        assert_eq!(after(&v, "-kernel"), Some("/k/vmlinuz"));
+        assert_eq!(after(&v, "-initrd"), Some("/k/initrd.cpio"));
+        assert_eq!(
+            after(&v, "-append"),
+            Some(
+                "console=ttyS0 panic=-1 oops=panic loglevel=4 xtask.name=A xtask.argv=/bin/xtask,guest-agent"
+            )
+        );
+        assert_eq!(
+            after(&v, "-netdev"),
+            Some("socket,id=n0,listen=127.0.0.1:4000")
+        );
+        assert_eq!(
+            after(&v, "-device"),
+            Some("virtio-net-pci,netdev=n0,mac=52:54:00:12:34:01")
+        );
+        let shares: Vec<&String> = v
+            .windows(2)
+            .filter(|w| w[0] == "-virtfs")
+            .map(|w| &w[1])
+            .collect();
+        assert_eq!(
+            shares,
+            [
+                "local,path=/,mount_tag=hostroot,readonly=on,security_model=none,multidevs=remap",
+                "local,path=/run/A,mount_tag=xshare,security_model=none",
+                "local,path=/run/sync,mount_tag=xsync,security_model=none",
+            ]
+        );
+        for quiet in ["-nodefaults", "-no-user-config", "-no-reboot"] {
+            assert!(v.iter().any(|a| a == quiet), "{quiet}");
+        }
+        assert_eq!(after(&v, "-serial"), Some("stdio"));
+    }
+
+    #[test]
+    fn other_guests_connect_and_verbose_raises_the_loglevel() {
+        let v = strings(&argv(&qemu(Link::Connect(4000))));
+        assert_eq!(
+            after(&v, "-netdev"),
+            Some("socket,id=n0,connect=127.0.0.1:4000")
+        );
+        let kvm = Qemu {
+            accel: Accel::Kvm,
+            ..qemu(Link::Connect(1))
+        };
+        let v = strings(&argv(&kvm));
+        assert_eq!(after(&v, "-accel"), Some("kvm"));
+        assert_eq!(after(&v, "-cpu"), Some("host"));
+        assert!(kernel_cmdline("B", &["/x".into()], true).contains(" loglevel=6 "));
+    }
+}
