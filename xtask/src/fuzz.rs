@@ -1,5 +1,7 @@
 //! `cargo xtask fuzz`: a short libFuzzer run of rdma-proto's line parser (cargo-fuzz), its
-//! corpus seeded from the golden vectors so that it starts from real handshakes.
+//! corpus started from the golden vectors so that it starts from real handshakes. ("Seed" in
+//! this project means the original C demo, or a random number generator's seed; libFuzzer's
+//! seed inputs are called the starting corpus here.)
 
 use crate::exec;
 use clap::Args;
@@ -30,9 +32,9 @@ pub fn cmd(args: &FuzzArgs) -> Result<()> {
     let root = root();
     let fuzz_dir = root.join("rdma-proto/fuzz");
     let corpus = fuzz_dir.join("corpus/parse_line");
-    let seeded = seed_corpus(&root.join("rdma-proto/tests/golden"), &corpus)?;
+    let inputs = corpus_from_golden(&root.join("rdma-proto/tests/golden"), &corpus)?;
     println!(
-        "fuzz: {seeded} seed inputs from the golden vectors; running {} s",
+        "fuzz: {inputs} starting inputs from the golden vectors; running {} s",
         args.seconds
     );
     let time = format!("-max_total_time={}", args.seconds);
@@ -47,7 +49,7 @@ pub fn cmd(args: &FuzzArgs) -> Result<()> {
 
 /// Writes each golden handshake whole, each of its lines alone, and each bad line alone into
 /// `corpus`; returns how many inputs it wrote.
-fn seed_corpus(golden: &Path, corpus: &Path) -> Result<usize> {
+fn corpus_from_golden(golden: &Path, corpus: &Path) -> Result<usize> {
     std::fs::create_dir_all(corpus).wrap_err_with(|| format!("creating {}", corpus.display()))?;
     let mut n = 0;
     let mut entries: Vec<_> = std::fs::read_dir(golden)
@@ -62,7 +64,7 @@ fn seed_corpus(golden: &Path, corpus: &Path) -> Result<usize> {
         let stem = path
             .file_stem()
             .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
-        let lines = seed_lines(&text);
+        let lines = golden_lines(&text);
         std::fs::write(
             corpus.join(format!("golden-{stem}")),
             lines.join("\n") + "\n",
@@ -81,7 +83,7 @@ fn seed_corpus(golden: &Path, corpus: &Path) -> Result<usize> {
 
 /// The protocol lines of a golden file: transcript prefixes (`C: `, `S: `) stripped, and for
 /// the bad-lines file (one JSON record per line) the `line` under test.
-fn seed_lines(text: &str) -> Vec<String> {
+fn golden_lines(text: &str) -> Vec<String> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
@@ -101,21 +103,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seeds_are_protocol_lines() {
+    fn golden_lines_are_protocol_lines() {
         let transcript = "S: {\"type\":\"banner\"}\nC: {\"type\":\"hello\"}\n";
         assert_eq!(
-            seed_lines(transcript),
+            golden_lines(transcript),
             ["{\"type\":\"banner\"}", "{\"type\":\"hello\"}"]
         );
         let bad = "{\"to\":\"server\",\"code\":\"bad_json\",\"line\":\"hello\"}\n";
-        assert_eq!(seed_lines(bad), ["hello"]);
+        assert_eq!(golden_lines(bad), ["hello"]);
     }
 
     #[test]
-    fn the_golden_vectors_seed_the_corpus() {
+    fn the_golden_vectors_start_the_corpus() {
         let dir = tempfile::tempdir().unwrap();
-        let n = seed_corpus(&root().join("rdma-proto/tests/golden"), dir.path()).unwrap();
-        assert!(n >= 10, "only {n} seeds");
+        let n = corpus_from_golden(&root().join("rdma-proto/tests/golden"), dir.path()).unwrap();
+        assert!(n >= 10, "only {n} inputs");
         let imm = std::fs::read_to_string(dir.path().join("golden-handshake-imm")).unwrap();
         assert!(imm.starts_with("{\"type\":\"banner\""), "{imm}");
     }

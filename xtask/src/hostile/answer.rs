@@ -47,8 +47,8 @@ impl Got {
 }
 
 /// Matches what came against the answer the case expects; `Ok` describes it.
-pub(super) fn check_answer(expect: &Answer, got: &Got) -> Result<String, String> {
-    match (expect, got) {
+pub(super) fn check_answer(want: &Answer, got: &Got) -> Result<String, String> {
+    match (want, got) {
         (Answer::Error { code, mentions }, Got::Line(v)) => {
             let ty = v.get("type").and_then(Value::as_str);
             let got_code = v.get("code").and_then(Value::as_str);
