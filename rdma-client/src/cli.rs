@@ -1,28 +1,17 @@
 //! Command-line interface of `rdma-client`.
 
+use crate::exit;
 use clap::{Parser, ValueEnum};
+use rdma_core_rs::app;
 use rdma_core_rs::cli::DeviceArgs;
 use rdma_proto::Notify;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub const EXIT_CODES_DOC: &str = "\
-Exit codes:
-  0  the server verified the write (bytes and CRC32C)
-  1  unexpected internal error
-  2  usage error
-  3  local RDMA problem: no device, kernel without RDMA, port not ACTIVE, no usable GID, verbs setup failed
-  4  network: server unreachable or the connection was lost
-  5  timeout: a deadline passed (connect, handshake, completion, verdict)
-  6  protocol error: malformed message or unsupported protocol version
-  7  refused by the server (too long, unauthorized, forbidden, busy, server-side RDMA setup)
-  8  the RDMA Write itself failed (completion error, e.g. remote access error)
-  9  the server saw the write but could not verify it (length or CRC mismatch)";
-
 /// RDMA-Write a message straight into an rdma-server's registered memory, then wait for the
 /// server's verdict.
 #[derive(Debug, Parser)]
-#[command(version, about, after_help = EXIT_CODES_DOC)]
+#[command(version, about, after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS))]
 pub struct Args {
     /// Server to connect to: HOST or HOST:PORT (default port 7471).
     pub server: String,
@@ -44,6 +33,10 @@ pub struct Args {
     #[command(flatten)]
     pub local: DeviceArgs,
 
+    /// `--json`.
+    #[command(flatten)]
+    pub output: app::JsonFlag,
+
     /// How the server learns that the write is complete: `imm` = RDMA Write with immediate (the
     /// server gets a completion), `tcp` = plain RDMA Write, then a `written` notice over TCP.
     #[arg(long, default_value = "imm", value_name = "imm|tcp")]
@@ -54,16 +47,12 @@ pub struct Args {
     pub token: Option<String>,
 
     /// Deadline (e.g. 10s, 500ms, 1m) for each phase: connect, handshake, write completion, verdict.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = app::parse_duration)]
     pub timeout: Duration,
 
     /// Keep retrying a refused connection this long (e.g. 10s) while the server starts up.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = app::parse_duration, value_name = "DURATION")]
     pub wait_for_server: Option<Duration>,
-
-    /// Print JSON Lines events (each with a `type` tag) instead of human text.
-    #[arg(long)]
-    pub json: bool,
 
     /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
     /// kill-after-accept, kill-after-write). Used by the end-to-end fault tests.
@@ -89,12 +78,6 @@ pub enum Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn cli_is_consistent() {
-        Args::command().debug_assert();
-    }
 
     #[test]
     fn defaults_match_the_seed() {
@@ -104,6 +87,7 @@ mod tests {
         assert_eq!(a.notify, Notify::Imm);
         assert_eq!(a.timeout, Duration::from_secs(10));
         assert!(Args::try_parse_from(["rdma-client", "h", "--timeout", "soon"]).is_err());
+        assert!(Args::try_parse_from(["rdma-client", "h", "--timeout", "0s"]).is_err());
     }
 
     #[test]

@@ -1,50 +1,49 @@
-//! Documented exit codes, and the mapping from an error report to one of them.
+//! The client's exit codes (the shared [`Exit`]), and which of its errors ends in which.
 
-use rdma_core_rs::ErrorKind as VerbsKind;
+use rdma_core_rs::app::{self, Documented, Exit};
 use rdma_proto::{ErrorCode, ProtoError, framing::FrameError};
+use std::error::Error as StdError;
 
-/// Why the client stopped; each kind is one documented exit code (see `--help`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitKind {
-    Internal,
-    Rdma,
-    Network,
-    Timeout,
-    Protocol,
-    Refused,
-    Transfer,
-    Unverified,
-}
+/// `--help`'s line for exit code 0.
+pub const SUCCESS: &str = "the server verified the write (bytes and CRC32C)";
 
-impl ExitKind {
-    /// The process exit code.
-    pub fn code(self) -> u8 {
-        match self {
-            ExitKind::Internal => 1,
-            ExitKind::Rdma => 3,
-            ExitKind::Network => 4,
-            ExitKind::Timeout => 5,
-            ExitKind::Protocol => 6,
-            ExitKind::Refused => 7,
-            ExitKind::Transfer => 8,
-            ExitKind::Unverified => 9,
-        }
-    }
-
-    /// A stable name for `--json` output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExitKind::Internal => "internal",
-            ExitKind::Rdma => "rdma",
-            ExitKind::Network => "network",
-            ExitKind::Timeout => "timeout",
-            ExitKind::Protocol => "protocol",
-            ExitKind::Refused => "refused",
-            ExitKind::Transfer => "transfer",
-            ExitKind::Unverified => "unverified",
-        }
-    }
-}
+/// The exit codes the client returns besides 0 and 1, as `--help` states them.
+pub const EXITS: Documented = &[
+    (
+        Exit::Usage,
+        "usage error: an unknown, missing or bad flag or argument, an unreadable or empty --file, \
+         an empty --message, no such --device or --port, a --gid-index not in the GID table",
+    ),
+    (
+        Exit::Rdma,
+        "local RDMA problem: kernel without RDMA, no RDMA device at all, port not ACTIVE, no usable \
+         GID, verbs setup failed",
+    ),
+    (
+        Exit::Network,
+        "network: server unreachable or the connection was lost",
+    ),
+    (
+        Exit::Timeout,
+        "timeout: a deadline passed (connect, handshake, completion, verdict)",
+    ),
+    (
+        Exit::Protocol,
+        "protocol error: malformed message or unsupported protocol version",
+    ),
+    (
+        Exit::Refused,
+        "refused by the server (too long, unauthorized, forbidden, busy, server-side RDMA setup)",
+    ),
+    (
+        Exit::Transfer,
+        "the RDMA Write itself failed (completion error, e.g. remote access error)",
+    ),
+    (
+        Exit::Unverified,
+        "the server saw the write but could not verify it (length or CRC mismatch)",
+    ),
+];
 
 /// An error the client itself detects, outside the two libraries.
 #[derive(Debug, thiserror::Error)]
@@ -68,56 +67,45 @@ pub enum ClientError {
     EmptyPayload,
 }
 
-/// Maps an error report to the exit code documented in `--help`, looking at the most specific
-/// typed error in its chain.
-pub fn classify(report: &color_eyre::Report) -> ExitKind {
-    for cause in report.chain() {
-        if let Some(e) = cause.downcast_ref::<rdma_core_rs::Error>() {
-            return match e.kind() {
-                VerbsKind::Timeout => ExitKind::Timeout,
-                VerbsKind::Transfer => ExitKind::Transfer,
-                VerbsKind::Usage => ExitKind::Internal,
-                VerbsKind::NoDevice | VerbsKind::Port | VerbsKind::Setup => ExitKind::Rdma,
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<ProtoError>() {
-            return from_code(e.code(), matches!(e, ProtoError::Remote(_)));
-        }
-        if let Some(e) = cause.downcast_ref::<FrameError>() {
-            return match e {
-                FrameError::Timeout { .. } => ExitKind::Timeout,
-                FrameError::LineTooLong { .. } => ExitKind::Protocol,
-                _ => ExitKind::Network,
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<ClientError>() {
-            return match e {
-                ClientError::Connect { source, .. }
-                    if source.kind() == std::io::ErrorKind::TimedOut =>
-                {
-                    ExitKind::Timeout
-                }
-                ClientError::Connect { .. } | ClientError::BadAddress(_) => ExitKind::Network,
-                ClientError::ReadFile { .. } | ClientError::EmptyPayload => ExitKind::Internal,
-            };
-        }
-    }
-    ExitKind::Internal
+/// The exit for the error that ends the run, as documented in `--help`.
+pub fn classify(report: &color_eyre::Report) -> Exit {
+    app::classify(report, EXITS, own)
 }
 
-fn from_code(code: ErrorCode, remote: bool) -> ExitKind {
+/// The client's and the protocol's errors; the verbs layer's are [`Exit::of_verbs`].
+fn own(cause: &(dyn StdError + 'static)) -> Option<Exit> {
+    if let Some(e) = cause.downcast_ref::<ProtoError>() {
+        return Some(from_code(e.code(), matches!(e, ProtoError::Remote(_))));
+    }
+    if let Some(e) = cause.downcast_ref::<FrameError>() {
+        return Some(match e {
+            FrameError::Timeout { .. } => Exit::Timeout,
+            FrameError::LineTooLong { .. } => Exit::Protocol,
+            _ => Exit::Network,
+        });
+    }
+    cause.downcast_ref::<ClientError>().map(|e| match e {
+        ClientError::Connect { source, .. } if source.kind() == std::io::ErrorKind::TimedOut => {
+            Exit::Timeout
+        }
+        ClientError::Connect { .. } | ClientError::BadAddress(_) => Exit::Network,
+        ClientError::ReadFile { .. } | ClientError::EmptyPayload => Exit::Usage,
+    })
+}
+
+fn from_code(code: ErrorCode, remote: bool) -> Exit {
     match code {
-        ErrorCode::Timeout => ExitKind::Timeout,
-        ErrorCode::VerifyFailed => ExitKind::Unverified,
-        ErrorCode::WriteFailed => ExitKind::Transfer,
+        ErrorCode::Timeout => Exit::Timeout,
+        ErrorCode::VerifyFailed => Exit::Unverified,
+        ErrorCode::WriteFailed => Exit::Transfer,
         ErrorCode::TooLong
         | ErrorCode::Unauthorized
         | ErrorCode::Forbidden
         | ErrorCode::Busy
         | ErrorCode::RdmaSetup
-        | ErrorCode::ShuttingDown => ExitKind::Refused,
-        _ if remote => ExitKind::Refused,
-        _ => ExitKind::Protocol,
+        | ErrorCode::ShuttingDown => Exit::Refused,
+        _ if remote => Exit::Refused,
+        _ => Exit::Protocol,
     }
 }
 
@@ -125,32 +113,6 @@ fn from_code(code: ErrorCode, remote: bool) -> ExitKind {
 mod tests {
     use super::*;
     use color_eyre::eyre::eyre;
-
-    #[test]
-    fn codes_are_distinct_and_documented() {
-        let all = [
-            ExitKind::Internal,
-            ExitKind::Rdma,
-            ExitKind::Network,
-            ExitKind::Timeout,
-            ExitKind::Protocol,
-            ExitKind::Refused,
-            ExitKind::Transfer,
-            ExitKind::Unverified,
-        ];
-        let mut codes: Vec<u8> = all.iter().map(|k| k.code()).collect();
-        codes.sort_unstable();
-        codes.dedup();
-        assert_eq!(codes.len(), all.len());
-        for k in all {
-            let line = format!("  {}  ", k.code());
-            assert!(
-                crate::cli::EXIT_CODES_DOC.contains(&line),
-                "exit code {} undocumented",
-                k.code()
-            );
-        }
-    }
 
     #[test]
     fn typed_errors_deep_in_the_chain_choose_the_code() {
@@ -161,13 +123,41 @@ mod tests {
             source: io,
         })
         .wrap_err("connecting");
-        assert_eq!(classify(&report), ExitKind::Network);
-        assert_eq!(classify(&eyre!("something odd")), ExitKind::Internal);
-        assert_eq!(from_code(ErrorCode::TooLong, true), ExitKind::Refused);
-        assert_eq!(from_code(ErrorCode::BadJson, false), ExitKind::Protocol);
-        assert_eq!(
-            from_code(ErrorCode::VerifyFailed, true),
-            ExitKind::Unverified
-        );
+        assert_eq!(classify(&report), Exit::Network);
+        assert_eq!(classify(&eyre!("something odd")), Exit::Internal);
+        assert_eq!(from_code(ErrorCode::TooLong, true), Exit::Refused);
+        assert_eq!(from_code(ErrorCode::BadJson, false), Exit::Protocol);
+        assert_eq!(from_code(ErrorCode::VerifyFailed, true), Exit::Unverified);
+    }
+
+    #[test]
+    fn unreadable_or_empty_input_is_a_usage_error() {
+        let unreadable = color_eyre::Report::new(ClientError::ReadFile {
+            path: "/nonexistent".into(),
+            source: std::io::ErrorKind::NotFound.into(),
+        });
+        assert_eq!(classify(&unreadable), Exit::Usage);
+        assert_eq!(classify(&ClientError::EmptyPayload.into()), Exit::Usage);
+    }
+
+    #[test]
+    fn every_exit_the_client_can_choose_is_documented() {
+        let mut chosen: Vec<Exit> = [
+            ErrorCode::Timeout,
+            ErrorCode::VerifyFailed,
+            ErrorCode::WriteFailed,
+            ErrorCode::Busy,
+            ErrorCode::BadJson,
+        ]
+        .into_iter()
+        .map(|c| from_code(c, false))
+        .collect();
+        chosen.extend([Exit::Usage, Exit::Network]);
+        for exit in chosen {
+            assert!(
+                EXITS.iter().any(|(d, _)| *d == exit),
+                "{exit:?} undocumented"
+            );
+        }
     }
 }

@@ -1,10 +1,9 @@
-//! What the client tells its user: human lines by default, JSON Lines with `--json`.
-//!
-//! Every JSON event is one object with a `type` tag, so scripts can dispatch on it.
+//! What the client tells its user: its `--json` events (human lines by default), written by the
+//! writer both binaries share ([`app::Output`]). Every JSON event is one object with a `type`
+//! tag, so scripts can dispatch on it.
 
-use crate::exit::ExitKind;
+use rdma_core_rs::app::{self, Exit};
 use serde::Serialize;
-use std::io::Write as _;
 
 /// One `--json` event.
 #[derive(Debug, Serialize)]
@@ -52,44 +51,21 @@ pub enum Event<'a> {
     },
 }
 
-/// Where events go.
+/// The client's events, for the shared writer.
 #[derive(Debug, Clone, Copy)]
-pub struct Output {
-    json: bool,
-}
+pub enum ClientEvents {}
 
-impl Output {
-    pub fn new(json: bool) -> Self {
-        Self { json }
-    }
+impl app::Events for ClientEvents {
+    type Event<'a> = Event<'a>;
 
-    /// Emits `event` as a JSON line, or `human` as text.
-    pub fn emit(&self, event: &Event<'_>, human: impl FnOnce() -> String) {
-        let mut stdout = std::io::stdout().lock();
-        let line = if self.json {
-            serde_json::to_string(event).unwrap_or_else(|e| {
-                format!(r#"{{"type":"error","kind":"internal","exit_code":1,"message":"cannot encode event: {e}"}}"#)
-            })
-        } else {
-            human()
-        };
-        // A closed stdout (e.g. `| head`) must not turn a verified write into a failure.
-        let _ = writeln!(stdout, "{line}");
-    }
-
-    /// Reports the error that ends the run: a JSON event on stdout with `--json`, and always the
-    /// full human report (with its suggestion) on stderr.
-    pub fn error(&self, kind: ExitKind, report: &color_eyre::Report) {
-        if self.json {
-            self.emit(
-                &Event::Error {
-                    kind: kind.as_str(),
-                    exit_code: kind.code(),
-                    message: format!("{report:#}"),
-                },
-                String::new,
-            );
+    fn fatal(exit: Exit, message: String) -> Event<'static> {
+        Event::Error {
+            kind: exit.name(),
+            exit_code: exit.code(),
+            message,
         }
-        eprintln!("Error: {report:?}");
     }
 }
+
+/// Where the client's events go.
+pub type Output = app::Output<ClientEvents>;

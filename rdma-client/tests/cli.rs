@@ -1,77 +1,55 @@
-//! The client binary's failure paths that need no RDMA link: usage errors, bad input, and the
-//! machine's own RDMA state (this CI host's kernel has no RDMA at all).
+//! The client's failure paths that need no RDMA link, held to what its `--help` promises. The
+//! harness and the one list of user mistakes are shared with the server's tests
+//! (`rdma_core_rs::app::testing`); this file only says how to make each mistake here.
 
-use std::process::{Command, Output};
+use rdma_core_rs::app::Exit;
+use rdma_core_rs::app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
 
-fn client(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdma-client"))
-        .args(args)
-        .env_remove("RDMA_WRITE_TOKEN")
-        .output()
-        .expect("run rdma-client")
+fn client() -> Binary {
+    Binary::new(env!("CARGO_BIN_EXE_rdma-client"))
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+/// Where a client that got past its checks would go: nothing listens on port 1.
+const NOWHERE: &str = "127.0.0.1:1";
 
-#[test]
-fn help_documents_every_exit_code() {
-    let o = client(&["--help"]);
-    assert!(o.status.success());
-    let help = String::from_utf8_lossy(&o.stdout);
-    for code in ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"] {
-        assert!(
-            help.contains(&format!("\n  {code}  ")),
-            "exit code {code} missing from --help"
-        );
-    }
-}
-
-#[test]
-fn usage_errors_exit_2() {
-    assert_eq!(client(&[]).status.code(), Some(2));
-    let o = client(&["10.0.0.1", "--notify", "carrier-pigeon"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("carrier-pigeon"), "{}", stderr(&o));
-    assert_eq!(
-        client(&["10.0.0.1", "--timeout", "soon"]).status.code(),
-        Some(2)
-    );
+/// How the client meets each mistake (`None`: it has no such input).
+fn mistake(m: Mistake) -> Option<Case> {
+    Some(match m {
+        Mistake::UnknownFlag => Case::new(&[NOWHERE, "--frobnicate"], "--frobnicate"),
+        Mistake::MissingValue => Case::new(&[NOWHERE, "--timeout"], "--timeout"),
+        Mistake::MissingArgument => Case::new(&[], "<SERVER>"),
+        Mistake::ConflictingFlags => {
+            Case::new(&[NOWHERE, "--message", "x", "--file", EMPTY_FILE], "--file")
+        }
+        Mistake::BadNumber => Case::new(&[NOWHERE, "--port", "256"], "256"),
+        Mistake::BadChoice => Case::new(&[NOWHERE, "--notify", "carrier-pigeon"], "carrier-pigeon"),
+        Mistake::BadDuration => Case::new(&[NOWHERE, "--timeout", "soon"], "soon"),
+        Mistake::ZeroDuration => Case::new(&[NOWHERE, "--timeout", "0s"], "longer than zero"),
+        // The server address is resolved (DNS) after the device is open: a network error.
+        Mistake::BadAddress => return None,
+        Mistake::UnreadableFile => Case::new(&[NOWHERE, "--file", MISSING_FILE], MISSING_FILE),
+        Mistake::EmptyFile => Case::new(&[NOWHERE, "--file", EMPTY_FILE], "empty"),
+        Mistake::EmptyValue => Case::new(&[NOWHERE, "--message", ""], "at least one byte"),
+        Mistake::NoSuchDevice => Case::new(&[NOWHERE, "--device", "nosuch0"], "nosuch0"),
+        Mistake::NoSuchPort => Case::new(&[NOWHERE, "--port", "9"], "port 9"),
+        Mistake::GidIndexOutOfRange => Case::new(&[NOWHERE, "--gid-index", "99"], "GID index 99"),
+    })
 }
 
 #[test]
-fn an_empty_or_unreadable_payload_is_refused_before_any_rdma() {
-    let o = client(&["10.0.0.1", "--message", "", "--json"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("at least one byte"), "{}", stderr(&o));
-    let event: serde_json::Value =
-        serde_json::from_slice(o.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
-    assert_eq!(event["type"], "error");
-    assert_eq!(event["exit_code"], 1);
-
-    let o = client(&["10.0.0.1", "--file", "/nonexistent/payload.bin"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("/nonexistent/payload.bin"),
-        "{}",
-        stderr(&o)
-    );
+fn every_mistake_is_a_documented_usage_error() {
+    client().check_mistakes(mistake);
 }
 
-/// On a kernel without RDMA (like CI's) the client must say so and how to get RDMA; on a
-/// machine with RDMA, a device that does not exist must be named and the real ones listed.
 #[test]
-fn local_rdma_problems_exit_3_with_advice() {
-    let o = client(&["127.0.0.1", "--device", "no-such-dev0", "--json"]);
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let err = stderr(&o);
-    if std::path::Path::new("/sys/class/infiniband").exists() {
-        assert!(err.contains("no-such-dev0"), "{err}");
-    } else {
-        assert!(err.contains("no RDMA support"), "{err}");
-        assert!(err.contains("cargo xtask e2e"), "{err}");
-    }
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains(r#""kind":"rdma""#), "{stdout}");
+fn help_documents_exactly_the_codes_the_client_returns() {
+    assert_eq!(client().documented_codes(), (0..=9).collect::<Vec<_>>());
+}
+
+/// On a kernel without RDMA (like CI's) the client says so and how to get RDMA; with RDMA, that
+/// nobody listens. Either way: message and advice, no backtrace even with RUST_BACKTRACE=1, and
+/// one line on stderr with --json.
+#[test]
+fn an_expected_failure_shows_advice_and_no_backtrace() {
+    client().check_first_failure(&[NOWHERE], (Exit::Network, "could not reach the server"));
 }

@@ -45,6 +45,8 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+#[cfg(feature = "app")]
+pub mod app;
 mod context;
 mod cq;
 pub mod error;

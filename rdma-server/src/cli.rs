@@ -1,27 +1,20 @@
 //! Command-line interface of `rdma-server`.
 
+use crate::exit;
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
+use rdma_core_rs::app;
 use rdma_core_rs::cli::DeviceArgs;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-
-pub const EXIT_CODES_DOC: &str = "\
-Exit codes:
-  0  one-shot: a client's write was verified; --serve: stopped cleanly by SIGINT/SIGTERM
-  1  unexpected internal error
-  2  usage error (bad flag, unreadable token file)
-  3  local RDMA problem: no device, kernel without RDMA, port not ACTIVE, no usable GID
-  4  cannot listen on the TCP address (in use, or not allowed)
-  5  timeout: --lifetime passed without a verified write (one-shot)";
 
 /// Register a buffer, let clients RDMA-Write into it, and verify what landed — with no CPU copy.
 ///
 /// One-shot by default (the classic demo): the server exits 0 after the first verified write;
 /// failed or aborted clients are logged and the server keeps waiting. `--serve` keeps serving.
 #[derive(Debug, Parser)]
-#[command(version, about, after_help = EXIT_CODES_DOC)]
+#[command(version, about, after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS))]
 pub struct Args {
     /// TCP address for the connection-info handshake.
     #[arg(long, short, default_value = "0.0.0.0:7471")]
@@ -31,17 +24,21 @@ pub struct Args {
     #[command(flatten)]
     pub local: DeviceArgs,
 
+    /// `--json`.
+    #[command(flatten)]
+    pub output: app::JsonFlag,
+
     /// Size in bytes of the buffer registered for each client.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pub buffer_size: u64,
 
     /// Deadline (e.g. 10s, 500ms, 1m) for each phase of a session: hello after the banner, the rest of the
     /// handshake, and the write itself.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = app::parse_duration)]
     pub timeout: Duration,
 
     /// One-shot mode: give up after this long (e.g. 5m) without a verified write (exit code 5).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = app::parse_duration)]
     pub lifetime: Option<Duration>,
 
     /// Keep serving clients until SIGINT/SIGTERM instead of exiting after the first verified write.
@@ -60,10 +57,6 @@ pub struct Args {
     #[arg(long = "allow", value_name = "CIDR")]
     pub allow: Vec<IpNet>,
 
-    /// Print JSON Lines events (each with a `type` tag) instead of human text.
-    #[arg(long)]
-    pub json: bool,
-
     /// Test hook: misconfigure on purpose (no-remote-write). Used by the end-to-end tests.
     #[arg(long, hide = true)]
     pub fault: Option<Fault>,
@@ -79,12 +72,6 @@ pub enum Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn cli_is_consistent() {
-        Args::command().debug_assert();
-    }
 
     #[test]
     fn defaults_match_the_seed() {
@@ -101,5 +88,6 @@ mod tests {
         assert!(Args::try_parse_from(["rdma-server", "--allow", "10.0.0.0/33"]).is_err());
         assert!(Args::try_parse_from(["rdma-server", "--listen", "nowhere"]).is_err());
         assert!(Args::try_parse_from(["rdma-server", "--max-clients", "0"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--lifetime", "0s"]).is_err());
     }
 }

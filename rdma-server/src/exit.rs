@@ -1,7 +1,33 @@
-//! Documented exit codes of the server, and the mapping from a fatal error to one of them.
+//! The server's exit codes (the shared [`Exit`]), and which of its errors ends in which.
 
 use crate::access::AccessError;
-use rdma_core_rs::ErrorKind as VerbsKind;
+use rdma_core_rs::app::{self, Documented, Exit};
+
+/// `--help`'s line for exit code 0.
+pub const SUCCESS: &str =
+    "one-shot: a client's write was verified; --serve: stopped cleanly by SIGINT/SIGTERM";
+
+/// The exit codes the server returns besides 0 and 1, as `--help` states them.
+pub const EXITS: Documented = &[
+    (
+        Exit::Usage,
+        "usage error: an unknown, missing or bad flag or value, an unreadable, empty or group/world-readable \
+         --token-file (or empty $RDMA_WRITE_TOKEN), no such --device or \
+         --port, a --gid-index not in the GID table",
+    ),
+    (
+        Exit::Rdma,
+        "local RDMA problem: kernel without RDMA, no RDMA device at all, port not ACTIVE, no usable GID",
+    ),
+    (
+        Exit::Network,
+        "cannot listen on the TCP address (in use, or not allowed)",
+    ),
+    (
+        Exit::Timeout,
+        "timeout: --lifetime passed without a verified write (one-shot)",
+    ),
+];
 
 /// Errors that end the server (session errors never do).
 #[derive(Debug, thiserror::Error)]
@@ -19,59 +45,39 @@ pub enum ServerError {
     Signals(std::io::Error),
 }
 
-/// Maps a fatal error to `(json code, exit code)` as documented in `--help`.
-pub fn classify(report: &color_eyre::Report) -> (&'static str, u8) {
-    for cause in report.chain() {
-        if let Some(e) = cause.downcast_ref::<rdma_core_rs::Error>() {
-            return match e.kind() {
-                VerbsKind::NoDevice | VerbsKind::Port | VerbsKind::Setup => ("rdma", 3),
-                VerbsKind::Timeout => ("timeout", 5),
-                VerbsKind::Transfer | VerbsKind::Usage => ("internal", 1),
-            };
+/// The exit for the error that ends the server, as documented in `--help`.
+pub fn classify(report: &color_eyre::Report) -> Exit {
+    app::classify(report, EXITS, |cause| {
+        if cause.is::<AccessError>() {
+            return Some(Exit::Usage);
         }
-        if cause.downcast_ref::<AccessError>().is_some() {
-            return ("usage", 2);
-        }
-        if let Some(e) = cause.downcast_ref::<ServerError>() {
-            return match e {
-                ServerError::Listen { .. } => ("listen", 4),
-                ServerError::Lifetime(_) => ("timeout", 5),
-                ServerError::Signals(_) => ("internal", 1),
-            };
-        }
-    }
-    ("internal", 1)
+        cause.downcast_ref::<ServerError>().map(|e| match e {
+            ServerError::Listen { .. } => Exit::Network,
+            ServerError::Lifetime(_) => Exit::Timeout,
+            ServerError::Signals(_) => Exit::Internal,
+        })
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use color_eyre::Report;
 
     #[test]
-    fn every_exit_code_is_documented() {
-        let listen = color_eyre::Report::new(ServerError::Listen {
+    fn each_server_error_has_its_documented_exit() {
+        let listen = Report::new(ServerError::Listen {
             addr: "0.0.0.0:7471".parse().unwrap(),
             source: std::io::ErrorKind::AddrInUse.into(),
         });
-        let cases = [
-            (classify(&listen), ("listen", 4)),
-            (
-                classify(&color_eyre::Report::new(ServerError::Lifetime(
-                    std::time::Duration::from_secs(1),
-                ))),
-                ("timeout", 5),
-            ),
-            (
-                classify(&color_eyre::Report::new(AccessError::EmptyToken(
-                    "f".into(),
-                ))),
-                ("usage", 2),
-            ),
-            (classify(&color_eyre::eyre::eyre!("odd")), ("internal", 1)),
-        ];
-        for (got, want) in cases {
-            assert_eq!(got, want);
-            assert!(crate::cli::EXIT_CODES_DOC.contains(&format!("  {}  ", want.1)));
-        }
+        let lifetime = Report::new(ServerError::Lifetime(std::time::Duration::from_secs(1)));
+        let token =
+            Report::new(AccessError::EmptyToken("f".into())).wrap_err("loading the access token");
+        let signals = Report::new(ServerError::Signals(std::io::ErrorKind::Other.into()));
+        assert_eq!(classify(&listen), Exit::Network);
+        assert_eq!(classify(&lifetime), Exit::Timeout);
+        assert_eq!(classify(&token), Exit::Usage);
+        assert_eq!(classify(&signals), Exit::Internal);
+        assert_eq!(classify(&color_eyre::eyre::eyre!("odd")), Exit::Internal);
     }
 }

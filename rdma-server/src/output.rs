@@ -1,10 +1,9 @@
-//! What the server tells its operator: human lines by default, JSON Lines with `--json`.
-//!
-//! Sessions run on their own threads; each event is written as one whole line under the stdout
-//! lock, so lines never interleave.
+//! What the server tells its operator: its `--json` events (human lines by default). The writer
+//! is the one both binaries share ([`app::Output`]); it writes each event as one whole line, so
+//! the sessions' threads never interleave lines.
 
+use rdma_core_rs::app::{self, Exit};
 use serde::Serialize;
-use std::io::Write as _;
 
 /// One `--json` event; `session` numbers tie the events of one client together.
 #[derive(Debug, Serialize)]
@@ -75,48 +74,24 @@ pub enum Event<'a> {
     },
 }
 
-/// Where events go.
+/// The server's events, for the shared writer.
 #[derive(Debug, Clone, Copy)]
-pub struct Output {
-    json: bool,
-}
+pub enum ServerEvents {}
 
-impl Output {
-    pub fn new(json: bool) -> Self {
-        Self { json }
-    }
+impl app::Events for ServerEvents {
+    type Event<'a> = Event<'a>;
 
-    /// Emits `event` as one JSON line, or the `human` lines.
-    pub fn emit(&self, event: &Event<'_>, human: impl FnOnce() -> String) {
-        let text = if self.json {
-            serde_json::to_string(event).unwrap_or_else(|e| {
-                format!(r#"{{"type":"error","code":"internal","message":"cannot encode event: {e}","fatal":false}}"#)
-            })
-        } else {
-            human()
-        };
-        let mut stdout = std::io::stdout().lock();
-        // Losing stdout (e.g. `| head`) must not take the server down.
-        let _ = writeln!(stdout, "{text}");
-        let _ = stdout.flush();
-    }
-
-    /// Reports the error that ends the server: a JSON event with `--json`, and always the full
-    /// human report (with its suggestion) on stderr.
-    pub fn fatal(&self, code: &str, exit_code: u8, report: &color_eyre::Report) {
-        if self.json {
-            self.emit(
-                &Event::Error {
-                    session: None,
-                    peer: None,
-                    code,
-                    message: format!("{report:#}"),
-                    fatal: true,
-                    exit_code: Some(exit_code),
-                },
-                String::new,
-            );
+    fn fatal(exit: Exit, message: String) -> Event<'static> {
+        Event::Error {
+            session: None,
+            peer: None,
+            code: exit.name(),
+            message,
+            fatal: true,
+            exit_code: Some(exit.code()),
         }
-        eprintln!("Error: {report:?}");
     }
 }
+
+/// Where the server's events go.
+pub type Output = app::Output<ServerEvents>;

@@ -1,59 +1,60 @@
-//! The server binary's failure paths that need no RDMA link.
+//! The server's failure paths that need no RDMA link, held to what its `--help` promises. The
+//! harness and the one list of user mistakes are shared with the client's tests
+//! (`rdma_core_rs::app::testing`); this file only says how to make each mistake here.
 
-use std::process::{Command, Output};
+use rdma_core_rs::app::Exit;
+use rdma_core_rs::app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
 
-fn server(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdma-server"))
-        .args(args)
-        .env_remove("RDMA_WRITE_TOKEN")
-        .output()
-        .expect("run rdma-server")
+fn server() -> Binary {
+    Binary::new(env!("CARGO_BIN_EXE_rdma-server"))
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+/// How the server meets each mistake (`None`: it has no such input).
+fn mistake(m: Mistake) -> Option<Case> {
+    Some(match m {
+        Mistake::UnknownFlag => Case::new(&["--frobnicate"], "--frobnicate"),
+        Mistake::MissingValue => Case::new(&["--timeout"], "--timeout"),
+        Mistake::MissingArgument | Mistake::ConflictingFlags => return None,
+        Mistake::BadNumber => Case::new(&["--buffer-size", "0"], "--buffer-size"),
+        Mistake::BadChoice => Case::new(&["--cq-mode", "sometimes"], "sometimes"),
+        Mistake::BadDuration => Case::new(&["--timeout", "soon"], "soon"),
+        Mistake::ZeroDuration => Case::new(&["--timeout", "0s"], "longer than zero"),
+        Mistake::BadAddress => Case::new(&["--allow", "10.0.0.0/40"], "10.0.0.0/40"),
+        Mistake::UnreadableFile => Case::new(&["--token-file", MISSING_FILE], MISSING_FILE),
+        Mistake::EmptyFile => Case::new(&["--token-file", EMPTY_FILE], "empty"),
+        Mistake::EmptyValue => Case::new(&[], "empty").env("RDMA_WRITE_TOKEN", ""),
+        Mistake::NoSuchDevice => Case::new(&["--device", "nosuch0"], "nosuch0"),
+        Mistake::NoSuchPort => Case::new(&["--port", "9"], "port 9"),
+        Mistake::GidIndexOutOfRange => Case::new(&["--gid-index", "99"], "GID index 99"),
+    })
+}
+
+/// Puts a case on a command line that cannot hold a test up: loopback, any port, a lifetime.
+fn contained(mut case: Case) -> Case {
+    let mut args: Vec<String> = ["--listen", "127.0.0.1:0", "--lifetime", "10s"]
+        .map(String::from)
+        .to_vec();
+    args.append(&mut case.args);
+    case.args = args;
+    case
 }
 
 #[test]
-fn help_documents_every_exit_code() {
-    let o = server(&["--help"]);
-    assert!(o.status.success());
-    let help = String::from_utf8_lossy(&o.stdout);
-    for code in ["0", "1", "2", "3", "4", "5"] {
-        assert!(
-            help.contains(&format!("\n  {code}  ")),
-            "exit code {code} missing from --help"
-        );
-    }
+fn every_mistake_is_a_documented_usage_error() {
+    server().check_mistakes(|m| mistake(m).map(contained));
 }
 
 #[test]
-fn bad_flags_exit_2() {
-    assert_eq!(server(&["--buffer-size", "0"]).status.code(), Some(2));
-    assert_eq!(server(&["--allow", "10.0.0.0/40"]).status.code(), Some(2));
-    let o = server(&["--token-file", "/nonexistent/token"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("/nonexistent/token"), "{}", stderr(&o));
+fn help_documents_exactly_the_codes_the_server_returns() {
+    assert_eq!(server().documented_codes(), [0, 1, 2, 3, 4, 5]);
 }
 
-/// Without RDMA in the kernel the server says so and how to get it; with RDMA, a device that
-/// does not exist is named.
+/// Without RDMA in the kernel the server says so and how to get it; with RDMA, it gives up after
+/// its --lifetime. Either way: message and advice, no backtrace, one line with --json.
 #[test]
-fn local_rdma_problems_exit_3_with_advice() {
-    let o = server(&[
-        "--device",
-        "no-such-dev0",
-        "--listen",
-        "127.0.0.1:0",
-        "--json",
-    ]);
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let err = stderr(&o);
-    if std::path::Path::new("/sys/class/infiniband").exists() {
-        assert!(err.contains("no-such-dev0"), "{err}");
-    } else {
-        assert!(err.contains("no RDMA support"), "{err}");
-    }
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains(r#""fatal":true"#), "{stdout}");
+fn an_expected_failure_shows_advice_and_no_backtrace() {
+    server().check_first_failure(
+        &["--listen", "127.0.0.1:0", "--lifetime", "1s"],
+        (Exit::Timeout, "--lifetime"),
+    );
 }

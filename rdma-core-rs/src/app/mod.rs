@@ -1,0 +1,132 @@
+//! What both binaries share to start and end a run (feature `app`): one exit-code type
+//! ([`Exit`]), one `--json` writer ([`Output`]), one error reporter ([`report`]), and [`main`],
+//! the one way a binary ends.
+//!
+//! The verbs layer itself never touches JSON or the terminal; this module sits beside it only
+//! because both binaries already depend on this crate (as they do for [`crate::cli`]).
+
+mod exit;
+mod output;
+pub mod report;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use exit::{Documented, Exit, classify, exit_codes_help};
+pub use output::{Events, Output};
+
+use color_eyre::eyre::{Result, eyre};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// `--json`, the flag both binaries share (flatten it into their arguments).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct JsonFlag {
+    /// Print JSON Lines events (each with a `type` tag) instead of human text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a binary: installs the reporter, parses `A`, calls `run`, and turns its outcome into an
+/// exit code. A failure is reported through [`Output::fatal`], with the exit `classify` chooses;
+/// a mistake on the command line is a usage error (2) reported the same way, so with `--json`
+/// it too ends in a JSON `error` event.
+pub fn main<A, E>(
+    json: impl FnOnce(&A) -> bool,
+    run: impl FnOnce(A, Output<E>) -> Result<()>,
+    classify: impl FnOnce(&color_eyre::Report) -> Exit,
+) -> ExitCode
+where
+    A: clap::Parser,
+    E: Events,
+{
+    report::install();
+    let args = match A::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let out = Output::<E>::new(json_requested(std::env::args_os()));
+            return command_line_error(&e, out);
+        }
+    };
+    let out = Output::new(json(&args));
+    match run(args, out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(report) => out.fatal(classify(&report), &report),
+    }
+}
+
+/// `--help` and `--version` print and succeed; anything else clap refuses is a usage error:
+/// clap's own text for a person, the `error` event plus one line with `--json`.
+fn command_line_error<E: Events>(e: &clap::Error, out: Output<E>) -> ExitCode {
+    if !e.use_stderr() || !out.json() {
+        let _ = e.print();
+        return if e.use_stderr() {
+            Exit::Usage.into()
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    out.fatal(Exit::Usage, &eyre!("{message}; see --help"))
+}
+
+/// Whether `--json` is among the arguments (before any `--`), for reporting a command line that
+/// did not parse. No option of either binary takes a value that could be `--json`.
+fn json_requested(args: impl IntoIterator<Item = OsString>) -> bool {
+    args.into_iter()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
+/// Value parser for the durations on both command lines (`10s`, `500ms`, `1m`): zero is refused,
+/// since every deadline would already have passed.
+///
+/// # Errors
+/// A text humantime does not read, or zero.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => {
+            Err("a duration must be longer than zero (e.g. 10s, 500ms, 1m)".into())
+        }
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("{e} (write e.g. 10s, 500ms, 1m)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_seen_only_as_a_flag() {
+        let argv = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(json_requested(argv(&[
+            "rdma-client",
+            "h",
+            "--json",
+            "--timeout",
+            "x"
+        ])));
+        assert!(!json_requested(argv(&[
+            "rdma-client",
+            "h",
+            "--message=--json"
+        ])));
+        assert!(!json_requested(argv(&["rdma-client", "--", "--json"])));
+        assert!(!json_requested(argv(&["--json"])), "argv[0] is the program");
+    }
+
+    #[test]
+    fn durations_must_be_positive() {
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert!(
+            parse_duration("0s")
+                .unwrap_err()
+                .contains("longer than zero")
+        );
+        assert!(parse_duration("soon").unwrap_err().contains("e.g. 10s"));
+    }
+}

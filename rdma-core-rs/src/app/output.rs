@@ -1,0 +1,120 @@
+//! Where a binary's events go: human lines by default, JSON Lines (`--json`) otherwise, and the
+//! one path that reports the failure ending the process.
+//!
+//! Each binary keeps its own event enum (their fields differ); [`Events`] names it and says how
+//! it spells a fatal error, so the writer and the fatal path are shared.
+
+use super::exit::Exit;
+use super::report;
+use color_eyre::Report;
+use serde::Serialize;
+use std::io::Write as _;
+use std::marker::PhantomData;
+
+/// A binary's `--json` events.
+pub trait Events {
+    /// One event; it may borrow from the caller.
+    type Event<'a>: Serialize;
+
+    /// The event that reports the failure ending the process.
+    fn fatal(exit: Exit, message: String) -> Self::Event<'static>;
+}
+
+/// Where `E`'s events go. Copy it freely: every event is written as one whole line under the
+/// stdout lock, so threads never interleave lines.
+#[derive(Debug)]
+pub struct Output<E> {
+    json: bool,
+    events: PhantomData<fn() -> E>,
+}
+
+impl<E> Clone for Output<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for Output<E> {}
+
+impl<E: Events> Output<E> {
+    /// JSON Lines when `json`, human text otherwise.
+    #[must_use]
+    pub fn new(json: bool) -> Self {
+        Self {
+            json,
+            events: PhantomData,
+        }
+    }
+
+    /// Whether events are JSON Lines.
+    #[must_use]
+    pub fn json(&self) -> bool {
+        self.json
+    }
+
+    /// Emits `event` as one JSON line, or the `human` lines.
+    pub fn emit(&self, event: &E::Event<'_>, human: impl FnOnce() -> String) {
+        let text = if self.json {
+            serde_json::to_string(event).unwrap_or_else(|e| {
+                // Unreachable for the binaries' plain enums; still one valid JSON line.
+                serde_json::json!({"type": "error", "code": "internal", "message": format!("cannot encode event: {e}")})
+                    .to_string()
+            })
+        } else {
+            human()
+        };
+        let mut stdout = std::io::stdout().lock();
+        // Losing stdout (e.g. `| head`) must not turn a success into a failure.
+        let _ = writeln!(stdout, "{text}");
+        let _ = stdout.flush();
+    }
+
+    /// Reports the failure that ends the process and returns its exit code: with `--json`, the
+    /// fatal event on stdout and one line on stderr; otherwise the report on stderr. Expected
+    /// failures show their message and advice, never a backtrace (see [`report::render`]).
+    #[must_use]
+    pub fn fatal(&self, exit: Exit, report: &Report) -> std::process::ExitCode {
+        if self.json {
+            self.emit(&E::fatal(exit, report::message(report)), String::new);
+        }
+        eprintln!("{}", report::render(report, exit, self.json));
+        exit.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Event<'a> {
+        Hello { name: &'a str },
+        Error { kind: &'a str, exit_code: u8 },
+    }
+
+    enum Test {}
+
+    impl Events for Test {
+        type Event<'a> = Event<'a>;
+        fn fatal(exit: Exit, _message: String) -> Event<'static> {
+            Event::Error {
+                kind: exit.name(),
+                exit_code: exit.code(),
+            }
+        }
+    }
+
+    #[test]
+    fn events_are_tagged_json_and_the_fatal_event_is_the_binarys_own() {
+        let name = String::from("borrowed");
+        let line = serde_json::to_string(&Event::Hello { name: &name }).unwrap();
+        assert_eq!(line, r#"{"type":"hello","name":"borrowed"}"#);
+        let fatal = serde_json::to_value(Test::fatal(Exit::Usage, String::new())).unwrap();
+        assert_eq!(fatal["exit_code"], 2);
+        assert_eq!(fatal["kind"], "usage");
+        let out = Output::<Test>::new(true);
+        let copy = out;
+        assert!(out.json() && copy.json());
+    }
+}

@@ -1,0 +1,149 @@
+//! How a failure reads: the color-eyre reporter, logging, and the text of a fatal error.
+
+use super::exit::Exit;
+use color_eyre::Report;
+use std::io::IsTerminal as _;
+
+/// Installs color-eyre (without colour codes when stderr is not a terminal) and the logger:
+/// diagnostics that are not events (warnings about the host) go to stderr; `RUST_LOG` tunes them.
+pub fn install() {
+    let hook = color_eyre::config::HookBuilder::default().display_env_section(false);
+    let hook = if std::io::stderr().is_terminal() {
+        hook
+    } else {
+        hook.theme(color_eyre::config::Theme::new())
+    };
+    if let Err(err) = hook.install() {
+        eprintln!("warning: could not install the error reporter: {err}");
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The stderr text of the failure that ends the process.
+///
+/// * `--json`: one line (the JSON event on stdout has the rest).
+/// * An expected failure ([`Exit::is_expected`]): the message and its causes, whose text carries
+///   the advice; never a backtrace, whatever `RUST_BACKTRACE` says.
+/// * An internal error: color-eyre's full report, with a backtrace when `RUST_BACKTRACE=1`.
+#[must_use]
+pub fn render(report: &Report, exit: Exit, json: bool) -> String {
+    if json {
+        let text = one_line(&message(report));
+        return if exit.is_expected() {
+            format!("error: {text}")
+        } else {
+            format!("internal error: {text} (run without --json for the full report)")
+        };
+    }
+    if !exit.is_expected() {
+        return format!("Error: {report:?}");
+    }
+    let mut chain = causes(report).into_iter();
+    let mut text = format!("Error: {}", chain.next().unwrap_or_default());
+    for cause in chain {
+        text.push_str(&format!("\n  caused by: {cause}"));
+    }
+    text
+}
+
+/// The whole message of `report`, outermost first, as the `--json` error event carries it.
+#[must_use]
+pub fn message(report: &Report) -> String {
+    causes(report).join(": ")
+}
+
+/// The messages of `report`'s chain, without a cause that the one before already quotes (an
+/// error type that prints its `source` in its own message).
+fn causes(report: &Report) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for cause in report.chain() {
+        let text = cause.to_string();
+        if !out.last().is_some_and(|before| before.contains(&text)) {
+            out.push(text);
+        }
+    }
+    out
+}
+
+/// `text` on one line: line breaks (e.g. in a GID table) become single spaces.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use color_eyre::eyre::{WrapErr as _, eyre};
+
+    fn report() -> Report {
+        Err::<(), _>(eyre!(
+            "connection refused; is the server running?\n  [0] a\n  [1] b"
+        ))
+        .wrap_err("could not reach the server")
+        .unwrap_err()
+    }
+
+    #[test]
+    fn expected_failures_print_message_and_advice_only() {
+        for exit in Exit::ALL.into_iter().filter(|e| e.is_expected()) {
+            let text = render(&report(), exit, false);
+            assert_eq!(
+                text,
+                "Error: could not reach the server\n  caused by: connection refused; is the server running?\n  [0] a\n  [1] b"
+            );
+        }
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read /x: {source}")]
+    struct ReadError {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = io.to_string();
+        let report = Report::new(ReadError { source: io }).wrap_err("loading the payload");
+        assert_eq!(report.chain().count(), 3);
+        assert_eq!(
+            message(&report),
+            format!("loading the payload: cannot read /x: {text}")
+        );
+        assert_eq!(
+            render(&report, Exit::Usage, false),
+            format!("Error: loading the payload\n  caused by: cannot read /x: {text}")
+        );
+    }
+
+    #[test]
+    fn json_mode_leaves_one_line_on_stderr() {
+        for exit in Exit::ALL {
+            let text = render(&report(), exit, true);
+            assert_eq!(text.lines().count(), 1, "{text}");
+            assert!(
+                text.contains("could not reach the server: connection refused; is the server running? [0] a [1] b"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn internal_errors_get_the_reporters_full_report() {
+        // Whatever hook the test process has (the binaries install color-eyre's): its Debug
+        // output is where a captured backtrace goes.
+        let report = report();
+        let text = render(&report, Exit::Internal, false);
+        assert_eq!(text, format!("Error: {report:?}"));
+        assert_ne!(text, render(&report, Exit::Usage, false));
+    }
+}
