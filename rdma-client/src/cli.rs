@@ -55,7 +55,7 @@ pub struct Args {
     pub wait_for_server: Option<Duration>,
 
     /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
-    /// kill-after-accept, kill-after-write). Used by the end-to-end fault tests.
+    /// kill-after-accept, kill-after-write, rewrite-after-imm). Used by the end-to-end fault tests.
     #[arg(long, hide = true)]
     pub fault: Option<Fault>,
 }
@@ -73,6 +73,9 @@ pub enum Fault {
     KillAfterAccept,
     /// SIGKILL ourselves after the write completed, before the verdict.
     KillAfterWrite,
+    /// After the write the server is told about, keep RDMA-Writing other bytes into its buffer;
+    /// exit 0 only if the server's verdict describes bytes we wrote, consistently.
+    RewriteAfterImm,
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 mod cli;
 mod exit;
 mod output;
+mod rewrite;
 mod run;
 
 use rdma_core_rs::app;

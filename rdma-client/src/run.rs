@@ -3,10 +3,9 @@
 use crate::cli::{Args, Fault};
 use crate::exit::ClientError;
 use crate::output::{Event, Output};
+use crate::rewrite::{self, Rewriter};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
-use rdma_core_rs::{
-    Access, LinkLayer, LocalPort, Mtu, QpCaps, RemoteBuffer, RemoteQp, RtrParams, RtsParams,
-};
+use rdma_core_rs::{Access, Endpoint, LinkLayer, LocalPort, QpCaps, RemoteBuffer};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
     ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, QpEndpoint,
@@ -25,7 +24,8 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     let timeout = args.timeout;
 
     // Local RDMA first: a machine without RDMA should hear about that, not about the network.
-    let LocalPort { ctx, port, gid } = args.local.open()?;
+    let local = args.local.open()?;
+    let LocalPort { ctx, port, gid } = &local;
 
     let addr = resolve(&args.server)?;
     let stream = connect(addr, timeout, args.wait_for_server)?;
@@ -66,41 +66,22 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     // Verbs objects: the source buffer needs no remote access at all.
     let pd = ctx.alloc_pd()?;
     let mr = pd.register_bytes(&payload, Access::NONE)?;
-    let cq = ctx.create_cq(4, args.local.cq_mode)?;
+    // Room for our write's completion and those of the rewrite test hook.
+    let cq = ctx.create_cq(2 * rewrite::DEPTH as u32, args.local.cq_mode)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default())?;
     let qp = qp.to_init(port.num, Access::NONE)?;
     let psn = rdma_core_rs::random_psn()?;
-    let local = QpEndpoint {
-        qpn: qp.qpn(),
-        psn,
-        gid: rdma_proto::Gid(gid.gid.0),
-        lid: port.lid,
-        mtu: port.active_mtu.bytes(),
-    };
-    let hello = hs.hello(local)?;
+    let e = local.endpoint(&qp, psn);
+    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
+    let hello = hs.hello(ours)?;
     conn.send_line(&hello.to_line(), Instant::now() + timeout)?;
     fault_point(args, Fault::KillAfterHello);
 
     let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
-    let remote_mtu = Mtu::from_bytes(accept.endpoint.mtu).unwrap_or(Mtu::M1024);
-    let path_mtu = Mtu::min(port.active_mtu, remote_mtu);
-    let qp = qp.to_rtr(&RtrParams {
-        remote: RemoteQp {
-            qpn: accept.endpoint.qpn,
-            psn: accept.endpoint.psn,
-            gid: rdma_core_rs::Gid(accept.endpoint.gid.0),
-            lid: accept.endpoint.lid,
-        },
-        path_mtu,
-        port: port.num,
-        sgid_index: gid.index,
-        link_layer: port.link_layer,
-        ..RtrParams::default()
-    })?;
-    let qp = qp.to_rts(&RtsParams {
-        sq_psn: psn,
-        ..RtsParams::default()
-    })?;
+    let a = &accept.endpoint;
+    let server = Endpoint::new(a.qpn, a.psn, rdma_core_rs::Gid(a.gid.0), a.lid, a.mtu);
+    let qp = qp.connect_to(&local, &server, psn)?;
+    let path_mtu = qp.path_mtu();
     out.emit(
         &Event::QpReady {
             local_qpn: qp.qpn(),
@@ -146,6 +127,11 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     };
     let started = Instant::now();
     qp.post_write(&mr, 0..payload.len(), remote, imm, WRITE_WR_ID)?;
+    // Test hook: more writes right behind ours, still going when the server hears of ours.
+    let rewriter = match args.fault {
+        Some(Fault::RewriteAfterImm) => Some(Rewriter::start(&pd, &qp, payload.len(), remote)?),
+        _ => None,
+    };
     let completion = cq
         .poll(Instant::now() + timeout)
         .wrap_err("waiting for the RDMA Write to complete")?;
@@ -176,7 +162,16 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     if let Some(notice) = hs.written()? {
         conn.send_line(&notice.to_line(), Instant::now() + timeout)?;
     }
-    let outcome = hs.on_result(recv(&mut conn, Instant::now() + timeout)?)?;
+    let rewrites = rewriter.map(|r| r.finish(&qp, &cq, timeout));
+    let judged = hs.on_result(recv(&mut conn, Instant::now() + timeout)?);
+    // Under the rewrite hook any verdict that describes bytes we wrote is right (see `rewrite`).
+    let outcome = match (rewrites, hs.outcome()) {
+        (Some(log), Some(verdict)) => {
+            rewrite::check_verdict(&payload, log, verdict)?;
+            verdict.clone()
+        }
+        _ => judged?,
+    };
     out.emit(
         &Event::Verified {
             verified: outcome.verified,

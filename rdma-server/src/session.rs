@@ -205,14 +205,8 @@ fn session(
     let h = &hello.endpoint;
     let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
     let qp = qp.connect_to(local, &client, psn).map_err(rdma)?;
-    let ours = local.endpoint(&qp, psn);
-    let ours = QpEndpoint::new(
-        ours.qpn,
-        ours.psn,
-        rdma_proto::Gid(ours.gid.0),
-        ours.lid,
-        ours.mtu,
-    );
+    let e = local.endpoint(&qp, psn);
+    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
     let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + phase)?;
     let notify = hello.notify.as_str();

@@ -352,6 +352,43 @@ pub fn all() -> Vec<Scenario> {
             )
         },
         Scenario {
+            server_args: strings(&["--json", "--serve"]),
+            server_expect: vec![
+                server_verified(SEED_MESSAGE),
+                Expect::EventAtLeast("stopped", "verified", 1),
+            ],
+            clients: vec![
+                ClientRun {
+                    // It exits 0 only if the server's verdict describes bytes it really wrote
+                    // (the payload or one whole rewrite), with `verified` true for the payload.
+                    expect: vec![
+                        Expect::StderrHas("rewrote the server's buffer"),
+                        Expect::StderrHas("the server's verdict (verified="),
+                        Expect::Event("verified", vec![("length", Value::from(17))]),
+                    ],
+                    ..good_client(
+                        "keeps rewriting after its write",
+                        SEED_MESSAGE,
+                        &["--fault", "rewrite-after-imm"],
+                    )
+                },
+                ClientRun {
+                    // With notify=tcp its rewrites race its `written` notice instead.
+                    expect: vec![Expect::StderrHas("the server's verdict (verified=")],
+                    ..good_client(
+                        "keeps rewriting, notify tcp",
+                        SEED_MESSAGE,
+                        &["--fault", "rewrite-after-imm", "--notify", "tcp"],
+                    )
+                },
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            ..Scenario::new(
+                "rewrite-race",
+                "a client keeps rewriting the buffer after its write-with-immediate: the server revokes its access before reading, its verdict matches the bytes it holds, and it keeps serving",
+            )
+        },
+        Scenario {
             server_args: strings(&["--json", "--serve", "--fault", "no-remote-write"]),
             server_expect: vec![
                 Expect::Event("error", vec![("code", Value::from("write_failed"))]),
