@@ -477,7 +477,7 @@ pub fn all() -> Vec<Scenario> {
             clients: vec![
                 failing_client(
                     "no such device",
-                    3,
+                    2,
                     &["--device", "no-such-dev0"],
                     "`no-such-dev0` not found; available: ",
                 ),
