@@ -295,6 +295,110 @@ fn server_on_line_parse_error_fails() {
     assert_eq!(m.supported, Some(vec![1]));
 }
 
+/// Every state the server reads a line in, fresh.
+fn reading_servers() -> Vec<(&'static str, ServerHandshake)> {
+    let mut tcp_written = accepted_server(Notify::Tcp);
+    tcp_written.on_message(written(17)).unwrap();
+    vec![
+        ("awaiting hello", server(None)),
+        ("awaiting the write (imm)", accepted_server(Notify::Imm)),
+        ("awaiting the write (tcp)", accepted_server(Notify::Tcp)),
+        ("after `written`", tcp_written),
+    ]
+}
+
+#[test]
+fn server_takes_every_line_while_it_waits_for_the_write() {
+    // The client's `error` ends the session quietly, in any state.
+    for (state, mut s) in reading_servers() {
+        let line = ClientMessage::Error(ErrorMsg::new(ErrorCode::Timeout, "gave up")).to_line();
+        let ev = s.on_line(line.as_bytes()).unwrap();
+        assert!(
+            matches!(ev, ServerEvent::PeerError(ref m) if m.code == ErrorCode::Timeout),
+            "{state}: {ev:?}"
+        );
+        assert_eq!(s.state(), ServerState::Failed, "{state}");
+    }
+    // While the write is awaited, anything else is refused, with the code the client hears.
+    let second_hello = hello(Notify::Imm, 17, None).to_line();
+    let cases: [(&[u8], ErrorCode); 4] = [
+        (b"{not json", ErrorCode::BadJson),
+        (b"\xff\xfe", ErrorCode::BadUtf8),
+        (second_hello.as_bytes(), ErrorCode::UnexpectedMessage),
+        (
+            b"{\"type\":\"accept\",\"v\":1}",
+            ErrorCode::UnexpectedMessage,
+        ),
+    ];
+    for (line, code) in cases {
+        for notify in [Notify::Imm, Notify::Tcp] {
+            let mut s = accepted_server(notify);
+            let e = assert_code(s.on_line(line), code);
+            assert_eq!(s.state(), ServerState::Failed, "{notify}: {e}");
+            let ServerMessage::Error(m) = s.fail(&e) else {
+                panic!()
+            };
+            assert_eq!(m.code, code);
+        }
+    }
+    let mut s = accepted_server(Notify::Imm);
+    let e = assert_code(
+        s.on_line(hello(Notify::Imm, 17, None).to_line().as_bytes()),
+        ErrorCode::UnexpectedMessage,
+    );
+    assert!(e.to_string().contains("duplicate hello"), "{e}");
+}
+
+#[test]
+fn server_read_errors_are_answered_by_the_machine() {
+    let timeout = || FrameError::Timeout {
+        after: std::time::Duration::from_secs(3),
+    };
+    for (state, mut s) in reading_servers() {
+        let Some(ServerMessage::Error(m)) = s.on_read_error(&timeout()) else {
+            panic!("{state}: a timeout is answered")
+        };
+        assert_eq!(m.code, ErrorCode::Timeout, "{state}");
+        assert!(m.message.contains("timed out"), "{state}: {}", m.message);
+        assert_eq!(s.state(), ServerState::Failed, "{state}");
+    }
+    for (state, mut s) in reading_servers() {
+        let Some(ServerMessage::Error(m)) =
+            s.on_read_error(&FrameError::LineTooLong { max: 65536 })
+        else {
+            panic!("{state}: a line too long is answered")
+        };
+        assert_eq!(m.code, ErrorCode::LineTooLong, "{state}");
+        assert_eq!(s.state(), ServerState::Failed, "{state}");
+    }
+    // A client that is gone hears nothing; the machine still fails.
+    let gone = [
+        FrameError::Closed,
+        FrameError::Truncated,
+        FrameError::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+    ];
+    for e in gone {
+        for (state, mut s) in reading_servers() {
+            assert!(s.on_read_error(&e).is_none(), "{state}: {e}");
+            assert_eq!(s.state(), ServerState::Failed, "{state}");
+            assert!(e.peer_gone());
+        }
+    }
+    assert!(!timeout().peer_gone());
+}
+
+#[test]
+fn client_keeps_a_result_that_fails_its_checks() {
+    let mut c = written_client(Notify::Imm);
+    assert!(c.outcome().is_none());
+    let other = outcome(false, 17, 0xdead);
+    assert_code(c.on_result(other.clone()), ErrorCode::VerifyFailed);
+    let ServerMessage::Result(o) = other else {
+        panic!()
+    };
+    assert_eq!(c.outcome(), Some(&o));
+}
+
 #[test]
 fn server_misuse_is_internal() {
     let mut s = server(None);

@@ -184,23 +184,72 @@ fn near_miss_line() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// The codes a line can be refused with (the rest are about state, not about a line).
+const PARSE_CODES: [ErrorCode; 6] = [
+    ErrorCode::BadUtf8,
+    ErrorCode::BadJson,
+    ErrorCode::UnknownType,
+    ErrorCode::UnsupportedVersion,
+    ErrorCode::InvalidField,
+    ErrorCode::UnexpectedMessage,
+];
+
+/// What any parse of `line` must give: a message that survives its own encoding, or a refusal
+/// with a parse code (`bad_utf8` exactly when the line is not UTF-8), a sentence, and an `error`
+/// line that itself parses back to that code.
+fn check_parse<M: PartialEq + std::fmt::Debug>(
+    line: &[u8],
+    parsed: Result<M, ProtoError>,
+    reparse: impl Fn(&M) -> Result<M, ProtoError>,
+) -> Result<(), TestCaseError> {
+    match parsed {
+        Ok(m) => prop_assert_eq!(reparse(&m).ok(), Some(m)),
+        Err(e) => {
+            let code = e.code();
+            prop_assert!(PARSE_CODES.contains(&code), "{:?} from {:?}", code, line);
+            prop_assert_eq!(
+                code == ErrorCode::BadUtf8,
+                std::str::from_utf8(line).is_err()
+            );
+            prop_assert!(!e.to_string().is_empty());
+            let msg = e.to_error_msg();
+            prop_assert_eq!(msg.code, code);
+            let echoed = ServerMessage::parse(ServerMessage::Error(msg).to_line().as_bytes());
+            prop_assert!(
+                matches!(&echoed, Ok(ServerMessage::Error(m)) if m.code == code),
+                "{:?}",
+                echoed
+            );
+        }
+    }
+    Ok(())
+}
+
+fn check_client_parse(line: &[u8]) -> Result<(), TestCaseError> {
+    check_parse(line, ClientMessage::parse(line), |m: &ClientMessage| {
+        ClientMessage::parse(m.to_line().as_bytes())
+    })
+}
+
+fn check_server_parse(line: &[u8]) -> Result<(), TestCaseError> {
+    check_parse(line, ServerMessage::parse(line), |m: &ServerMessage| {
+        ServerMessage::parse(m.to_line().as_bytes())
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn any_bytes_parse_cleanly(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        if let Err(e) = ClientMessage::parse(&bytes) {
-            let _ = (e.code(), e.to_string(), e.to_error_msg());
-        }
-        if let Err(e) = ServerMessage::parse(&bytes) {
-            let _ = (e.code(), e.to_string(), e.to_error_msg());
-        }
+        check_client_parse(&bytes)?;
+        check_server_parse(&bytes)?;
     }
 
     #[test]
     fn any_json_text_parses_cleanly(s in "\\{[\"a-z0-9:,\\[\\]{}. -]{0,200}\\}") {
-        let _ = ClientMessage::parse(s.as_bytes());
-        let _ = ServerMessage::parse(s.as_bytes());
+        check_client_parse(s.as_bytes())?;
+        check_server_parse(s.as_bytes())?;
     }
 
     #[test]
