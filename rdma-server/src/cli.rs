@@ -60,6 +60,11 @@ pub struct Args {
     /// Test hook: misconfigure on purpose (no-remote-write). Used by the end-to-end tests.
     #[arg(long, hide = true)]
     pub fault: Option<Fault>,
+
+    /// Read settings from this TOML file (the package's is /etc/rdma-server/rdma-server.toml);
+    /// flags given here override it. Unknown keys and bad values are refused.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// Deliberate misconfiguration for tests.

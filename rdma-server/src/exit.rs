@@ -1,6 +1,7 @@
 //! The server's exit codes (the shared [`Exit`]), and which of its errors ends in which.
 
 use crate::access::AccessError;
+use crate::config::ConfigError;
 use rdma_core_rs::app::{self, Documented, Exit};
 
 /// `--help`'s line for exit code 0.
@@ -12,7 +13,7 @@ pub const EXITS: Documented = &[
     (
         Exit::Usage,
         "usage error: an unknown, missing or bad flag or value, an unreadable, empty or group/world-readable \
-         --token-file (or empty $RDMA_WRITE_TOKEN), no such --device or \
+         --token-file (or empty $RDMA_WRITE_TOKEN), an unreadable or invalid --config file, no such --device or \
          --port, a --gid-index not in the GID table",
     ),
     (
@@ -48,7 +49,7 @@ pub enum ServerError {
 /// The exit for the error that ends the server, as documented in `--help`.
 pub fn classify(report: &color_eyre::Report) -> Exit {
     app::classify(report, EXITS, |cause| {
-        if cause.is::<AccessError>() {
+        if cause.is::<AccessError>() || cause.is::<ConfigError>() {
             return Some(Exit::Usage);
         }
         cause.downcast_ref::<ServerError>().map(|e| match e {

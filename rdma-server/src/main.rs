@@ -6,6 +6,7 @@
 
 mod access;
 mod cli;
+mod config;
 mod exit;
 mod i18n;
 mod output;

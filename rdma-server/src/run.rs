@@ -32,6 +32,7 @@ struct Shared {
 
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
+    let args = crate::config::apply(args)?;
     let token = access::load_token(args.token_file.as_deref())?;
     let local = args.local.open()?;
 
