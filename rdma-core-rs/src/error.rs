@@ -161,6 +161,19 @@ pub enum Error {
     /// RDMA works but no device exists.
     #[error("no RDMA devices found: {NO_DEVICES_ADVICE}")]
     NoDevices,
+    /// Registering would pin more memory than `RLIMIT_MEMLOCK` allows ([`crate::memlock`]).
+    #[error(
+        "registering {} KiB would exceed the locked-memory limit (RLIMIT_MEMLOCK {} KiB, {} KiB already pinned): {}",
+        .need / 1024, .limit / 1024, .pinned / 1024, crate::memlock::advice(.need + .pinned)
+    )]
+    MemlockLimit {
+        /// Bytes the registration pins (whole pages).
+        need: u64,
+        /// Bytes this process has pinned already.
+        pinned: u64,
+        /// The soft limit, bytes.
+        limit: u64,
+    },
     /// The requested device is not in the list.
     #[error("RDMA device `{wanted}` not found; available: {}; pick one of those (see `ibv_devices` / `rdma link`)",
         .available.join(", "))]
@@ -326,7 +339,7 @@ impl Error {
             | Error::InvalidArgument { .. }
             | Error::InvalidRange { .. }
             | Error::WriteTooLong { .. } => ErrorKind::Usage,
-            Error::Alloc { .. } | Error::Random(_) => ErrorKind::Setup,
+            Error::Alloc { .. } | Error::Random(_) | Error::MemlockLimit { .. } => ErrorKind::Setup,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Completion { .. } => ErrorKind::Transfer,
         }
@@ -369,6 +382,7 @@ impl Error {
                 Some("send less or ask the server for a larger buffer".to_owned())
             }
             Error::Alloc { .. } => Some("use a smaller buffer".to_owned()),
+            Error::MemlockLimit { need, pinned, .. } => Some(crate::memlock::advice(need + pinned)),
             Error::Timeout { .. } => {
                 Some("the peer may be gone or the path broken; check both sides' logs".to_owned())
             }

@@ -51,6 +51,7 @@ mod context;
 mod cq;
 pub mod error;
 mod local;
+pub mod memlock;
 mod pd;
 mod qp;
 mod types;

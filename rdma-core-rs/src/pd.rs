@@ -89,7 +89,7 @@ impl ProtectionDomain {
     /// # Errors
     /// [`Error::InvalidArgument`] for `len == 0` or for [`Access::REMOTE_WRITE`] (a buffer peers
     /// may write is an [`ExposedRegion`]: use [`register_exposed`](Self::register_exposed)),
-    /// [`Error::Alloc`], [`Error::Verb`] ([`VerbOp::RegMr`]; ENOMEM advises `ulimit -l`).
+    /// [`Error::Alloc`], [`Error::Verb`] ([`VerbOp::RegMr`]; ENOMEM advises `ulimit -l`); [`Error::MemlockLimit`] when the locked-memory limit is already too low.
     pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         check_local_access(access)?;
         Region::new(self, len, access).map(MemoryRegion)
@@ -112,7 +112,7 @@ impl ProtectionDomain {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for `len == 0` or REMOTE_WRITE without LOCAL_WRITE,
-    /// [`Error::Alloc`], [`Error::Verb`] ([`VerbOp::RegMr`]; ENOMEM advises `ulimit -l`).
+    /// [`Error::Alloc`], [`Error::Verb`] ([`VerbOp::RegMr`]; ENOMEM advises `ulimit -l`); [`Error::MemlockLimit`] when the locked-memory limit is already too low.
     pub fn register_exposed(&self, len: usize, access: Access) -> Result<ExposedRegion> {
         check_access(access)?;
         Region::new(self, len, access).map(ExposedRegion)
@@ -231,6 +231,8 @@ unsafe impl Sync for Region {}
 
 impl Region {
     fn new(pd: &ProtectionDomain, len: usize, access: Access) -> Result<Region> {
+        // A low RLIMIT_MEMLOCK would fail ibv_reg_mr with a bare ENOMEM: say so first.
+        crate::memlock::check(len as u64)?;
         let buf = OwnedBuffer::zeroed(len)?;
         // SAFETY: `buf` is a live allocation of `len` bytes, owned by the Region built below,
         // which deregisters before freeing it; the PD is valid.
