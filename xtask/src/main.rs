@@ -55,6 +55,9 @@ enum Cmd {
     /// (inside a guest) Run a plan: configure the node, run its steps, write result.json.
     #[command(hide = true)]
     GuestAgent(agent::AgentArgs),
+    /// (inside a guest) A plain TCP stream between the guests: the link's ceiling for bench.
+    #[command(hide = true)]
+    BenchTcp(bench::tcp::TcpArgs),
 }
 
 fn main() -> Result<()> {
@@ -78,5 +81,6 @@ fn main() -> Result<()> {
         Cmd::VmSmoke(a) => smoke::cmd(a),
         Cmd::VmRun(a) => vm::run_cmd::cmd(a),
         Cmd::GuestAgent(a) => agent::cmd(a),
+        Cmd::BenchTcp(a) => bench::tcp::cmd(a),
     }
 }

@@ -1,0 +1,291 @@
+//! `cargo xtask bench`: our tools next to perftest, measured in the same two-guest session.
+//!
+//! For each size of the sweep, `rdma-client --bench lat|bw` (against a plain `rdma-server
+//! --serve`, started with no bench flags) and `ib_write_lat` / `ib_write_bw` run with the same
+//! parameters, alternating which goes first, a few repetitions each. A plain TCP stream
+//! between the guests measures the link itself (the ceiling here). The warm e2e turnaround is
+//! timed as before. Writes `target/bench/results.json` (schema-versioned: raw samples and
+//! summaries), `results.csv`, and the plots `latency.{svg,png}` and `bandwidth.{svg,png}`.
+//!
+//! Modules: `plans` (what each guest runs), `parse` (the tools' outputs), `results` (samples,
+//! summaries, targets, files), `report` (the table), `plot`, `tcp` (the hidden link probe).
+
+mod parse;
+mod plans;
+mod plot;
+mod report;
+mod results;
+pub mod tcp;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Args;
+use color_eyre::eyre::{Result, WrapErr as _, bail};
+
+use crate::e2e::{self, E2eArgs};
+use crate::plan::{PlanResult, StepResult};
+use crate::vm::{self, VmOptions};
+
+use plans::{Params, TCP_SINK, Unit, units};
+use results::{Mode, Results, SCHEMA, Sample};
+
+/// Arguments of `cargo xtask bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Message sizes in bytes, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2,64,1024,4096,65536,1048576"
+    )]
+    pub sizes: Vec<u64>,
+    /// Every power of two from 2 B to 8 MiB (like perftest's -a) instead of --sizes.
+    #[arg(long)]
+    pub all_sizes: bool,
+    /// Repetitions per size and tool.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub reps: u32,
+    /// Most exchanges of a latency run (big messages get fewer, at least 10).
+    #[arg(long, default_value_t = 500)]
+    pub lat_iters: u64,
+    /// Most writes of a bandwidth run (big messages get fewer, at least 10).
+    #[arg(long, default_value_t = 1000)]
+    pub bw_iters: u64,
+    /// Writes in flight in bandwidth runs (both tools).
+    #[arg(long, default_value_t = 128)]
+    pub tx_depth: u32,
+    /// Seconds of the TCP stream that measures the link.
+    #[arg(long, default_value_t = 5.0)]
+    pub tcp_secs: f64,
+    /// Skip timing the warm `cargo xtask e2e` (then the binaries must be built already).
+    #[arg(long)]
+    pub no_e2e: bool,
+    /// Exit non-zero when a target is missed (default: report it and exit 0).
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub vm: VmOptions,
+    /// Hard deadline of each guest, seconds.
+    #[arg(long, default_value_t = 1500)]
+    pub timeout: u64,
+}
+
+/// Turnaround target of `cargo xtask e2e` (seed scenario, two guests, warm cache).
+const E2E_TARGET: Duration = Duration::from_secs(30);
+
+/// 2 B .. 8 MiB.
+fn all_sizes() -> Vec<u64> {
+    (1..=23).map(|i| 1u64 << i).collect()
+}
+
+/// Where the results go: `target/bench` (next to `target/xtask`).
+fn out_dir() -> PathBuf {
+    let x = vm::xtask_dir();
+    x.parent()
+        .map_or_else(|| x.join("bench"), |t| t.join("bench"))
+}
+
+/// Entry point.
+pub fn cmd(args: &BenchArgs) -> Result<()> {
+    let mut sizes = if args.all_sizes {
+        all_sizes()
+    } else {
+        args.sizes.clone()
+    };
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.is_empty() || sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
+        bail!("bench: sizes must be 1 B .. 1 GiB (got {sizes:?})");
+    }
+    let e2e_wall_s = if args.no_e2e {
+        None
+    } else {
+        let seed = E2eArgs {
+            backend: crate::backend::BackendChoice::Vm,
+            nodes: 2,
+            all: false,
+            only: vec!["seed".into()],
+            list: false,
+            vm: args.vm.clone(),
+            selftest: false,
+            load: false,
+            no_build: false,
+        };
+        // The first run builds and warms the kernel cache; the second is what a user waits for.
+        e2e::cmd(&seed).wrap_err("bench: the seed scenario failed")?;
+        let t = Instant::now();
+        e2e::cmd(&seed).wrap_err("bench: the seed scenario failed")?;
+        Some(t.elapsed().as_secs_f64())
+    };
+    let bins = e2e::Bins::locate(false)?;
+    let params = Params {
+        sizes: sizes.clone(),
+        reps: args.reps,
+        lat_iters: args.lat_iters,
+        bw_iters: args.bw_iters,
+        tx_depth: args.tx_depth.max(1),
+        tcp_secs: args.tcp_secs.clamp(1.0, 60.0),
+        setup_reps: 3,
+    };
+    let guests = plans::plans(&params, &bins, Duration::from_secs(args.timeout));
+    let run = vm::run_plans(&guests, &args.vm)?;
+    let [Ok(a), Ok(b)] = &run.results[..] else {
+        let why: Vec<String> = run
+            .results
+            .iter()
+            .zip(&guests)
+            .filter_map(|(r, g)| r.as_ref().err().map(|e| format!("guest {}: {e}", g.name)))
+            .collect();
+        bail!("bench: a guest gave no result: {}", why.join("; "));
+    };
+    let link = a.step(TCP_SINK).and_then(|s| parse::tcp(&s.stdout));
+    let link_mbs = link.map(|l| l.mbs());
+    let (mut samples, mut setup) = (Vec::new(), Vec::new());
+    for u in units(&params) {
+        let s = sample(&u, b);
+        if u.setup {
+            setup.push(s);
+        } else {
+            samples.push(s);
+        }
+    }
+    let summary = results::summarize(&samples, &sizes, link_mbs);
+    let targets = results::judge(&summary, &setup, e2e_wall_s, E2E_TARGET.as_secs_f64());
+    let environment = format!(
+        "Soft-RoCE (rdma_rxe) between two QEMU guests on one virtual link, {} \
+         (emulated CPUs: compare the tools, not absolute numbers), host with {} CPU(s)",
+        run.guests.prepared.accel_why,
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
+    );
+    let r = Results {
+        schema: SCHEMA,
+        finished_unix_s: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        environment,
+        sizes,
+        reps: args.reps,
+        tx_depth: params.tx_depth,
+        link,
+        link_mbs,
+        e2e_wall_s,
+        setup,
+        samples,
+        summary,
+        targets,
+    };
+    let dir = out_dir();
+    results::write(&dir, &r)?;
+    print!("{}", report::render(&r));
+    match plot::write(&dir, &r, "Soft-RoCE under QEMU TCG emulation") {
+        Ok(files) => println!(
+            "  plots: {}",
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Err(e) => println!("  plots: not drawn: {e:#}"),
+    }
+    println!("  results: {}/results.{{json,csv}}", dir.display());
+    if !a.ok {
+        println!(
+            "  note: guest A's plan reported: {}",
+            a.error.as_deref().unwrap_or("?")
+        );
+    }
+    let missed = r.targets.iter().filter(|t| !t.met).count();
+    if args.strict && missed > 0 {
+        bail!("bench: {missed} target(s) missed (see above)");
+    }
+    Ok(())
+}
+
+/// The result of one unit's step in guest B.
+fn sample(u: &Unit, b: &PlanResult) -> Sample {
+    let step: Option<&StepResult> = b.step(&u.step_name());
+    let mut s = Sample {
+        tool: u.tool,
+        mode: u.mode,
+        bytes: u.bytes,
+        rep: u.rep,
+        wall_s: step.map_or(0.0, |s| s.elapsed_s),
+        lat: None,
+        bw: None,
+        error: None,
+    };
+    let Some(step) = step else {
+        s.error = Some("did not run (the plan stopped before it)".into());
+        return s;
+    };
+    match (u.tool, u.mode) {
+        (results::Tool::Perftest, Mode::Lat) => s.lat = parse::perftest_lat(&step.stdout),
+        (results::Tool::Perftest, Mode::Bw) => s.bw = parse::perftest_bw(&step.stdout),
+        (results::Tool::Ours, Mode::Lat) => s.lat = parse::ours_lat(&step.stdout),
+        (results::Tool::Ours, Mode::Bw) => s.bw = parse::ours_bw(&step.stdout),
+    }
+    if !step.ok || (s.lat.is_none() && s.bw.is_none()) {
+        s.lat = None;
+        s.bw = None;
+        s.error = Some(format!(
+            "exit {:?}{}{}: {}",
+            step.exit_code,
+            if step.timed_out { ", timed out" } else { "" },
+            step.error
+                .as_deref()
+                .map_or_else(String::new, |e| format!(", {e}")),
+            crate::text::shorten(
+                crate::text::tail(
+                    if step.stderr.trim().is_empty() {
+                        &step.stdout
+                    } else {
+                        &step.stderr
+                    },
+                    400
+                )
+                .trim(),
+                400
+            )
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_sizes_is_2_b_to_8_mib() {
+        let s = all_sizes();
+        assert_eq!(s.first(), Some(&2));
+        assert_eq!(s.last(), Some(&(8 << 20)));
+        assert_eq!(s.len(), 23);
+    }
+
+    #[test]
+    fn a_failed_step_is_a_sample_with_an_error() {
+        let u = Unit {
+            tool: results::Tool::Perftest,
+            mode: Mode::Lat,
+            bytes: 2,
+            rep: 0,
+            iters: 10,
+            tx_depth: 1,
+            setup: false,
+        };
+        let mut r = PlanResult::default();
+        assert!(sample(&u, &r).error.unwrap().contains("did not run"));
+        r.steps.push(StepResult {
+            name: u.step_name(),
+            exit_code: Some(1),
+            stderr: "Couldn't connect to 10.0.0.1:18515".into(),
+            ..Default::default()
+        });
+        let s = sample(&u, &r);
+        assert!(s.lat.is_none());
+        assert!(s.error.unwrap().contains("Couldn't connect"));
+    }
+}

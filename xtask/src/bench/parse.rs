@@ -1,0 +1,158 @@
+//! Reading what the tools print: perftest's result rows and `rdma-client --bench --json`
+//! lines, into one shape ([`Lat`], [`Bw`]).
+
+use serde::{Deserialize, Serialize};
+
+/// One latency result (microseconds; half a round trip, as `ib_write_lat` reports).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Lat {
+    pub bytes: u64,
+    pub iterations: u64,
+    pub t_min_us: f64,
+    pub t_max_us: f64,
+    pub t_typical_us: f64,
+    pub t_avg_us: f64,
+    pub t_stdev_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+}
+
+/// One bandwidth result (MB/s as perftest means it: 2^20 bytes per second).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bw {
+    pub bytes: u64,
+    pub iterations: u64,
+    pub bw_peak_mbs: f64,
+    pub bw_avg_mbs: f64,
+    pub msg_rate_mpps: f64,
+}
+
+/// The numbers of the first data row after the header line containing `header`.
+fn row_after(stdout: &str, header: &str, min_fields: usize) -> Option<Vec<f64>> {
+    let mut lines = stdout.lines().skip_while(|l| !l.contains(header));
+    lines.next()?;
+    lines.find_map(|l| {
+        let f: Vec<f64> = l.split_whitespace().map_while(|x| x.parse().ok()).collect();
+        (f.len() >= min_fields).then_some(f)
+    })
+}
+
+/// `ib_write_lat`'s row: `#bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9`.
+pub fn perftest_lat(stdout: &str) -> Option<Lat> {
+    let f = row_after(stdout, "t_typical", 9)?;
+    Some(Lat {
+        bytes: f[0] as u64,
+        iterations: f[1] as u64,
+        t_min_us: f[2],
+        t_max_us: f[3],
+        t_typical_us: f[4],
+        t_avg_us: f[5],
+        t_stdev_us: f[6],
+        p99_us: f[7],
+        p999_us: f[8],
+    })
+}
+
+/// `ib_write_bw`'s row: `#bytes #iterations BW_peak BW_average MsgRate`.
+pub fn perftest_bw(stdout: &str) -> Option<Bw> {
+    let f = row_after(stdout, "BW average", 5)?;
+    Some(Bw {
+        bytes: f[0] as u64,
+        iterations: f[1] as u64,
+        bw_peak_mbs: f[2],
+        bw_avg_mbs: f[3],
+        msg_rate_mpps: f[4],
+    })
+}
+
+/// The JSON lines of `rdma-client --bench … --json` whose `type` is `want`.
+fn ours<T: for<'de> Deserialize<'de>>(stdout: &str, want: &str) -> Vec<T> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v.get("type")?.as_str()? == want)
+                .then(|| serde_json::from_value(v).ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// `rdma-client --bench lat --json`: one `bench_lat` line per size.
+pub fn ours_lat(stdout: &str) -> Option<Lat> {
+    ours(stdout, "bench_lat").into_iter().next()
+}
+
+/// `rdma-client --bench bw --json`: one `bench_bw` line per size.
+pub fn ours_bw(stdout: &str) -> Option<Bw> {
+    ours(stdout, "bench_bw").into_iter().next()
+}
+
+/// The JSON line of the hidden `xtask bench-tcp --connect`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tcp {
+    pub bytes: u64,
+    pub secs: f64,
+}
+
+impl Tcp {
+    /// MB/s (2^20 bytes per second, perftest's unit).
+    pub fn mbs(&self) -> f64 {
+        self.bytes as f64 / self.secs.max(1e-9) / 1_048_576.0
+    }
+}
+
+/// The last `Tcp` line of `stdout`.
+pub fn tcp(stdout: &str) -> Option<Tcp> {
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<Tcp>(l).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perftest_rows() {
+        let lat = "\
+---------------------------------------------------------------------------------------
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 2       200          134.87         3205.07      187.11   	       302.14      	363.20 		2145.25 		3205.07
+---------------------------------------------------------------------------------------
+";
+        let l = perftest_lat(lat).unwrap();
+        assert_eq!((l.bytes, l.iterations), (2, 200));
+        assert_eq!(l.t_typical_us, 187.11);
+        assert_eq!(l.p999_us, 3205.07);
+        let bw = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n \
+65536      200              16.28              12.58  \t\t   0.000201\n";
+        let b = perftest_bw(bw).unwrap();
+        assert_eq!(
+            (b.bytes, b.bw_avg_mbs, b.msg_rate_mpps),
+            (65536, 12.58, 0.000201)
+        );
+        assert!(perftest_lat("Couldn't connect to 10.0.0.1:18515").is_none());
+        assert!(perftest_bw(lat).is_none());
+    }
+
+    #[test]
+    fn our_json_lines() {
+        let out = r#"{"type":"bench_setup","setup_us":1234.0}
+{"type":"bench_lat","schema":1,"bytes":64,"iterations":100,"t_min_us":1.0,"t_max_us":9.0,"t_typical_us":2.0,"t_avg_us":2.5,"t_stdev_us":0.5,"p99_us":8.0,"p999_us":9.0}
+"#;
+        let l = ours_lat(out).unwrap();
+        assert_eq!((l.bytes, l.t_typical_us), (64, 2.0));
+        assert!(ours_bw(out).is_none());
+        let bw = r#"{"type":"bench_bw","schema":1,"bytes":4096,"iterations":10,"bw_peak_mbs":3.0,"bw_avg_mbs":2.0,"bw_peak_gbps":0.1,"bw_avg_gbps":0.1,"msg_rate_mpps":0.0005,"verified":true}"#;
+        assert_eq!(ours_bw(bw).unwrap().bw_avg_mbs, 2.0);
+    }
+
+    #[test]
+    fn tcp_line() {
+        let t = tcp("noise\n{\"bytes\":104857600,\"secs\":2.5}\n").unwrap();
+        assert!((t.mbs() - 40.0).abs() < 1e-9);
+        assert!(tcp("nothing").is_none());
+    }
+}
