@@ -1026,6 +1026,8 @@ mod tests {
         is_send_sync::<crate::Context>();
         is_send_sync::<ProtectionDomain>();
         is_send_sync::<MemoryRegion>();
+        is_send_sync::<crate::ExposedRegion>();
+        is_send_sync::<crate::OwnedBuffer>();
         is_send_sync::<CompletionQueue>();
     }
 }
