@@ -42,9 +42,15 @@ pub struct Args {
     #[arg(long, default_value = "imm", value_name = "imm|tcp")]
     pub notify: Notify,
 
-    /// Shared access token, if the server requires one (or set RDMA_WRITE_TOKEN).
+    /// Shared access token, if the server requires one. Prefer --token-file or the
+    /// RDMA_WRITE_TOKEN environment variable: a token given here shows in `ps` to every user.
     #[arg(long, env = "RDMA_WRITE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+
+    /// File holding the shared access token (wins over --token and RDMA_WRITE_TOKEN). Only its
+    /// owner may read it (`chmod 600 FILE`), as ssh requires of a private key.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 
     /// Deadline (e.g. 10s, 500ms, 1m) for each phase: connect, handshake, write completion, verdict.
     #[arg(long, default_value = "10s", value_parser = app::parse_duration)]

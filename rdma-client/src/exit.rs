@@ -12,7 +12,8 @@ pub const EXITS: Documented = &[
     (
         Exit::Usage,
         "usage error: an unknown, missing or bad flag or argument, an unreadable or empty --file, \
-         an empty --message, no such --device or --port, a --gid-index not in the GID table",
+         an empty --message, an unreadable, empty or group/world-readable --token-file, no such \
+         --device or --port, a --gid-index not in the GID table",
     ),
     (
         Exit::Rdma,
@@ -74,6 +75,9 @@ pub fn classify(report: &color_eyre::Report) -> Exit {
 
 /// The client's and the protocol's errors; the verbs layer's are [`Exit::of_verbs`].
 fn own(cause: &(dyn StdError + 'static)) -> Option<Exit> {
+    if cause.is::<rdma_core_rs::app::token::TokenError>() {
+        return Some(Exit::Usage);
+    }
     if let Some(e) = cause.downcast_ref::<ProtoError>() {
         return Some(from_code(e.code(), matches!(e, ProtoError::Remote(_))));
     }

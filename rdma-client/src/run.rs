@@ -20,6 +20,10 @@ const WRITE_WR_ID: u64 = 0x5752_4954; // "WRIT"
 /// Runs the whole client flow; `Ok` only when the server verified the bytes.
 pub fn run(args: &Args, out: &Output) -> Result<()> {
     let payload = load_payload(args)?;
+    let token = match &args.token_file {
+        Some(path) => Some(rdma_core_rs::app::token::read_file(path)?),
+        None => args.token.clone(),
+    };
     let crc = rdma_proto::crc32c(&payload);
     let timeout = args.timeout;
 
@@ -35,7 +39,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         length: payload.len() as u64,
         notify: args.notify,
         crc32c: crc,
-        token: args.token.clone(),
+        token,
     });
 
     let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;

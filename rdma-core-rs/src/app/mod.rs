@@ -6,10 +6,12 @@
 //! because both binaries already depend on this crate (as they do for [`crate::cli`]).
 
 mod exit;
+pub mod generate;
 mod output;
 pub mod report;
 #[cfg(feature = "test-support")]
 pub mod testing;
+pub mod token;
 
 pub use exit::{Documented, Exit, classify, exit_codes_help};
 pub use output::{Events, Output};
@@ -40,6 +42,9 @@ where
     A: clap::Parser,
     E: Events,
 {
+    if let Some(code) = generate::if_asked::<A>() {
+        return code;
+    }
     report::install();
     let args = match A::try_parse() {
         Ok(args) => args,

@@ -28,6 +28,12 @@ impl Files {
         let token_file = dir.join("token");
         std::fs::write(&token_file, format!("{}\n", scenarios::TOKEN))
             .wrap_err_with(|| format!("writing {}", token_file.display()))?;
+        // Both binaries refuse a token file that others can read (as ssh does a private key).
+        std::fs::set_permissions(
+            &token_file,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
+        )
+        .wrap_err_with(|| format!("making {} private", token_file.display()))?;
         let utf8 = |p: PathBuf| {
             p.to_str()
                 .map(str::to_owned)
