@@ -9,8 +9,10 @@ use xshell::{Shell, cmd};
 pub(super) fn build(selftest: bool) -> Result<()> {
     let sh = Shell::new()?;
     println!("e2e: building rdma-server and rdma-client");
+    // Naming a target (`--example`) makes cargo build only the named targets: ask for the
+    // binaries too, or a clean target dir would have no rdma-server / rdma-client.
     let example: &[&str] = if selftest {
-        &["--package", "rdma-core-rs", "--example", "loopback"]
+        &["--bins", "--package", "rdma-core-rs", "--example", "loopback"]
     } else {
         &[]
     };
