@@ -139,6 +139,13 @@ pub fn check_output(shown: &str, out: &Output) -> Result<()> {
     ))
 }
 
+/// The workspace root (xtask's manifest dir is `ROOT/xtask`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
 /// Finds `tool` on PATH (plus the sbin directories that non-root PATHs often lack).
 pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -6,11 +6,13 @@ mod agent;
 mod backend;
 mod bench;
 mod deps;
+mod dist;
 mod e2e;
 mod exec;
 mod fuzz;
 mod hostile;
 mod load;
+mod pkgtest;
 mod plan;
 mod rxe;
 mod smoke;
@@ -40,6 +42,10 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// Check for / install the Debian packages the build, the run and the VM guests need.
     Deps(deps::DepsArgs),
+    /// Release binaries and the two Debian packages (cargo-deb) under target/dist/.
+    Dist(dist::DistArgs),
+    /// Build the packages, install each alone in a guest, run the service, remove them.
+    PkgTest(pkgtest::PkgTestArgs),
     /// Print which RDMA backend this machine can use, and why.
     Backend(backend::BackendArgs),
     /// Boot guests, bring up rxe and run an ib_write_bw pair across them.
@@ -58,6 +64,9 @@ enum Cmd {
     /// (inside a guest) A plain TCP stream between the guests: the link's ceiling for bench.
     #[command(hide = true)]
     BenchTcp(bench::tcp::TcpArgs),
+    /// (inside a guest) One check of an installed package (pkg-test).
+    #[command(hide = true)]
+    PkgGuest(pkgtest::PkgGuestArgs),
 }
 
 fn main() -> Result<()> {
@@ -77,6 +86,9 @@ fn main() -> Result<()> {
         Cmd::Hostile(a) => hostile::cmd(a),
         Cmd::Load(a) => load::cmd(a),
         Cmd::Deps(a) => deps::cmd(a),
+        Cmd::Dist(a) => dist::cmd(a),
+        Cmd::PkgTest(a) => pkgtest::cmd(a),
+        Cmd::PkgGuest(a) => pkgtest::guest_cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),
         Cmd::VmRun(a) => vm::run_cmd::cmd(a),

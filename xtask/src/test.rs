@@ -4,7 +4,8 @@
 //! parser, then the end-to-end scenarios in the guests: all of them across two guests, then all
 //! of them again in one guest through the
 //! host-rxe backend (`xtask e2e --backend rxe` runs inside it), with the verbs self-test and the
-//! load test.
+//! load test; last, the Debian packages (`xtask pkg-test`: built, installed apart in the guests,
+//! run as packaged, removed).
 
 use crate::deps::{self, Group};
 use crate::e2e::{self, E2eArgs};
@@ -89,6 +90,15 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         phase(
             "e2e: one node (host-rxe backend inside the guest): verbs self-test, every scenario, load",
             &mut || e2e::cmd(&one),
+        )?;
+        phase(
+            "packages: both .deb built, each installed alone in a guest, the service serves the installed client, both removed",
+            &mut || {
+                crate::pkgtest::cmd(&crate::pkgtest::PkgTestArgs {
+                    vm: base.vm.clone(),
+                    no_build: false,
+                })
+            },
         )?;
     }
     let summary: Vec<String> = phases

@@ -49,7 +49,9 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("ls", "coreutils"),
     ("install", "coreutils"),
     ("cp", "coreutils"),
+    ("rm", "coreutils"),
     ("sh", "dash"),
+    ("getent", "libc-bin"),
 ];
 
 #[cfg(test)]
@@ -57,6 +59,7 @@ pub const TOOLS: &[(&str, &str)] = &[
 /// minbase root), which `cargo xtask deps` therefore does not list.
 pub const BASE: &[&str] = &[
     "coreutils",
+    "libc-bin",
     "dash",
     "util-linux",
     "mount",
@@ -114,14 +117,11 @@ pub fn programs_run_by(src: &str) -> std::collections::BTreeSet<String> {
         "command(\"",
     ] {
         for (i, _) in code.match_indices(call) {
-            let rest = &code[i..code.len().min(i + 160)];
-            // The first array literal of the call, unless the call ends before one.
-            let arr = rest.find("&[\"");
-            let end = rest.find(");");
-            if let Some(a) = arr
-                && end.is_none_or(|e| a < e)
-            {
-                found.extend(word_at(&rest[a + 3..]));
+            // The first array literal among the call's own arguments.
+            let open = i + call.find('(').unwrap_or(0);
+            let args = call_args(&code[open..]);
+            if let Some(a) = args.find("&[\"") {
+                found.extend(word_at(&args[a + 3..]));
             }
         }
     }
@@ -135,6 +135,38 @@ pub fn programs_run_by(src: &str) -> std::collections::BTreeSet<String> {
         }
     }
     found
+}
+
+/// The text of a call's arguments: from its `(` (at the start of `from`) to the matching `)`,
+/// string literals skipped over.
+#[cfg(test)]
+fn call_args(from: &str) -> &str {
+    let mut depth = 0usize;
+    let mut in_str = false;
+    let mut escaped = false;
+    for (i, c) in from.char_indices() {
+        if in_str {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return &from[..=i];
+                }
+            }
+            _ => {}
+        }
+    }
+    from
 }
 
 /// Source with the whitespace that rustfmt moves around removed (after `(`, `,`, `[`, `&`, `{`
@@ -186,6 +218,7 @@ mod tests {
             if exec::which("apt-get").is_none() {}
             let s = Step::new("info", &["ibv_devinfo", "-v"]);
             let s = Step::new(format!("x{}", 1), &[]);
+            let s = Step { argv: sub(&["not-a-program", "x"]), ..Step::new("y", &[]) };
             let c = Captured::spawn(&["ip", "link"]);
             let v = ["ib_write_lat", "-F", "-x"];
             let j = ["--json", "--serve"];

@@ -1,0 +1,396 @@
+//! `cargo xtask dist`: release binaries and one Debian package per binary under `target/dist/`:
+//! `rdma-server_VERSION-REV_ARCH.deb` and `rdma-client_VERSION-REV_ARCH.deb`.
+//!
+//! The packages are made by cargo-deb from `[package.metadata.deb]` in each binary's
+//! Cargo.toml. Their man pages and bash/zsh/fish completions are generated first from the
+//! binaries' own clap definitions (`BIN --generate KIND`), so they cannot drift from `--help`.
+//! The server's systemd unit is rated with `systemd-analyze security --offline=yes` and the
+//! build fails above [`MAX_EXPOSURE`]; each package's file list and dependencies are checked.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use xshell::{Shell, cmd};
+
+use crate::deps::{self, Group};
+use crate::exec;
+
+/// Highest `systemd-analyze security` exposure the unit may have ("OK" is 2.0 and below).
+pub const MAX_EXPOSURE: f64 = 2.0;
+/// The unit, as shipped (cargo-deb installs it from here).
+pub const UNIT: &str = "rdma-server/pkg/debian/rdma-server.service";
+
+/// One binary's package.
+#[derive(Clone, Copy, Debug)]
+pub struct Package {
+    /// Package and binary name.
+    pub name: &'static str,
+    /// What must be in it (paths as `dpkg-deb -c` shows them, without the leading `.`).
+    pub files: &'static [&'static str],
+    /// The other binary: this package must not depend on it.
+    pub not_depending_on: &'static str,
+}
+
+/// Files both packages carry, `{}` standing for the package name.
+const COMMON: &[&str] = &[
+    "/usr/bin/{}",
+    "/usr/share/man/man1/{}.1.gz",
+    "/usr/share/bash-completion/completions/{}",
+    "/usr/share/zsh/vendor-completions/_{}",
+    "/usr/share/fish/vendor_completions.d/{}.fish",
+    "/usr/share/doc/{}/README.md",
+    "/usr/share/doc/{}/LICENSE-MIT",
+    "/usr/share/doc/{}/LICENSE-APACHE",
+    "/usr/share/doc/{}/copyright",
+];
+
+/// The two packages.
+pub const PACKAGES: [Package; 2] = [
+    Package {
+        name: "rdma-server",
+        files: &[
+            "/etc/rdma-server/rdma-server.toml",
+            "/usr/lib/systemd/system/rdma-server.service",
+            "/usr/lib/sysusers.d/rdma-server.conf",
+        ],
+        not_depending_on: "rdma-client",
+    },
+    Package {
+        name: "rdma-client",
+        files: &[],
+        not_depending_on: "rdma-server",
+    },
+];
+
+impl Package {
+    /// Every path the package must contain.
+    pub fn expected(&self) -> Vec<String> {
+        COMMON
+            .iter()
+            .map(|f| f.replace("{}", self.name))
+            .chain(self.files.iter().map(|f| (*f).to_owned()))
+            .collect()
+    }
+}
+
+/// Arguments of `cargo xtask dist`.
+#[derive(Debug, Args)]
+pub struct DistArgs {
+    /// Use the release binaries already built instead of running `cargo build --release`.
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+/// What `dist` made.
+#[derive(Debug, Clone)]
+pub struct Dist {
+    /// `target/dist/rdma-server_…deb`.
+    pub server: PathBuf,
+    /// `target/dist/rdma-client_…deb`.
+    pub client: PathBuf,
+    /// The unit's `systemd-analyze security` exposure.
+    pub exposure: f64,
+}
+
+/// Entry point.
+pub fn cmd(args: &DistArgs) -> Result<()> {
+    let d = build(args.no_build)?;
+    println!(
+        "dist: {}\ndist: {}\ndist: rdma-server.service exposure {:.1} (systemd-analyze security; OK is <= {MAX_EXPOSURE:.1})",
+        d.server.display(),
+        d.client.display(),
+        d.exposure
+    );
+    Ok(())
+}
+
+/// The workspace's target directory (honours `CARGO_TARGET_DIR`).
+pub fn target_dir() -> PathBuf {
+    let xtask = crate::vm::xtask_dir();
+    xtask.parent().map_or(xtask.clone(), Path::to_path_buf)
+}
+
+/// Builds both packages; see the module docs.
+pub fn build(no_build: bool) -> Result<Dist> {
+    deps::ensure(&[Group::Build, Group::Dist])?;
+    let root = exec::workspace_root();
+    let sh = Shell::new()?;
+    sh.change_dir(&root);
+    if !no_build {
+        println!("dist: cargo build --release (rdma-server, rdma-client)");
+        exec::run_loud(
+            cmd!(
+                sh,
+                "cargo build --release --package rdma-server --package rdma-client"
+            ),
+            Duration::from_secs(1800),
+        )
+        .wrap_err("building the release binaries")?;
+    }
+    let target = target_dir();
+    let release = target.join("release");
+    let generated = release.join("pkg-gen");
+    std::fs::create_dir_all(&generated)
+        .wrap_err_with(|| format!("creating {}", generated.display()))?;
+    for p in PACKAGES {
+        generate(&release.join(p.name), p.name, &generated)?;
+    }
+    let exposure = unit_exposure(&root.join(UNIT))?;
+    let out = target.join("dist");
+    std::fs::create_dir_all(&out).wrap_err_with(|| format!("creating {}", out.display()))?;
+    let arch = exec::run(cmd!(sh, "dpkg --print-architecture"))?
+        .trim()
+        .to_owned();
+    let mut debs = Vec::new();
+    for p in PACKAGES {
+        let deb = package(&sh, &p, &out, &arch)?;
+        check_package(&sh, &p, &deb)?;
+        println!("dist: {} ok", deb.display());
+        debs.push(deb);
+    }
+    let [server, client] = <[PathBuf; 2]>::try_from(debs).map_err(|_| eyre!("two packages"))?;
+    Ok(Dist {
+        server,
+        client,
+        exposure,
+    })
+}
+
+/// Writes `BIN --generate KIND` for every kind into `dir` (the man page gzipped, as Debian
+/// ships them).
+fn generate(bin: &Path, name: &str, dir: &Path) -> Result<()> {
+    let sh = Shell::new()?;
+    for (kind, file) in [
+        ("man", format!("{name}.1.gz")),
+        ("complete-bash", format!("{name}.bash")),
+        ("complete-zsh", format!("_{name}")),
+        ("complete-fish", format!("{name}.fish")),
+    ] {
+        let text = exec::run_bytes(cmd!(sh, "{bin} --generate {kind}"), None)
+            .wrap_err_with(|| format!("generating the {kind} output of {name}"))?;
+        if text.is_empty() {
+            bail!("`{} --generate {kind}` printed nothing", bin.display());
+        }
+        let bytes = if kind == "man" {
+            exec::run_bytes(cmd!(sh, "gzip -9n -c"), Some(text))?
+        } else {
+            text
+        };
+        let path = dir.join(file);
+        std::fs::write(&path, bytes).wrap_err_with(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `systemd-analyze security --offline=yes` of the unit file: its overall exposure, failing
+/// above [`MAX_EXPOSURE`].
+pub fn unit_exposure(unit: &Path) -> Result<f64> {
+    let sh = Shell::new()?;
+    // systemd-analyze writes a temporary copy next to nothing: run it where the file is.
+    let out = exec::run(cmd!(sh, "systemd-analyze security --offline=yes {unit}"))
+        .wrap_err("rating the systemd unit")?;
+    let exposure = parse_exposure(&out).ok_or_else(|| {
+        eyre!(
+            "no overall exposure level in:\n{}",
+            crate::text::tail(&out, 2000)
+        )
+    })?;
+    if exposure > MAX_EXPOSURE {
+        let exposed: Vec<&str> = out.lines().filter(|l| l.contains('✗')).collect();
+        bail!(
+            "{} rates {exposure:.1} in `systemd-analyze security`, above {MAX_EXPOSURE:.1}; what it \
+             counts against it:\n{}",
+            unit.display(),
+            exposed.join("\n")
+        );
+    }
+    Ok(exposure)
+}
+
+/// The figure of `→ Overall exposure level for NAME.service: 1.3 OK 🙂`.
+pub fn parse_exposure(out: &str) -> Option<f64> {
+    out.lines()
+        .find_map(|l| l.split_once("Overall exposure level for "))
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+/// `cargo deb` for one binary; the `.deb` it wrote.
+fn package(sh: &Shell, p: &Package, out: &Path, arch: &str) -> Result<PathBuf> {
+    let name = p.name;
+    let before = debs_in(out, name)?;
+    for old in &before {
+        std::fs::remove_file(old).wrap_err_with(|| format!("removing {}", old.display()))?;
+    }
+    exec::run(cmd!(
+        sh,
+        "cargo deb --package {name} --no-build --output {out}"
+    ))
+    .wrap_err_with(|| format!("cargo deb for {name}"))?;
+    let made = debs_in(out, name)?;
+    let [deb] = made.as_slice() else {
+        bail!(
+            "expected one {name}_*.deb in {}, found {made:?}",
+            out.display()
+        );
+    };
+    let file = deb
+        .file_name()
+        .and_then(|f| f.to_str())
+        .ok_or_else(|| eyre!("odd file name {}", deb.display()))?;
+    if !deb_name_matches(file, name, arch) {
+        bail!("{file} is not named {name}_VERSION-REV_{arch}.deb");
+    }
+    Ok(deb.clone())
+}
+
+fn debs_in(dir: &Path, name: &str) -> Result<Vec<PathBuf>> {
+    let prefix = format!("{name}_");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .wrap_err_with(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".deb"))
+        })
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// `NAME_VERSION-REV_ARCH.deb`, the Debian file name.
+pub fn deb_name_matches(file: &str, name: &str, arch: &str) -> bool {
+    let Some(rest) = file
+        .strip_prefix(&format!("{name}_"))
+        .and_then(|r| r.strip_suffix(&format!("_{arch}.deb")))
+    else {
+        return false;
+    };
+    rest.split_once('-')
+        .is_some_and(|(v, rev)| !v.is_empty() && !rev.is_empty() && !rev.contains('_'))
+}
+
+/// The package has every expected file, depends on the verbs providers, and not on the other
+/// binary's package.
+fn check_package(sh: &Shell, p: &Package, deb: &Path) -> Result<()> {
+    let listing = exec::run(cmd!(sh, "dpkg-deb --contents {deb}"))?;
+    let missing = missing_files(&listing, &p.expected());
+    if !missing.is_empty() {
+        bail!(
+            "{} lacks {}; it has:\n{listing}",
+            deb.display(),
+            missing.join(", ")
+        );
+    }
+    let depends = exec::run(cmd!(sh, "dpkg-deb --field {deb} Depends"))?;
+    let problems = dependency_problems(&depends, p.not_depending_on);
+    if !problems.is_empty() {
+        bail!("{}: {}", deb.display(), problems.join("; "));
+    }
+    Ok(())
+}
+
+/// Expected paths absent from a `dpkg-deb --contents` listing.
+pub fn missing_files(listing: &str, expected: &[String]) -> Vec<String> {
+    let have: Vec<&str> = listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(|p| p.trim_start_matches('.'))
+        .collect();
+    expected
+        .iter()
+        .filter(|e| !have.contains(&e.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// What is wrong with a package's `Depends`: it must name the verbs providers and libibverbs
+/// (from the binary's shared libraries), and must not name the other binary's package.
+pub fn dependency_problems(depends: &str, other: &str) -> Vec<String> {
+    let names: Vec<&str> = depends
+        .split([',', '|'])
+        .filter_map(|d| d.split_whitespace().next())
+        .collect();
+    let mut problems = Vec::new();
+    for want in ["ibverbs-providers", "libibverbs1", "libc6"] {
+        if !names.contains(&want) {
+            problems.push(format!("Depends lacks {want} ({depends:?})"));
+        }
+    }
+    if names.contains(&other) {
+        problems.push(format!(
+            "Depends names {other}: the packages must install apart"
+        ));
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposure_figure_is_read() {
+        let out = "✗ PrivateNetwork=  Service has access to the host's network  0.5\n\n\
+→ Overall exposure level for rdma-server.service: 1.3 OK 🙂\n";
+        assert_eq!(parse_exposure(out), Some(1.3));
+        assert_eq!(parse_exposure("nothing"), None);
+    }
+
+    #[test]
+    fn the_shipped_unit_rates_ok() {
+        if exec::which("systemd-analyze").is_none() {
+            return; // `cargo xtask deps` installs it; dist itself fails without it
+        }
+        let e = unit_exposure(&exec::workspace_root().join(UNIT)).unwrap();
+        assert!(e <= MAX_EXPOSURE, "{e}");
+    }
+
+    #[test]
+    fn deb_file_names_follow_debian() {
+        assert!(deb_name_matches(
+            "rdma-server_0.1.0-1_amd64.deb",
+            "rdma-server",
+            "amd64"
+        ));
+        assert!(!deb_name_matches(
+            "rdma-server_0.1.0_amd64.deb",
+            "rdma-server",
+            "amd64"
+        ));
+        assert!(!deb_name_matches(
+            "rdma-client_0.1.0-1_amd64.deb",
+            "rdma-server",
+            "amd64"
+        ));
+        assert!(!deb_name_matches(
+            "rdma-server_0.1.0-1_arm64.deb",
+            "rdma-server",
+            "amd64"
+        ));
+    }
+
+    #[test]
+    fn listings_and_dependencies_are_checked() {
+        let listing = "drwxr-xr-x 0/0 0 2025-01-01 00:00 ./usr/bin/\n\
+-rwxr-xr-x 0/0 123 2025-01-01 00:00 ./usr/bin/rdma-client\n";
+        let missing = missing_files(listing, &PACKAGES[1].expected());
+        assert!(!missing.contains(&"/usr/bin/rdma-client".to_owned()));
+        assert!(missing.contains(&"/usr/share/man/man1/rdma-client.1.gz".to_owned()));
+        let good = "libc6 (>= 2.34), libibverbs1 (>= 43.0), ibverbs-providers";
+        assert!(dependency_problems(good, "rdma-server").is_empty());
+        assert_eq!(
+            dependency_problems(
+                "libc6, libibverbs1, ibverbs-providers, rdma-server",
+                "rdma-server"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(dependency_problems("libc6", "rdma-server").len(), 2);
+    }
+}

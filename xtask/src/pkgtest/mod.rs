@@ -1,0 +1,433 @@
+//! `cargo xtask pkg-test`: the two Debian packages, each installed alone in a guest, run the
+//! way they are meant to run.
+//!
+//! `cargo xtask dist` builds them; then guest A installs `rdma-server_*.deb` with apt (its
+//! dependencies resolve from what the host root already has: the guests see it read-only under
+//! a throw-away overlay, so every install is gone at power-off) and guest B installs
+//! `rdma-client_*.deb`; neither pulls the other. The server starts as its systemd unit says
+//! (the guests' init is busybox, so the exact `ExecStart` of the installed unit runs as the
+//! unit's `User`, with its `LimitMEMLOCK` and no new privileges; see [`unit`]); the installed
+//! client writes the seed's message into it with the token the package made, and must get it
+//! verified. Then each package is removed (the server's purged) and its files must be gone.
+
+mod guest;
+mod unit;
+
+pub use guest::{PkgGuestArgs, cmd as guest_cmd};
+
+use std::time::Duration;
+
+use clap::Args;
+use color_eyre::eyre::{Result, bail, eyre};
+
+use crate::dist::{self, Dist};
+use crate::plan::{GUEST_SYNC, Node, Plan, PlanResult, Step};
+use crate::text;
+use crate::vm::{self, PlanGuest, VmOptions};
+
+const SERVER_IP: &str = "10.0.0.1";
+const CLIENT_IP: &str = "10.0.0.2";
+/// Where the package installs the unit and the token.
+const UNIT_PATH: &str = "/usr/lib/systemd/system/rdma-server.service";
+const TOKEN: &str = "/etc/rdma-server/token";
+/// The token, copied into guest B with the right mode.
+const CLIENT_TOKEN: &str = "/tmp/rdma-write.token";
+/// Markers in the sync share.
+const TOKEN_READY: &str = "token-ready";
+const SERVER_STARTED: &str = "server-started";
+const CLIENT_DONE: &str = "client-done";
+/// The step whose write must be verified.
+const SEED: &str = "seed write with the installed client";
+/// The step that runs the server.
+const SERVICE: &str = "rdma-server.service's ExecStart";
+
+/// Arguments of `cargo xtask pkg-test`.
+#[derive(Debug, Clone, Args)]
+pub struct PkgTestArgs {
+    #[command(flatten)]
+    pub vm: VmOptions,
+    /// Use the packages already in target/dist (do not run `cargo xtask dist`).
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+/// Entry point.
+pub fn cmd(args: &PkgTestArgs) -> Result<()> {
+    let d = if args.no_build {
+        existing()?
+    } else {
+        dist::build(false)?
+    };
+    println!(
+        "pkg-test: rdma-server.service exposure {:.1} (systemd-analyze security, OK <= {:.1})",
+        d.exposure,
+        dist::MAX_EXPOSURE
+    );
+    let xtask = std::env::current_exe()?
+        .to_str()
+        .ok_or_else(|| eyre!("the xtask path is not UTF-8"))?
+        .to_owned();
+    let guests = plans(&d, &xtask)?;
+    let run = vm::run_plans(&guests, &args.vm)?;
+    let mut failures = Vec::new();
+    for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
+        match r {
+            Ok(r) => failures.extend(report(&o.name, r)),
+            Err(e) => failures.push(e.clone()),
+        }
+    }
+    if !failures.is_empty() {
+        bail!("pkg-test FAILED:\n{}", failures.join("\n"));
+    }
+    println!(
+        "pkg-test PASS: both packages installed apart, the service's ExecStart served the installed client, both removed cleanly"
+    );
+    Ok(())
+}
+
+/// The packages already in target/dist (`--no-build`), rated again.
+fn existing() -> Result<Dist> {
+    let dir = dist::target_dir().join("dist");
+    let find = |name: &str| -> Result<std::path::PathBuf> {
+        std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .and_then(|f| f.to_str())
+                    .is_some_and(|f| f.starts_with(&format!("{name}_")) && f.ends_with(".deb"))
+            })
+            .ok_or_else(|| {
+                eyre!(
+                    "no {name}_*.deb in {}: run `cargo xtask dist`",
+                    dir.display()
+                )
+            })
+    };
+    Ok(Dist {
+        server: find("rdma-server")?,
+        client: find("rdma-client")?,
+        exposure: dist::unit_exposure(&crate::exec::workspace_root().join(dist::UNIT))?,
+    })
+}
+
+fn argv(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
+}
+
+fn step(name: &str, args: &[&str]) -> Step {
+    let mut s = Step::new(name, &[]);
+    s.argv = argv(args);
+    s
+}
+
+/// `apt-get install` of a local .deb: its dependencies must resolve from what the host root has
+/// installed (the guests have no route to a mirror). (`--no-download` would say so more plainly,
+/// but apt 2.6 then refuses the local file: "Pathname to install is not absolute".)
+fn apt_install(deb: &str) -> Step {
+    let mut s = step(
+        &format!("apt-get install {}", deb.rsplit('/').next().unwrap_or(deb)),
+        &[
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "-o",
+            "APT::Sandbox::User=root",
+            "-o",
+            "Dpkg::Use-Pty=0",
+            deb,
+        ],
+    );
+    s.timeout_s = 240.0;
+    s
+}
+
+/// Turns off man-db's index rebuild, which dpkg triggers on every install and removal of a
+/// package with a man page: `mandb` reading every man page of the host root over 9p under TCG
+/// takes minutes. The overlay is thrown away at power-off; the man page itself is still checked.
+fn no_mandb() -> Step {
+    step(
+        "skip man-db's index rebuild (guest only)",
+        &["rm", "-f", "/var/lib/man-db/auto-update"],
+    )
+}
+
+/// The two guests' plans.
+fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
+    let utf8 = |p: &std::path::Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+    };
+    let (server_deb, client_deb) = (utf8(&d.server)?, utf8(&d.client)?);
+    let guest = |args: &[&str]| {
+        let mut v = vec![xtask];
+        v.extend_from_slice(args);
+        v.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()
+    };
+    let until = format!("{GUEST_SYNC}/{CLIENT_DONE}");
+
+    let mut share_token = step(
+        "share the token",
+        &[
+            "install",
+            "-m",
+            "600",
+            TOKEN,
+            &format!("{GUEST_SYNC}/token"),
+        ],
+    );
+    share_token.create_file_when_done = Some(TOKEN_READY.into());
+    let mut service = step(SERVICE, &[]);
+    service.argv = guest(&[
+        "pkg-guest",
+        "run-unit",
+        "--unit",
+        UNIT_PATH,
+        "--until",
+        &until,
+        "--timeout",
+        "200",
+    ]);
+    service.create_file_when_started = Some(SERVER_STARTED.into());
+    service.timeout_s = 220.0;
+    let server = vec![
+        no_mandb(),
+        apt_install(&server_deb),
+        Step {
+            argv: guest(&["pkg-guest", "absent", "--package", "rdma-client"]),
+            ..Step::new("the server's install pulled no client", &[])
+        },
+        Step {
+            argv: guest(&["pkg-guest", "installed", "--package", "rdma-server"]),
+            ..Step::new("rdma-server installed as packaged", &[])
+        },
+        step(
+            "systemd-analyze verify",
+            &["systemd-analyze", "verify", UNIT_PATH],
+        ),
+        share_token,
+        service,
+        Step {
+            argv: guest(&["pkg-guest", "remove", "--package", "rdma-server", "--purge"]),
+            timeout_s: 180.0,
+            ..Step::new("dpkg -r and -P rdma-server", &[])
+        },
+    ];
+
+    let client = |name: &str, extra: &[&str], exit: i32| {
+        let mut s = step(
+            name,
+            &[
+                "/usr/bin/rdma-client",
+                SERVER_IP,
+                "--wait-for-server",
+                "60s",
+                "--json",
+            ],
+        );
+        s.argv.extend(argv(extra));
+        s.expect_exit = exit;
+        s.timeout_s = 90.0;
+        // Keep going: the server waits for the end marker, and each step is judged.
+        s.allow_failure = true;
+        s
+    };
+    let mut get_token = step(
+        "copy the token",
+        &[
+            "install",
+            "-m",
+            "600",
+            &format!("{GUEST_SYNC}/token"),
+            CLIENT_TOKEN,
+        ],
+    );
+    get_token.wait_for_file = Some(TOKEN_READY.into());
+    get_token.timeout_s = 200.0;
+    let open_token = "/tmp/open.token";
+    let mut first = client("without the token: refused (exit 7)", &[], 7);
+    first.wait_for_file = Some(SERVER_STARTED.into());
+    let mut done = step("client done", &["true"]);
+    done.create_file_when_done = Some(CLIENT_DONE.into());
+    let mut client_steps = vec![
+        no_mandb(),
+        apt_install(&client_deb),
+        Step {
+            argv: guest(&["pkg-guest", "absent", "--package", "rdma-server"]),
+            ..Step::new("the client's install pulled no server", &[])
+        },
+        Step {
+            argv: guest(&["pkg-guest", "installed", "--package", "rdma-client"]),
+            ..Step::new("rdma-client installed as packaged", &[])
+        },
+        get_token,
+        first,
+        step(
+            "a token file others can read",
+            &["install", "-m", "644", CLIENT_TOKEN, open_token],
+        ),
+        client(
+            "with that file: refused before connecting (exit 2)",
+            &["--token-file", open_token],
+            2,
+        ),
+        client(SEED, &["--token-file", CLIENT_TOKEN], 0),
+        done,
+        Step {
+            argv: guest(&["pkg-guest", "remove", "--package", "rdma-client"]),
+            timeout_s: 180.0,
+            ..Step::new("dpkg -r rdma-client", &[])
+        },
+    ];
+    // Every client step runs whatever happened before: the server waits for the end marker.
+    for s in &mut client_steps {
+        s.allow_failure = true;
+    }
+    let timeout = Duration::from_secs(420);
+    Ok(vec![
+        PlanGuest {
+            name: "A".into(),
+            plan: Plan {
+                node: Node::guest(SERVER_IP, true),
+                steps: server,
+                sync_dir: GUEST_SYNC.into(),
+            },
+            mem_mb: 1024,
+            timeout,
+        },
+        PlanGuest {
+            name: "B".into(),
+            plan: Plan {
+                node: Node::guest(CLIENT_IP, true),
+                steps: client_steps,
+                sync_dir: GUEST_SYNC.into(),
+            },
+            mem_mb: 1024,
+            timeout,
+        },
+    ])
+}
+
+/// Prints one guest's steps; returns what failed.
+fn report(guest: &str, r: &PlanResult) -> Vec<String> {
+    let mut failures = Vec::new();
+    if let Some(e) = r.setup.iter().find(|s| !s.ok) {
+        failures.push(format!(
+            "guest {guest}: setup `{}` failed: {}",
+            e.argv.join(" "),
+            e.stderr
+        ));
+    }
+    for s in &r.steps {
+        let mut problems = Vec::new();
+        if !s.ok {
+            problems.push(match (&s.error, s.exit_code) {
+                (Some(e), _) => e.clone(),
+                (None, code) if s.timed_out => format!("killed at its deadline (exit {code:?})"),
+                (None, code) => format!("exit {code:?}"),
+            });
+        }
+        if s.name == SEED && s.ok && !verified(&s.stdout) {
+            problems.push("no {\"type\":\"verified\",\"verified\":true} event".into());
+        }
+        if s.name == SERVICE && s.ok && !s.stdout.contains("verified") {
+            problems.push("the service never reported a verified write".into());
+        }
+        let status = if problems.is_empty() { "PASS" } else { "FAIL" };
+        println!("{status}  {guest}: {} ({:.1} s)", s.name, s.elapsed_s);
+        if s.name == SERVICE {
+            for line in s
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("received message:") || l.starts_with("verified:"))
+            {
+                println!("      server: {line}");
+            }
+        }
+        if !problems.is_empty() {
+            failures.push(format!(
+                "guest {guest}: {}: {}\n      stdout: {}\n      stderr: {}",
+                s.name,
+                problems.join("; "),
+                text::tail(s.stdout.trim(), 1500),
+                text::tail(s.stderr.trim(), 1500)
+            ));
+        }
+    }
+    if let Some(e) = &r.error {
+        if failures.is_empty() {
+            failures.push(format!("guest {guest}: {e}"));
+        }
+    }
+    failures
+}
+
+/// Whether a client's `--json` output ends in a verified write.
+fn verified(stdout: &str) -> bool {
+    stdout.lines().any(|l| {
+        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
+            v.get("type").and_then(|t| t.as_str()) == Some("verified")
+                && v.get("verified").and_then(serde_json::Value::as_bool) == Some(true)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dist() -> Dist {
+        Dist {
+            server: "/t/dist/rdma-server_0.1.0-1_amd64.deb".into(),
+            client: "/t/dist/rdma-client_0.1.0-1_amd64.deb".into(),
+            exposure: 1.3,
+        }
+    }
+
+    #[test]
+    fn each_guest_installs_only_its_package() {
+        let g = plans(&dist(), "/x/xtask").unwrap();
+        let installs = |i: usize| -> Vec<String> {
+            g[i].plan
+                .steps
+                .iter()
+                .filter(|s| s.argv.first().is_some_and(|a| a == "apt-get"))
+                .filter_map(|s| s.argv.last().cloned())
+                .collect()
+        };
+        assert_eq!(installs(0), ["/t/dist/rdma-server_0.1.0-1_amd64.deb"]);
+        assert_eq!(installs(1), ["/t/dist/rdma-client_0.1.0-1_amd64.deb"]);
+        // The server stops only once the client is done, and is removed after it stopped.
+        let server = &g[0].plan.steps;
+        let run = server.iter().position(|s| s.name == SERVICE).unwrap();
+        assert!(!server[run].background);
+        assert!(server[run].argv.iter().any(|a| a.ends_with(CLIENT_DONE)));
+        assert!(
+            server[run + 1..]
+                .iter()
+                .any(|s| s.argv.contains(&"remove".to_owned()))
+        );
+        let client = &g[1].plan.steps;
+        let seed = client.iter().find(|s| s.name == SEED).unwrap();
+        assert_eq!(
+            seed.argv[0], "/usr/bin/rdma-client",
+            "the installed client, not the build's"
+        );
+        assert!(
+            client
+                .iter()
+                .any(|s| s.create_file_when_done.as_deref() == Some(CLIENT_DONE))
+        );
+    }
+
+    #[test]
+    fn only_a_verified_event_counts() {
+        assert!(verified(
+            "{\"type\":\"written\"}\n{\"type\":\"verified\",\"verified\":true}\n"
+        ));
+        assert!(!verified("{\"type\":\"verified\",\"verified\":false}\n"));
+        assert!(!verified("verified\n"));
+    }
+}
