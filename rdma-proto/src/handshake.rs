@@ -18,6 +18,7 @@ use std::fmt;
 
 use subtle::{Choice, ConstantTimeEq};
 
+use crate::bench::{self, BenchParams};
 use crate::error::{ErrorCode, ProtoError};
 use crate::framing::FrameError;
 use crate::wire::{
@@ -37,6 +38,9 @@ pub struct ServerPolicy {
     pub program_version: String,
     /// `banner.features`.
     pub features: Vec<String>,
+    /// Largest buffer a bench session may ask for (`hello.bench`; see [`crate::bench`]);
+    /// 0 = no bench sessions. When not 0 the banner lists the `bench` feature.
+    pub bench_max_len: u64,
 }
 
 impl fmt::Debug for ServerPolicy {
@@ -46,6 +50,7 @@ impl fmt::Debug for ServerPolicy {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("program_version", &self.program_version)
             .field("features", &self.features)
+            .field("bench_max_len", &self.bench_max_len)
             .finish()
     }
 }
@@ -148,11 +153,15 @@ impl ServerHandshake {
             return Err(self.misuse("banner()"));
         }
         self.state = ServerState::AwaitHello;
+        let mut features = self.policy.features.clone();
+        if self.policy.bench_max_len > 0 && !features.iter().any(|f| f == bench::FEATURE) {
+            features.push(bench::FEATURE.to_owned());
+        }
         Ok(ServerMessage::Banner(Banner {
             program: "rdma-server".to_owned(),
             program_version: self.policy.program_version.clone(),
             versions: SUPPORTED_VERSIONS.to_vec(),
-            features: self.policy.features.clone(),
+            features,
             auth: if self.policy.token.is_some() {
                 Auth::Token
             } else {
@@ -192,10 +201,22 @@ impl ServerHandshake {
                 self.check_token(h.token.as_deref())?;
                 // The secret has done its job; keep it out of events, logs and `hello()`.
                 h.token = None;
-                if h.length > self.policy.max_len {
+                let max = if h.bench.is_some() {
+                    if self.policy.bench_max_len == 0 {
+                        return Err(ProtoError::invalid(
+                            "hello",
+                            "bench",
+                            "this server does not run bench sessions (its banner has no `bench` feature)",
+                        ));
+                    }
+                    self.policy.bench_max_len
+                } else {
+                    self.policy.max_len
+                };
+                if h.length > max {
                     return Err(ProtoError::TooLong {
                         length: h.length,
-                        max: self.policy.max_len,
+                        max,
                     });
                 }
                 self.state = ServerState::AwaitAccept;
@@ -503,6 +524,7 @@ impl fmt::Display for ClientState {
 #[derive(Debug)]
 pub struct ClientHandshake {
     req: ClientRequest,
+    bench: Option<BenchParams>,
     state: ClientState,
     banner: Option<Banner>,
     accept: Option<Accept>,
@@ -514,10 +536,21 @@ impl ClientHandshake {
     pub fn new(req: ClientRequest) -> Self {
         ClientHandshake {
             req,
+            bench: None,
             state: ClientState::AwaitBanner,
             banner: None,
             accept: None,
             outcome: None,
+        }
+    }
+
+    /// A handshake that asks for a bench session (`hello.bench`). `req` describes the bytes
+    /// the server will hold at the end ([`bench::final_content`]). The hello fails locally,
+    /// sending nothing, if the server's banner does not list the `bench` feature.
+    pub fn with_bench(req: ClientRequest, bench: BenchParams) -> Self {
+        ClientHandshake {
+            bench: Some(bench),
+            ..ClientHandshake::new(req)
         }
     }
 
@@ -627,6 +660,30 @@ impl ClientHandshake {
             ));
         }
         let wants_token = self.banner.as_ref().is_some_and(|b| b.auth == Auth::Token);
+        if let Some(b) = &self.bench {
+            let banner = self.banner.as_ref();
+            if !banner.is_some_and(|x| x.features.iter().any(|f| f == bench::FEATURE)) {
+                return Err(ProtoError::new(
+                    ErrorCode::InvalidField,
+                    format!(
+                        "the server ({} {}) does not run bench sessions: its banner lists features [{}], not `{}`; upgrade the server",
+                        banner.map_or("?", |x| x.program.as_str()),
+                        banner.map_or("?", |x| x.program_version.as_str()),
+                        banner.map_or(String::new(), |x| x.features.join(", ")),
+                        bench::FEATURE
+                    ),
+                ));
+            }
+            b.check(self.req.length)
+                .map_err(|(field, why)| ProtoError::invalid("hello.bench", field, why))?;
+            if self.req.notify != Notify::Tcp {
+                return Err(ProtoError::invalid(
+                    "hello",
+                    "notify",
+                    "a bench session ends with `written`: use notify tcp",
+                ));
+            }
+        }
         self.state = ClientState::AwaitAccept;
         Ok(ClientMessage::Hello(Hello {
             endpoint: local,
@@ -638,6 +695,7 @@ impl ClientHandshake {
             } else {
                 None
             },
+            bench: self.bench.clone(),
         }))
     }
 

@@ -20,11 +20,13 @@
 //! assert_eq!(msg.to_line().as_bytes(), line);
 //! ```
 
+pub mod bench;
 pub mod error;
 pub mod framing;
 pub mod handshake;
 pub mod wire;
 
+pub use bench::{BenchMode, BenchParams};
 pub use error::{ErrorCode, ProtoError, UnknownErrorCode};
 pub use framing::{Deadlined, FrameError, LineConn};
 pub use handshake::{

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::bench::BenchParams;
 use crate::error::{ErrorCode, ProtoError};
 use crate::{MAX_TEXT, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
 
@@ -250,6 +251,10 @@ pub struct Hello {
     /// Shared secret, if the server asks for one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// A benchmark session instead of one write (only to a server whose banner lists the
+    /// `bench` feature; see [`crate::bench`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bench: Option<BenchParams>,
 }
 
 /// `accept`: server -> client, the server's QP and the remote buffer.
@@ -737,13 +742,61 @@ fn parse_hello(f: Fields<'_>) -> Result<Hello, ProtoError> {
     }
     let crc32c = f.opt_uint("crc32c", 0..=u64::from(u32::MAX))?.map(narrow);
     let token = f.opt_string("token")?;
+    let bench = f
+        .get("bench")
+        .map(|v| parse_bench(f, v, length, notify))
+        .transpose()?;
     Ok(Hello {
         endpoint,
         length,
         notify,
         crc32c,
         token,
+        bench,
     })
+}
+
+/// `hello.bench`: an object whose fields are checked like any message's, then together.
+fn parse_bench(
+    f: Fields<'_>,
+    v: &Value,
+    length: u64,
+    notify: Notify,
+) -> Result<BenchParams, ProtoError> {
+    let Value::Object(obj) = v else {
+        return Err(ProtoError::invalid(
+            f.msg,
+            "bench",
+            format!("{} is not an object", summary(v)),
+        ));
+    };
+    let b = Fields {
+        obj,
+        msg: "hello.bench",
+    };
+    let full = 1..=u64::MAX;
+    let sizes = b
+        .array("sizes")?
+        .iter()
+        .map(|x| b.uint_value("sizes", x, full.clone()))
+        .collect::<Result<Vec<u64>, _>>()?;
+    let p = BenchParams {
+        mode: b.parsed("mode", "\"lat\", \"bw\"")?,
+        sizes,
+        iters: b.uint("iters", 1..=crate::bench::MAX_ITERS)?,
+        addr: b.opt_uint("addr", 0..=u64::MAX)?,
+        rkey: b.opt_uint("rkey", 0..=u64::from(u32::MAX))?.map(narrow),
+    };
+    if notify != Notify::Tcp {
+        return Err(ProtoError::invalid(
+            "hello",
+            "notify",
+            "a bench session ends with `written` carrying the final crc32c: use notify \"tcp\"",
+        ));
+    }
+    p.check(length)
+        .map_err(|(field, why)| ProtoError::invalid("hello.bench", field, why))?;
+    Ok(p)
 }
 
 fn parse_accept(f: Fields<'_>) -> Result<Accept, ProtoError> {

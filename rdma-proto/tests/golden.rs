@@ -52,6 +52,7 @@ fn transcript(notify: Notify, token: Option<&str>) -> String {
         token: token.map(str::to_owned),
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
+        bench_max_len: 0,
     });
     let mut client = ClientHandshake::new(ClientRequest::for_payload(
         PAYLOAD,
@@ -139,10 +140,74 @@ fn golden_handshake_tcp_with_token() {
     );
 }
 
+/// A bench session (`hello.bench`, lat): the banner lists `bench`, the client's hello carries
+/// its parameters and its own buffer, the session ends like a tcp write with the final bytes.
+fn bench_transcript() -> String {
+    let mut out = String::new();
+    let mut server = ServerHandshake::new(ServerPolicy {
+        max_len: 64,
+        token: None,
+        program_version: "0.1.0".to_owned(),
+        features: ServerPolicy::default_features(),
+        bench_max_len: 8 << 20,
+    });
+    let bench = BenchParams {
+        mode: BenchMode::Lat,
+        sizes: vec![2, 4096],
+        iters: 1000,
+        addr: Some(0x7f8a_5678_9000),
+        rkey: Some(0x0003_1a2b),
+    };
+    let fin = rdma_proto::bench::final_content(&bench, bench.iters);
+    let mut client =
+        ClientHandshake::with_bench(ClientRequest::for_payload(&fin, Notify::Tcp, None), bench);
+    let banner = server.banner().unwrap().to_line();
+    out.push_str(&format!("S: {banner}"));
+    client
+        .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
+        .unwrap();
+    let hello = client.hello(client_ep()).unwrap().to_line();
+    out.push_str(&format!("C: {hello}"));
+    let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
+        panic!("expected hello event")
+    };
+    assert_eq!(h.bench.as_ref().map(|b| b.iters), Some(1000));
+    let accept = server
+        .accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 4096)
+        .unwrap()
+        .to_line();
+    out.push_str(&format!("S: {accept}"));
+    client
+        .on_accept(ServerMessage::parse(accept.as_bytes()).unwrap())
+        .unwrap();
+    // (the ping-pong happens here)
+    let w = client.written().unwrap().unwrap().to_line();
+    out.push_str(&format!("C: {w}"));
+    server.on_line(w.as_bytes()).unwrap();
+    let outcome = server.verify(&fin, None, None);
+    assert!(outcome.verified, "{outcome:?}");
+    let result = server.result(outcome).unwrap().to_line();
+    out.push_str(&format!("S: {result}"));
+    client
+        .on_result(ServerMessage::parse(result.as_bytes()).unwrap())
+        .unwrap();
+    assert_eq!(client.state(), ClientState::Done);
+    out
+}
+
+#[test]
+fn golden_handshake_bench() {
+    check_golden("handshake-bench.jsonl", &bench_transcript());
+}
+
 /// Every golden line parses on the receiving side and re-encodes to the same bytes.
 #[test]
 fn golden_lines_roundtrip() {
-    for name in ["handshake-imm.jsonl", "handshake-tcp.jsonl"] {
+    for name in [
+        "handshake-imm.jsonl",
+        "handshake-tcp.jsonl",
+        "handshake-bench.jsonl",
+    ] {
         let text = std::fs::read_to_string(golden_dir().join(name)).unwrap();
         let mut n = 0;
         for line in text.split_inclusive('\n') {

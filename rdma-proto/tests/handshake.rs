@@ -22,6 +22,7 @@ fn policy(token: Option<&str>) -> ServerPolicy {
         token: token.map(str::to_owned),
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
+        bench_max_len: 0,
     }
 }
 
@@ -32,6 +33,7 @@ fn hello(notify: Notify, length: u64, token: Option<&str>) -> ClientMessage {
         notify,
         crc32c: Some(crc32c(PAYLOAD)),
         token: token.map(str::to_owned),
+        bench: None,
     })
 }
 
@@ -504,6 +506,7 @@ fn verify_reports_each_failed_check() {
         notify: Notify::Imm,
         crc32c: None,
         token: None,
+        bench: None,
     }))
     .unwrap();
     assert!(s.verify(b"abc", Some(3), None).verified);
@@ -823,4 +826,83 @@ fn state_display() {
         "awaiting the write (notify=tcp)"
     );
     assert_eq!(ClientState::AwaitAccept.to_string(), "awaiting accept");
+}
+
+fn bench_params(mode: BenchMode, sizes: Vec<u64>) -> BenchParams {
+    BenchParams {
+        mode,
+        sizes,
+        iters: 100,
+        addr: Some(0x1000),
+        rkey: Some(9),
+    }
+}
+
+fn bench_hello(length: u64) -> ClientMessage {
+    ClientMessage::Hello(Hello {
+        endpoint: ep(7),
+        length,
+        notify: Notify::Tcp,
+        crc32c: None,
+        token: None,
+        bench: Some(bench_params(BenchMode::Bw, vec![length])),
+    })
+}
+
+#[test]
+fn bench_needs_a_server_that_offers_it_and_has_its_own_cap() {
+    // A server without bench sessions says so (and its banner does not offer them).
+    let mut s = server(None);
+    let e = s.on_message(bench_hello(8)).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidField);
+    assert!(e.to_string().contains("bench"), "{e}");
+    // With a cap, the banner lists `bench` and bench hellos are held to that cap, not max_len.
+    let mut p = policy(None);
+    p.bench_max_len = 1 << 20;
+    let mut s = ServerHandshake::new(p);
+    let ServerMessage::Banner(b) = s.banner().unwrap() else {
+        panic!()
+    };
+    assert!(b.features.iter().any(|f| f == "bench"));
+    let ServerEvent::Hello(h) = s.on_message(bench_hello(1 << 20)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.bench.unwrap().sizes, vec![1 << 20]);
+    let mut p = policy(None);
+    p.bench_max_len = 1024;
+    let mut s = ServerHandshake::new(p);
+    s.banner().unwrap();
+    assert_eq!(
+        s.on_message(bench_hello(2048)).unwrap_err().code(),
+        ErrorCode::TooLong
+    );
+}
+
+#[test]
+fn a_bench_client_sends_nothing_to_a_server_without_the_feature() {
+    let fin = rdma_proto::bench::final_content(&bench_params(BenchMode::Lat, vec![2, 64]), 100);
+    let mut c = ClientHandshake::with_bench(
+        ClientRequest::for_payload(&fin, Notify::Tcp, None),
+        bench_params(BenchMode::Lat, vec![2, 64]),
+    );
+    // A v1 server that predates bench: its banner has no `bench` feature.
+    let mut old = ServerHandshake::new(policy(None));
+    c.on_banner(old.banner().unwrap()).unwrap();
+    let e = c.hello(ep(3)).unwrap_err();
+    assert!(e.to_string().contains("does not run bench sessions"), "{e}");
+    assert_eq!(c.state(), ClientState::Failed);
+    // An old client (no bench) against a bench-capable server: the plain write still works.
+    let mut p = policy(None);
+    p.bench_max_len = 1 << 20;
+    let mut s = ServerHandshake::new(p);
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
+    c.on_banner(s.banner().unwrap()).unwrap();
+    let ClientMessage::Hello(h) = c.hello(ep(3)).unwrap() else {
+        panic!()
+    };
+    assert!(h.bench.is_none());
+    assert!(matches!(
+        s.on_message(ClientMessage::Hello(h)).unwrap(),
+        ServerEvent::Hello(_)
+    ));
 }

@@ -62,6 +62,7 @@ fn hello() -> impl Strategy<Value = Hello> {
                 notify,
                 crc32c,
                 token,
+                bench: None,
             }
         })
 }

@@ -58,6 +58,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
                 token,
                 program_version: env!("CARGO_PKG_VERSION").to_owned(),
                 features: ServerPolicy::default_features(),
+                bench_max_len: 0,
             },
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,

@@ -1,0 +1,208 @@
+//! The `bench` extension of `hello` (feature `"bench"` in the banner): the client asks the
+//! server for a benchmark session instead of one write, and carries every parameter itself, so
+//! the server needs no matching flags.
+//!
+//! Also the contract both sides share about what the bytes are: the payload pattern (every
+//! byte has its high bit set) and the ping-pong counters of `lat` (1..=127, never 0, never a
+//! pattern byte), so a side spinning on the last byte of its buffer can never mistake an old
+//! byte for the next ping. Pure; no I/O.
+
+use serde::Serialize;
+
+/// What the client measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchMode {
+    /// Ping-pong of RDMA Writes (like `ib_write_lat`): the server answers each write with one.
+    Lat,
+    /// A stream of RDMA Writes (like `ib_write_bw`): the server only checks the end result.
+    Bw,
+}
+
+impl BenchMode {
+    /// `"lat"` or `"bw"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchMode::Lat => "lat",
+            BenchMode::Bw => "bw",
+        }
+    }
+}
+
+impl std::fmt::Display for BenchMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for BenchMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "lat" => Ok(BenchMode::Lat),
+            "bw" => Ok(BenchMode::Bw),
+            other => Err(format!("unknown bench mode `{other}`: use `lat` or `bw`")),
+        }
+    }
+}
+
+/// The feature a server lists in its banner when it serves bench sessions.
+pub const FEATURE: &str = "bench";
+/// Most sizes one session may sweep.
+pub const MAX_SIZES: usize = 64;
+/// Most exchanges (lat) or writes (bw) per size.
+pub const MAX_ITERS: u64 = 100_000_000;
+
+/// `hello.bench`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BenchParams {
+    pub mode: BenchMode,
+    /// Message sizes, strictly ascending; the largest is `hello.length` (the buffer it needs).
+    pub sizes: Vec<u64>,
+    /// Exchanges (lat) or writes (bw) per size. With bw the client may stop earlier (a
+    /// duration); the server only checks the final bytes.
+    pub iters: u64,
+    /// lat: the client's buffer the server writes its answers to (`hello.length` bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr: Option<u64>,
+    /// lat: the remote key of that buffer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rkey: Option<u32>,
+}
+
+impl BenchParams {
+    /// Checks what the fields must satisfy together, for a hello of `length` bytes.
+    /// Returns the field at fault and why.
+    pub fn check(&self, length: u64) -> Result<(), (&'static str, String)> {
+        if self.sizes.is_empty() || self.sizes.len() > MAX_SIZES {
+            return Err((
+                "sizes",
+                format!(
+                    "has {} entries; give 1..={MAX_SIZES} sizes",
+                    self.sizes.len()
+                ),
+            ));
+        }
+        if self.sizes[0] == 0 || self.sizes.windows(2).any(|w| w[0] >= w[1]) {
+            return Err((
+                "sizes",
+                "must be at least 1 and strictly ascending".to_owned(),
+            ));
+        }
+        if self.sizes.last() != Some(&length) {
+            return Err((
+                "sizes",
+                format!("the largest size must equal hello's length ({length})"),
+            ));
+        }
+        if !(1..=MAX_ITERS).contains(&self.iters) {
+            return Err((
+                "iters",
+                format!("{} is out of range 1..={MAX_ITERS}", self.iters),
+            ));
+        }
+        if self.mode == BenchMode::Lat && (self.addr.is_none() || self.rkey.is_none()) {
+            return Err((
+                "addr",
+                "lat needs the client's buffer (`addr` and `rkey`) for the server's answers"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Byte `i` of a bench payload: never below 0x80, so never a ping counter.
+#[must_use]
+pub fn pattern_byte(i: usize) -> u8 {
+    0x80 | ((i.wrapping_mul(31).wrapping_add(7)) as u8 & 0x7f)
+}
+
+/// Fills `buf` with the bench pattern.
+pub fn fill_pattern(buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(i);
+    }
+}
+
+/// The last byte of ping-pong exchange `n` (1-based): 1..=127, and consecutive exchanges differ.
+#[must_use]
+pub fn counter(n: u64) -> u8 {
+    ((n - 1) % 127) as u8 + 1
+}
+
+/// What the server's buffer holds when a session of `p` ends: every size written its pattern,
+/// in ascending order, and in lat the last byte of each size is the counter of its last
+/// exchange. `last_iters` is how many exchanges the last size got.
+#[must_use]
+pub fn final_content(p: &BenchParams, last_iters: u64) -> Vec<u8> {
+    let max = p.sizes.last().copied().unwrap_or(0) as usize;
+    let mut buf = vec![0u8; max];
+    fill_pattern(&mut buf);
+    // Every ping of a larger size rewrites the smaller sizes' last bytes with the pattern, so
+    // only the last size's final counter remains.
+    if p.mode == BenchMode::Lat && max > 0 {
+        buf[max - 1] = counter(last_iters);
+    }
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lat(sizes: Vec<u64>) -> BenchParams {
+        BenchParams {
+            mode: BenchMode::Lat,
+            sizes,
+            iters: 300,
+            addr: Some(0x1000),
+            rkey: Some(7),
+        }
+    }
+
+    #[test]
+    fn counters_never_collide_with_the_pattern_or_zero() {
+        for n in 1..1000u64 {
+            let c = counter(n);
+            assert!((1..=127).contains(&c));
+            assert_ne!(c, counter(n + 1));
+        }
+        assert!((0..10_000).all(|i| pattern_byte(i) >= 0x80));
+    }
+
+    #[test]
+    fn params_are_checked_together() {
+        assert!(lat(vec![2, 64]).check(64).is_ok());
+        assert_eq!(lat(vec![2, 64]).check(65).unwrap_err().0, "sizes");
+        assert_eq!(lat(vec![64, 2]).check(2).unwrap_err().0, "sizes");
+        assert_eq!(lat(vec![0, 2]).check(2).unwrap_err().0, "sizes");
+        assert_eq!(lat(vec![]).check(2).unwrap_err().0, "sizes");
+        let mut p = lat(vec![8]);
+        p.addr = None;
+        assert_eq!(p.check(8).unwrap_err().0, "addr");
+        p.mode = BenchMode::Bw;
+        assert!(p.check(8).is_ok(), "bw needs no client buffer");
+        p.iters = 0;
+        assert_eq!(p.check(8).unwrap_err().0, "iters");
+    }
+
+    #[test]
+    fn final_content_is_the_pattern_with_the_last_counter() {
+        let p = lat(vec![2, 8]);
+        let c = final_content(&p, 300);
+        assert_eq!(c.len(), 8);
+        assert_eq!(c[7], counter(300));
+        assert_eq!(
+            c[1],
+            pattern_byte(1),
+            "size 2's counter was overwritten by size 8"
+        );
+        let bw = BenchParams {
+            mode: BenchMode::Bw,
+            ..p
+        };
+        let c = final_content(&bw, 5);
+        assert!(c.iter().enumerate().all(|(i, b)| *b == pattern_byte(i)));
+    }
+}
