@@ -250,6 +250,16 @@ impl CompletionQueue {
         }
     }
 
+    /// Non-blocking: takes at most one completion, if one is there. For loops that spin on
+    /// something else as well (a ping-pong byte) and must never sleep.
+    ///
+    /// # Errors
+    /// [`Error::Completion`] for a completion with an error status, [`Error::Verb`] if polling
+    /// fails.
+    pub fn try_poll(&self) -> Result<Option<Completion>> {
+        self.poll_once()?.transpose()
+    }
+
     /// Non-blocking: takes at most one completion.
     fn poll_once(&self) -> Result<Option<Result<Completion>>> {
         let cq = self.0.cq;

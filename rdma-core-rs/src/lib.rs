@@ -20,6 +20,25 @@
 //! every path including errors. All handles are `Send + Sync`: libibverbs documents its verbs
 //! as thread-safe, and the handles are only used through those verbs.
 //!
+//! The rules that need no device are plain functions, so they run (and are tested) anywhere;
+//! here, which GID a RoCE port's address vector uses when none is asked for:
+//!
+//! ```
+//! use rdma_core_rs::{GidEntry, GidKind, LinkLayer, select_gid_in};
+//! let entry = |index, gid: &str, kind| GidEntry { index, gid: gid.parse().unwrap(), kind };
+//! let table = [
+//!     entry(0, "fe80::5054:ff:fe12:3401", GidKind::RoceV2),
+//!     entry(1, "::ffff:10.0.0.1", GidKind::RoceV2),
+//! ];
+//! // RoCE: the IPv4-mapped RoCE v2 GID, routable through the netdev's address.
+//! let gid = select_gid_in(&table, LinkLayer::Ethernet, 1, None)?;
+//! assert_eq!((gid.index, gid.gid.to_string().as_str()), (1, "::ffff:10.0.0.1"));
+//! // An index that is not in the table is refused, and the error lists the table.
+//! let err = select_gid_in(&table, LinkLayer::Ethernet, 1, Some(7)).unwrap_err();
+//! assert!(err.to_string().contains("::ffff:10.0.0.1"), "{err}");
+//! # Ok::<(), rdma_core_rs::Error>(())
+//! ```
+//!
 //! Errors ([`Error`]) name the step that failed, the errno and what to do ([`Error::advice`]);
 //! [`Error::kind`] groups them for exit codes. There is no JSON and no socket code here.
 //!
@@ -65,7 +84,7 @@ pub use local::cli;
 pub use pd::{ExposedRegion, MemoryRegion, OwnedBuffer, ProtectionDomain};
 pub use qp::{
     Endpoint, Init, MAX_PSN, MAX_WRITE_LEN, QpCaps, QueuePair, RemoteBuffer, RemoteQp, Reset, Rtr,
-    RtrParams, Rts, RtsParams,
+    RtrParams, Rts, RtsParams, WriteFlags,
 };
 pub use types::{
     Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, WcOpcode,

@@ -430,6 +430,26 @@ impl ExposedRegion {
     pub fn deregister(mut self) -> Result<OwnedBuffer> {
         self.0.deregister()
     }
+
+    /// Byte `index` as it is right now, read with a volatile load: for a side that spins until
+    /// a peer's RDMA Write lands (the last byte of a ping-pong). `None` if `index` is outside
+    /// the buffer. Only that byte is read; the rest of the buffer is still read after
+    /// [`deregister`](Self::deregister).
+    #[must_use]
+    pub fn volatile_byte(&self, index: usize) -> Option<u8> {
+        if index >= self.len() {
+            return None;
+        }
+        // SAFETY: `index` is inside the live allocation of `len` bytes this region owns (it is
+        // freed only after deregistration, which takes `self` by value). A device may write the
+        // byte at any time; a single-byte volatile load cannot tear, every bit pattern is a
+        // valid u8, and no Rust reference to the buffer exists while it is registered, so the
+        // load aliases nothing the compiler reasons about.
+        let b = unsafe { std::ptr::read_volatile(self.0.buf.ptr.as_ptr().add(index)) };
+        // What the device wrote before this byte is seen by whatever the caller does next.
+        fence(Ordering::Acquire);
+        Some(b)
+    }
 }
 
 #[cfg(test)]

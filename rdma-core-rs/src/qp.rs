@@ -682,13 +682,35 @@ fn check_write(mr_len: usize, local: &Range<usize>, remote: &RemoteBuffer) -> Re
     })
 }
 
-/// Builds the signalled RDMA Write (with immediate, if any) work request.
+/// How [`QueuePair::post_write_with`] posts a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteFlags {
+    /// RDMA Write with immediate (big-endian on the wire), consuming a receive at the peer.
+    pub imm: Option<u32>,
+    /// Produce a send completion. An unsignalled write's send-queue slot is only freed when a
+    /// later signalled write on the QP completes: signal at least every `max_send_wr` writes,
+    /// or posting fails with ENOMEM.
+    pub signaled: bool,
+    /// Copy the data into the work request at post time (it must fit the QP's
+    /// `max_inline_data`); the buffer may change right after the post.
+    pub inline: bool,
+}
+
+/// Builds the RDMA Write (with immediate, if any) work request.
 fn write_wr(
     sge: *mut ffi::ibv_sge,
     remote: &RemoteBuffer,
-    imm: Option<u32>,
+    flags: WriteFlags,
     wr_id: u64,
 ) -> ffi::ibv_send_wr {
+    let imm = flags.imm;
+    let mut send_flags = 0;
+    if flags.signaled {
+        send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+    }
+    if flags.inline {
+        send_flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
+    }
     let (opcode, imm_be) = match imm {
         Some(v) => (ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM, v.to_be()),
         None => (ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE, 0),
@@ -699,7 +721,7 @@ fn write_wr(
         sg_list: sge,
         num_sge: 1,
         opcode,
-        send_flags: ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
+        send_flags,
         __bindgen_anon_1: ffi::ibv_send_wr__bindgen_ty_1 { imm_data: imm_be },
         wr: ffi::ibv_send_wr__bindgen_ty_2 {
             rdma: ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
@@ -745,6 +767,28 @@ impl QueuePair<Rts> {
         imm: Option<u32>,
         wr_id: u64,
     ) -> Result<()> {
+        let flags = WriteFlags {
+            imm,
+            signaled: true,
+            inline: false,
+        };
+        self.post_write_with(mr, local, remote, flags, wr_id)
+    }
+
+    /// [`post_write`](Self::post_write) with the choice of signalling and inline data (see
+    /// [`WriteFlags`]): what a benchmark needs to keep many writes in flight cheaply.
+    ///
+    /// # Errors
+    /// As `post_write`; [`Error::Verb`] ([`VerbOp::PostSend`]) with ENOMEM when the send queue
+    /// is full (too few signalled writes) or EINVAL when inline data exceeds the QP's limit.
+    pub fn post_write_with(
+        &self,
+        mr: &MemoryRegion,
+        local: Range<usize>,
+        remote: RemoteBuffer,
+        flags: WriteFlags,
+        wr_id: u64,
+    ) -> Result<()> {
         if !mr.pd().same_as(&self.h.pd) {
             return Err(Error::invalid(
                 "the memory region belongs to a different protection domain than the QP",
@@ -757,7 +801,7 @@ impl QueuePair<Rts> {
             length: len,
             lkey: mr.lkey(),
         };
-        let mut wr = write_wr(&mut sge, &remote, imm, wr_id);
+        let mut wr = write_wr(&mut sge, &remote, flags, wr_id);
         let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
         // SAFETY: valid QP; its context is the open context.
         let f = unsafe { (*(*self.h.qp).context).ops.post_send };
@@ -1001,7 +1045,12 @@ mod tests {
             rkey: 0x77,
             len: 64,
         };
-        let wr = write_wr(&mut sge, &remote, Some(0x0102_0304), 42);
+        let signaled = WriteFlags {
+            imm: Some(0x0102_0304),
+            signaled: true,
+            inline: false,
+        };
+        let wr = write_wr(&mut sge, &remote, signaled, 42);
         assert_eq!(wr.opcode, ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM);
         assert_eq!(
             wr.send_flags & ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
@@ -1015,8 +1064,15 @@ mod tests {
             assert_eq!(wr.wr.rdma.rkey, 0x77);
             assert_eq!(wr.__bindgen_anon_1.imm_data.to_ne_bytes(), [1, 2, 3, 4]);
         }
-        let wr = write_wr(&mut sge, &remote, None, 1);
+        let wr = write_wr(&mut sge, &remote, WriteFlags::default(), 1);
         assert_eq!(wr.opcode, ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE);
+        assert_eq!(wr.send_flags, 0, "unsignalled, not inline");
+        let inline = WriteFlags {
+            inline: true,
+            ..WriteFlags::default()
+        };
+        let wr = write_wr(&mut sge, &remote, inline, 2);
+        assert_eq!(wr.send_flags, ffi::ibv_send_flags::IBV_SEND_INLINE.0);
     }
 
     #[test]
