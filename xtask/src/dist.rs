@@ -158,6 +158,37 @@ pub fn build(no_build: bool) -> Result<Dist> {
     })
 }
 
+/// The library crates other programs can use: their docs build without a warning (broken
+/// intra-doc links included) and `cargo publish --dry-run` packages and builds them.
+pub const CRATES: [&str; 2] = ["rdma-proto", "rdma-core-rs"];
+
+/// Checks that [`CRATES`] are publishable (docs, then a dry-run publish of both at once, so
+/// that one may depend on the other's unpublished version).
+pub fn check_crates() -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(exec::workspace_root());
+    let pkgs: Vec<String> = CRATES.iter().map(|c| format!("--package={c}")).collect();
+    let pkgs = &pkgs;
+    {
+        let _docflags = sh.push_env("RUSTDOCFLAGS", "-D warnings");
+        exec::run(cmd!(
+            sh,
+            "cargo doc --quiet --no-deps --all-features {pkgs...}"
+        ))
+        .wrap_err("the crates' docs have warnings")?;
+    }
+    exec::run(cmd!(
+        sh,
+        "cargo publish --dry-run --allow-dirty --quiet {pkgs...}"
+    ))
+    .wrap_err("the crates are not publishable")?;
+    println!(
+        "dist: {} pass `cargo publish --dry-run`; docs warning-free",
+        CRATES.join(", ")
+    );
+    Ok(())
+}
+
 /// Writes `BIN --generate KIND` for every kind into `dir` (the man page gzipped, as Debian
 /// ships them).
 fn generate(bin: &Path, name: &str, dir: &Path) -> Result<()> {

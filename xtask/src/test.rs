@@ -60,6 +60,10 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             Duration::from_secs(1500),
         )
     })?;
+    phase(
+        "crates: docs without warnings, cargo publish --dry-run",
+        &mut || crate::dist::check_crates(),
+    )?;
     phase("fuzz the protocol parser (20 s)", &mut || {
         crate::fuzz::cmd(&crate::fuzz::FuzzArgs { seconds: 20 })
     })?;
