@@ -32,6 +32,16 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pub buffer_size: u64,
 
+    /// Largest buffer a bench session (`rdma-client --bench`) may ask for, in bytes; each bench
+    /// session gets a fresh buffer of the size it asks for. 0 turns bench sessions off (the
+    /// banner then does not offer them).
+    #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
+    pub bench_max_bytes: u64,
+
+    /// How long one bench session may last (e.g. 2m).
+    #[arg(long, default_value = "2m", value_parser = app::parse_duration)]
+    pub bench_max_time: Duration,
+
     /// Deadline (e.g. 10s, 500ms, 1m) for each phase of a session: hello after the banner, the rest of the
     /// handshake, and the write itself.
     #[arg(long, default_value = "10s", value_parser = app::parse_duration)]

@@ -5,6 +5,7 @@
 //! binaries end. Everything else lives in the modules.
 
 mod access;
+mod bench;
 mod cli;
 mod config;
 mod exit;

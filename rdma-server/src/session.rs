@@ -43,11 +43,13 @@ pub struct SessionCtx {
     pub stopping: AtomicBool,
     /// Writes verified so far.
     pub verified: AtomicU64,
+    /// How long a bench session may hold its buffer (`--bench-max-time`).
+    pub bench_max_time: Duration,
 }
 
 /// Why a session ended without a verdict.
 #[derive(Debug)]
-struct Failure {
+pub(crate) struct Failure {
     code: ErrorCode,
     message: String,
     /// Whether an error line should (still) be sent to the client.
@@ -58,7 +60,7 @@ struct Failure {
 }
 
 impl Failure {
-    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -173,6 +175,9 @@ fn session(
         ServerEvent::Hello(hello) => hello,
         other => return Err(out_of_order(&other)),
     };
+    if let Some(b) = &hello.bench {
+        return crate::bench::session(s, conn, hs, id, &hello, b);
+    }
 
     // A fresh PD, MR (fresh rkey) and QP for this client only; all released before the verdict.
     let rdma = |e: rdma_core_rs::Error| {
@@ -291,7 +296,7 @@ fn session(
 
 /// Reads the client's next line and feeds it to the handshake (see [`feed`]); a failed read
 /// goes to the handshake too (see [`read_failed`]).
-fn next_event(
+pub(crate) fn next_event(
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
     deadline: Instant,
@@ -331,7 +336,7 @@ fn read_failed(conn: &mut LineConn<TcpStream>, hs: &mut ServerHandshake, e: Fram
 
 /// An event the state machine accepted but this point of the session does not expect (the
 /// machine refuses wrong orders itself, so this is a server bug, reported as such).
-fn out_of_order(event: &ServerEvent) -> Failure {
+pub(crate) fn out_of_order(event: &ServerEvent) -> Failure {
     let what = match event {
         ServerEvent::Hello(_) => "hello",
         ServerEvent::Written(_) => "written",

@@ -1,0 +1,275 @@
+//! A bench session (`hello.bench`, from `rdma-client --bench`): the client carries every
+//! parameter, the server sizes a fresh buffer for it (up to `--bench-max-bytes`), under the
+//! same token / allow-list / max-clients rules as a write.
+//!
+//! `lat`: for each size, the server spins on the last byte of its buffer until the client's
+//! ping (counter `n`) lands, then writes its pong (the same size, last byte `n`) into the
+//! client's buffer — `ib_write_lat`'s exchange. `bw`: the server only waits. Both end like a
+//! tcp-mode write: the client's `written` names the final bytes, the server revokes the
+//! client's access, checks its buffer against them and sends the verdict.
+
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rdma_core_rs::{
+    Access, CompletionQueue, Endpoint, ExposedRegion, MemoryRegion, QpCaps, QueuePair,
+    RemoteBuffer, Rts, WriteFlags,
+};
+use rdma_proto::bench::{self, BenchMode, BenchParams};
+use rdma_proto::framing::LineConn;
+use rdma_proto::{ErrorCode, Hello, QpEndpoint, ServerEvent, ServerHandshake};
+
+use crate::output::Event;
+use crate::session::{Failure, SessionCtx, next_event, out_of_order};
+
+/// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
+const SQ_DEPTH: u32 = 64;
+const SIGNAL_EVERY: u64 = 16;
+/// Inline data asked for (rxe and most NICs offer at least this); 0 if the device refuses.
+const INLINE: u32 = 256;
+
+/// Runs one bench session after its hello was accepted by the handshake.
+pub(crate) fn session(
+    s: &SessionCtx,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    id: u64,
+    hello: &Hello,
+    b: &BenchParams,
+) -> Result<(), Failure> {
+    let rdma = |e: rdma_core_rs::Error| {
+        Failure::new(
+            ErrorCode::RdmaSetup,
+            format!("server-side RDMA setup for the bench session failed: {e}"),
+        )
+    };
+    let len = usize::try_from(hello.length)
+        .map_err(|_| Failure::new(ErrorCode::TooLong, "bench buffer does not fit in memory"))?;
+    let local = &s.local;
+    let pd = local.ctx.alloc_pd().map_err(rdma)?;
+    let mr = pd
+        .register_exposed(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .map_err(rdma)?;
+    let mut src = match b.mode {
+        BenchMode::Lat => {
+            let mut m = pd.register(len, Access::NONE).map_err(rdma)?;
+            bench::fill_pattern(m.as_mut_slice());
+            Some(m)
+        }
+        BenchMode::Bw => None,
+    };
+    let cq = local
+        .ctx
+        .create_cq(SQ_DEPTH * 2, rdma_core_rs::CqMode::Poll)
+        .map_err(rdma)?;
+    let caps = |inline| QpCaps {
+        max_send_wr: SQ_DEPTH,
+        max_inline_data: inline,
+        ..QpCaps::default()
+    };
+    let (qp, inline) = match pd.create_rc_qp(&cq, caps(INLINE)) {
+        Ok(qp) => (qp, INLINE),
+        Err(_) => (pd.create_rc_qp(&cq, caps(0)).map_err(rdma)?, 0),
+    };
+    let qp = qp
+        .to_init(local.port.num, Access::REMOTE_WRITE)
+        .map_err(rdma)?;
+    let psn = rdma_core_rs::random_psn().map_err(rdma)?;
+    let h = &hello.endpoint;
+    let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
+    let qp = qp.connect_to(local, &client, psn).map_err(rdma)?;
+    let e = local.endpoint(&qp, psn);
+    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
+    let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
+    conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
+    let mode = match b.mode {
+        BenchMode::Lat => "bench-lat",
+        BenchMode::Bw => "bench-bw",
+    };
+    let path_mtu = qp.path_mtu().bytes();
+    s.out.emit(
+        &Event::QpReady {
+            session: id,
+            local_qpn: qp.qpn(),
+            remote_qpn: h.qpn,
+            path_mtu,
+            notify: mode,
+            length: hello.length,
+        },
+        || {
+            format!(
+                "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, {mode}: sizes {:?}, {} iterations each",
+                qp.qpn(),
+                h.qpn,
+                b.sizes,
+                b.iters
+            )
+        },
+    );
+
+    if let Some(src) = src.as_mut() {
+        let remote = RemoteBuffer {
+            addr: b.addr.unwrap_or(0),
+            rkey: b.rkey.unwrap_or(0),
+            len: hello.length,
+        };
+        let pong = Pong {
+            qp: &qp,
+            cq: &cq,
+            mr: &mr,
+            remote,
+            inline,
+        };
+        pong.run(s, b, src)?;
+    }
+
+    // The client's `written` ends both modes: after its last pong (lat) or its last write
+    // completed (bw). The server-side cap bounds how long a client may hold the buffer.
+    let deadline = Instant::now() + s.timeout.max(s.bench_max_time);
+    let written = match next_event(conn, hs, deadline)? {
+        ServerEvent::Written(w) => w,
+        other => return Err(out_of_order(&other)),
+    };
+    s.out.emit(
+        &Event::Written {
+            session: id,
+            length: hello.length,
+            notify: mode,
+        },
+        || format!("[{id}] {mode} done ({} bytes checked next)", hello.length),
+    );
+    // As for a write: no more packets from the client's QP, its rkey revoked, then read.
+    drop(qp);
+    let buf = mr.deregister().map_err(|e| {
+        Failure::new(
+            ErrorCode::Internal,
+            format!("could not revoke the client's access to the buffer: {e}"),
+        )
+    })?;
+    drop(src);
+    drop(cq);
+    drop(pd);
+    let mut outcome = hs.verify(&buf[..len.min(buf.len())], None, Some(&written));
+    drop(buf);
+    // The bench pattern is not text: say what was checked instead of echoing bytes.
+    outcome.text = format!("{mode} {:?} x {}", b.sizes, b.iters);
+    outcome.truncated = false;
+    if outcome.verified {
+        s.verified.fetch_add(1, Ordering::AcqRel);
+    }
+    s.out.emit(
+        &Event::Verified {
+            session: id,
+            verified: outcome.verified,
+            length: outcome.length,
+            crc32c: outcome.crc32c,
+            text: &outcome.text,
+            truncated: false,
+            reason: outcome.reason.as_deref(),
+        },
+        || match &outcome.reason {
+            None => format!(
+                "[{id}] {mode} verified: the final {} bytes match (crc32c {:#010x})",
+                outcome.length, outcome.crc32c
+            ),
+            Some(r) => format!("[{id}] {mode} verification FAILED: {r}"),
+        },
+    );
+    let result = hs.result(outcome)?;
+    conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
+    Ok(())
+}
+
+/// The server's half of the ping-pong.
+struct Pong<'a> {
+    qp: &'a QueuePair<Rts>,
+    cq: &'a CompletionQueue,
+    /// Where the client's pings land.
+    mr: &'a ExposedRegion,
+    /// The client's buffer, where pongs go.
+    remote: RemoteBuffer,
+    inline: u32,
+}
+
+impl Pong<'_> {
+    fn run(&self, s: &SessionCtx, b: &BenchParams, src: &mut MemoryRegion) -> Result<(), Failure> {
+        let failed = |e: rdma_core_rs::Error| {
+            Failure::new(
+                ErrorCode::WriteFailed,
+                format!("bench lat: a pong failed: {e}"),
+            )
+        };
+        let mut posted: u64 = 0;
+        let mut completed: u64 = 0;
+        for &size in &b.sizes {
+            let size = usize::try_from(size).unwrap_or(usize::MAX).min(src.len());
+            let last = size - 1;
+            let flags = |n: u64| WriteFlags {
+                imm: None,
+                signaled: n % SIGNAL_EVERY == 0 || n == b.iters,
+                inline: size <= self.inline as usize,
+            };
+            for n in 1..=b.iters {
+                let want = bench::counter(n);
+                self.wait_ping(s, last, want, &mut completed)?;
+                src.as_mut_slice()[last] = want;
+                // Keep the send queue from filling: reap until a slot is free.
+                while posted - completed >= u64::from(SQ_DEPTH) - 1 {
+                    let c = self.cq.poll(Instant::now() + s.timeout).map_err(failed)?;
+                    completed = c.wr_id + 1;
+                }
+                self.qp
+                    .post_write_with(src, 0..size, self.remote, flags(n), posted)
+                    .map_err(failed)?;
+                posted += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Spins on the last byte of the ping until it is `want`, reaping completions meanwhile;
+    /// a client that stops answering, or a server stopping, ends the wait.
+    fn wait_ping(
+        &self,
+        s: &SessionCtx,
+        last: usize,
+        want: u8,
+        completed: &mut u64,
+    ) -> Result<(), Failure> {
+        let start = Instant::now();
+        let mut spins: u32 = 0;
+        loop {
+            if self.mr.volatile_byte(last) == Some(want) {
+                return Ok(());
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                if let Some(c) = self.cq.try_poll().map_err(|e| {
+                    Failure::new(
+                        ErrorCode::WriteFailed,
+                        format!("bench lat: a pong failed: {e}"),
+                    )
+                })? {
+                    *completed = c.wr_id + 1;
+                }
+                if start.elapsed() > s.timeout {
+                    return Err(Failure::new(
+                        ErrorCode::Timeout,
+                        format!(
+                            "bench lat: no ping arrived within {:?}; the client stopped",
+                            s.timeout
+                        ),
+                    ));
+                }
+                if s.stopping.load(Ordering::Acquire) {
+                    return Err(Failure::new(
+                        ErrorCode::ShuttingDown,
+                        "the server is shutting down",
+                    ));
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
