@@ -60,7 +60,8 @@ pub struct Args {
     pub max_clients: u32,
 
     /// File holding the shared access token clients must present (or set RDMA_WRITE_TOKEN).
-    #[arg(long)]
+    /// Only its owner may read it (`chmod 600 FILE`), as ssh requires of a private key.
+    #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 
     /// Only accept clients from this network (repeatable), e.g. 10.0.0.0/24.

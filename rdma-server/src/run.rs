@@ -33,6 +33,11 @@ struct Shared {
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
     let args = crate::config::apply(args)?;
+    // Each session registers --buffer-size; at --max-clients at once that much is pinned.
+    let most = args.buffer_size.saturating_mul(u64::from(args.max_clients));
+    if let Err(e) = rdma_core_rs::memlock::check(most) {
+        tracing::warn!("{} clients at once would fail: {e}", args.max_clients);
+    }
     let token = access::load_token(args.token_file.as_deref())?;
     let local = args.local.open()?;
 

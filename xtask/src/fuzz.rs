@@ -6,7 +6,7 @@
 use crate::exec;
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use xshell::{Shell, cmd};
 
@@ -18,18 +18,11 @@ pub struct FuzzArgs {
     pub seconds: u32,
 }
 
-/// The workspace root (xtask's manifest dir is `ROOT/xtask`).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
-
 /// Entry point.
 pub fn cmd(args: &FuzzArgs) -> Result<()> {
     let sh = Shell::new()?;
     crate::deps::ensure_cargo_tool(&crate::deps::CARGO_FUZZ, false)?;
-    let root = root();
+    let root = crate::exec::workspace_root();
     let fuzz_dir = root.join("rdma-proto/fuzz");
     let corpus = fuzz_dir.join("corpus/parse_line");
     let inputs = corpus_from_golden(&root.join("rdma-proto/tests/golden"), &corpus)?;
@@ -116,7 +109,11 @@ mod tests {
     #[test]
     fn the_golden_vectors_start_the_corpus() {
         let dir = tempfile::tempdir().unwrap();
-        let n = corpus_from_golden(&root().join("rdma-proto/tests/golden"), dir.path()).unwrap();
+        let n = corpus_from_golden(
+            &crate::exec::workspace_root().join("rdma-proto/tests/golden"),
+            dir.path(),
+        )
+        .unwrap();
         assert!(n >= 10, "only {n} inputs");
         let imm = std::fs::read_to_string(dir.path().join("golden-handshake-imm")).unwrap();
         assert!(imm.starts_with("{\"type\":\"banner\""), "{imm}");
