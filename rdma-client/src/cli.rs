@@ -60,6 +60,10 @@ pub struct Args {
     #[arg(long, value_parser = app::parse_duration, value_name = "DURATION")]
     pub wait_for_server: Option<Duration>,
 
+    /// Measure the link like perftest (--bench lat|bw and its flags).
+    #[command(flatten)]
+    pub bench: crate::bench::BenchArgs,
+
     /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
     /// kill-after-accept, kill-after-write, rewrite-after-imm). Used by the end-to-end fault tests.
     #[arg(long, hide = true)]

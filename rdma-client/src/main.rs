@@ -4,6 +4,7 @@
 //! errors to documented exit codes ([`exit::classify`]) to [`app::main`], the one way both
 //! binaries end. Everything else lives in the modules.
 
+mod bench;
 mod cli;
 mod exit;
 mod output;
@@ -16,7 +17,13 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     app::main(
         |args: &cli::Args| args.output.json,
-        |args, out| run::run(&args, &out),
+        |args, out| {
+            if args.bench.bench.is_some() {
+                bench::run(&args, &out)
+            } else {
+                run::run(&args, &out)
+            }
+        },
         exit::classify,
     )
 }

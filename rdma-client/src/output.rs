@@ -43,6 +43,12 @@ pub enum Event<'a> {
         text: &'a str,
         truncated: bool,
     },
+    /// `--bench`: connected and ready to post, `ready_us` after the run started.
+    BenchSetup { ready_us: f64 },
+    /// `--bench lat`: one size's figures (perftest's columns).
+    BenchLat(crate::bench::LatRow),
+    /// `--bench bw`: one size's figures (perftest's columns).
+    BenchBw(crate::bench::BwRow),
     /// The run failed; `exit_code` is the process exit status.
     Error {
         kind: &'a str,

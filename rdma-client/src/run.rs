@@ -202,7 +202,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
 }
 
 /// Connects within `timeout`; a refused connection is retried until `wait` has passed.
-fn connect(addr: SocketAddr, timeout: Duration, wait: Option<Duration>) -> Result<TcpStream> {
+pub(crate) fn connect(addr: SocketAddr, timeout: Duration, wait: Option<Duration>) -> Result<TcpStream> {
     let give_up = Instant::now() + wait.unwrap_or_default();
     loop {
         match TcpStream::connect_timeout(&addr, timeout) {
@@ -225,7 +225,7 @@ fn connect(addr: SocketAddr, timeout: Duration, wait: Option<Duration>) -> Resul
     }
 }
 
-fn recv(conn: &mut LineConn<TcpStream>, deadline: Instant) -> Result<ServerMessage> {
+pub(crate) fn recv(conn: &mut LineConn<TcpStream>, deadline: Instant) -> Result<ServerMessage> {
     let line = conn
         .read_line(deadline)
         .wrap_err("waiting for the server")?;
@@ -247,7 +247,7 @@ fn load_payload(args: &Args) -> Result<Vec<u8>> {
 }
 
 /// `HOST`, `HOST:PORT`, an IP literal, or `[IPv6]:PORT`.
-fn resolve(server: &str) -> Result<SocketAddr> {
+pub(crate) fn resolve(server: &str) -> Result<SocketAddr> {
     if let Ok(addr) = server.parse::<SocketAddr>() {
         return Ok(addr);
     }

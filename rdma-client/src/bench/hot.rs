@@ -1,0 +1,303 @@
+//! The two hot loops, over a [`Link`] (the real one is verbs, see `verbs.rs`; the tests use a
+//! fake). They allocate nothing: samples go into buffers sized before the loop starts, and the
+//! test in this file proves it with a counting global allocator.
+
+use std::time::{Duration, Instant};
+
+use rdma_proto::bench::counter;
+
+/// What the loops need from the connection.
+pub trait Link {
+    type Error;
+    /// Posts an RDMA Write of the first `size` bytes of the source buffer (whose last byte
+    /// was set to `last` first, for lat), to the start of the peer's buffer.
+    fn post(
+        &mut self,
+        size: usize,
+        last: Option<u8>,
+        signaled: bool,
+        wr_id: u64,
+    ) -> Result<(), Self::Error>;
+    /// A completion if one is there (never sleeps): its work request id.
+    fn try_poll(&mut self) -> Result<Option<u64>, Self::Error>;
+    /// Waits for a completion until `deadline` (spinning or sleeping on an event, as the
+    /// link was set up): its work request id.
+    fn poll(&mut self, deadline: Instant) -> Result<u64, Self::Error>;
+    /// Byte `index` of our exposed buffer, as the peer last wrote it.
+    fn byte(&self, index: usize) -> u8;
+    /// The error for a wait that ran out.
+    fn timeout(&self, what: &'static str, waited: Duration) -> Self::Error;
+}
+
+/// Send-queue room the loops keep: a signalled write at least this often.
+pub const SIGNAL_EVERY: u64 = 16;
+
+/// `lat`: `iters` ping-pongs of `size` bytes. Each ping's last byte is the exchange counter;
+/// we spin on the last byte of our buffer until the pong with the same counter lands, and
+/// record half the round trip (µs) into `samples` (cleared first; it must have room for
+/// `iters`, so that nothing is allocated here). `wr_base` makes work request ids unique across
+/// sizes. Returns when the pong of the last exchange has landed.
+pub fn ping_pong<L: Link>(
+    link: &mut L,
+    size: usize,
+    iters: u64,
+    wr_base: u64,
+    timeout: Duration,
+    samples: &mut Vec<f64>,
+) -> Result<(), L::Error> {
+    samples.clear();
+    let last = size - 1;
+    let mut completed = wr_base;
+    for n in 1..=iters {
+        let c = counter(n);
+        let wr = wr_base + n - 1;
+        // Keep the send queue from filling with unreaped writes.
+        while wr - completed >= 4 * SIGNAL_EVERY {
+            completed = link.poll(Instant::now() + timeout)? + 1;
+        }
+        let t0 = Instant::now();
+        link.post(size, Some(c), n % SIGNAL_EVERY == 0 || n == iters, wr)?;
+        let mut spins: u32 = 0;
+        while link.byte(last) != c {
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                if let Some(id) = link.try_poll()? {
+                    completed = id + 1;
+                }
+                let waited = t0.elapsed();
+                if waited > timeout {
+                    return Err(link.timeout("waiting for the server's pong", waited));
+                }
+            }
+            std::hint::spin_loop();
+        }
+        let rtt = t0.elapsed();
+        if samples.len() < samples.capacity() {
+            samples.push(rtt.as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    // The last pong landed, so every ping did; reap what is left.
+    let end = wr_base + iters;
+    while completed < end {
+        completed = link.poll(Instant::now() + timeout)? + 1;
+    }
+    Ok(())
+}
+
+/// What a bandwidth run did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stream {
+    /// Writes completed.
+    pub writes: u64,
+    /// From the first post to the last completion.
+    pub secs: f64,
+    /// The best rate between two consecutive completions, bytes per second.
+    pub peak_bytes_per_s: f64,
+}
+
+/// `bw`: up to `tx_depth` writes of `size` bytes in flight, one signalled every `cq_mod`, until
+/// `iters` writes completed or `duration` passed (then it stops at the next signalled write).
+pub fn stream<L: Link>(
+    link: &mut L,
+    size: usize,
+    iters: u64,
+    duration: Option<Duration>,
+    tx_depth: u64,
+    wr_base: u64,
+    timeout: Duration,
+) -> Result<Stream, L::Error> {
+    let cq_mod = (tx_depth / 2).clamp(1, 64);
+    let mut end = iters;
+    let mut posted: u64 = 0;
+    let mut done: u64 = 0;
+    let start = Instant::now();
+    let mut last_t = start;
+    let mut last_done = 0u64;
+    let mut peak: f64 = 0.0;
+    while done < end {
+        while posted < end && posted - done < tx_depth {
+            let signaled = (posted + 1) % cq_mod == 0 || posted + 1 == end;
+            link.post(size, None, signaled, wr_base + posted)?;
+            posted += 1;
+        }
+        let id = link.poll(Instant::now() + timeout)?;
+        done = id + 1 - wr_base;
+        let now = Instant::now();
+        let dt = now.duration_since(last_t).as_secs_f64();
+        if dt > 0.0 {
+            peak = peak.max((done - last_done) as f64 * size as f64 / dt);
+        }
+        (last_t, last_done) = (now, done);
+        if let Some(d) = duration {
+            if end == iters && now.duration_since(start) >= d {
+                // Time is up: post nothing new past the next signalled write (the last write
+                // posted must be a signalled one, or its completion would never show).
+                end = posted.next_multiple_of(cq_mod).min(iters);
+            }
+        }
+    }
+    Ok(Stream {
+        writes: done,
+        secs: last_t.duration_since(start).as_secs_f64(),
+        peak_bytes_per_s: peak,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::collections::VecDeque;
+
+    /// Counts allocations made by the current thread while `COUNTING` is set on it.
+    struct Counting;
+    thread_local! {
+        static COUNTING: Cell<bool> = const { Cell::new(false) };
+        static ALLOCS: Cell<u64> = const { Cell::new(0) };
+    }
+    // SAFETY: forwards every call to the system allocator unchanged; the thread-local
+    // bookkeeping allocates nothing (const-initialised Cells).
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            if COUNTING.with(Cell::get) {
+                ALLOCS.with(|a| a.set(a.get() + 1));
+            }
+            // SAFETY: same contract as ours.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: same contract as ours.
+            unsafe { System.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+            if COUNTING.with(Cell::get) {
+                ALLOCS.with(|a| a.set(a.get() + 1));
+            }
+            // SAFETY: same contract as ours.
+            unsafe { System.realloc(p, l, n) }
+        }
+    }
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    fn allocations_in(f: impl FnOnce()) -> u64 {
+        ALLOCS.with(|a| a.set(0));
+        COUNTING.with(|c| c.set(true));
+        f();
+        COUNTING.with(|c| c.set(false));
+        ALLOCS.with(Cell::get)
+    }
+
+    /// A loopback "peer": every write is answered at once (lat: the pong lands in our buffer)
+    /// and completes in order. The queues are allocated up front.
+    struct Fake {
+        buf: Vec<u8>,
+        pending: VecDeque<u64>,
+        posts: u64,
+        signaled: u64,
+    }
+
+    impl Fake {
+        fn new(size: usize) -> Self {
+            Fake {
+                buf: vec![0; size],
+                pending: VecDeque::with_capacity(4096),
+                posts: 0,
+                signaled: 0,
+            }
+        }
+    }
+
+    impl Link for Fake {
+        type Error = String;
+        fn post(
+            &mut self,
+            size: usize,
+            last: Option<u8>,
+            signaled: bool,
+            wr: u64,
+        ) -> Result<(), String> {
+            if let Some(c) = last {
+                self.buf[size - 1] = c;
+            }
+            self.posts += 1;
+            if signaled {
+                self.signaled += 1;
+                self.pending.push_back(wr);
+            }
+            Ok(())
+        }
+        fn try_poll(&mut self) -> Result<Option<u64>, String> {
+            Ok(self.pending.pop_front())
+        }
+        fn poll(&mut self, _: Instant) -> Result<u64, String> {
+            self.pending
+                .pop_front()
+                .ok_or_else(|| "nothing to poll".to_owned())
+        }
+        fn byte(&self, i: usize) -> u8 {
+            self.buf[i]
+        }
+        fn timeout(&self, what: &'static str, _: Duration) -> String {
+            what.to_owned()
+        }
+    }
+
+    #[test]
+    fn the_hot_loops_allocate_nothing() {
+        let mut link = Fake::new(64);
+        let mut samples = Vec::with_capacity(1000);
+        let n = allocations_in(|| {
+            ping_pong(&mut link, 64, 1000, 0, Duration::from_secs(5), &mut samples).unwrap();
+        });
+        assert_eq!(n, 0, "ping_pong allocated {n} times");
+        assert_eq!(samples.len(), 1000);
+        assert_eq!(link.posts, 1000);
+        let mut link = Fake::new(64);
+        let mut s = None;
+        let n = allocations_in(|| {
+            s = Some(stream(&mut link, 64, 5000, None, 128, 0, Duration::from_secs(5)).unwrap());
+        });
+        assert_eq!(n, 0, "stream allocated {n} times");
+        assert_eq!(s.unwrap().writes, 5000);
+        assert_eq!(link.posts, 5000);
+        // The counter itself works: an allocation inside the window is seen.
+        assert_eq!(allocations_in(|| drop(vec![1u8; 16])), 1);
+    }
+
+    #[test]
+    fn stream_signals_every_cq_mod_and_the_last() {
+        let mut link = Fake::new(8);
+        let s = stream(&mut link, 8, 100, None, 16, 1000, Duration::from_secs(1)).unwrap();
+        assert_eq!(s.writes, 100);
+        // cq_mod = 8: 12 full groups + the 100th.
+        assert_eq!(link.signaled, 13);
+    }
+
+    #[test]
+    fn a_silent_peer_times_out() {
+        struct Deaf;
+        impl Link for Deaf {
+            type Error = String;
+            fn post(&mut self, _: usize, _: Option<u8>, _: bool, _: u64) -> Result<(), String> {
+                Ok(())
+            }
+            fn try_poll(&mut self) -> Result<Option<u64>, String> {
+                Ok(None)
+            }
+            fn poll(&mut self, _: Instant) -> Result<u64, String> {
+                Err("no completion".into())
+            }
+            fn byte(&self, _: usize) -> u8 {
+                0
+            }
+            fn timeout(&self, what: &'static str, _: Duration) -> String {
+                what.to_owned()
+            }
+        }
+        let mut v = Vec::with_capacity(1);
+        let e = ping_pong(&mut Deaf, 2, 1, 0, Duration::from_millis(20), &mut v).unwrap_err();
+        assert!(e.contains("pong"), "{e}");
+    }
+}

@@ -1,0 +1,349 @@
+//! `rdma-client SERVER --bench lat|bw`: measure the link as perftest does, against a plain
+//! `rdma-server` (it needs no bench flag: the hello carries every parameter).
+//!
+//! One session covers every size: the hello asks for a buffer of the largest, the loops run
+//! size after size (`hot`), and the session ends like a tcp-mode write: `written` names the
+//! final bytes, and exit 0 only when the server checked them. `stats` turns samples into
+//! perftest's figures and columns; `verbs` is the real link under the loops.
+
+mod hot;
+mod stats;
+mod verbs;
+
+pub use stats::{BwRow, LatRow};
+
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use color_eyre::eyre::{Result, bail};
+use rdma_core_rs::{Access, Endpoint, QpCaps, RemoteBuffer, app};
+use rdma_proto::bench::{self, BenchMode, BenchParams, MAX_ITERS};
+use rdma_proto::framing::LineConn;
+use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify, QpEndpoint};
+
+use crate::cli::Args;
+use crate::output::{Event, Output};
+use crate::run::{connect, recv, resolve};
+
+/// The bench flags of `rdma-client`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct BenchArgs {
+    /// Measure the link instead of writing one message: `lat` is ib_write_lat's ping-pong of
+    /// RDMA Writes (half round trips), `bw` is ib_write_bw's stream. The server needs no flag.
+    #[arg(long, value_name = "lat|bw")]
+    pub bench: Option<BenchMode>,
+
+    /// Message size in bytes (default: 2 for lat, 65536 for bw, as perftest).
+    #[arg(long, requires = "bench", conflicts_with = "all_sizes",
+          value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub size: Option<u64>,
+
+    /// Every power of two from 2 B to 8 MiB, like perftest's -a.
+    #[arg(long, requires = "bench")]
+    pub all_sizes: bool,
+
+    /// Exchanges (lat) or writes (bw) per size (default 1000 for lat, 5000 for bw).
+    #[arg(long, requires = "bench", conflicts_with = "duration",
+          value_parser = clap::value_parser!(u64).range(5..=MAX_ITERS))]
+    pub iters: Option<u64>,
+
+    /// bw only: write for this long per size (e.g. 5s) instead of a number of writes.
+    #[arg(long, requires = "bench", value_parser = app::parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// bw: writes in flight (perftest's -t).
+    #[arg(long, default_value_t = 128, requires = "bench",
+          value_parser = clap::value_parser!(u32).range(1..=8192))]
+    pub tx_depth: u32,
+
+    /// Largest message sent inline (copied into the work request; perftest's -I). The device
+    /// may offer less; 0 turns it off.
+    #[arg(
+        long = "inline",
+        default_value_t = 256,
+        requires = "bench",
+        value_name = "BYTES"
+    )]
+    pub inline: u32,
+}
+
+/// Every power of two from 2 B to 8 MiB.
+fn all_sizes() -> Vec<u64> {
+    (1..=23).map(|i| 1u64 << i).collect()
+}
+
+/// The sweep, iterations and mode the flags ask for.
+fn params(b: &BenchArgs, mode: BenchMode) -> Result<BenchParams> {
+    if mode == BenchMode::Lat && b.duration.is_some() {
+        bail!("--duration applies to --bench bw; give lat a number of exchanges with --iters");
+    }
+    let sizes = if b.all_sizes {
+        all_sizes()
+    } else {
+        vec![b.size.unwrap_or(match mode {
+            BenchMode::Lat => 2,
+            BenchMode::Bw => 65536,
+        })]
+    };
+    let iters = match (b.iters, b.duration) {
+        (Some(n), _) => n,
+        // The duration ends the run; the count is only a cap.
+        (None, Some(_)) => MAX_ITERS,
+        (None, None) => match mode {
+            BenchMode::Lat => 1000,
+            BenchMode::Bw => 5000,
+        },
+    };
+    Ok(BenchParams {
+        mode,
+        sizes,
+        iters,
+        addr: None,
+        rkey: None,
+    })
+}
+
+/// Runs a bench session; `Ok` only when the server verified the final bytes.
+pub fn run(args: &Args, out: &Output) -> Result<()> {
+    let t_start = Instant::now();
+    let b = &args.bench;
+    let Some(mode) = b.bench else {
+        bail!("bench::run without --bench");
+    };
+    let mut p = params(b, mode)?;
+    let max = p.sizes.last().copied().unwrap_or(1);
+    let max_len = usize::try_from(max)?;
+    let token = match &args.token_file {
+        Some(path) => Some(app::token::read_file(path)?),
+        None => args.token.clone(),
+    };
+    let local = args.local.open()?;
+    let (ctx, port) = (&local.ctx, &local.port);
+    let timeout = args.timeout;
+
+    // Verbs objects first: the hello names our pong buffer.
+    let pd = ctx.alloc_pd()?;
+    let mut src = pd.register(max_len, Access::NONE)?;
+    bench::fill_pattern(src.as_mut_slice());
+    let pongs = match mode {
+        BenchMode::Lat => {
+            let r = pd.register_exposed(max_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            p.addr = Some(r.addr());
+            p.rkey = Some(r.rkey());
+            Some(r)
+        }
+        BenchMode::Bw => None,
+    };
+    let depth = match mode {
+        BenchMode::Lat => 4 * hot::SIGNAL_EVERY as u32 + 2,
+        BenchMode::Bw => b.tx_depth,
+    };
+    let cq = ctx.create_cq(depth + 8, args.local.cq_mode)?;
+    let caps = |inline| QpCaps {
+        max_send_wr: depth,
+        max_inline_data: inline,
+        ..QpCaps::default()
+    };
+    let (qp, inline) = match pd.create_rc_qp(&cq, caps(b.inline)) {
+        Ok(qp) => (qp, b.inline),
+        Err(_) if b.inline > 0 => (pd.create_rc_qp(&cq, caps(0))?, 0),
+        Err(e) => return Err(e.into()),
+    };
+    let access = match mode {
+        BenchMode::Lat => Access::REMOTE_WRITE,
+        BenchMode::Bw => Access::NONE,
+    };
+    let qp = qp.to_init(port.num, access)?;
+
+    let server = args.server.as_str();
+    let stream = connect(resolve(server)?, timeout, args.wait_for_server)?;
+    let _ = stream.set_nodelay(true);
+    let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
+    let fin = bench::final_content(&p, p.iters);
+    let mut hs = ClientHandshake::with_bench(
+        ClientRequest::for_payload(&fin, Notify::Tcp, token),
+        p.clone(),
+    );
+    let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;
+    out.emit(
+        &Event::Connected {
+            server,
+            program: &banner.program,
+            program_version: &banner.program_version,
+            device: ctx.name(),
+            port: port.num,
+            gid_index: local.gid.index,
+            gid: local.gid.gid.to_string(),
+        },
+        || {
+            format!(
+                "connected to {server} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
+                rdma_proto::printable(&banner.program),
+                rdma_proto::printable(&banner.program_version),
+                ctx.name(),
+                port.num,
+                local.gid.index,
+                local.gid.gid,
+                p.sizes,
+                match b.duration {
+                    Some(d) => format!("{d:?} per size"),
+                    None => format!("{} iterations per size", p.iters),
+                }
+            )
+        },
+    );
+    let psn = rdma_core_rs::random_psn()?;
+    let e = local.endpoint(&qp, psn);
+    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
+    conn.send_line(&hs.hello(ours)?.to_line(), Instant::now() + timeout)?;
+    let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
+    let a = &accept.endpoint;
+    let peer = Endpoint::new(a.qpn, a.psn, rdma_core_rs::Gid(a.gid.0), a.lid, a.mtu);
+    let qp = qp.connect_to(&local, &peer, psn)?;
+    let path_mtu = qp.path_mtu().bytes();
+    out.emit(
+        &Event::QpReady {
+            local_qpn: qp.qpn(),
+            remote_qpn: a.qpn,
+            path_mtu,
+            remote_addr: accept.addr,
+            rkey: accept.rkey,
+            buf_len: accept.buf_len,
+        },
+        || {
+            format!(
+                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {path_mtu}, inline up to {inline} B, completions by {}",
+                qp.qpn(),
+                a.qpn,
+                args.local.cq_mode
+            )
+        },
+    );
+    let mut link = verbs::Verbs {
+        qp: &qp,
+        cq: &cq,
+        src: &mut src,
+        pongs: pongs.as_ref(),
+        remote: RemoteBuffer {
+            addr: accept.addr,
+            rkey: accept.rkey,
+            len: accept.buf_len,
+        },
+        inline: inline as usize,
+    };
+    let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
+    out.emit(&Event::BenchSetup { ready_us }, || {
+        format!("ready to post after {:.0} us", ready_us)
+    });
+    if !out.json() {
+        println!("{}", stats::RULE);
+        println!(
+            "{}",
+            match mode {
+                BenchMode::Lat => stats::LAT_HEADER,
+                BenchMode::Bw => stats::BW_HEADER,
+            }
+        );
+    }
+    let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
+    for (k, &size) in p.sizes.iter().enumerate() {
+        let wr_base = k as u64 * (p.iters + 1);
+        let size_us = usize::try_from(size)?;
+        match mode {
+            BenchMode::Lat => {
+                hot::ping_pong(&mut link, size_us, p.iters, wr_base, timeout, &mut samples)?;
+                let row = stats::lat_row(size, &mut samples);
+                out.emit(&Event::BenchLat(row), || row.line());
+            }
+            BenchMode::Bw => {
+                let s = hot::stream(
+                    &mut link,
+                    size_us,
+                    p.iters,
+                    b.duration,
+                    u64::from(b.tx_depth),
+                    wr_base,
+                    timeout,
+                )?;
+                let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
+                out.emit(&Event::BenchBw(row), || row.line());
+            }
+        }
+    }
+    if !out.json() {
+        println!("{}", stats::RULE);
+    }
+    if let Some(w) = hs.written()? {
+        conn.send_line(&w.to_line(), Instant::now() + timeout)?;
+    }
+    let outcome = hs.on_result(recv(&mut conn, Instant::now() + timeout)?)?;
+    out.emit(
+        &Event::Verified {
+            verified: outcome.verified,
+            length: outcome.length,
+            crc32c: outcome.crc32c,
+            text: &outcome.text,
+            truncated: outcome.truncated,
+        },
+        || {
+            format!(
+                "server verified the final {} bytes (crc32c {:#010x})",
+                outcome.length, outcome.crc32c
+            )
+        },
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn parse(argv: &[&str]) -> std::result::Result<Args, clap::Error> {
+        Args::try_parse_from(argv)
+    }
+
+    #[test]
+    fn flags_and_defaults_like_perftest() {
+        let a = parse(&["rdma-client", "h", "--bench", "lat"]).unwrap();
+        let p = params(&a.bench, BenchMode::Lat).unwrap();
+        assert_eq!((p.sizes.clone(), p.iters), (vec![2], 1000));
+        let a = parse(&["rdma-client", "h", "--bench", "bw"]).unwrap();
+        let p = params(&a.bench, BenchMode::Bw).unwrap();
+        assert_eq!((p.sizes.clone(), p.iters), (vec![65536], 5000));
+        assert_eq!(a.bench.tx_depth, 128);
+        let a = parse(&[
+            "rdma-client",
+            "h",
+            "--bench",
+            "bw",
+            "--all-sizes",
+            "--duration",
+            "2s",
+        ])
+        .unwrap();
+        let p = params(&a.bench, BenchMode::Bw).unwrap();
+        assert_eq!(p.sizes.len(), 23);
+        assert_eq!(p.sizes[22], 8 << 20);
+        let a = parse(&["rdma-client", "h", "--bench", "lat", "--duration", "2s"]).unwrap();
+        assert!(params(&a.bench, BenchMode::Lat).is_err());
+        // Bench flags need --bench; sizes and counts are range-checked.
+        assert!(parse(&["rdma-client", "h", "--size", "64"]).is_err());
+        assert!(parse(&["rdma-client", "h", "--bench", "lat", "--size", "0"]).is_err());
+        assert!(parse(&["rdma-client", "h", "--bench", "lat", "--iters", "2"]).is_err());
+        assert!(parse(&["rdma-client", "h", "--bench", "ping"]).is_err());
+        assert!(
+            parse(&[
+                "rdma-client",
+                "h",
+                "--bench",
+                "bw",
+                "--size",
+                "8",
+                "--all-sizes"
+            ])
+            .is_err()
+        );
+    }
+}

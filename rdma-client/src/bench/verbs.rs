@@ -1,0 +1,62 @@
+//! The real [`Link`]: our QP, its CQ, the source buffer and (lat) the buffer the server's
+//! pongs land in.
+
+use std::time::{Duration, Instant};
+
+use rdma_core_rs::{
+    CompletionQueue, Error, ExposedRegion, MemoryRegion, QueuePair, RemoteBuffer, Rts, WriteFlags,
+};
+
+use super::hot::Link;
+
+pub struct Verbs<'a> {
+    pub qp: &'a QueuePair<Rts>,
+    pub cq: &'a CompletionQueue,
+    pub src: &'a mut MemoryRegion,
+    /// Where the server's pongs land (lat only).
+    pub pongs: Option<&'a ExposedRegion>,
+    pub remote: RemoteBuffer,
+    /// Largest write sent inline (0: none).
+    pub inline: usize,
+}
+
+impl Link for Verbs<'_> {
+    type Error = Error;
+
+    fn post(
+        &mut self,
+        size: usize,
+        last: Option<u8>,
+        signaled: bool,
+        wr_id: u64,
+    ) -> Result<(), Error> {
+        if let Some(c) = last {
+            // The previous write of this buffer has landed (its pong came back), so changing
+            // the byte changes only what the next write sends.
+            self.src.as_mut_slice()[size - 1] = c;
+        }
+        let flags = WriteFlags {
+            imm: None,
+            signaled,
+            inline: size <= self.inline,
+        };
+        self.qp
+            .post_write_with(self.src, 0..size, self.remote, flags, wr_id)
+    }
+
+    fn try_poll(&mut self) -> Result<Option<u64>, Error> {
+        Ok(self.cq.try_poll()?.map(|c| c.wr_id))
+    }
+
+    fn poll(&mut self, deadline: Instant) -> Result<u64, Error> {
+        Ok(self.cq.poll(deadline)?.wr_id)
+    }
+
+    fn byte(&self, index: usize) -> u8 {
+        self.pongs.and_then(|p| p.volatile_byte(index)).unwrap_or(0)
+    }
+
+    fn timeout(&self, what: &'static str, waited: Duration) -> Error {
+        Error::Timeout { what, waited }
+    }
+}
