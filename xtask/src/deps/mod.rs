@@ -5,6 +5,7 @@
 //! is in [`tools::TOOLS`] with its package (a test keeps that true).
 
 pub mod apt;
+mod minbase;
 pub mod tools;
 
 use std::collections::HashSet;
@@ -117,10 +118,20 @@ pub struct DepsArgs {
     /// Show apt's and cargo's own output (default: one line per step).
     #[arg(long, short)]
     pub verbose: bool,
+    /// Instead: debootstrap a minimal Debian 12 into this new directory and prove there that
+    /// `cargo xtask deps` installs everything the build needs (root; several minutes).
+    #[arg(long, value_name = "DIR")]
+    pub minbase_check: Option<std::path::PathBuf>,
+    /// With --minbase-check: also run the seed scenario in guests whose root is that system.
+    #[arg(long, requires = "minbase_check")]
+    pub e2e: bool,
 }
 
 /// Entry point of `cargo xtask deps`.
 pub fn cmd(args: &DepsArgs) -> Result<()> {
+    if let Some(root) = &args.minbase_check {
+        return minbase::check(root, args.e2e);
+    }
     let groups = if args.groups.is_empty() {
         Group::ALL.to_vec()
     } else {
@@ -141,6 +152,16 @@ pub fn cmd(args: &DepsArgs) -> Result<()> {
                 .filter(|t| exec::which(t.bin).is_none())
                 .map(|t| t.bin),
         );
+        // Installed is not enough: each program the project runs must be on PATH.
+        let programs: Vec<String> = groups
+            .iter()
+            .flat_map(|g| g.tools())
+            .filter(|(t, _)| exec::which(t).is_none())
+            .map(|(t, p)| format!("{t} (from {p})"))
+            .collect();
+        if missing.is_empty() && !programs.is_empty() {
+            bail!("deps: installed, but not on PATH: {}", programs.join(", "));
+        }
         if missing.is_empty() {
             println!("deps: all {total} packages present ({names})");
             return Ok(());
