@@ -86,6 +86,41 @@ fn out_dir() -> PathBuf {
         .map_or_else(|| x.join("bench"), |t| t.join("bench"))
 }
 
+/// Builds rdma-server and rdma-client optimised (perftest is optimised C: a debug build would
+/// measure the compiler, not the tool) and returns their paths; guests see the host's files.
+fn release_bins() -> Result<e2e::Bins> {
+    let sh = xshell::Shell::new()?;
+    println!("bench: building rdma-server and rdma-client (release)");
+    crate::exec::run_loud(
+        xshell::cmd!(
+            sh,
+            "cargo build --release --package rdma-server --package rdma-client"
+        ),
+        Duration::from_secs(1800),
+    )
+    .wrap_err("building the release binaries")?;
+    let dir = out_dir()
+        .parent()
+        .map(|t| t.join("release"))
+        .ok_or_else(|| color_eyre::eyre::eyre!("no target directory"))?;
+    let path = |name: &str| -> Result<String> {
+        let p = dir.join(name);
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| color_eyre::eyre::eyre!("{} is not UTF-8", p.display()))
+    };
+    let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
+    Ok(e2e::Bins {
+        server: path("rdma-server")?,
+        client: path("rdma-client")?,
+        xtask: xtask
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| color_eyre::eyre::eyre!("{} is not UTF-8", xtask.display()))?,
+        selftest: None,
+    })
+}
+
 /// Entry point.
 pub fn cmd(args: &BenchArgs) -> Result<()> {
     let mut sizes = if args.all_sizes {
@@ -118,7 +153,7 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         e2e::cmd(&seed).wrap_err("bench: the seed scenario failed")?;
         Some(t.elapsed().as_secs_f64())
     };
-    let bins = e2e::Bins::locate(false)?;
+    let bins = release_bins()?;
     let params = Params {
         sizes: sizes.clone(),
         reps: args.reps,

@@ -152,9 +152,7 @@ fn perftest_argv(u: &Unit, server: Option<&str>) -> Vec<String> {
 fn ours_argv(u: &Unit, bins: &Bins) -> Vec<String> {
     let mut v: Vec<String> = vec![
         bins.client.clone(),
-        SERVER_IP.into(),
-        "--port".into(),
-        OUR_PORT.to_string(),
+        format!("{SERVER_IP}:{OUR_PORT}"),
         "--bench".into(),
         match u.mode {
             Mode::Lat => "lat",

@@ -13,6 +13,16 @@ fn size(bytes: u64) -> String {
     }
 }
 
+/// Four significant digits at most, two decimals at least for numbers >= 1.
+fn sig(v: f64) -> String {
+    if v == 0.0 || v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        let decimals = (3 - v.abs().log10().floor() as i32).clamp(2, 9) as usize;
+        format!("{v:.decimals$}")
+    }
+}
+
 fn pct(x: Option<f64>) -> String {
     x.map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", v * 100.0))
 }
@@ -55,7 +65,7 @@ pub fn render(r: &Results) -> String {
             Mode::Lat => "us",
             Mode::Bw => "MB/s",
         };
-        let v = |o: Option<f64>| o.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} {unit}"));
+        let v = |o: Option<f64>| o.map_or_else(|| "-".to_owned(), |v| format!("{} {unit}", sig(v)));
         let _ = writeln!(
             s,
             "  {:<4} {:>8}  {:>14} {:>14} {:>13}  {:>9} {:>9}  {:>3}/{:<3}",
