@@ -14,6 +14,7 @@ use std::time::Duration;
 #[command(version, about, after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS))]
 pub struct Args {
     /// Server to connect to: HOST or HOST:PORT (default port 7471).
+    #[arg(required_unless_present_any = ["fabric", "fabric_report"], default_value = "", hide_default_value = true)]
     pub server: String,
 
     /// Text to write into the server's buffer.
@@ -63,6 +64,10 @@ pub struct Args {
     /// Measure the link like perftest (--bench lat|bw and its flags).
     #[command(flatten)]
     pub bench: crate::bench::BenchArgs,
+
+    /// The fabric check (--fabric, --fabric-report and their flags).
+    #[command(flatten)]
+    pub fabric: crate::fabric::FabricArgs,
 
     /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
     /// kill-after-accept, kill-after-write, rewrite-after-imm). Used by the end-to-end fault tests.

@@ -13,7 +13,8 @@ pub const EXITS: Documented = &[
         Exit::Usage,
         "usage error: an unknown, missing or bad flag or argument, an unreadable or empty --file, \
          an empty --message, an unreadable, empty or group/world-readable --token-file, no such \
-         --device or --port, a --gid-index not in the GID table",
+         --device or --port, a --gid-index not in the GID table; a bad --hosts or --rank, Slurm \
+         variables missing or not one task per node, --fabric-report input without pair results",
     ),
     (
         Exit::Rdma,
@@ -38,7 +39,8 @@ pub const EXITS: Documented = &[
     ),
     (
         Exit::Transfer,
-        "the RDMA Write itself failed (completion error, e.g. remote access error)",
+        "the RDMA Write itself failed (completion error, e.g. remote access error); \
+         --fabric and --fabric-report: a pair of the fabric check failed or has no result",
     ),
     (
         Exit::Unverified,
@@ -77,6 +79,9 @@ pub fn classify(report: &color_eyre::Report) -> Exit {
 fn own(cause: &(dyn StdError + 'static)) -> Option<Exit> {
     if cause.is::<rdma_core_rs::app::token::TokenError>() {
         return Some(Exit::Usage);
+    }
+    if let Some(exit) = crate::fabric::exit_of(cause) {
+        return Some(exit);
     }
     if let Some(e) = cause.downcast_ref::<ProtoError>() {
         return Some(from_code(e.code(), matches!(e, ProtoError::Remote(_))));

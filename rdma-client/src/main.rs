@@ -7,6 +7,7 @@
 mod bench;
 mod cli;
 mod exit;
+mod fabric;
 mod output;
 mod rewrite;
 mod run;
@@ -18,7 +19,9 @@ fn main() -> ExitCode {
     app::main(
         |args: &cli::Args| args.output.json,
         |args, out| {
-            if args.bench.bench.is_some() {
+            if args.fabric.asked() {
+                fabric::run(&args, &out)
+            } else if args.bench.bench.is_some() {
                 bench::run(&args, &out)
             } else {
                 run::run(&args, &out)

@@ -49,6 +49,19 @@ pub enum Event<'a> {
     BenchLat(crate::bench::LatRow),
     /// `--bench bw`: one size's figures (perftest's columns).
     BenchBw(crate::bench::BwRow),
+    /// `--fabric --plan`: one directed write of the schedule.
+    FabricPlan {
+        round: usize,
+        rounds: usize,
+        writer: usize,
+        writer_host: &'a str,
+        target: usize,
+        target_host: &'a str,
+    },
+    /// `--fabric`: one pair's result (read back by `--fabric-report`).
+    FabricPair(&'a crate::fabric::pair::PairResult),
+    /// `--fabric-report`: the merged matrix, bad pairs and suspect nodes.
+    FabricReport(&'a crate::fabric::report::Report),
     /// The run failed; `exit_code` is the process exit status.
     Error {
         kind: &'a str,

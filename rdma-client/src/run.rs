@@ -8,7 +8,7 @@ use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_core_rs::{Access, Endpoint, LinkLayer, LocalPort, QpCaps, RemoteBuffer};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
-    ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, QpEndpoint,
+    ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, Outcome, QpEndpoint,
     ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
@@ -20,18 +20,45 @@ const WRITE_WR_ID: u64 = 0x5752_4954; // "WRIT"
 /// Runs the whole client flow; `Ok` only when the server verified the bytes.
 pub fn run(args: &Args, out: &Output) -> Result<()> {
     let payload = load_payload(args)?;
-    let token = match &args.token_file {
-        Some(path) => Some(rdma_core_rs::app::token::read_file(path)?),
-        None => args.token.clone(),
-    };
-    let crc = rdma_proto::crc32c(&payload);
-    let timeout = args.timeout;
-
+    let token = load_token(args)?;
     // Local RDMA first: a machine without RDMA should hear about that, not about the network.
     let local = args.local.open()?;
-    let LocalPort { ctx, port, gid } = &local;
+    write(args, &local, &args.server, &payload, token, Some(out)).map(|_| ())
+}
 
-    let addr = resolve(&args.server)?;
+/// What one verified write took.
+#[derive(Debug)]
+pub struct Delivered {
+    /// The server's verdict (verified: the bytes and their CRC32C checked).
+    pub outcome: Outcome,
+    /// From posting the RDMA Write to its completion on our side.
+    pub write_micros: u128,
+}
+
+/// The token `--token-file`, `--token` or `RDMA_WRITE_TOKEN` gives.
+pub fn load_token(args: &Args) -> Result<Option<String>> {
+    Ok(match &args.token_file {
+        Some(path) => Some(rdma_core_rs::app::token::read_file(path)?),
+        None => args.token.clone(),
+    })
+}
+
+/// One verified write of `payload` to `server` over `local`: connect, handshake, QP to RTS,
+/// RDMA Write, the server's verdict. `Ok` only when the server verified the bytes. Each step is
+/// an event on `out`; with `None` (the fabric check, which prints one event per pair) none is.
+pub fn write(
+    args: &Args,
+    local: &LocalPort,
+    server: &str,
+    payload: &[u8],
+    token: Option<String>,
+    out: Option<&Output>,
+) -> Result<Delivered> {
+    let crc = rdma_proto::crc32c(payload);
+    let timeout = args.timeout;
+    let LocalPort { ctx, port, gid } = local;
+
+    let addr = resolve(server)?;
     let stream = connect(addr, timeout, args.wait_for_server)?;
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
@@ -43,9 +70,10 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     });
 
     let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;
-    out.emit(
+    emit(
+        out,
         &Event::Connected {
-            server: &args.server,
+            server,
             program: &banner.program,
             program_version: &banner.program_version,
             device: ctx.name(),
@@ -56,7 +84,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         || {
             format!(
                 "connected to {} ({} {}); local {} port {} gid[{}] {}",
-                args.server,
+                server,
                 rdma_proto::printable(&banner.program),
                 rdma_proto::printable(&banner.program_version),
                 ctx.name(),
@@ -69,7 +97,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
 
     // Verbs objects: the source buffer needs no remote access at all.
     let pd = ctx.alloc_pd()?;
-    let mr = pd.register_bytes(&payload, Access::NONE)?;
+    let mr = pd.register_bytes(payload, Access::NONE)?;
     // Room for our write's completion and those of the rewrite test hook.
     let cq = ctx.create_cq(2 * rewrite::DEPTH as u32, args.local.cq_mode)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default())?;
@@ -83,10 +111,11 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
 
     let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
     let a = &accept.endpoint;
-    let server = Endpoint::new(a.qpn, a.psn, rdma_core_rs::Gid(a.gid.0), a.lid, a.mtu);
-    let qp = qp.connect_to(&local, &server, psn)?;
+    let peer = Endpoint::new(a.qpn, a.psn, rdma_core_rs::Gid(a.gid.0), a.lid, a.mtu);
+    let qp = qp.connect_to(local, &peer, psn)?;
     let path_mtu = qp.path_mtu();
-    out.emit(
+    emit(
+        out,
         &Event::QpReady {
             local_qpn: qp.qpn(),
             remote_qpn: accept.endpoint.qpn,
@@ -104,7 +133,11 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
                 accept.addr,
                 accept.buf_len,
                 accept.rkey,
-                if port.link_layer == LinkLayer::Ethernet { ", RoCE" } else { "" }
+                if port.link_layer == LinkLayer::Ethernet {
+                    ", RoCE"
+                } else {
+                    ""
+                }
             )
         },
     );
@@ -146,7 +179,8 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         );
     }
     let micros = started.elapsed().as_micros();
-    out.emit(
+    emit(
+        out,
         &Event::Written {
             length: payload.len() as u64,
             notify: args.notify.as_str(),
@@ -171,12 +205,13 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     // Under the rewrite hook any verdict that describes bytes we wrote is right (see `rewrite`).
     let outcome = match (rewrites, hs.outcome()) {
         (Some(log), Some(verdict)) => {
-            rewrite::check_verdict(&payload, log, verdict)?;
+            rewrite::check_verdict(payload, log, verdict)?;
             verdict.clone()
         }
         _ => judged?,
     };
-    out.emit(
+    emit(
+        out,
         &Event::Verified {
             verified: outcome.verified,
             length: outcome.length,
@@ -198,11 +233,25 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             )
         },
     );
-    Ok(())
+    Ok(Delivered {
+        outcome,
+        write_micros: micros,
+    })
+}
+
+/// Emits `event` on `out`, if there is one.
+fn emit(out: Option<&Output>, event: &Event<'_>, human: impl FnOnce() -> String) {
+    if let Some(out) = out {
+        out.emit(event, human);
+    }
 }
 
 /// Connects within `timeout`; a refused connection is retried until `wait` has passed.
-pub(crate) fn connect(addr: SocketAddr, timeout: Duration, wait: Option<Duration>) -> Result<TcpStream> {
+pub(crate) fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    wait: Option<Duration>,
+) -> Result<TcpStream> {
     let give_up = Instant::now() + wait.unwrap_or_default();
     loop {
         match TcpStream::connect_timeout(&addr, timeout) {
@@ -232,7 +281,7 @@ pub(crate) fn recv(conn: &mut LineConn<TcpStream>, deadline: Instant) -> Result<
     Ok(ServerMessage::parse(&line)?)
 }
 
-fn load_payload(args: &Args) -> Result<Vec<u8>> {
+pub fn load_payload(args: &Args) -> Result<Vec<u8>> {
     let payload = match &args.file {
         Some(path) => std::fs::read(path).map_err(|source| ClientError::ReadFile {
             path: path.display().to_string(),

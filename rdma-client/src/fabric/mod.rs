@@ -1,0 +1,203 @@
+//! The fabric check: every ordered pair of N nodes does the seed's verified RDMA Write, round by
+//! round (`--fabric`, one task per node, e.g. under `srun`), and `--fabric-report` merges what
+//! the ranks printed into a matrix, the bad pairs and the nodes common to them.
+//!
+//! `schedule` (who writes to whom in which round), `ranks` (node list and rank, from Slurm or
+//! `--hosts/--rank`), `pair` (the per-pair event both sides share), `runner` (this node's
+//! rounds), `report` (the merge and the outlier rule), `table` and `heatmap` (how a report is
+//! shown).
+
+pub mod heatmap;
+pub mod pair;
+pub mod ranks;
+pub mod report;
+pub mod runner;
+pub mod schedule;
+pub mod table;
+
+use crate::cli::Args;
+use crate::output::{Event, Output};
+use color_eyre::eyre::{Result, WrapErr as _};
+use rdma_core_rs::app::{self, Exit};
+use rdma_proto::DEFAULT_PORT;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The fabric check's flags (flattened into the client's).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Fabric check (every pair of N nodes)")]
+pub struct FabricArgs {
+    /// Run this node's part of a fabric check: in each round of the schedule, the seed's verified
+    /// write to this round's partner; prints one `fabric_pair` event per pair. Node list and rank
+    /// come from Slurm (srun -N N --ntasks-per-node=1) or --hosts/--rank. Every node runs
+    /// `rdma-server --serve --max-clients 1`.
+    #[arg(long, conflicts_with = "fabric_report")]
+    pub fabric: bool,
+
+    /// With --fabric: print the schedule (round, writer, target) and exit, touching no RDMA.
+    #[arg(long, requires = "fabric")]
+    pub plan: bool,
+
+    /// The nodes, as a hostlist (e.g. node[01-04,07],login1); ranks are their places in the list
+    /// sorted in natural order. Default: Slurm's SLURM_STEP_NODELIST or SLURM_JOB_NODELIST.
+    #[arg(long, value_name = "LIST", requires = "fabric")]
+    pub hosts: Option<String>,
+
+    /// This node's rank among --hosts (from 0, in the sorted order), for ssh/pdsh launches.
+    #[arg(long, value_name = "N", requires = "hosts")]
+    pub rank: Option<usize>,
+
+    /// TCP port of every node's rdma-server.
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
+    pub fabric_port: u16,
+
+    /// How long one pair may wait for its target's server to be free (it answers `busy` while it
+    /// serves the round before) or to come up, before the pair counts as failed.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = app::parse_duration)]
+    pub pair_deadline: Duration,
+
+    /// Merge the `fabric_pair` JSON Lines of a fabric check (files, or stdin when none or `-`)
+    /// into the N x N matrix, the bad pairs and the suspect nodes; exit non-zero if a pair failed.
+    #[arg(long, value_name = "FILE", num_args = 0.., conflicts_with = "fabric")]
+    pub fabric_report: Option<Vec<PathBuf>>,
+
+    /// With --fabric-report: draw the matrix as a heat map into FILE (.png or .svg; repeatable).
+    #[arg(long, value_name = "FILE", requires = "fabric_report")]
+    pub heatmap: Vec<PathBuf>,
+
+    /// A pair is an outlier when its latency is over FACTOR x the fabric's reference.
+    #[arg(long, value_name = "FACTOR", default_value_t = 2.0, value_parser = positive)]
+    pub lat_factor: f64,
+
+    /// A pair is an outlier when its bandwidth is under FRACTION x the fabric's reference.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.5, value_parser = positive)]
+    pub bw_fraction: f64,
+}
+
+impl FabricArgs {
+    /// Whether the command line asks for the fabric check or its report.
+    #[must_use]
+    pub fn asked(&self) -> bool {
+        self.fabric || self.fabric_report.is_some()
+    }
+}
+
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a positive number")),
+    }
+}
+
+/// The fabric check's failures that are not the user's mistakes.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    #[error(
+        "{failed} of {pairs} pair(s) failed{missing}; see the bad pairs above",
+        missing = if *.missing > 0 { format!(" and {} had no result", .missing) } else { String::new() }
+    )]
+    PairsFailed {
+        failed: usize,
+        missing: usize,
+        pairs: usize,
+    },
+}
+
+/// The exit code for a fabric check's own errors (`None`: not one of them).
+pub fn exit_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
+    if cause.is::<ranks::RankError>()
+        || cause.is::<report::ReportError>()
+        || cause.is::<heatmap::HeatmapError>()
+    {
+        return Some(Exit::Usage);
+    }
+    cause.is::<FabricError>().then_some(Exit::Transfer)
+}
+
+/// Runs `--fabric` (with or without `--plan`) or `--fabric-report`.
+pub fn run(args: &Args, out: &Output) -> Result<()> {
+    let f = &args.fabric;
+    if let Some(files) = &f.fabric_report {
+        return report_files(f, files, out);
+    }
+    if f.plan {
+        return plan(f, out);
+    }
+    runner::run(args, out)
+}
+
+/// The world this task is part of: `--hosts/--rank`, else Slurm's environment.
+pub fn world(f: &FabricArgs) -> Result<ranks::World, ranks::RankError> {
+    match (&f.hosts, f.rank) {
+        (Some(list), Some(rank)) => ranks::explicit(list, rank),
+        (Some(_), None) => Err(ranks::RankError::MissingRank),
+        (None, _) => ranks::from_slurm(&|k| std::env::var(k).ok()),
+    }
+}
+
+fn plan(f: &FabricArgs, out: &Output) -> Result<()> {
+    let list = match &f.hosts {
+        Some(list) => list.clone(),
+        None => ranks::slurm_node_list(&|k| std::env::var(k).ok())?,
+    };
+    let hosts = ranks::at_least_two(&list)?;
+    let n = hosts.len();
+    for s in schedule::plan(n) {
+        out.emit(
+            &Event::FabricPlan {
+                round: s.round,
+                rounds: schedule::rounds(n),
+                writer: s.writer,
+                writer_host: &hosts[s.writer],
+                target: s.target,
+                target_host: &hosts[s.target],
+            },
+            || {
+                format!(
+                    "round {:>3}: {:>4} {} -> {:>4} {}",
+                    s.round, s.writer, hosts[s.writer], s.target, hosts[s.target]
+                )
+            },
+        );
+    }
+    Ok(())
+}
+
+fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
+    let mut pairs = Vec::new();
+    let mut skipped = 0;
+    let stdin = [PathBuf::from("-")];
+    for path in if files.is_empty() { &stdin[..] } else { files } {
+        let (mut p, s) = if path.as_os_str() == "-" {
+            report::read(std::io::stdin().lock(), "stdin")?
+        } else {
+            let name = path.display().to_string();
+            let file = std::fs::File::open(path).map_err(|source| report::ReportError::Read {
+                name: name.clone(),
+                source,
+            })?;
+            report::read(BufReader::new(file), &name)?
+        };
+        pairs.append(&mut p);
+        skipped += s;
+    }
+    let thresholds = report::Thresholds {
+        lat_factor: f.lat_factor,
+        bw_fraction: f.bw_fraction,
+    };
+    let r = report::analyze(&pairs, skipped, thresholds)?;
+    out.emit(&Event::FabricReport(&r), || table::render(&r));
+    for path in &f.heatmap {
+        heatmap::draw(&r, path).wrap_err("writing the heat map")?;
+    }
+    if r.any_failed() {
+        return Err(FabricError::PairsFailed {
+            failed: r.failed,
+            missing: r.missing,
+            pairs: r.pairs,
+        }
+        .into());
+    }
+    Ok(())
+}

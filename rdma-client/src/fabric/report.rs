@@ -1,0 +1,576 @@
+//! `--fabric-report`: every rank's `fabric_pair` lines merged into one N x N matrix, the pairs
+//! that are bad (failed, missing, or outliers), and the nodes common to them. Pure: lines in,
+//! a [`Report`] out; printing is in `table`, drawing in `heatmap`.
+//!
+//! **Outliers**, as ClusterKit flags them: a verified pair whose latency is over
+//! `lat_factor` x the reference, or whose bandwidth is under `bw_fraction` x the reference.
+//! ClusterKit's reference is the fabric's median; with few nodes one slow node sits in most
+//! pairs (4 of the 6 of three nodes) and drags that median with it, so the reference here is
+//! the median over nodes of each node's *best* pair (lowest latency, highest bandwidth), which
+//! stays the healthy value while fewer than half the nodes are bad. Both are reported. The
+//! latency of a pair is its measured `lat_us`, or the verified write's own time (`write_us`)
+//! where no measurement ran.
+//!
+//! **Suspects**, the nodes common to the bad pairs: a node with a broken or slow link spoils
+//! all its `2 (n - 1)` pairs (as writer and as target), a healthy node only its pairs with the
+//! bad ones. So the nodes in the most bad pairs are named, if that is more than half of their
+//! pairs; their pairs count as explained, and the rest is looked at again the same way. Bad
+//! pairs no named node explains are bad links (or bad luck): the list of bad pairs shows them.
+//! Two nodes alone cannot be told apart: both are named.
+//!
+//! A later line for the same ordered pair replaces an earlier one (a re-test is the verdict).
+
+use super::pair::{self, PairResult};
+use serde::Serialize;
+use std::io::BufRead;
+
+/// The outlier rule's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Thresholds {
+    /// A pair is slow when its latency is over this factor of the reference.
+    pub lat_factor: f64,
+    /// A pair is slow when its bandwidth is under this fraction of the reference.
+    pub bw_fraction: f64,
+}
+
+/// One ordered pair in the matrix.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Cell {
+    /// Verified, and not an outlier.
+    Pass {
+        lat_us: Option<f64>,
+        bw_mbps: Option<f64>,
+    },
+    /// Verified, but an outlier; `why` says which rule.
+    Slow {
+        lat_us: Option<f64>,
+        bw_mbps: Option<f64>,
+        why: String,
+    },
+    /// Not verified; the writer's reason.
+    Fail { kind: String, error: String },
+    /// No line for this pair: its writer's task died or never ran.
+    Missing,
+}
+
+impl Cell {
+    /// Anything but a clean pass.
+    #[must_use]
+    pub fn bad(&self) -> bool {
+        !matches!(self, Cell::Pass { .. })
+    }
+
+    /// The latency shown for it.
+    #[must_use]
+    pub fn lat_us(&self) -> Option<f64> {
+        match self {
+            Cell::Pass { lat_us, .. } | Cell::Slow { lat_us, .. } => *lat_us,
+            _ => None,
+        }
+    }
+}
+
+/// A pair that is not a clean pass.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BadPair {
+    pub writer: usize,
+    pub writer_host: String,
+    pub target: usize,
+    pub target_host: String,
+    pub cell: Cell,
+}
+
+/// A node common to the bad pairs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Suspect {
+    pub rank: usize,
+    pub host: String,
+    /// Its bad pairs, as writer or target.
+    pub bad: usize,
+    /// All its pairs: `2 (n - 1)`.
+    pub of: usize,
+}
+
+/// The merged check.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// Node names by rank (`rank K` where no line named one).
+    pub hosts: Vec<String>,
+    /// Ordered pairs: `n (n - 1)`.
+    pub pairs: usize,
+    pub passed: usize,
+    pub slow: usize,
+    pub failed: usize,
+    pub missing: usize,
+    /// Where the latencies come from: `measured` (lat_us), `write` (write_us) or `none`.
+    pub latency_source: &'static str,
+    /// The outlier references (see the module doc) and the plain fabric medians.
+    pub lat_reference_us: Option<f64>,
+    pub lat_median_us: Option<f64>,
+    pub bw_reference_mbps: Option<f64>,
+    pub bw_median_mbps: Option<f64>,
+    pub thresholds: Thresholds,
+    /// `matrix[writer][target]`; `None` on the diagonal.
+    pub matrix: Vec<Vec<Option<Cell>>>,
+    pub bad_pairs: Vec<BadPair>,
+    /// In the order they were found (most bad pairs first).
+    pub suspects: Vec<Suspect>,
+    /// Lines that were not `fabric_pair` events (other events, srun's chatter).
+    pub skipped_lines: usize,
+}
+
+impl Report {
+    /// Whether any pair failed or is missing (the report then exits non-zero).
+    #[must_use]
+    pub fn any_failed(&self) -> bool {
+        self.failed + self.missing > 0
+    }
+}
+
+/// Why the inputs cannot be merged: a usage error.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot read {name}: {source}")]
+    Read {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("{name} line {line}: a `fabric_pair` event that does not parse: {reason}")]
+    BadPair {
+        name: String,
+        line: usize,
+        reason: String,
+    },
+    #[error(
+        "no `fabric_pair` event in the input ({skipped} other lines): give the JSON Lines of \
+         `rdma-client --fabric --json`"
+    )]
+    NoPairs { skipped: usize },
+    #[error("the input mixes fabric checks of {a} and {b} nodes: give the lines of one run only")]
+    MixedWorlds { a: usize, b: usize },
+    #[error(
+        "a `fabric_pair` event names rank {rank} in a world of {world}, or a pair of one node with itself"
+    )]
+    BadRank { rank: usize, world: usize },
+}
+
+/// Reads the `fabric_pair` events of one input; returns them and how many lines were other
+/// things. A leading `N: ` (what `srun --label` adds) is taken off first.
+///
+/// # Errors
+/// The input cannot be read, or a `fabric_pair` line is malformed.
+pub fn read(input: impl BufRead, name: &str) -> Result<(Vec<PairResult>, usize), ReportError> {
+    let mut pairs = Vec::new();
+    let mut skipped = 0;
+    for (i, line) in input.lines().enumerate() {
+        let line = line.map_err(|source| ReportError::Read {
+            name: name.to_owned(),
+            source,
+        })?;
+        let text = strip_label(line.trim());
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+            skipped += 1;
+            continue;
+        };
+        if value.get("type").and_then(|t| t.as_str()) != Some(pair::TYPE) {
+            skipped += 1;
+            continue;
+        }
+        let p = serde_json::from_value(value).map_err(|e| ReportError::BadPair {
+            name: name.to_owned(),
+            line: i + 1,
+            reason: e.to_string(),
+        })?;
+        pairs.push(p);
+    }
+    Ok((pairs, skipped))
+}
+
+fn strip_label(line: &str) -> &str {
+    match line.split_once(": ") {
+        Some((n, rest)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => rest,
+        _ => line,
+    }
+}
+
+/// Merges pair results into the report.
+///
+/// # Errors
+/// No pair at all, lines from checks of different sizes, or a rank outside the world.
+pub fn analyze(
+    results: &[PairResult],
+    skipped_lines: usize,
+    thresholds: Thresholds,
+) -> Result<Report, ReportError> {
+    let first = results.first().ok_or(ReportError::NoPairs {
+        skipped: skipped_lines,
+    })?;
+    let n = first.world;
+    let mut hosts: Vec<String> = (0..n).map(|r| format!("rank {r}")).collect();
+    let mut latest: Vec<Option<&PairResult>> = vec![None; n * n];
+    for p in results {
+        if p.world != n {
+            return Err(ReportError::MixedWorlds { a: n, b: p.world });
+        }
+        if p.writer >= n || p.target >= n || p.writer == p.target {
+            return Err(ReportError::BadRank {
+                rank: p.writer.max(p.target),
+                world: n,
+            });
+        }
+        hosts[p.writer].clone_from(&p.writer_host);
+        hosts[p.target].clone_from(&p.target_host);
+        latest[p.writer * n + p.target] = Some(p);
+    }
+
+    let lat = |p: &PairResult| p.lat_us.or(p.write_us);
+    let verified = || latest.iter().flatten().filter(|p| p.verified);
+    let latency_source = if verified().any(|p| p.lat_us.is_some()) {
+        "measured"
+    } else if verified().any(|p| p.write_us.is_some()) {
+        "write"
+    } else {
+        "none"
+    };
+    let lat_median_us = median(verified().filter_map(|p| lat(p)).collect());
+    let bw_median_mbps = median(verified().filter_map(|p| p.bw_mbps).collect());
+    let best = |value: &dyn Fn(&PairResult) -> Option<f64>, better: fn(f64, f64) -> f64| {
+        let per_node = (0..n)
+            .filter_map(|k| {
+                verified()
+                    .filter(|p| p.writer == k || p.target == k)
+                    .filter_map(|p| value(p))
+                    .reduce(better)
+            })
+            .collect();
+        median(per_node)
+    };
+    let lat_reference_us = best(&lat, f64::min);
+    let bw_reference_mbps = best(&|p: &PairResult| p.bw_mbps, f64::max);
+
+    let cell = |p: Option<&PairResult>| -> Cell {
+        let Some(p) = p else { return Cell::Missing };
+        if !p.verified {
+            return Cell::Fail {
+                kind: p.error_kind.clone().unwrap_or_else(|| "unverified".into()),
+                error: p.error.clone().unwrap_or_default(),
+            };
+        }
+        let (lat_us, bw_mbps) = (lat(p), p.bw_mbps);
+        let mut why = Vec::new();
+        if let (Some(v), Some(r)) = (lat_us, lat_reference_us)
+            && v > thresholds.lat_factor * r
+        {
+            why.push(format!(
+                "latency {v:.1} us > {} x {r:.1} us",
+                thresholds.lat_factor
+            ));
+        }
+        if let (Some(v), Some(r)) = (bw_mbps, bw_reference_mbps)
+            && v < thresholds.bw_fraction * r
+        {
+            why.push(format!(
+                "bandwidth {v:.1} MB/s < {} x {r:.1} MB/s",
+                thresholds.bw_fraction
+            ));
+        }
+        if why.is_empty() {
+            Cell::Pass { lat_us, bw_mbps }
+        } else {
+            Cell::Slow {
+                lat_us,
+                bw_mbps,
+                why: why.join("; "),
+            }
+        }
+    };
+    let matrix: Vec<Vec<Option<Cell>>> = (0..n)
+        .map(|w| {
+            (0..n)
+                .map(|t| (w != t).then(|| cell(latest[w * n + t])))
+                .collect()
+        })
+        .collect();
+
+    let mut bad_pairs = Vec::new();
+    let mut bad_of = vec![0usize; n];
+    let (mut passed, mut slow, mut failed, mut missing) = (0, 0, 0, 0);
+    for (w, row) in matrix.iter().enumerate() {
+        for (t, c) in row.iter().enumerate() {
+            let Some(c) = c else { continue };
+            match c {
+                Cell::Pass { .. } => passed += 1,
+                Cell::Slow { .. } => slow += 1,
+                Cell::Fail { .. } => failed += 1,
+                Cell::Missing => missing += 1,
+            }
+            if c.bad() {
+                bad_of[w] += 1;
+                bad_of[t] += 1;
+                bad_pairs.push(BadPair {
+                    writer: w,
+                    writer_host: hosts[w].clone(),
+                    target: t,
+                    target_host: hosts[t].clone(),
+                    cell: c.clone(),
+                });
+            }
+        }
+    }
+    let suspects = suspects(&hosts, &bad_pairs, &bad_of);
+    Ok(Report {
+        hosts,
+        pairs: n * (n - 1),
+        passed,
+        slow,
+        failed,
+        missing,
+        latency_source,
+        lat_reference_us,
+        lat_median_us,
+        bw_reference_mbps,
+        bw_median_mbps,
+        thresholds,
+        matrix,
+        bad_pairs,
+        suspects,
+        skipped_lines,
+    })
+}
+
+/// The nodes that explain the bad pairs (see the module doc): repeatedly, the nodes in the
+/// most bad pairs not yet explained, if that is more than half of their `2 (n - 1)` pairs.
+fn suspects(hosts: &[String], bad_pairs: &[BadPair], bad_of: &[usize]) -> Vec<Suspect> {
+    let n = hosts.len();
+    let of = 2 * (n - 1);
+    let mut open: Vec<&BadPair> = bad_pairs.iter().collect();
+    let mut named = Vec::new();
+    loop {
+        let mut count = vec![0usize; n];
+        for b in &open {
+            count[b.writer] += 1;
+            count[b.target] += 1;
+        }
+        let most = count.iter().copied().max().unwrap_or(0);
+        if 2 * most <= of {
+            break;
+        }
+        let now: Vec<usize> = (0..n).filter(|&k| count[k] == most).collect();
+        open.retain(|b| !now.contains(&b.writer) && !now.contains(&b.target));
+        named.extend(now.into_iter().map(|k| Suspect {
+            rank: k,
+            host: hosts[k].clone(),
+            bad: bad_of[k],
+            of,
+        }));
+    }
+    named
+}
+
+/// The median (mean of the middle two for an even count); `None` when empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 0 {
+        f64::midpoint(v[mid - 1], v[mid])
+    } else {
+        v[mid]
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub const TH: Thresholds = Thresholds {
+        lat_factor: 2.0,
+        bw_fraction: 0.5,
+    };
+
+    /// A verified pair of a 3-node check, with the given latency and bandwidth.
+    pub fn ok(w: usize, t: usize, lat: f64, bw: Option<f64>) -> PairResult {
+        PairResult {
+            round: 0,
+            world: 3,
+            writer: w,
+            writer_host: format!("node{}", w + 1),
+            target: t,
+            target_host: format!("node{}", t + 1),
+            verified: true,
+            error_kind: None,
+            error: None,
+            write_us: Some(lat),
+            waited_ms: 0,
+            lat_us: None,
+            bw_mbps: bw,
+        }
+    }
+
+    fn failed(w: usize, t: usize) -> PairResult {
+        PairResult {
+            verified: false,
+            error_kind: Some("network".into()),
+            error: Some("could not reach the server".into()),
+            write_us: None,
+            ..ok(w, t, 0.0, None)
+        }
+    }
+
+    /// All six pairs of three nodes; pairs touching `slow` take `factor` times longer.
+    pub fn three(slow: Option<usize>, factor: f64) -> Vec<PairResult> {
+        let mut v = Vec::new();
+        for w in 0..3 {
+            for t in 0..3 {
+                if w != t {
+                    let s = if slow == Some(w) || slow == Some(t) {
+                        factor
+                    } else {
+                        1.0
+                    };
+                    v.push(ok(w, t, 10.0 * s, Some(1000.0 / s)));
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_healthy_fabric_passes() {
+        let r = analyze(&three(None, 1.0), 0, TH).unwrap();
+        assert_eq!(
+            (r.pairs, r.passed, r.slow, r.failed, r.missing),
+            (6, 6, 0, 0, 0)
+        );
+        assert!(r.bad_pairs.is_empty() && r.suspects.is_empty());
+        assert!(!r.any_failed());
+        assert_eq!(r.hosts, ["node1", "node2", "node3"]);
+        assert_eq!(r.latency_source, "write");
+        assert!(r.matrix[1][1].is_none());
+    }
+
+    #[test]
+    fn one_slow_node_is_flagged_though_it_sits_in_most_pairs() {
+        let r = analyze(&three(Some(2), 4.0), 0, TH).unwrap();
+        // The plain median is dragged up (4 of 6 pairs are slow); the reference is not.
+        assert_eq!(r.lat_median_us, Some(40.0));
+        assert_eq!(r.lat_reference_us, Some(10.0));
+        assert_eq!(r.slow, 4);
+        let bad: Vec<(usize, usize)> = r.bad_pairs.iter().map(|b| (b.writer, b.target)).collect();
+        assert_eq!(bad, [(0, 2), (1, 2), (2, 0), (2, 1)]);
+        assert_eq!(r.suspects.len(), 1);
+        assert_eq!(
+            (
+                r.suspects[0].host.as_str(),
+                r.suspects[0].bad,
+                r.suspects[0].of
+            ),
+            ("node3", 4, 4)
+        );
+        assert!(!r.any_failed(), "slow is reported, not failed");
+        let Cell::Slow { why, .. } = &r.bad_pairs[0].cell else {
+            panic!()
+        };
+        assert!(
+            why.contains("latency 40.0 us > 2 x 10.0 us") && why.contains("bandwidth"),
+            "{why}"
+        );
+        // Just under the factor is no outlier.
+        let r = analyze(&three(Some(2), 1.9), 0, TH).unwrap();
+        assert_eq!(r.slow, 0);
+    }
+
+    #[test]
+    fn failed_and_missing_pairs_fail_the_check_and_name_the_node() {
+        let mut v: Vec<PairResult> = three(None, 1.0)
+            .into_iter()
+            .filter(|p| p.writer != 1) // node2's task died: its writes are missing
+            .collect();
+        v.retain(|p| p.target != 1);
+        v.push(failed(0, 1));
+        v.push(failed(2, 1));
+        let r = analyze(&v, 3, TH).unwrap();
+        assert_eq!(
+            (r.passed, r.failed, r.missing, r.skipped_lines),
+            (2, 2, 2, 3)
+        );
+        assert!(r.any_failed());
+        assert_eq!(r.suspects.iter().map(|s| s.rank).collect::<Vec<_>>(), [1]);
+        assert!(matches!(r.matrix[1][0], Some(Cell::Missing)));
+        assert!(matches!(&r.matrix[0][1], Some(Cell::Fail { kind, .. }) if kind == "network"));
+    }
+
+    #[test]
+    fn the_suspect_is_the_node_that_explains_the_bad_pairs() {
+        // node3 slow, and the link node1 -> node2 broken: only node3 is named.
+        let mut v = three(Some(2), 4.0);
+        v.push(failed(0, 1));
+        let r = analyze(&v, 0, TH).unwrap();
+        assert_eq!((r.slow, r.failed), (4, 1));
+        assert_eq!(r.suspects.iter().map(|s| s.rank).collect::<Vec<_>>(), [2]);
+        // Two nodes cannot be told apart.
+        let two: Vec<PairResult> = [failed(0, 1), failed(1, 0)]
+            .into_iter()
+            .map(|p| PairResult { world: 2, ..p })
+            .collect();
+        let r = analyze(&two, 0, TH).unwrap();
+        assert_eq!(
+            r.suspects.iter().map(|s| s.rank).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        // One bad link among healthy nodes names nobody.
+        let r = analyze(&[three(None, 1.0), vec![failed(0, 1)]].concat(), 0, TH).unwrap();
+        assert!(r.suspects.is_empty() && r.failed == 1);
+    }
+
+    #[test]
+    fn a_later_line_replaces_an_earlier_one() {
+        let mut v = vec![failed(0, 1)];
+        v.extend(three(None, 1.0));
+        let r = analyze(&v, 0, TH).unwrap();
+        assert_eq!(r.failed, 0);
+    }
+
+    #[test]
+    fn inputs_are_read_with_srun_labels_and_chatter() {
+        let line =
+            serde_json::to_string(&crate::output::Event::FabricPair(&ok(0, 1, 5.0, None))).unwrap();
+        assert!(line.contains("\"type\":\"fabric_pair\""), "{line}");
+        let text = format!("{line}\n1: {line}\nsrun: job 7 queued\n{{\"type\":\"error\"}}\n");
+        let (pairs, skipped) = read(text.as_bytes(), "x").unwrap();
+        assert_eq!((pairs.len(), skipped), (2, 2));
+        assert_eq!(pairs[0], ok(0, 1, 5.0, None));
+        let bad = read(
+            &b"{\"type\":\"fabric_pair\",\"round\":\"x\"}\n"[..],
+            "f.jsonl",
+        )
+        .unwrap_err();
+        assert!(bad.to_string().contains("f.jsonl line 1"), "{bad}");
+    }
+
+    #[test]
+    fn inputs_that_cannot_be_merged_are_refused() {
+        assert!(matches!(
+            analyze(&[], 4, TH),
+            Err(ReportError::NoPairs { skipped: 4 })
+        ));
+        let mut four = ok(0, 1, 1.0, None);
+        four.world = 4;
+        let e = analyze(&[ok(0, 1, 1.0, None), four], 0, TH).unwrap_err();
+        assert!(matches!(e, ReportError::MixedWorlds { a: 3, b: 4 }));
+        let e = analyze(&[ok(0, 3, 1.0, None)], 0, TH).unwrap_err();
+        assert!(matches!(e, ReportError::BadRank { rank: 3, world: 3 }));
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(vec![f64::NAN, 1.0]), Some(1.0));
+    }
+}
