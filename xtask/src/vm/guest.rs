@@ -20,6 +20,8 @@ pub(super) struct Boot<'a> {
     pub accel: Accel,
     /// The link's port on 127.0.0.1 (the first guest listens on it).
     pub port: u16,
+    /// With exactly two guests: their UDP ports on 127.0.0.1 (first, second) instead.
+    pub udp: Option<[u16; 2]>,
     /// The run directory: one share per guest in it, and the console logs.
     pub run_dir: &'a Path,
     pub sync_dir: &'a Path,
@@ -67,10 +69,11 @@ impl Guest {
             vmlinuz: boot.vmlinuz,
             initrd: boot.initrd,
             cmdline: qemu::kernel_cmdline(&spec.name, &spec.argv, boot.verbose),
-            link: if first {
-                Link::Listen(boot.port)
-            } else {
-                Link::Connect(boot.port)
+            link: match (boot.udp, first) {
+                (Some([a, b]), true) => Link::Udp { local: a, peer: b },
+                (Some([a, b]), false) => Link::Udp { local: b, peer: a },
+                (None, true) => Link::Listen(boot.port),
+                (None, false) => Link::Connect(boot.port),
             },
             mac: &spec.mac,
             share: &share,
@@ -210,6 +213,17 @@ fn read_exit_code(share: &Path) -> Option<i32> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Two different free UDP ports on 127.0.0.1 (bound together, released; QEMU binds them
+/// right after).
+pub(super) fn free_udp_ports() -> Result<[u16; 2]> {
+    let bind = || {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .wrap_err("binding UDP 127.0.0.1:0 to find a free port")
+    };
+    let (a, b) = (bind()?, bind()?);
+    Ok([a.local_addr()?.port(), b.local_addr()?.port()])
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; QEMU binds it right after).

@@ -239,6 +239,12 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         initrd: &prepared.initramfs,
         accel: prepared.accel.unwrap_or(Accel::Tcg),
         port: guest::free_port()?,
+        // Two guests: a UDP link (see qemu::Link::Udp for why not the TCP stream).
+        udp: if specs.len() == 2 {
+            Some(guest::free_udp_ports()?)
+        } else {
+            None
+        },
         run_dir: &dir.path,
         sync_dir: &sync_dir,
         progress: &progress,
@@ -276,7 +282,7 @@ fn start_all(specs: &[GuestSpec], boot: &Boot<'_>) -> Result<Vec<Guest>> {
     let mut guests = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
         let mut g = Guest::start(spec, i == 0, boot)?;
-        if i == 0 && specs.len() > 1 {
+        if i == 0 && specs.len() > 1 && boot.udp.is_none() {
             g.wait_listening(boot.port, Instant::now() + Duration::from_secs(20))?;
         }
         guests.push(g);
