@@ -14,7 +14,12 @@ use std::time::Duration;
 #[command(version, about, after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS))]
 pub struct Args {
     /// Server to connect to: HOST or HOST:PORT (default port 7471).
-    #[arg(required_unless_present_any = ["fabric", "fabric_report"], default_value = "", hide_default_value = true)]
+    #[arg(
+        required_unless_present_any = ["fabric", "fabric_report"],
+        conflicts_with_all = ["fabric", "fabric_report"],
+        default_value = "",
+        hide_default_value = true
+    )]
     pub server: String,
 
     /// Text to write into the server's buffer.

@@ -1,0 +1,213 @@
+//! The fabric check's paths that need no RDMA, through the real binary: `--plan`, the rank
+//! and node-list mistakes (usage errors, exit 2), and `--fabric-report` on hand-made pair
+//! results (the matrix, the exit code, the heat map files).
+
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+fn client() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rdma-client"));
+    for var in [
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NTASKS",
+        "SLURM_PROCID",
+        "SLURMD_NODENAME",
+    ] {
+        c.env_remove(var);
+    }
+    c
+}
+
+fn run(c: &mut Command, stdin: &str) -> Output {
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rdma-client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn plan_lists_every_ordered_pair_once_in_n_minus_1_rounds() {
+    let o = run(
+        client().args(["--fabric", "--plan", "--hosts", "node[07,01-03]", "--json"]),
+        "",
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let events: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(events.len(), 12);
+    let pairs: HashSet<(String, String)> = events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["type"], "fabric_plan");
+            assert_eq!(e["rounds"], 3);
+            (
+                e["writer_host"].as_str().unwrap_or_default().to_owned(),
+                e["target_host"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(pairs.len(), 12);
+    // Rank order is the sorted list, whatever the spelling.
+    assert_eq!(events[0]["writer_host"], "node01");
+    assert_eq!(events[0]["target_host"], "node07");
+}
+
+/// Arguments, environment, and what stderr must say.
+type Mistake<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+#[test]
+fn rank_and_node_list_mistakes_are_usage_errors_that_say_what_is_wrong() {
+    let cases: &[Mistake] = &[
+        (
+            &["--fabric", "--plan", "--hosts", "n1"],
+            &[],
+            "needs at least two",
+        ),
+        (
+            &["--fabric", "--plan", "--hosts", "n[1-"],
+            &[],
+            "never closed",
+        ),
+        (
+            &["--fabric", "--hosts", "n[1-3]"],
+            &[],
+            "--hosts needs --rank",
+        ),
+        (
+            &["--fabric", "--hosts", "n[1-3]", "--rank", "3"],
+            &[],
+            "rank 3 is out of range",
+        ),
+        (
+            &["--fabric"],
+            &[],
+            "SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST",
+        ),
+        (
+            &["--fabric"],
+            &[("SLURM_JOB_NODELIST", "n[1-3]"), ("SLURM_PROCID", "0")],
+            "SLURM_NTASKS is not set",
+        ),
+        (
+            &["--fabric"],
+            &[
+                ("SLURM_STEP_NODELIST", "n[1-3]"),
+                ("SLURM_NTASKS", "6"),
+                ("SLURM_PROCID", "0"),
+            ],
+            "world size mismatch",
+        ),
+        (&["--rank", "1"], &[], "--hosts"),
+        (&["h", "--fabric"], &[], "--fabric"),
+    ];
+    for (args, env, want) in cases {
+        let mut c = client();
+        c.args(*args).envs(env.iter().copied());
+        let o = run(&mut c, "");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(want),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
+
+/// One `fabric_pair` line, as the runner prints it.
+fn pair(w: usize, t: usize, verified: bool, write_us: f64) -> String {
+    serde_json::json!({
+        "type": "fabric_pair", "round": 0, "world": 3,
+        "writer": w, "writer_host": format!("node{}", w + 1),
+        "target": t, "target_host": format!("node{}", t + 1),
+        "verified": verified,
+        "error_kind": if verified { None } else { Some("network") },
+        "error": if verified { None } else { Some("could not reach the server") },
+        "write_us": verified.then_some(write_us), "waited_ms": 0,
+        "lat_us": null, "bw_mbps": null,
+    })
+    .to_string()
+}
+
+fn fabric(fail: Option<(usize, usize)>) -> String {
+    let mut lines = vec!["srun: job 42 step 0 started".to_owned()];
+    for w in 0..3 {
+        for t in (0..3).filter(|&t| t != w) {
+            let slow = if w == 2 || t == 2 { 50.0 } else { 10.0 };
+            lines.push(format!("{w}: {}", pair(w, t, fail != Some((w, t)), slow)));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn report_flags_the_slow_node_and_draws_the_heat_map() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("fabric.jsonl");
+    std::fs::write(&input, fabric(None)).expect("write input");
+    let (png, svg) = (dir.path().join("f.png"), dir.path().join("f.svg"));
+    let o = run(
+        client()
+            .arg("--fabric-report")
+            .arg(&input)
+            .arg("--heatmap")
+            .arg(&png)
+            .arg("--heatmap")
+            .arg(&svg),
+        "",
+    );
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    assert!(
+        out.contains("2 passed, 4 slow, 0 failed, 0 missing"),
+        "{out}"
+    );
+    assert!(out.contains("node3 (rank 2): 4 of 4 pairs bad"), "{out}");
+    let bytes = std::fs::read(&png).expect("png written");
+    assert_eq!(&bytes[..4], b"\x89PNG");
+    let svg = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(svg.contains("<svg") && svg.contains("<rect"));
+}
+
+#[test]
+fn report_exits_8_when_a_pair_failed_and_2_without_pairs() {
+    let o = run(
+        client().args(["--fabric-report", "-", "--json"]),
+        &fabric(Some((0, 1))),
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
+    let lines: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines[0]["type"], "fabric_report");
+    assert_eq!(lines[0]["failed"], 1);
+    assert_eq!(lines[0]["matrix"][0][1]["status"], "fail");
+    assert_eq!(lines[0]["suspects"][0]["host"], "node3");
+    assert_eq!(lines[1]["type"], "error");
+    assert_eq!(lines[1]["exit_code"], 8);
+
+    let o = run(client().arg("--fabric-report"), "not a pair\n");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("no `fabric_pair` event"),
+        "{}",
+        text(&o.stderr)
+    );
+}
