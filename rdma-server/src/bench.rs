@@ -21,7 +21,7 @@ use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, Hello, QpEndpoint, ServerEvent, ServerHandshake};
 
 use crate::output::Event;
-use crate::session::{Failure, SessionCtx, next_event, out_of_order};
+use crate::session::{Failure, SessionCtx, client_spoke, next_event, out_of_order};
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
 const SQ_DEPTH: u32 = 64;
@@ -121,7 +121,7 @@ pub(crate) fn session(
             remote,
             inline,
         };
-        pong.run(s, b, src)?;
+        pong.run(s, conn, hs, b, src)?;
     }
 
     // The client's `written` ends both modes: after its last pong (lat) or its last write
@@ -193,7 +193,14 @@ struct Pong<'a> {
 }
 
 impl Pong<'_> {
-    fn run(&self, s: &SessionCtx, b: &BenchParams, src: &mut MemoryRegion) -> Result<(), Failure> {
+    fn run(
+        &self,
+        s: &SessionCtx,
+        conn: &mut LineConn<TcpStream>,
+        hs: &mut ServerHandshake,
+        b: &BenchParams,
+        src: &mut MemoryRegion,
+    ) -> Result<(), Failure> {
         let failed = |e: rdma_core_rs::Error| {
             Failure::new(
                 ErrorCode::WriteFailed,
@@ -212,7 +219,7 @@ impl Pong<'_> {
             };
             for n in 1..=b.iters {
                 let want = bench::counter(n);
-                self.wait_ping(s, last, want, &mut completed)?;
+                self.wait_ping(s, conn, hs, last, want, &mut completed)?;
                 src.as_mut_slice()[last] = want;
                 // Keep the send queue from filling: reap until a slot is free.
                 while posted - completed >= u64::from(SQ_DEPTH) - 1 {
@@ -233,6 +240,8 @@ impl Pong<'_> {
     fn wait_ping(
         &self,
         s: &SessionCtx,
+        conn: &mut LineConn<TcpStream>,
+        hs: &mut ServerHandshake,
         last: usize,
         want: u8,
         completed: &mut u64,
@@ -261,6 +270,12 @@ impl Pong<'_> {
                             s.timeout
                         ),
                     ));
+                }
+                // A client that closed or spoke mid-exchange ends the session now, not at the
+                // deadline (a syscall every ~64 Ki spins).
+                if spins % (64 * 1024) == 0 && client_spoke(conn) {
+                    let event = next_event(conn, hs, Instant::now() + s.timeout)?;
+                    return Err(out_of_order(&event));
                 }
                 if s.stopping.load(Ordering::Acquire) {
                     return Err(Failure::new(

@@ -394,7 +394,7 @@ fn wait_for_completion(
 }
 
 /// Whether the client sent something or closed the connection (looked at without blocking).
-fn client_spoke(conn: &LineConn<TcpStream>) -> bool {
+pub(crate) fn client_spoke(conn: &LineConn<TcpStream>) -> bool {
     if conn.has_buffered() {
         // A line that arrived together with an earlier one is already in our buffer.
         return true;

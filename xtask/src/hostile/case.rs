@@ -58,6 +58,15 @@ pub enum Case {
     Forbidden,
     /// --max-clients idle connections, then one more: `busy` as its first line.
     Busy,
+    /// Bench hellos with one bad parameter each (notify imm, `bench` not an object, sizes out
+    /// of order, largest size not the length, lat without its buffer, 0 iterations, unknown
+    /// mode): `invalid_field` for every one.
+    BenchInvalid,
+    /// A bench hello asking for 1 TiB: `too_long` (the bench cap, not the write buffer).
+    BenchTooLong,
+    /// A valid bench lat hello (pointing at a buffer we do not have), the accept read (the
+    /// server now spins on its buffer for our first ping), then we vanish.
+    BenchVanish,
 }
 
 impl Case {

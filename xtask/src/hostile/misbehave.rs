@@ -120,6 +120,90 @@ impl Cx<'_> {
             Case::MissingToken => self.token_case(Tok::Missing),
             Case::Forbidden => self.forbidden(),
             Case::Busy => self.busy(),
+            Case::BenchInvalid => self.bench_invalid(),
+            Case::BenchTooLong => {
+                let h = self.bench_hello(1 << 40, json!({"mode": "bw", "sizes": [1u64 << 40], "iters": 10}));
+                self.line_case(&to_line(&h), &e("too_long"))
+            }
+            Case::BenchVanish => {
+                let mut c = self.connect_banner()?;
+                let h = self.bench_hello(
+                    64,
+                    json!({"mode": "lat", "sizes": [64], "iters": 1000, "addr": 4096, "rkey": 1}),
+                );
+                c.send(&to_line(&h), self.deadline())?;
+                c.secrets_allowed = true;
+                let got = c.recv(self.deadline());
+                let rkey = check_accept(&got, 64, 64)?;
+                drop(c);
+                Ok(format!("bench lat accept (rkey {rkey:#x}) read, closed without a ping"))
+            }
+        }
+    }
+
+    /// A hello asking for a bench session of `length` bytes with `bench` as its parameters.
+    fn bench_hello(&mut self, length: u64, bench: Value) -> Value {
+        let mut h = self.hello(length, "tcp", Tok::Right);
+        h["bench"] = bench;
+        h
+    }
+
+    fn bench_invalid(&mut self) -> CaseResult {
+        let bad: [(&str, &str, Value); 7] = [
+            (
+                "notify imm",
+                "imm",
+                json!({"mode": "bw", "sizes": [64], "iters": 10}),
+            ),
+            ("bench not an object", "tcp", json!([64])),
+            (
+                "sizes out of order",
+                "tcp",
+                json!({"mode": "bw", "sizes": [64, 2], "iters": 10}),
+            ),
+            (
+                "largest size not the length",
+                "tcp",
+                json!({"mode": "bw", "sizes": [32], "iters": 10}),
+            ),
+            (
+                "lat without its buffer",
+                "tcp",
+                json!({"mode": "lat", "sizes": [64], "iters": 10}),
+            ),
+            (
+                "zero iterations",
+                "tcp",
+                json!({"mode": "bw", "sizes": [64], "iters": 0}),
+            ),
+            (
+                "unknown mode",
+                "tcp",
+                json!({"mode": "ping", "sizes": [64], "iters": 10}),
+            ),
+        ];
+        let n = bad.len();
+        let mut failures = Vec::new();
+        for (what, notify, bench) in bad {
+            let mut h = self.hello(64, notify, Tok::Right);
+            h["bench"] = bench;
+            let r = self.line_case(
+                &to_line(&h),
+                &Answer::Error {
+                    code: "invalid_field",
+                    mentions: None,
+                },
+            );
+            if let Err(e) = r {
+                failures.push(format!("{what}: {e}"));
+            }
+        }
+        if failures.is_empty() {
+            Ok(format!(
+                "{n}/{n} bad bench hellos refused with invalid_field, then close"
+            ))
+        } else {
+            Err(failures.join("; "))
         }
     }
 

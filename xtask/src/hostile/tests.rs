@@ -87,7 +87,7 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
         token: f.token.map(str::to_owned),
         program_version: "0".to_owned(),
         features: ServerPolicy::default_features(),
-        bench_max_len: 0,
+        bench_max_len: 8 << 20,
     });
     let mut banner = hs.banner().unwrap().to_line();
     if f.leak_in_banner {
