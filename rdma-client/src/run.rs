@@ -240,7 +240,7 @@ pub fn write(
 }
 
 /// Emits `event` on `out`, if there is one.
-fn emit(out: Option<&Output>, event: &Event<'_>, human: impl FnOnce() -> String) {
+pub(crate) fn emit(out: Option<&Output>, event: &Event<'_>, human: impl FnOnce() -> String) {
     if let Some(out) = out {
         out.emit(event, human);
     }

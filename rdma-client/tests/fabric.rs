@@ -140,7 +140,7 @@ fn pair(w: usize, t: usize, verified: bool, write_us: f64) -> String {
         "error_kind": if verified { None } else { Some("network") },
         "error": if verified { None } else { Some("could not reach the server") },
         "write_us": verified.then_some(write_us), "waited_ms": 0,
-        "lat_us": null, "bw_mbps": null,
+        "lat_us": null, "bw_mbs": null,
     })
     .to_string()
 }

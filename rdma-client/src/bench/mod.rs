@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
-use rdma_core_rs::{Access, Endpoint, QpCaps, RemoteBuffer, app};
+use rdma_core_rs::{Access, Endpoint, LocalPort, QpCaps, RemoteBuffer, app};
 use rdma_proto::bench::{self, BenchMode, BenchParams, MAX_ITERS};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify, QpEndpoint};
 
 use crate::cli::Args;
 use crate::output::{Event, Output};
-use crate::run::{connect, recv, resolve};
+use crate::run::{connect, emit, load_token, recv, resolve};
 
 /// The bench flags of `rdma-client`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -106,18 +106,39 @@ fn params(b: &BenchArgs, mode: BenchMode) -> Result<BenchParams> {
 /// Runs a bench session; `Ok` only when the server verified the final bytes.
 pub fn run(args: &Args, out: &Output) -> Result<()> {
     let t_start = Instant::now();
-    let b = &args.bench;
-    let Some(mode) = b.bench else {
+    let Some(mode) = args.bench.bench else {
         bail!("bench::run without --bench");
     };
-    let mut p = params(b, mode)?;
+    let p = params(&args.bench, mode)?;
+    let token = load_token(args)?;
+    let local = args.local.open()?;
+    session(args, &local, &args.server, p, token, t_start, Some(out)).map(|_| ())
+}
+
+/// A session's figures: a row per size, of its mode.
+#[derive(Debug, Default)]
+pub struct Rows {
+    pub lat: Vec<LatRow>,
+    pub bw: Vec<BwRow>,
+}
+
+/// One bench session of `p` against `server` over `local` (tx depth, duration and inline from
+/// `args.bench`), from connect to the server's verdict on the final bytes; `Ok` only when it
+/// verified them. Each step is an event on `out`; with `None` (the fabric check measuring a
+/// pair) nothing is printed and the rows are only returned.
+pub fn session(
+    args: &Args,
+    local: &LocalPort,
+    server: &str,
+    mut p: BenchParams,
+    token: Option<String>,
+    t_start: Instant,
+    out: Option<&Output>,
+) -> Result<Rows> {
+    let b = &args.bench;
+    let mode = p.mode;
     let max = p.sizes.last().copied().unwrap_or(1);
     let max_len = usize::try_from(max)?;
-    let token = match &args.token_file {
-        Some(path) => Some(app::token::read_file(path)?),
-        None => args.token.clone(),
-    };
-    let local = args.local.open()?;
     let (ctx, port) = (&local.ctx, &local.port);
     let timeout = args.timeout;
 
@@ -155,7 +176,6 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     };
     let qp = qp.to_init(port.num, access)?;
 
-    let server = args.server.as_str();
     let stream = connect(resolve(server)?, timeout, args.wait_for_server)?;
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
@@ -165,7 +185,8 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         p.clone(),
     );
     let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;
-    out.emit(
+    emit(
+        out,
         &Event::Connected {
             server,
             program: &banner.program,
@@ -199,9 +220,10 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
     let a = &accept.endpoint;
     let peer = Endpoint::new(a.qpn, a.psn, rdma_core_rs::Gid(a.gid.0), a.lid, a.mtu);
-    let qp = qp.connect_to(&local, &peer, psn)?;
+    let qp = qp.connect_to(local, &peer, psn)?;
     let path_mtu = qp.path_mtu().bytes();
-    out.emit(
+    emit(
+        out,
         &Event::QpReady {
             local_qpn: qp.qpn(),
             remote_qpn: a.qpn,
@@ -232,10 +254,10 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         inline: inline as usize,
     };
     let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
-    out.emit(&Event::BenchSetup { ready_us }, || {
+    emit(out, &Event::BenchSetup { ready_us }, || {
         format!("ready to post after {:.0} us", ready_us)
     });
-    if !out.json() {
+    if out.is_some_and(|o| !o.json()) {
         println!("{}", stats::RULE);
         println!(
             "{}",
@@ -245,6 +267,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             }
         );
     }
+    let mut rows = Rows::default();
     let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
     for (k, &size) in p.sizes.iter().enumerate() {
         let wr_base = k as u64 * (p.iters + 1);
@@ -253,7 +276,8 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             BenchMode::Lat => {
                 hot::ping_pong(&mut link, size_us, p.iters, wr_base, timeout, &mut samples)?;
                 let row = stats::lat_row(size, &mut samples);
-                out.emit(&Event::BenchLat(row), || row.line());
+                emit(out, &Event::BenchLat(row), || row.line());
+                rows.lat.push(row);
             }
             BenchMode::Bw => {
                 let s = hot::stream(
@@ -266,18 +290,20 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
                     timeout,
                 )?;
                 let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
-                out.emit(&Event::BenchBw(row), || row.line());
+                emit(out, &Event::BenchBw(row), || row.line());
+                rows.bw.push(row);
             }
         }
     }
-    if !out.json() {
+    if out.is_some_and(|o| !o.json()) {
         println!("{}", stats::RULE);
     }
     if let Some(w) = hs.written()? {
         conn.send_line(&w.to_line(), Instant::now() + timeout)?;
     }
     let outcome = hs.on_result(recv(&mut conn, Instant::now() + timeout)?)?;
-    out.emit(
+    emit(
+        out,
         &Event::Verified {
             verified: outcome.verified,
             length: outcome.length,
@@ -292,7 +318,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             )
         },
     );
-    Ok(())
+    Ok(rows)
 }
 
 #[cfg(test)]

@@ -57,6 +57,15 @@ pub struct FabricArgs {
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = app::parse_duration)]
     pub pair_deadline: Duration,
 
+    /// With --fabric: after each pair's verified write, a short `--bench lat` to the same
+    /// server (2-byte ping-pongs, this many; 0: none).
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub lat_iters: u64,
+
+    /// With --fabric: then a short `--bench bw` (64 KiB writes, this many; 0: none).
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub bw_iters: u64,
+
     /// Merge the `fabric_pair` JSON Lines of a fabric check (files, or stdin when none or `-`)
     /// into the N x N matrix, the bad pairs and the suspect nodes; exit non-zero if a pair failed.
     #[arg(long, value_name = "FILE", num_args = 0.., conflicts_with = "fabric")]

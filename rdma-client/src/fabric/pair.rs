@@ -30,11 +30,12 @@ pub struct PairResult {
     pub write_us: Option<f64>,
     /// Milliseconds spent waiting for the target's server to be free or up.
     pub waited_ms: u64,
-    /// Latency (microseconds, median of the short measurement); `None` when not measured.
+    /// Latency in microseconds: the typical (median) half round trip of a short
+    /// `--bench lat` (2 bytes, `--lat-iters`); `None` when not measured.
     pub lat_us: Option<f64>,
-    /// Bandwidth (MB/s, 10^6 bytes per second) of the short measurement; `None` when not
-    /// measured.
-    pub bw_mbps: Option<f64>,
+    /// Bandwidth in MB/s (MB = 2^20 bytes, as perftest and `--bench bw` count): the average of
+    /// a short `--bench bw` (64 KiB writes, `--bw-iters`); `None` when not measured.
+    pub bw_mbs: Option<f64>,
 }
 
 /// The `type` tag of [`PairResult`] events.

@@ -40,12 +40,12 @@ pub enum Cell {
     /// Verified, and not an outlier.
     Pass {
         lat_us: Option<f64>,
-        bw_mbps: Option<f64>,
+        bw_mbs: Option<f64>,
     },
     /// Verified, but an outlier; `why` says which rule.
     Slow {
         lat_us: Option<f64>,
-        bw_mbps: Option<f64>,
+        bw_mbs: Option<f64>,
         why: String,
     },
     /// Not verified; the writer's reason.
@@ -108,8 +108,8 @@ pub struct Report {
     /// The outlier references (see the module doc) and the plain fabric medians.
     pub lat_reference_us: Option<f64>,
     pub lat_median_us: Option<f64>,
-    pub bw_reference_mbps: Option<f64>,
-    pub bw_median_mbps: Option<f64>,
+    pub bw_reference_mbs: Option<f64>,
+    pub bw_median_mbs: Option<f64>,
     pub thresholds: Thresholds,
     /// `matrix[writer][target]`; `None` on the diagonal.
     pub matrix: Vec<Vec<Option<Cell>>>,
@@ -234,7 +234,7 @@ pub fn analyze(
         "none"
     };
     let lat_median_us = median(verified().filter_map(|p| lat(p)).collect());
-    let bw_median_mbps = median(verified().filter_map(|p| p.bw_mbps).collect());
+    let bw_median_mbs = median(verified().filter_map(|p| p.bw_mbs).collect());
     let best = |value: &dyn Fn(&PairResult) -> Option<f64>, better: fn(f64, f64) -> f64| {
         let per_node = (0..n)
             .filter_map(|k| {
@@ -247,7 +247,7 @@ pub fn analyze(
         median(per_node)
     };
     let lat_reference_us = best(&lat, f64::min);
-    let bw_reference_mbps = best(&|p: &PairResult| p.bw_mbps, f64::max);
+    let bw_reference_mbs = best(&|p: &PairResult| p.bw_mbs, f64::max);
 
     let cell = |p: Option<&PairResult>| -> Cell {
         let Some(p) = p else { return Cell::Missing };
@@ -257,7 +257,7 @@ pub fn analyze(
                 error: p.error.clone().unwrap_or_default(),
             };
         }
-        let (lat_us, bw_mbps) = (lat(p), p.bw_mbps);
+        let (lat_us, bw_mbs) = (lat(p), p.bw_mbs);
         let mut why = Vec::new();
         if let (Some(v), Some(r)) = (lat_us, lat_reference_us)
             && v > thresholds.lat_factor * r
@@ -267,7 +267,7 @@ pub fn analyze(
                 thresholds.lat_factor
             ));
         }
-        if let (Some(v), Some(r)) = (bw_mbps, bw_reference_mbps)
+        if let (Some(v), Some(r)) = (bw_mbs, bw_reference_mbs)
             && v < thresholds.bw_fraction * r
         {
             why.push(format!(
@@ -276,11 +276,11 @@ pub fn analyze(
             ));
         }
         if why.is_empty() {
-            Cell::Pass { lat_us, bw_mbps }
+            Cell::Pass { lat_us, bw_mbs }
         } else {
             Cell::Slow {
                 lat_us,
-                bw_mbps,
+                bw_mbs,
                 why: why.join("; "),
             }
         }
@@ -329,8 +329,8 @@ pub fn analyze(
         latency_source,
         lat_reference_us,
         lat_median_us,
-        bw_reference_mbps,
-        bw_median_mbps,
+        bw_reference_mbs,
+        bw_median_mbs,
         thresholds,
         matrix,
         bad_pairs,
@@ -407,7 +407,7 @@ pub(crate) mod tests {
             write_us: Some(lat),
             waited_ms: 0,
             lat_us: None,
-            bw_mbps: bw,
+            bw_mbs: bw,
         }
     }
 

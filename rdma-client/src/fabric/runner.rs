@@ -8,18 +8,23 @@
 //! refused) is waited for the same way. A node's round ends when its own write has the
 //! target's verdict or has failed; it then starts the next round at once.
 //!
-//! The latency and bandwidth fields stay empty (`null`) until the bench client exists; the
-//! report then takes the verified write's own time as the pair's latency.
+//! After the verified write, a short latency and bandwidth measurement runs against the same
+//! server: the bench's own sessions (`bench::session`, as `--bench lat` and `--bench bw` with
+//! 2-byte and 64 KiB messages, `--lat-iters` and `--bw-iters` of them; 0 turns one off). A
+//! measurement that fails fails the pair, with the reason. The server must allow bench
+//! sessions (its default).
 
 use super::pair::PairResult;
 use super::ranks::World;
 use super::{FabricError, schedule};
+use crate::bench;
 use crate::cli::Args;
 use crate::exit;
 use crate::output::{Event, Output};
-use crate::run::{self, Delivered};
+use crate::run;
 use color_eyre::eyre::{Report, Result};
 use rdma_core_rs::LocalPort;
+use rdma_proto::bench::{BenchMode, BenchParams};
 use rdma_proto::{ErrorCode, ProtoError};
 use std::time::{Duration, Instant};
 
@@ -77,33 +82,64 @@ impl Pair<'_> {
         } else {
             format!("{host}:{port}")
         };
+        let token = || token.map(str::to_owned);
         let started = Instant::now();
         let deadline = started + self.args.fabric.pair_deadline;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            let attempt = Instant::now();
-            let done = run::write(
-                self.args,
-                self.local,
-                &server,
-                payload,
-                token.map(str::to_owned),
-                None,
-            );
-            match done {
-                Ok(d) => return self.result(Ok(d), attempt - started),
-                Err(e) if must_wait(&e) && Instant::now() + pause < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(500));
+        let (written, waited) = wait_turn(deadline, || {
+            run::write(self.args, self.local, &server, payload, token(), None)
+        });
+        let mut r = self.result(waited);
+        let delivered = match written {
+            Ok(d) => d,
+            Err(e) => return failed(r, &e, ""),
+        };
+        r.verified = delivered.outcome.verified;
+        r.write_us = Some(delivered.write_micros as f64);
+        // The short measurement: the bench's own sessions, to the same server.
+        let f = &self.args.fabric;
+        for (mode, size, iters) in [
+            (BenchMode::Lat, 2, f.lat_iters),
+            (BenchMode::Bw, 65536, f.bw_iters),
+        ] {
+            if iters == 0 || !r.verified {
+                continue;
+            }
+            let p = BenchParams {
+                mode,
+                sizes: vec![size],
+                iters,
+                addr: None,
+                rkey: None,
+            };
+            let (rows, _) = wait_turn(deadline, || {
+                bench::session(
+                    self.args,
+                    self.local,
+                    &server,
+                    p.clone(),
+                    token(),
+                    Instant::now(),
+                    None,
+                )
+            });
+            match rows {
+                Ok(rows) => {
+                    r.lat_us = r.lat_us.or(rows.lat.first().map(|l| l.t_typical_us));
+                    r.bw_mbs = r.bw_mbs.or(rows.bw.first().map(|b| b.bw_avg_mbs));
                 }
-                Err(e) => return self.result(Err(e), attempt - started),
+                Err(e) => {
+                    r.verified = false;
+                    return failed(r, &e, &format!("the write verified, but --bench {mode}: "));
+                }
             }
         }
+        r
     }
 
-    fn result(&self, done: Result<Delivered>, waited: Duration) -> PairResult {
+    /// The result with nothing measured yet.
+    fn result(&self, waited: Duration) -> PairResult {
         let w = self.world;
-        let mut r = PairResult {
+        PairResult {
             round: self.round,
             world: w.size(),
             writer: w.rank,
@@ -116,19 +152,39 @@ impl Pair<'_> {
             write_us: None,
             waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
             lat_us: None,
-            bw_mbps: None,
-        };
-        match done {
-            Ok(d) => {
-                r.verified = d.outcome.verified;
-                r.write_us = Some(d.write_micros as f64);
-            }
-            Err(e) => {
-                r.error_kind = Some(exit::classify(&e).name().to_owned());
-                r.error = Some(rdma_core_rs::app::report::message(&e));
-            }
+            bw_mbs: None,
         }
-        r
+    }
+}
+
+/// `r`, failed with `e` (its exit kind and message, after `context`).
+fn failed(mut r: PairResult, e: &Report, context: &str) -> PairResult {
+    r.verified = false;
+    r.error_kind = Some(exit::classify(e).name().to_owned());
+    r.error = Some(format!(
+        "{context}{}",
+        rdma_core_rs::app::report::message(e)
+    ));
+    r
+}
+
+/// Runs `attempt` until it is not told to wait (see [`must_wait`]) or `deadline` is near,
+/// backing off from 20 ms to 500 ms; also returns how long it waited before the last attempt.
+fn wait_turn<T>(
+    deadline: Instant,
+    mut attempt: impl FnMut() -> Result<T>,
+) -> (Result<T>, Duration) {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let this = Instant::now();
+        match attempt() {
+            Err(e) if must_wait(&e) && Instant::now() + pause < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            done => return (done, this - started),
+        }
     }
 }
 
@@ -152,9 +208,14 @@ fn human(r: &PairResult) -> String {
         rdma_proto::printable(&r.target_host)
     );
     if r.verified {
+        let measured = |v: Option<f64>, unit: &str| {
+            v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} {unit}"))
+        };
         format!(
-            "{head}: verified, write {:.0} us (waited {} ms)",
+            "{head}: verified, write {:.0} us, latency {}, bandwidth {} (waited {} ms)",
             r.write_us.unwrap_or_default(),
+            measured(r.lat_us, "us"),
+            measured(r.bw_mbs, "MB/s"),
             r.waited_ms
         )
     } else {
@@ -171,6 +232,37 @@ mod tests {
     use super::*;
     use crate::exit::ClientError;
     use rdma_proto::ErrorMsg;
+
+    fn busy() -> Report {
+        Report::new(ProtoError::Remote(ErrorMsg::new(ErrorCode::Busy, "busy")))
+    }
+
+    #[test]
+    fn a_busy_target_is_waited_for_until_the_deadline() {
+        // Busy twice, then served: the wait is the two pauses (20 + 40 ms).
+        let mut tries = 0;
+        let (r, waited) = wait_turn(Instant::now() + Duration::from_secs(5), || {
+            tries += 1;
+            if tries < 3 { Err(busy()) } else { Ok(tries) }
+        });
+        assert_eq!(r.unwrap(), 3);
+        assert!(waited >= Duration::from_millis(60), "{waited:?}");
+        // Another error ends it at once.
+        let mut tries = 0;
+        let (r, _) = wait_turn(Instant::now() + Duration::from_secs(5), || {
+            tries += 1;
+            Err::<(), _>(Report::new(ProtoError::Remote(ErrorMsg::new(
+                ErrorCode::Forbidden,
+                "no",
+            ))))
+        });
+        assert!(r.is_err() && tries == 1);
+        // Busy for ever: the busy error once the deadline is near.
+        let t = Instant::now();
+        let (r, _) = wait_turn(t + Duration::from_millis(300), || Err::<(), _>(busy()));
+        assert!(must_wait(&r.unwrap_err()));
+        assert!(t.elapsed() < Duration::from_secs(2));
+    }
 
     #[test]
     fn busy_and_refused_mean_wait_anything_else_means_fail() {

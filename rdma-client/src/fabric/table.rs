@@ -33,8 +33,8 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "bandwidth: reference {}, fabric median {}; slow under {} x the reference",
-        num(r.bw_reference_mbps, "MB/s"),
-        num(r.bw_median_mbps, "MB/s"),
+        num(r.bw_reference_mbs, "MB/s"),
+        num(r.bw_median_mbs, "MB/s"),
         r.thresholds.bw_fraction
     );
     if n <= MAX_TABLE_NODES {
