@@ -12,7 +12,13 @@ pub(super) fn build(selftest: bool) -> Result<()> {
     // Naming a target (`--example`) makes cargo build only the named targets: ask for the
     // binaries too, or a clean target dir would have no rdma-server / rdma-client.
     let example: &[&str] = if selftest {
-        &["--bins", "--package", "rdma-core-rs", "--example", "loopback"]
+        &[
+            "--bins",
+            "--package",
+            "rdma-core-rs",
+            "--example",
+            "loopback",
+        ]
     } else {
         &[]
     };
