@@ -88,7 +88,7 @@ fn rank_and_node_list_mistakes_are_usage_errors_that_say_what_is_wrong() {
         (
             &["--fabric", "--hosts", "n[1-3]"],
             &[],
-            "--hosts needs --rank",
+            "is not in --hosts \"n[1-3]\": give --rank N",
         ),
         (
             &["--fabric", "--hosts", "n[1-3]", "--rank", "3"],

@@ -44,7 +44,8 @@ pub struct FabricArgs {
     #[arg(long, value_name = "LIST", requires = "fabric")]
     pub hosts: Option<String>,
 
-    /// This node's rank among --hosts (from 0, in the sorted order), for ssh/pdsh launches.
+    /// This node's rank among --hosts (from 0, in the sorted order); default: this host's
+    /// name's place in the list.
     #[arg(long, value_name = "N", requires = "hosts")]
     pub rank: Option<usize>,
 
@@ -140,7 +141,10 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
 pub fn world(f: &FabricArgs) -> Result<ranks::World, ranks::RankError> {
     match (&f.hosts, f.rank) {
         (Some(list), Some(rank)) => ranks::explicit(list, rank),
-        (Some(_), None) => Err(ranks::RankError::MissingRank),
+        (Some(list), None) => {
+            let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            ranks::by_hostname(list, name.trim())
+        }
         (None, _) => ranks::from_slurm(&|k| std::env::var(k).ok()),
     }
 }

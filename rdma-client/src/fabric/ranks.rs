@@ -61,8 +61,11 @@ pub enum RankError {
         nodes: usize,
         list: String,
     },
-    #[error("--hosts needs --rank N: this node's place in the sorted list, from 0 (or --plan)")]
-    MissingRank,
+    #[error(
+        "this host, {host:?}, is not in --hosts {list:?}: give --rank N (its place in the sorted \
+         list, from 0)"
+    )]
+    HostNotListed { host: String, list: String },
     #[error("this node, {node:?} (SLURMD_NODENAME), is not in the node list {list:?}")]
     NotInList { node: String, list: String },
 }
@@ -119,6 +122,25 @@ pub fn explicit(list: &str, rank: usize) -> Result<World, RankError> {
             n: hosts.len(),
         });
     }
+    Ok(World { hosts, rank })
+}
+
+/// The world from `--hosts LIST` alone: this host's rank is its name's place in the list.
+/// `hostname` is this machine's name; its short form (up to the first dot) counts too.
+///
+/// # Errors
+/// A bad list, fewer than two nodes, or this host not in it.
+pub fn by_hostname(list: &str, hostname: &str) -> Result<World, RankError> {
+    let hosts = at_least_two(list)?;
+    let short = hostname.split('.').next().unwrap_or(hostname);
+    let rank = hosts
+        .iter()
+        .position(|h| h == hostname)
+        .or_else(|| hosts.iter().position(|h| h == short))
+        .ok_or_else(|| RankError::HostNotListed {
+            host: hostname.to_owned(),
+            list: list.to_owned(),
+        })?;
     Ok(World { hosts, rank })
 }
 
@@ -301,6 +323,23 @@ mod tests {
         let e = explicit("a,b,c", 3).unwrap_err().to_string();
         assert!(
             e.contains("rank 3 is out of range") && e.contains("0..=2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn without_rank_the_hostname_finds_it() {
+        assert_eq!(by_hostname("n[1-3]", "n2").unwrap().rank, 1);
+        assert_eq!(by_hostname("n[1-3]", "n3.cluster.example").unwrap().rank, 2);
+        assert_eq!(
+            by_hostname("n3.cluster.example,n1", "n3.cluster.example")
+                .unwrap()
+                .rank,
+            1
+        );
+        let e = by_hostname("n[1-3]", "login1").unwrap_err().to_string();
+        assert!(
+            e.contains("\"login1\", is not in --hosts") && e.contains("--rank"),
             "{e}"
         );
     }

@@ -156,7 +156,7 @@ pub enum ReportError {
 }
 
 /// Reads the `fabric_pair` events of one input; returns them and how many lines were other
-/// things. A leading `N: ` (what `srun --label` adds) is taken off first.
+/// things. A leading `N: ` (`srun --label`) or `HOST: ` (pdsh) is taken off first.
 ///
 /// # Errors
 /// The input cannot be read, or a `fabric_pair` line is malformed.
@@ -187,9 +187,14 @@ pub fn read(input: impl BufRead, name: &str) -> Result<(Vec<PairResult>, usize),
     Ok((pairs, skipped))
 }
 
+/// Takes off the `LABEL: ` that `srun --label` (`3: `) or pdsh (`node03: `) puts before a line.
 fn strip_label(line: &str) -> &str {
     match line.split_once(": ") {
-        Some((n, rest)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => rest,
+        Some((label, rest))
+            if !label.is_empty() && !label.contains(['{', '"', ' ']) && rest.starts_with('{') =>
+        {
+            rest
+        }
         _ => line,
     }
 }
@@ -540,9 +545,11 @@ pub(crate) mod tests {
         let line =
             serde_json::to_string(&crate::output::Event::FabricPair(&ok(0, 1, 5.0, None))).unwrap();
         assert!(line.contains("\"type\":\"fabric_pair\""), "{line}");
-        let text = format!("{line}\n1: {line}\nsrun: job 7 queued\n{{\"type\":\"error\"}}\n");
+        let text = format!(
+            "{line}\n1: {line}\nnode02: {line}\nsrun: job 7 queued\n{{\"type\":\"error\"}}\n"
+        );
         let (pairs, skipped) = read(text.as_bytes(), "x").unwrap();
-        assert_eq!((pairs.len(), skipped), (2, 2));
+        assert_eq!((pairs.len(), skipped), (3, 2));
         assert_eq!(pairs[0], ok(0, 1, 5.0, None));
         let bad = read(
             &b"{\"type\":\"fabric_pair\",\"round\":\"x\"}\n"[..],
