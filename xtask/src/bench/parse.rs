@@ -53,15 +53,23 @@ pub fn perftest_lat(stdout: &str) -> Option<Lat> {
     })
 }
 
-/// `ib_write_bw`'s row: `#bytes #iterations BW_peak BW_average MsgRate`.
+/// `ib_write_bw`'s row: `#bytes #iterations BW_peak BW_average MsgRate`. perftest prints
+/// MB/s with two decimals, so small messages read 0.00; their average is then taken from
+/// MsgRate (six decimals), which is the same figure divided by the size.
 pub fn perftest_bw(stdout: &str) -> Option<Bw> {
     let f = row_after(stdout, "BW average", 5)?;
+    let (bytes, rate) = (f[0], f[4]);
+    let avg = if f[3] < 1.0 {
+        rate * 1e6 * bytes / 1_048_576.0
+    } else {
+        f[3]
+    };
     Some(Bw {
-        bytes: f[0] as u64,
+        bytes: bytes as u64,
         iterations: f[1] as u64,
-        bw_peak_mbs: f[2],
-        bw_avg_mbs: f[3],
-        msg_rate_mpps: f[4],
+        bw_peak_mbs: f[2].max(avg),
+        bw_avg_mbs: avg,
+        msg_rate_mpps: rate,
     })
 }
 
@@ -132,6 +140,12 @@ mod tests {
         assert_eq!(
             (b.bytes, b.bw_avg_mbs, b.msg_rate_mpps),
             (65536, 12.58, 0.000201)
+        );
+        let tiny = " #bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]\n 2 1000 0.01 0.00 0.004000\n";
+        let t = perftest_bw(tiny).unwrap();
+        assert!(
+            (t.bw_avg_mbs - 0.004 * 2.0 / 1.048_576).abs() < 1e-9,
+            "{t:?}"
         );
         assert!(perftest_lat("Couldn't connect to 10.0.0.1:18515").is_none());
         assert!(perftest_bw(lat).is_none());

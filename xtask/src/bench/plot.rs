@@ -138,11 +138,14 @@ where
         .x_desc("message size (bytes)")
         .y_desc(y_desc)
         .x_label_formatter(&|x| {
-            let b = x.round() as u64;
-            match b {
-                b if b >= 1 << 20 => format!("{}Mi", b >> 20),
-                b if b >= 1 << 10 => format!("{}Ki", b >> 10),
-                b => b.to_string(),
+            // The log axis puts its labels on powers of ten.
+            let b = x.round();
+            if b >= 1e6 {
+                format!("{}M", b / 1e6)
+            } else if b >= 1e3 {
+                format!("{}k", b / 1e3)
+            } else {
+                format!("{b}")
             }
         })
         .label_style((FAMILY, 14))
