@@ -211,3 +211,41 @@ fn report_exits_8_when_a_pair_failed_and_2_without_pairs() {
         text(&o.stderr)
     );
 }
+
+/// A rank that cannot write (no RDMA here, or, with RDMA, a partner that does not resolve)
+/// still prints its pair, failed with the reason, and exits non-zero.
+#[test]
+fn a_rank_whose_pairs_fail_says_why_in_each() {
+    let o = run(
+        client().args([
+            "--fabric",
+            "--hosts",
+            "nosuch-a.invalid,nosuch-b.invalid",
+            "--rank",
+            "0",
+            "--json",
+            "--timeout",
+            "2s",
+            "--pair-deadline",
+            "2s",
+        ]),
+        "",
+    );
+    let lines: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", text(&o.stdout));
+    let pair = &lines[0];
+    assert_eq!(pair["type"], "fabric_pair");
+    assert_eq!(pair["target_host"], "nosuch-b.invalid");
+    assert_eq!(pair["verified"], false);
+    let kind = pair["error_kind"].as_str().unwrap_or_default();
+    let code = o.status.code();
+    match kind {
+        "rdma" => assert_eq!(code, Some(3)),
+        "network" => assert_eq!(code, Some(8)),
+        other => panic!("unexpected error kind {other}: {pair}"),
+    }
+    assert_eq!(lines[1]["type"], "error");
+}

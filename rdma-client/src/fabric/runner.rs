@@ -33,14 +33,23 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     let world = super::world(&args.fabric)?;
     let payload = run::load_payload(args)?;
     let token = run::load_token(args)?;
-    let local = args.local.open()?;
-    let n = world.size();
+    let local = match args.local.open() {
+        Ok(local) => local,
+        Err(e) => {
+            // Every pair of this writer fails; say why in each, rather than leave the report
+            // to call them missing. The exit is the local RDMA problem's own.
+            let e = Report::new(e);
+            for (round, target) in partners(&world) {
+                let r = blank(&world, round, target, Duration::ZERO);
+                let r = failed(r, &e, "the writer's local RDMA: ");
+                out.emit(&Event::FabricPair(&r), || human(&r));
+            }
+            return Err(e);
+        }
+    };
     let mut failed = 0;
     let mut pairs = 0;
-    for round in 0..schedule::rounds(n) {
-        let Some(target) = schedule::partner(n, round, world.rank) else {
-            continue;
-        };
+    for (round, target) in partners(&world) {
         let job = Pair {
             args,
             local: &local,
@@ -62,6 +71,13 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// This node's (round, target) for every round but its bye.
+fn partners(world: &World) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let n = world.size();
+    (0..schedule::rounds(n))
+        .filter_map(move |round| schedule::partner(n, round, world.rank).map(|t| (round, t)))
 }
 
 /// One write of this node in one round.
@@ -88,7 +104,7 @@ impl Pair<'_> {
         let (written, waited) = wait_turn(deadline, || {
             run::write(self.args, self.local, &server, payload, token(), None)
         });
-        let mut r = self.result(waited);
+        let mut r = blank(self.world, self.round, self.target, waited);
         let delivered = match written {
             Ok(d) => d,
             Err(e) => return failed(r, &e, ""),
@@ -135,25 +151,24 @@ impl Pair<'_> {
         }
         r
     }
+}
 
-    /// The result with nothing measured yet.
-    fn result(&self, waited: Duration) -> PairResult {
-        let w = self.world;
-        PairResult {
-            round: self.round,
-            world: w.size(),
-            writer: w.rank,
-            writer_host: w.hosts[w.rank].clone(),
-            target: self.target,
-            target_host: w.hosts[self.target].clone(),
-            verified: false,
-            error_kind: None,
-            error: None,
-            write_us: None,
-            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-            lat_us: None,
-            bw_mbs: None,
-        }
+/// A pair's result with nothing done yet.
+fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult {
+    PairResult {
+        round,
+        world: w.size(),
+        writer: w.rank,
+        writer_host: w.hosts[w.rank].clone(),
+        target,
+        target_host: w.hosts[target].clone(),
+        verified: false,
+        error_kind: None,
+        error: None,
+        write_us: None,
+        waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+        lat_us: None,
+        bw_mbs: None,
     }
 }
 
