@@ -29,9 +29,10 @@ use std::time::Duration;
 #[command(next_help_heading = "Fabric check (every pair of N nodes)")]
 pub struct FabricArgs {
     /// Run this node's part of a fabric check: in each round of the schedule, the seed's verified
-    /// write to this round's partner; prints one `fabric_pair` event per pair. Node list and rank
-    /// come from Slurm (srun -N N --ntasks-per-node=1) or --hosts/--rank. Every node runs
-    /// `rdma-server --serve --max-clients 1`.
+    /// write to this round's partner, then a short latency and bandwidth measurement; prints one
+    /// `fabric_pair` event per pair. Node list and rank come from Slurm (srun -N N
+    /// --ntasks-per-node=1) or --hosts/--rank. Every node runs `rdma-server --serve
+    /// --max-clients 1`.
     #[arg(long, conflicts_with = "fabric_report")]
     pub fabric: bool,
 

@@ -5,8 +5,10 @@
 //! Rounds stay in step without a scheduler of our own: every server runs with
 //! `--max-clients 1`, so a server still serving the round before answers `busy`, and the writer
 //! waits its turn (backing off, up to `--pair-deadline`); a server not up yet (connection
-//! refused) is waited for the same way. A node's round ends when its own write has the
-//! target's verdict or has failed; it then starts the next round at once.
+//! refused) is waited for the same way. A node's round ends when its own write and the
+//! measurements after it have the target's verdicts, or one has failed; it then starts the
+//! next round at once. Since a server serves one client at a time, nothing else ever writes
+//! into a node while its writer of the round does.
 //!
 //! After the verified write, a short latency and bandwidth measurement runs against the same
 //! server: the bench's own sessions (`bench::session`, as `--bench lat` and `--bench bw` with
