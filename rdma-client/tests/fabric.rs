@@ -116,6 +116,20 @@ fn rank_and_node_list_mistakes_are_usage_errors_that_say_what_is_wrong() {
         ),
         (&["--rank", "1"], &[], "--hosts"),
         (&["h", "--fabric"], &[], "--fabric"),
+        (
+            &[
+                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--retest", "n9",
+            ],
+            &[],
+            "--retest \"n9\" is not in the node list",
+        ),
+        (
+            &[
+                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--retest", "n1",
+            ],
+            &[],
+            "or is this node itself",
+        ),
     ];
     for (args, env, want) in cases {
         let mut c = client();
@@ -213,16 +227,19 @@ fn report_exits_8_when_a_pair_failed_and_2_without_pairs() {
 }
 
 /// A rank that cannot write (no RDMA here, or, with RDMA, a partner that does not resolve)
-/// still prints its pair, failed with the reason, and exits non-zero.
+/// still prints its pair, failed with the reason, and exits non-zero; `--retest` runs only
+/// the pair with that partner.
 #[test]
 fn a_rank_whose_pairs_fail_says_why_in_each() {
     let o = run(
         client().args([
             "--fabric",
             "--hosts",
-            "nosuch-a.invalid,nosuch-b.invalid",
+            "nosuch-a.invalid,nosuch-b.invalid,nosuch-c.invalid",
             "--rank",
             "0",
+            "--retest",
+            "nosuch-b.invalid",
             "--json",
             "--timeout",
             "2s",
@@ -240,6 +257,7 @@ fn a_rank_whose_pairs_fail_says_why_in_each() {
     assert_eq!(pair["type"], "fabric_pair");
     assert_eq!(pair["target_host"], "nosuch-b.invalid");
     assert_eq!(pair["verified"], false);
+    assert_eq!(pair["retest"], true);
     let kind = pair["error_kind"].as_str().unwrap_or_default();
     let code = o.status.code();
     match kind {

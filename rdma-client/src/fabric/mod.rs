@@ -68,6 +68,17 @@ pub struct FabricArgs {
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub bw_iters: u64,
 
+    /// With --fabric: re-test one pair alone, this node's write to HOST (a node of the list),
+    /// e.g. an outlier the report flagged, from a script that runs one at a time. Its line
+    /// (`retest: true`) replaces the pair's earlier one in --fabric-report.
+    #[arg(
+        long,
+        value_name = "HOST",
+        requires = "fabric",
+        conflicts_with = "plan"
+    )]
+    pub retest: Option<String>,
+
     /// Merge the `fabric_pair` JSON Lines of a fabric check (files, or stdin when none or `-`)
     /// into the N x N matrix, the bad pairs and the suspect nodes; exit non-zero if a pair failed.
     #[arg(long, value_name = "FILE", num_args = 0.., conflicts_with = "fabric")]

@@ -36,6 +36,10 @@ pub struct PairResult {
     /// Bandwidth in MB/s (MB = 2^20 bytes, as perftest and `--bench bw` count): the average of
     /// a short `--bench bw` (64 KiB writes, `--bw-iters`); `None` when not measured.
     pub bw_mbs: Option<f64>,
+    /// A re-test of this pair alone (`--fabric --retest HOST`); it replaces the pair's earlier
+    /// line in the report.
+    #[serde(default)]
+    pub retest: bool,
 }
 
 /// The `type` tag of [`PairResult`] events.

@@ -66,6 +66,8 @@ pub enum RankError {
          list, from 0)"
     )]
     HostNotListed { host: String, list: String },
+    #[error("--retest {0:?} is not in the node list, or is this node itself")]
+    NotAPartner(String),
     #[error("this node, {node:?} (SLURMD_NODENAME), is not in the node list {list:?}")]
     NotInList { node: String, list: String },
 }

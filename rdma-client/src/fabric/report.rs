@@ -18,7 +18,8 @@
 //! pairs no named node explains are bad links (or bad luck): the list of bad pairs shows them.
 //! Two nodes alone cannot be told apart: both are named.
 //!
-//! A later line for the same ordered pair replaces an earlier one (a re-test is the verdict).
+//! A later line for the same ordered pair replaces an earlier one: a re-test alone
+//! (`--fabric --retest HOST`, appended to the input) is the pair's verdict.
 
 use super::pair::{self, PairResult};
 use serde::Serialize;
@@ -79,6 +80,8 @@ pub struct BadPair {
     pub target: usize,
     pub target_host: String,
     pub cell: Cell,
+    /// Its result comes from a re-test alone (`--fabric --retest`).
+    pub retested: bool,
 }
 
 /// A node common to the bad pairs.
@@ -319,6 +322,7 @@ pub fn analyze(
                     target: t,
                     target_host: hosts[t].clone(),
                     cell: c.clone(),
+                    retested: latest[w * n + t].is_some_and(|p| p.retest),
                 });
             }
         }
@@ -413,6 +417,7 @@ pub(crate) mod tests {
             waited_ms: 0,
             lat_us: None,
             bw_mbs: bw,
+            retest: false,
         }
     }
 
@@ -538,6 +543,31 @@ pub(crate) mod tests {
         v.extend(three(None, 1.0));
         let r = analyze(&v, 0, TH).unwrap();
         assert_eq!(r.failed, 0);
+    }
+
+    #[test]
+    fn a_retest_alone_is_the_pairs_verdict() {
+        let mut v = three(Some(2), 4.0);
+        // Re-tested alone: 2 -> 0 was fine after all, 2 -> 1 stays slow.
+        v.push(PairResult {
+            retest: true,
+            ..ok(2, 0, 10.0, Some(1000.0))
+        });
+        v.push(PairResult {
+            retest: true,
+            ..ok(2, 1, 40.0, Some(250.0))
+        });
+        let r = analyze(&v, 0, TH).unwrap();
+        assert_eq!(r.slow, 3);
+        let retested: Vec<(usize, usize)> = r
+            .bad_pairs
+            .iter()
+            .filter(|b| b.retested)
+            .map(|b| (b.writer, b.target))
+            .collect();
+        assert_eq!(retested, [(2, 1)]);
+        let text = super::super::table::render(&r);
+        assert!(text.contains("node3 -> node2: slow: latency 40.0 us > 2 x 10.0 us; bandwidth 250.0 MB/s < 0.5 x 1000.0 MB/s (re-tested alone)"), "{text}");
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! sessions (its default).
 
 use super::pair::PairResult;
-use super::ranks::World;
+use super::ranks::{RankError, World};
 use super::{FabricError, schedule};
 use crate::bench;
 use crate::cli::Args;
@@ -33,6 +33,18 @@ use std::time::{Duration, Instant};
 /// Runs every round of this node; `Err` when any of its pairs failed.
 pub fn run(args: &Args, out: &Output) -> Result<()> {
     let world = super::world(&args.fabric)?;
+    let only = match &args.fabric.retest {
+        Some(host) => Some(
+            world
+                .hosts
+                .iter()
+                .position(|h| h == host)
+                .filter(|&t| t != world.rank)
+                .ok_or_else(|| RankError::NotAPartner(host.clone()))?,
+        ),
+        None => None,
+    };
+    let partners = || partners(&world).filter(|&(_, t)| only.is_none_or(|o| o == t));
     let payload = run::load_payload(args)?;
     let token = run::load_token(args)?;
     let local = match args.local.open() {
@@ -41,8 +53,9 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             // Every pair of this writer fails; say why in each, rather than leave the report
             // to call them missing. The exit is the local RDMA problem's own.
             let e = Report::new(e);
-            for (round, target) in partners(&world) {
-                let r = blank(&world, round, target, Duration::ZERO);
+            for (round, target) in partners() {
+                let mut r = blank(&world, round, target, Duration::ZERO);
+                r.retest = args.fabric.retest.is_some();
                 let r = failed(r, &e, "the writer's local RDMA: ");
                 out.emit(&Event::FabricPair(&r), || human(&r));
             }
@@ -51,7 +64,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     };
     let mut failed = 0;
     let mut pairs = 0;
-    for (round, target) in partners(&world) {
+    for (round, target) in partners() {
         let job = Pair {
             args,
             local: &local,
@@ -107,6 +120,7 @@ impl Pair<'_> {
             run::write(self.args, self.local, &server, payload, token(), None)
         });
         let mut r = blank(self.world, self.round, self.target, waited);
+        r.retest = self.args.fabric.retest.is_some();
         let delivered = match written {
             Ok(d) => d,
             Err(e) => return failed(r, &e, ""),
@@ -171,6 +185,7 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
         waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
         lat_us: None,
         bw_mbs: None,
+        retest: false,
     }
 }
 
@@ -219,8 +234,9 @@ fn must_wait(e: &Report) -> bool {
 
 fn human(r: &PairResult) -> String {
     let head = format!(
-        "round {}: {} -> {}",
+        "round {}{}: {} -> {}",
         r.round,
+        if r.retest { " (re-test)" } else { "" },
         rdma_proto::printable(&r.writer_host),
         rdma_proto::printable(&r.target_host)
     );

@@ -70,9 +70,10 @@ pub fn render(r: &Report) -> String {
             };
             let _ = writeln!(
                 s,
-                "  {} -> {}: {why}",
+                "  {} -> {}: {why}{}",
                 rdma_proto::printable(&b.writer_host),
-                rdma_proto::printable(&b.target_host)
+                rdma_proto::printable(&b.target_host),
+                if b.retested { " (re-tested alone)" } else { "" }
             );
         }
     }
