@@ -45,8 +45,8 @@ pub struct FabricArgs {
     #[arg(long, value_name = "LIST", requires = "fabric")]
     pub hosts: Option<String>,
 
-    /// This node's rank among --hosts (from 0, in the sorted order); default: this host's
-    /// name's place in the list.
+    /// This node's rank among --hosts (from 0, in the sorted order); default: the place in
+    /// the list of this node's name (SLURMD_NODENAME in a Slurm step, else the host name).
     #[arg(long, value_name = "N", requires = "hosts")]
     pub rank: Option<usize>,
 
@@ -154,7 +154,10 @@ pub fn world(f: &FabricArgs) -> Result<ranks::World, ranks::RankError> {
     match (&f.hosts, f.rank) {
         (Some(list), Some(rank)) => ranks::explicit(list, rank),
         (Some(list), None) => {
-            let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            // Slurm's name for this node when in a Slurm step, else the host's own.
+            let name = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
+            });
             ranks::by_hostname(list, name.trim())
         }
         (None, _) => ranks::from_slurm(&|k| std::env::var(k).ok()),
