@@ -13,7 +13,8 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(version, about, after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS))]
 pub struct Args {
-    /// Server to connect to: HOST or HOST:PORT (default port 7471).
+    /// Server to connect to: HOST or HOST:PORT (default port 7471). Required, except with
+    /// --fabric or --fabric-report.
     #[arg(
         required_unless_present_any = ["fabric", "fabric_report"],
         conflicts_with_all = ["fabric", "fabric_report"],
