@@ -123,12 +123,7 @@ mod tests {
                 .iter()
                 .all(|s| s.name.starts_with("server:"))
         );
-        assert!(
-            g[1].plan
-                .steps
-                .iter()
-                .any(|s| s.name == LOAD)
-        );
+        assert!(g[1].plan.steps.iter().any(|s| s.name == LOAD));
         assert_eq!(g[0].timeout, Duration::from_secs(720));
 
         let one = Topology {
