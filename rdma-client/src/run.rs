@@ -104,15 +104,12 @@ pub fn write(
     let qp = qp.to_init(port.num, Access::NONE)?;
     let psn = rdma_core_rs::random_psn()?;
     let e = local.endpoint(&qp, psn);
-    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
-    let hello = hs.hello(ours)?;
+    let hello = hs.hello(to_wire(&e))?;
     conn.send_line(&hello.to_line(), Instant::now() + timeout)?;
     fault_point(args, Fault::KillAfterHello);
 
     let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
-    let a = &accept.endpoint;
-    let peer = Endpoint::new(a.qpn, a.psn, rdma_core_rs::Gid(a.gid.0), a.lid, a.mtu);
-    let qp = qp.connect_to(local, &peer, psn)?;
+    let qp = qp.connect_to(local, &from_wire(&accept.endpoint), psn)?;
     let path_mtu = qp.path_mtu();
     emit(
         out,
@@ -279,6 +276,16 @@ pub(crate) fn recv(conn: &mut LineConn<TcpStream>, deadline: Instant) -> Result<
         .read_line(deadline)
         .wrap_err("waiting for the server")?;
     Ok(ServerMessage::parse(&line)?)
+}
+
+/// Our end of the connection as the handshake carries it (the hello's endpoint).
+pub(crate) fn to_wire(e: &Endpoint) -> QpEndpoint {
+    QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu)
+}
+
+/// The server's end from its accept, as the verbs connect to it.
+pub(crate) fn from_wire(e: &QpEndpoint) -> Endpoint {
+    Endpoint::new(e.qpn, e.psn, rdma_core_rs::Gid(e.gid.0), e.lid, e.mtu)
 }
 
 pub fn load_payload(args: &Args) -> Result<Vec<u8>> {

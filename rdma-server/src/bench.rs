@@ -13,15 +13,17 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use rdma_core_rs::{
-    Access, CompletionQueue, Endpoint, ExposedRegion, MemoryRegion, QpCaps, QueuePair,
-    RemoteBuffer, Rts, WriteFlags,
+    Access, CompletionQueue, ExposedRegion, MemoryRegion, QpCaps, QueuePair, RemoteBuffer, Rts,
+    WriteFlags,
 };
 use rdma_proto::bench::{self, BenchMode, BenchParams};
 use rdma_proto::framing::LineConn;
-use rdma_proto::{ErrorCode, Hello, QpEndpoint, ServerEvent, ServerHandshake};
+use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
 use crate::output::Event;
-use crate::session::{Failure, SessionCtx, client_spoke, next_event, out_of_order};
+use crate::session::{
+    Failure, SessionCtx, client_spoke, connect_and_accept, next_event, out_of_order,
+};
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
 const SQ_DEPTH: u32 = 64;
@@ -75,14 +77,8 @@ pub(crate) fn session(
     let qp = qp
         .to_init(local.port.num, Access::REMOTE_WRITE)
         .map_err(rdma)?;
-    let psn = rdma_core_rs::random_psn().map_err(rdma)?;
+    let qp = connect_and_accept(s, conn, hs, hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
-    let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
-    let qp = qp.connect_to(local, &client, psn).map_err(rdma)?;
-    let e = local.endpoint(&qp, psn);
-    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
-    let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
-    conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     let mode = match b.mode {
         BenchMode::Lat => "bench-lat",
         BenchMode::Bw => "bench-bw",

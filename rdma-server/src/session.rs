@@ -9,11 +9,14 @@
 use crate::cli::Fault;
 use crate::i18n::Lang;
 use crate::output::{Event, Output};
-use rdma_core_rs::{Access, Completion, CqMode, Endpoint, ErrorKind, LocalPort, QpCaps, WcOpcode};
+use rdma_core_rs::{
+    Access, Completion, CqMode, Endpoint, ErrorKind, ExposedRegion, Init, LocalPort, QpCaps,
+    QueuePair, Rts, WcOpcode,
+};
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
-    ErrorCode, ErrorMsg, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent, ServerHandshake,
-    ServerMessage, ServerPolicy,
+    ErrorCode, ErrorMsg, Hello, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent,
+    ServerHandshake, ServerMessage, ServerPolicy,
 };
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -206,14 +209,8 @@ fn session(
         // Posted before the client can know our QP: the write-with-immediate finds it waiting.
         qp.post_recv(RECV_WR_ID).map_err(rdma)?;
     }
-    let psn = rdma_core_rs::random_psn().map_err(rdma)?;
+    let qp = connect_and_accept(s, conn, hs, &hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
-    let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
-    let qp = qp.connect_to(local, &client, psn).map_err(rdma)?;
-    let e = local.endpoint(&qp, psn);
-    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
-    let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
-    conn.send_line(&accept.to_line(), Instant::now() + phase)?;
     let notify = hello.notify.as_str();
     let path_mtu = qp.path_mtu().bytes();
     s.out.emit(
@@ -292,6 +289,30 @@ fn session(
     let result = hs.result(outcome)?;
     conn.send_line(&result.to_line(), Instant::now() + phase)?;
     Ok(())
+}
+
+/// Connects `qp` to the client's endpoint from its `hello` (with a fresh send PSN) and sends
+/// the accept: our endpoint and `mr`, the buffer the client may write. `rdma` words a failed
+/// verb.
+pub(crate) fn connect_and_accept(
+    s: &SessionCtx,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    hello: &Hello,
+    qp: QueuePair<Init>,
+    mr: &ExposedRegion,
+    rdma: impl Fn(rdma_core_rs::Error) -> Failure,
+) -> Result<QueuePair<Rts>, Failure> {
+    let local = &s.local;
+    let psn = rdma_core_rs::random_psn().map_err(&rdma)?;
+    let h = &hello.endpoint;
+    let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
+    let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;
+    let e = local.endpoint(&qp, psn);
+    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
+    let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
+    conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
+    Ok(qp)
 }
 
 /// Reads the client's next line and feeds it to the handshake (see [`feed`]); a failed read

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
-use rdma_core_rs::{Access, Endpoint, LocalPort, QpCaps, RemoteBuffer, app};
+use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer, app};
 use rdma_proto::bench::{self, BenchMode, BenchParams, MAX_ITERS};
 use rdma_proto::framing::LineConn;
-use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify, QpEndpoint};
+use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify};
 
 use crate::cli::Args;
 use crate::output::{Event, Output};
-use crate::run::{connect, emit, load_token, recv, resolve};
+use crate::run::{connect, emit, from_wire, load_token, recv, resolve, to_wire};
 
 /// The bench flags of `rdma-client`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -215,12 +215,10 @@ pub fn session(
     );
     let psn = rdma_core_rs::random_psn()?;
     let e = local.endpoint(&qp, psn);
-    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
-    conn.send_line(&hs.hello(ours)?.to_line(), Instant::now() + timeout)?;
+    conn.send_line(&hs.hello(to_wire(&e))?.to_line(), Instant::now() + timeout)?;
     let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
     let a = &accept.endpoint;
-    let peer = Endpoint::new(a.qpn, a.psn, rdma_core_rs::Gid(a.gid.0), a.lid, a.mtu);
-    let qp = qp.connect_to(local, &peer, psn)?;
+    let qp = qp.connect_to(local, &from_wire(a), psn)?;
     let path_mtu = qp.path_mtu().bytes();
     emit(
         out,
