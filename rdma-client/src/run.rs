@@ -207,6 +207,31 @@ pub fn write(
         }
         _ => judged?,
     };
+    emit_verified(out, &outcome, || {
+        format!(
+            "server verified {} bytes (crc32c {:#010x}): {:?}{}",
+            outcome.length,
+            outcome.crc32c,
+            outcome.text,
+            if outcome.truncated {
+                " (truncated)"
+            } else {
+                ""
+            }
+        )
+    });
+    Ok(Delivered {
+        outcome,
+        write_micros: micros,
+    })
+}
+
+/// Emits the server's verdict as [`Event::Verified`]; `human` is its line without `--json`.
+pub(crate) fn emit_verified(
+    out: Option<&Output>,
+    outcome: &Outcome,
+    human: impl FnOnce() -> String,
+) {
     emit(
         out,
         &Event::Verified {
@@ -216,24 +241,8 @@ pub fn write(
             text: &outcome.text,
             truncated: outcome.truncated,
         },
-        || {
-            format!(
-                "server verified {} bytes (crc32c {:#010x}): {:?}{}",
-                outcome.length,
-                outcome.crc32c,
-                outcome.text,
-                if outcome.truncated {
-                    " (truncated)"
-                } else {
-                    ""
-                }
-            )
-        },
+        human,
     );
-    Ok(Delivered {
-        outcome,
-        write_micros: micros,
-    })
 }
 
 /// Emits `event` on `out`, if there is one.

@@ -23,7 +23,7 @@ use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify};
 
 use crate::cli::Args;
 use crate::output::{Event, Output};
-use crate::run::{connect, emit, from_wire, load_token, recv, resolve, to_wire};
+use crate::run::{connect, emit, emit_verified, from_wire, load_token, recv, resolve, to_wire};
 
 /// The bench flags of `rdma-client`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -300,22 +300,12 @@ pub fn session(
         conn.send_line(&w.to_line(), Instant::now() + timeout)?;
     }
     let outcome = hs.on_result(recv(&mut conn, Instant::now() + timeout)?)?;
-    emit(
-        out,
-        &Event::Verified {
-            verified: outcome.verified,
-            length: outcome.length,
-            crc32c: outcome.crc32c,
-            text: &outcome.text,
-            truncated: outcome.truncated,
-        },
-        || {
-            format!(
-                "server verified the final {} bytes (crc32c {:#010x})",
-                outcome.length, outcome.crc32c
-            )
-        },
-    );
+    emit_verified(out, &outcome, || {
+        format!(
+            "server verified the final {} bytes (crc32c {:#010x})",
+            outcome.length, outcome.crc32c
+        )
+    });
     Ok(rows)
 }
 
