@@ -4,19 +4,23 @@
 //! cannot be called out of order and only an `Rts` queue pair can post an RDMA Write. If a
 //! transition fails the queue pair is destroyed (it is dropped with the error).
 
+mod endpoint;
+mod post;
+
 use std::fmt;
 use std::marker::PhantomData;
-use std::ops::Range;
 use std::ptr;
 
 use ffi::ibv_qp_attr_mask as M;
 use ibverbs_sys as ffi;
 
+pub use endpoint::Endpoint;
+pub use post::{RemoteBuffer, WriteFlags};
+
 use crate::cq::CompletionQueue;
 use crate::error::{Error, Result, VerbOp};
-use crate::local::LocalPort;
-use crate::pd::{MemoryRegion, ProtectionDomain};
-use crate::types::{Access, Gid, LinkLayer, Mtu, PortInfo, QpState};
+use crate::pd::ProtectionDomain;
+use crate::types::{Access, Gid, LinkLayer, Mtu, QpState};
 
 /// Typestate: freshly created.
 #[derive(Debug)]
@@ -65,17 +69,6 @@ impl Default for QpCaps {
     }
 }
 
-/// The peer's registered buffer, as it advertised it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RemoteBuffer {
-    /// Virtual address (64 bits).
-    pub addr: u64,
-    /// Remote key.
-    pub rkey: u32,
-    /// Length in bytes.
-    pub len: u64,
-}
-
 /// The peer's queue pair, as it advertised it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteQp {
@@ -87,36 +80,6 @@ pub struct RemoteQp {
     pub gid: Gid,
     /// The peer's LID (InfiniBand: required; RoCE: 0).
     pub lid: u16,
-}
-
-/// One side's queue pair as the two sides exchange it (out of band, e.g. in a handshake):
-/// everything the other side needs to connect to it. Plain values; no wire format here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    /// QP number (24 bits).
-    pub qpn: u32,
-    /// Initial send PSN (24 bits): the other side's receive PSN.
-    pub psn: u32,
-    /// The GID its address vector uses (RoCE: required).
-    pub gid: Gid,
-    /// Its port's LID (InfiniBand: required; RoCE: 0).
-    pub lid: u16,
-    /// Its port's active MTU in bytes (256, 512, 1024, 2048 or 4096).
-    pub mtu: u32,
-}
-
-impl Endpoint {
-    /// An endpoint from its parts (for one-line conversions from a wire format).
-    #[must_use]
-    pub fn new(qpn: u32, psn: u32, gid: Gid, lid: u16, mtu: u32) -> Endpoint {
-        Endpoint {
-            qpn,
-            psn,
-            gid,
-            lid,
-            mtu,
-        }
-    }
 }
 
 /// Attributes for INIT -> RTR.
@@ -368,43 +331,6 @@ impl<S> QueuePair<S> {
             _state: PhantomData,
         })
     }
-
-    fn post_recv_inner(&self, wr_id: u64) -> Result<()> {
-        // No scatter list: a write-with-immediate consumes the receive without placing data in
-        // it (the payload goes to the address the writer named).
-        // A valid (unused) SGE pointer rather than NULL: some providers memcpy `num_sge` entries.
-        let mut unused = ffi::ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        };
-        let mut wr = ffi::ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: &mut unused,
-            num_sge: 0,
-        };
-        let mut bad: *mut ffi::ibv_recv_wr = ptr::null_mut();
-        // SAFETY: valid QP; its context is the open context.
-        let f = unsafe { (*(*self.h.qp).context).ops.post_recv };
-        let Some(f) = f else {
-            return Err(Error::verb(
-                VerbOp::PostRecv,
-                "(provider has no post_recv)",
-                libc::ENOSYS,
-            ));
-        };
-        // SAFETY: valid QP, one well-formed WR that lives across the call.
-        let rc = unsafe { f(self.h.qp, &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(Error::verb(
-                VerbOp::PostRecv,
-                format!("QP {}", self.h.qpn),
-                rc,
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// RESET -> INIT attributes: pkey index 0, `port`, access flags.
@@ -552,14 +478,6 @@ impl QueuePair<Reset> {
 }
 
 impl QueuePair<Init> {
-    /// Posts a receive without buffers (for a write-with-immediate to consume).
-    ///
-    /// # Errors
-    /// [`Error::Verb`] ([`VerbOp::PostRecv`]).
-    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
-        self.post_recv_inner(wr_id)
-    }
-
     /// INIT -> RTR with an address vector built for the link layer.
     ///
     /// # Errors
@@ -571,48 +489,6 @@ impl QueuePair<Init> {
         qp.h.path_mtu = p.path_mtu;
         Ok(qp)
     }
-
-    /// INIT -> RTR -> RTS towards `peer`, on `local`'s port and GID: the path MTU is the smaller
-    /// of both ports' active MTUs, our send PSN is `sq_psn` (the one sent to the peer with
-    /// [`LocalPort::endpoint`]), every other attribute is the [`RtrParams`] / [`RtsParams`]
-    /// default.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an out-of-range peer (MTU, QPN, PSN, zero GID on RoCE, LID
-    /// 0 on InfiniBand), [`Error::Verb`] ([`VerbOp::ModifyQpRtr`], [`VerbOp::ModifyQpRts`]); the
-    /// QP is destroyed.
-    pub fn connect_to(
-        self,
-        local: &LocalPort,
-        peer: &Endpoint,
-        sq_psn: u32,
-    ) -> Result<QueuePair<Rts>> {
-        let rtr = rtr_params_towards(&local.port, local.gid.index, peer)?;
-        self.to_rtr(&rtr)?.to_rts(&RtsParams::new(sq_psn))
-    }
-}
-
-/// The INIT -> RTR attributes that connect our `port` (GID `sgid_index`) to `peer`.
-fn rtr_params_towards(port: &PortInfo, sgid_index: u32, peer: &Endpoint) -> Result<RtrParams> {
-    let peer_mtu = Mtu::from_bytes(peer.mtu).ok_or_else(|| {
-        Error::invalid(
-            format!("the peer's MTU of {} bytes", peer.mtu),
-            "an MTU is 256, 512, 1024, 2048 or 4096 bytes: check the peer's handshake data",
-        )
-    })?;
-    let remote = RemoteQp {
-        qpn: peer.qpn,
-        psn: peer.psn,
-        gid: peer.gid,
-        lid: peer.lid,
-    };
-    Ok(RtrParams::new(
-        remote,
-        Mtu::min(port.active_mtu, peer_mtu),
-        port.num,
-        sgid_index,
-        port.link_layer,
-    ))
 }
 
 impl QueuePair<Rtr> {
@@ -620,14 +496,6 @@ impl QueuePair<Rtr> {
     #[must_use]
     pub fn path_mtu(&self) -> Mtu {
         self.h.path_mtu
-    }
-
-    /// Posts a receive without buffers.
-    ///
-    /// # Errors
-    /// [`Error::Verb`] ([`VerbOp::PostRecv`]).
-    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
-        self.post_recv_inner(wr_id)
     }
 
     /// RTR -> RTS.
@@ -640,191 +508,11 @@ impl QueuePair<Rtr> {
     }
 }
 
-/// Validates a write of `mr[local]` to `remote`; returns its length.
-fn check_write(mr_len: usize, local: &Range<usize>, remote: &RemoteBuffer) -> Result<u32> {
-    if local.start > local.end || local.end > mr_len {
-        return Err(Error::InvalidRange {
-            what: format!("local range {local:?} is not inside the {mr_len}-byte memory region"),
-        });
-    }
-    let len = (local.end - local.start) as u64;
-    if len == 0 {
-        return Err(Error::InvalidRange {
-            what: "an RDMA Write of 0 bytes".to_owned(),
-        });
-    }
-    if len > MAX_WRITE_LEN {
-        return Err(Error::WriteTooLong {
-            len,
-            limit: MAX_WRITE_LEN,
-            reason: "above the 2^31-1 byte verbs limit",
-        });
-    }
-    if len > remote.len {
-        return Err(Error::WriteTooLong {
-            len,
-            limit: remote.len,
-            reason: "longer than the remote buffer",
-        });
-    }
-    if remote.addr.checked_add(len).is_none() {
-        return Err(Error::InvalidRange {
-            what: format!(
-                "remote address {:#x} + {len} bytes overflows 64 bits",
-                remote.addr
-            ),
-        });
-    }
-    u32::try_from(len).map_err(|_| Error::WriteTooLong {
-        len,
-        limit: MAX_WRITE_LEN,
-        reason: "above the verbs limit",
-    })
-}
-
-/// How [`QueuePair::post_write_with`] posts a write.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WriteFlags {
-    /// RDMA Write with immediate (big-endian on the wire), consuming a receive at the peer.
-    pub imm: Option<u32>,
-    /// Produce a send completion. An unsignalled write's send-queue slot is only freed when a
-    /// later signalled write on the QP completes: signal at least every `max_send_wr` writes,
-    /// or posting fails with ENOMEM.
-    pub signaled: bool,
-    /// Copy the data into the work request at post time (it must fit the QP's
-    /// `max_inline_data`); the buffer may change right after the post.
-    pub inline: bool,
-}
-
-/// Builds the RDMA Write (with immediate, if any) work request.
-fn write_wr(
-    sge: *mut ffi::ibv_sge,
-    remote: &RemoteBuffer,
-    flags: WriteFlags,
-    wr_id: u64,
-) -> ffi::ibv_send_wr {
-    let imm = flags.imm;
-    let mut send_flags = 0;
-    if flags.signaled {
-        send_flags |= ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
-    }
-    if flags.inline {
-        send_flags |= ffi::ibv_send_flags::IBV_SEND_INLINE.0;
-    }
-    let (opcode, imm_be) = match imm {
-        Some(v) => (ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM, v.to_be()),
-        None => (ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE, 0),
-    };
-    ffi::ibv_send_wr {
-        wr_id,
-        next: ptr::null_mut(),
-        sg_list: sge,
-        num_sge: 1,
-        opcode,
-        send_flags,
-        __bindgen_anon_1: ffi::ibv_send_wr__bindgen_ty_1 { imm_data: imm_be },
-        wr: ffi::ibv_send_wr__bindgen_ty_2 {
-            rdma: ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                remote_addr: remote.addr,
-                rkey: remote.rkey,
-            },
-        },
-        ..Default::default()
-    }
-}
-
 impl QueuePair<Rts> {
     /// The path MTU set by INIT -> RTR.
     #[must_use]
     pub fn path_mtu(&self) -> Mtu {
         self.h.path_mtu
-    }
-
-    /// Posts a receive without buffers.
-    ///
-    /// # Errors
-    /// [`Error::Verb`] ([`VerbOp::PostRecv`]).
-    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
-        self.post_recv_inner(wr_id)
-    }
-
-    /// Posts a signalled RDMA Write of `mr[local]` to `remote.addr` (the start of the remote
-    /// buffer). With `imm`, it is an RDMA Write with immediate (sent big-endian; the peer's
-    /// receive completion shows it in host order), which consumes a receive the peer posted.
-    ///
-    /// `mr` is only read. Changing it before the completion for `wr_id` arrives changes what is
-    /// sent; dropping it makes the write fail (its keys are revoked before its memory is freed).
-    ///
-    /// # Errors
-    /// [`Error::InvalidRange`] / [`Error::WriteTooLong`] for bad lengths,
-    /// [`Error::InvalidArgument`] if `mr` is from another PD, [`Error::Verb`]
-    /// ([`VerbOp::PostSend`]).
-    pub fn post_write(
-        &self,
-        mr: &MemoryRegion,
-        local: Range<usize>,
-        remote: RemoteBuffer,
-        imm: Option<u32>,
-        wr_id: u64,
-    ) -> Result<()> {
-        let flags = WriteFlags {
-            imm,
-            signaled: true,
-            inline: false,
-        };
-        self.post_write_with(mr, local, remote, flags, wr_id)
-    }
-
-    /// [`post_write`](Self::post_write) with the choice of signalling and inline data (see
-    /// [`WriteFlags`]): what a benchmark needs to keep many writes in flight cheaply.
-    ///
-    /// # Errors
-    /// As `post_write`; [`Error::Verb`] ([`VerbOp::PostSend`]) with ENOMEM when the send queue
-    /// is full (too few signalled writes) or EINVAL when inline data exceeds the QP's limit.
-    pub fn post_write_with(
-        &self,
-        mr: &MemoryRegion,
-        local: Range<usize>,
-        remote: RemoteBuffer,
-        flags: WriteFlags,
-        wr_id: u64,
-    ) -> Result<()> {
-        if !mr.pd().same_as(&self.h.pd) {
-            return Err(Error::invalid(
-                "the memory region belongs to a different protection domain than the QP",
-                "register the source buffer with the PD that created the QP",
-            ));
-        }
-        let len = check_write(mr.len(), &local, &remote)?;
-        let mut sge = ffi::ibv_sge {
-            addr: mr.addr() + local.start as u64,
-            length: len,
-            lkey: mr.lkey(),
-        };
-        let mut wr = write_wr(&mut sge, &remote, flags, wr_id);
-        let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
-        // SAFETY: valid QP; its context is the open context.
-        let f = unsafe { (*(*self.h.qp).context).ops.post_send };
-        let Some(f) = f else {
-            return Err(Error::verb(
-                VerbOp::PostSend,
-                "(provider has no post_send)",
-                libc::ENOSYS,
-            ));
-        };
-        // SAFETY: valid QP; `wr` and `sge` live across the call (the provider copies them). The
-        // SGE names `mr`'s lkey and a range checked to lie inside its buffer. Whatever the caller
-        // does afterwards, the device never touches freed memory: dropping `mr` deregisters it
-        // (revoking the lkey, so the work request fails) before its buffer is freed.
-        let rc = unsafe { f(self.h.qp, &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(Error::verb(
-                VerbOp::PostSend,
-                format!("QP {}", self.h.qpn),
-                rc,
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -832,8 +520,9 @@ impl QueuePair<Rts> {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+    use crate::pd::MemoryRegion;
 
-    fn remote_qp() -> RemoteQp {
+    pub(super) fn remote_qp() -> RemoteQp {
         RemoteQp {
             qpn: 0x11,
             psn: 0xabcdef,
@@ -869,33 +558,6 @@ mod tests {
             assert_eq!(mask.0 & bit.0, bit.0, "mask lacks {bit:?}");
         }
         assert_eq!(mask.0 & M::IBV_QP_SQ_PSN.0, 0);
-    }
-
-    #[test]
-    fn rtr_towards_a_peer_takes_the_smaller_mtu_and_our_port() {
-        let port = PortInfo {
-            num: 2,
-            state: crate::types::PortState::Active,
-            link_layer: LinkLayer::Ethernet,
-            active_mtu: Mtu::M1024,
-            max_mtu: Mtu::M4096,
-            lid: 0,
-            gid_tbl_len: 16,
-        };
-        let r = remote_qp();
-        let peer = Endpoint::new(r.qpn, r.psn, r.gid, r.lid, 4096);
-        let p = rtr_params_towards(&port, 3, &peer).unwrap();
-        assert_eq!(p.remote, r);
-        assert_eq!((p.path_mtu, p.port, p.sgid_index), (Mtu::M1024, 2, 3));
-        assert_eq!(p.link_layer, LinkLayer::Ethernet);
-        let small = Endpoint { mtu: 512, ..peer };
-        assert_eq!(
-            rtr_params_towards(&port, 3, &small).unwrap().path_mtu,
-            Mtu::M512
-        );
-        let e = rtr_params_towards(&port, 3, &Endpoint { mtu: 1500, ..peer }).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Usage);
-        assert!(e.to_string().contains("1500"), "{e}");
     }
 
     #[test]
@@ -977,102 +639,6 @@ mod tests {
         );
         let want = M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS;
         assert_eq!(mask.0, want.0);
-    }
-
-    #[test]
-    fn write_range_checks() {
-        let remote = RemoteBuffer {
-            addr: 0x7f00_0000_1000,
-            rkey: 5,
-            len: 64,
-        };
-        assert_eq!(check_write(64, &(0..17), &remote).unwrap(), 17);
-        assert_eq!(check_write(128, &(64..128), &remote).unwrap(), 64);
-        assert!(matches!(
-            check_write(64, &(0..0), &remote),
-            Err(Error::InvalidRange { .. })
-        ));
-        assert!(matches!(
-            check_write(64, &(10..65), &remote),
-            Err(Error::InvalidRange { .. })
-        ));
-        #[allow(clippy::reversed_empty_ranges)]
-        let backwards = 10..5;
-        assert!(matches!(
-            check_write(64, &backwards, &remote),
-            Err(Error::InvalidRange { .. })
-        ));
-        assert!(matches!(
-            check_write(128, &(0..65), &remote),
-            Err(Error::WriteTooLong {
-                len: 65,
-                limit: 64,
-                ..
-            })
-        ));
-        let huge = RemoteBuffer {
-            addr: 0,
-            rkey: 5,
-            len: u64::MAX,
-        };
-        assert!(matches!(
-            check_write(1 << 31, &(0..1 << 31), &huge),
-            Err(Error::WriteTooLong {
-                limit: MAX_WRITE_LEN,
-                ..
-            })
-        ));
-        let edge = RemoteBuffer {
-            addr: u64::MAX - 3,
-            rkey: 5,
-            len: 100,
-        };
-        assert!(matches!(
-            check_write(64, &(0..8), &edge),
-            Err(Error::InvalidRange { .. })
-        ));
-    }
-
-    #[test]
-    fn write_work_request_keeps_64_bit_address_and_big_endian_imm() {
-        let mut sge = ffi::ibv_sge {
-            addr: 0x1000,
-            length: 17,
-            lkey: 9,
-        };
-        let remote = RemoteBuffer {
-            addr: 0x0000_7fff_dead_b000,
-            rkey: 0x77,
-            len: 64,
-        };
-        let signaled = WriteFlags {
-            imm: Some(0x0102_0304),
-            signaled: true,
-            inline: false,
-        };
-        let wr = write_wr(&mut sge, &remote, signaled, 42);
-        assert_eq!(wr.opcode, ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM);
-        assert_eq!(
-            wr.send_flags & ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
-            ffi::ibv_send_flags::IBV_SEND_SIGNALED.0
-        );
-        assert_eq!(wr.wr_id, 42);
-        assert_eq!(wr.num_sge, 1);
-        // SAFETY: (test) the rdma member and imm_data were the ones written.
-        unsafe {
-            assert_eq!(wr.wr.rdma.remote_addr, 0x0000_7fff_dead_b000);
-            assert_eq!(wr.wr.rdma.rkey, 0x77);
-            assert_eq!(wr.__bindgen_anon_1.imm_data.to_ne_bytes(), [1, 2, 3, 4]);
-        }
-        let wr = write_wr(&mut sge, &remote, WriteFlags::default(), 1);
-        assert_eq!(wr.opcode, ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE);
-        assert_eq!(wr.send_flags, 0, "unsignalled, not inline");
-        let inline = WriteFlags {
-            inline: true,
-            ..WriteFlags::default()
-        };
-        let wr = write_wr(&mut sge, &remote, inline, 2);
-        assert_eq!(wr.send_flags, ffi::ibv_send_flags::IBV_SEND_INLINE.0);
     }
 
     #[test]
