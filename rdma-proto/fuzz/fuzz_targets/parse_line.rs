@@ -53,6 +53,8 @@ fuzz_target!(|data: &[u8]| {
         token: Some("t".to_owned()),
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
+        // Bench hellos reach the bench checks too (a cap above max_len, as a server's default is).
+        bench_max_len: 1 << 20,
     });
     let _ = server.banner();
     let deadline = Instant::now() + Duration::from_secs(10);
