@@ -291,7 +291,7 @@ pub struct Outcome {
     pub length: u64,
     /// CRC32C of the bytes the server checked.
     pub crc32c: u32,
-    /// The payload as lossy UTF-8, at most [`MAX_TEXT`] bytes.
+    /// The payload as lossy UTF-8, at most [`MAX_TEXT`](crate::MAX_TEXT) bytes.
     pub text: String,
     /// Whether `text` was cut.
     pub truncated: bool,
