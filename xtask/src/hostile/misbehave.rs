@@ -182,29 +182,15 @@ impl Cx<'_> {
                 json!({"mode": "ping", "sizes": [64], "iters": 10}),
             ),
         ];
-        let n = bad.len();
-        let mut failures = Vec::new();
-        for (what, notify, bench) in bad {
-            let mut h = self.hello(64, notify, Tok::Right);
-            h["bench"] = bench;
-            let r = self.line_case(
-                &to_line(&h),
-                &Answer::Error {
-                    code: "invalid_field",
-                    mentions: None,
-                },
-            );
-            if let Err(e) = r {
-                failures.push(format!("{what}: {e}"));
-            }
-        }
-        if failures.is_empty() {
-            Ok(format!(
-                "{n}/{n} bad bench hellos refused with invalid_field, then close"
-            ))
-        } else {
-            Err(failures.join("; "))
-        }
+        let hellos = bad
+            .into_iter()
+            .map(|(what, notify, bench)| {
+                let mut h = self.hello(64, notify, Tok::Right);
+                h["bench"] = bench;
+                (what, h)
+            })
+            .collect();
+        self.all_invalid(hellos, "bad bench hellos")
     }
 
     fn deadline(&self) -> Instant {
@@ -298,10 +284,23 @@ impl Cx<'_> {
             }),
             ("crc32c above u32", |h| h["crc32c"] = json!(1u64 << 32)),
         ];
+        let hellos = variants
+            .into_iter()
+            .map(|(what, mutate)| {
+                let mut h = self.hello(self.small_len(), "imm", Tok::Right);
+                mutate(&mut h);
+                (what, h)
+            })
+            .collect();
+        self.all_invalid(hellos, "malformed hellos")
+    }
+
+    /// Sends each hello on a connection of its own and expects `invalid_field`, then a close;
+    /// a failure names the hello (`what`) and what came instead.
+    fn all_invalid(&self, hellos: Vec<(&str, Value)>, plural: &str) -> CaseResult {
+        let n = hellos.len();
         let mut failures = Vec::new();
-        for (what, mutate) in variants {
-            let mut h = self.hello(self.small_len(), "imm", Tok::Right);
-            mutate(&mut h);
+        for (what, h) in hellos {
             let r = self.line_case(
                 &to_line(&h),
                 &Answer::Error {
@@ -315,8 +314,7 @@ impl Cx<'_> {
         }
         if failures.is_empty() {
             Ok(format!(
-                "{n}/{n} malformed hellos refused with invalid_field, then close",
-                n = variants.len()
+                "{n}/{n} {plural} refused with invalid_field, then close"
             ))
         } else {
             Err(failures.join("; "))
