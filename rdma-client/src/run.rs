@@ -8,8 +8,8 @@ use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_core_rs::{Access, Endpoint, LinkLayer, LocalPort, QpCaps, RemoteBuffer};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
-    ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, Outcome, QpEndpoint,
-    ServerMessage,
+    Banner, ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, Outcome,
+    QpEndpoint, ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::time::{Duration, Instant};
@@ -70,30 +70,18 @@ pub fn write(
     });
 
     let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;
-    emit(
-        out,
-        &Event::Connected {
+    emit_connected(out, server, &banner, local, || {
+        format!(
+            "connected to {} ({} {}); local {} port {} gid[{}] {}",
             server,
-            program: &banner.program,
-            program_version: &banner.program_version,
-            device: ctx.name(),
-            port: port.num,
-            gid_index: gid.index,
-            gid: gid.gid.to_string(),
-        },
-        || {
-            format!(
-                "connected to {} ({} {}); local {} port {} gid[{}] {}",
-                server,
-                rdma_proto::printable(&banner.program),
-                rdma_proto::printable(&banner.program_version),
-                ctx.name(),
-                port.num,
-                gid.index,
-                gid.gid
-            )
-        },
-    );
+            rdma_proto::printable(&banner.program),
+            rdma_proto::printable(&banner.program_version),
+            ctx.name(),
+            port.num,
+            gid.index,
+            gid.gid
+        )
+    });
 
     // Verbs objects: the source buffer needs no remote access at all.
     let pd = ctx.alloc_pd()?;
@@ -224,6 +212,30 @@ pub fn write(
         outcome,
         write_micros: micros,
     })
+}
+
+/// Emits [`Event::Connected`]: the server's banner and our end (`local`); `human` is its line
+/// without `--json`.
+pub(crate) fn emit_connected(
+    out: Option<&Output>,
+    server: &str,
+    banner: &Banner,
+    local: &LocalPort,
+    human: impl FnOnce() -> String,
+) {
+    emit(
+        out,
+        &Event::Connected {
+            server,
+            program: &banner.program,
+            program_version: &banner.program_version,
+            device: local.ctx.name(),
+            port: local.port.num,
+            gid_index: local.gid.index,
+            gid: local.gid.gid.to_string(),
+        },
+        human,
+    );
 }
 
 /// Emits the server's verdict as [`Event::Verified`]; `human` is its line without `--json`.

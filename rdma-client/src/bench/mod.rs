@@ -23,7 +23,9 @@ use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify};
 
 use crate::cli::Args;
 use crate::output::{Event, Output};
-use crate::run::{connect, emit, emit_verified, from_wire, load_token, recv, resolve, to_wire};
+use crate::run::{
+    connect, emit, emit_connected, emit_verified, from_wire, load_token, recv, resolve, to_wire,
+};
 
 /// The bench flags of `rdma-client`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -185,34 +187,22 @@ pub fn session(
         p.clone(),
     );
     let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;
-    emit(
-        out,
-        &Event::Connected {
-            server,
-            program: &banner.program,
-            program_version: &banner.program_version,
-            device: ctx.name(),
-            port: port.num,
-            gid_index: local.gid.index,
-            gid: local.gid.gid.to_string(),
-        },
-        || {
-            format!(
-                "connected to {server} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
-                rdma_proto::printable(&banner.program),
-                rdma_proto::printable(&banner.program_version),
-                ctx.name(),
-                port.num,
-                local.gid.index,
-                local.gid.gid,
-                p.sizes,
-                match b.duration {
-                    Some(d) => format!("{d:?} per size"),
-                    None => format!("{} iterations per size", p.iters),
-                }
-            )
-        },
-    );
+    emit_connected(out, server, &banner, local, || {
+        format!(
+            "connected to {server} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
+            rdma_proto::printable(&banner.program),
+            rdma_proto::printable(&banner.program_version),
+            ctx.name(),
+            port.num,
+            local.gid.index,
+            local.gid.gid,
+            p.sizes,
+            match b.duration {
+                Some(d) => format!("{d:?} per size"),
+                None => format!("{} iterations per size", p.iters),
+            }
+        )
+    });
     let psn = rdma_core_rs::random_psn()?;
     let e = local.endpoint(&qp, psn);
     conn.send_line(&hs.hello(to_wire(&e))?.to_line(), Instant::now() + timeout)?;
