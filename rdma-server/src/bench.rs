@@ -22,7 +22,7 @@ use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
 use crate::output::Event;
 use crate::session::{
-    Failure, SessionCtx, client_spoke, connect_and_accept, next_event, out_of_order,
+    Failure, SessionCtx, client_spoke, connect_and_accept, emit_qp_ready, next_event, out_of_order,
 };
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
@@ -84,25 +84,15 @@ pub(crate) fn session(
         BenchMode::Bw => "bench-bw",
     };
     let path_mtu = qp.path_mtu().bytes();
-    s.out.emit(
-        &Event::QpReady {
-            session: id,
-            local_qpn: qp.qpn(),
-            remote_qpn: h.qpn,
-            path_mtu,
-            notify: mode,
-            length: hello.length,
-        },
-        || {
-            format!(
-                "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, {mode}: sizes {:?}, {} iterations each",
-                qp.qpn(),
-                h.qpn,
-                b.sizes,
-                b.iters
-            )
-        },
-    );
+    emit_qp_ready(s, id, &qp, hello, mode, || {
+        format!(
+            "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, {mode}: sizes {:?}, {} iterations each",
+            qp.qpn(),
+            h.qpn,
+            b.sizes,
+            b.iters
+        )
+    });
 
     if let Some(src) = src.as_mut() {
         let remote = RemoteBuffer {

@@ -213,24 +213,14 @@ fn session(
     let h = &hello.endpoint;
     let notify = hello.notify.as_str();
     let path_mtu = qp.path_mtu().bytes();
-    s.out.emit(
-        &Event::QpReady {
-            session: id,
-            local_qpn: qp.qpn(),
-            remote_qpn: h.qpn,
-            path_mtu,
-            notify,
-            length: hello.length,
-        },
-        || {
-            format!(
-                "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, offering {} bytes (notify {notify})",
-                qp.qpn(),
-                h.qpn,
-                mr.len()
-            )
-        },
-    );
+    emit_qp_ready(s, id, &qp, &hello, notify, || {
+        format!(
+            "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, offering {} bytes (notify {notify})",
+            qp.qpn(),
+            h.qpn,
+            mr.len()
+        )
+    });
 
     // Wait for the write: its immediate completion, or the client's `written` notice.
     let deadline = Instant::now() + phase;
@@ -313,6 +303,30 @@ pub(crate) fn connect_and_accept(
     let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     Ok(qp)
+}
+
+/// Logs [`Event::QpReady`]: `qp` is in RTS towards the client's QP from `hello`; `notify` says
+/// how the session goes on (`imm`, `tcp`, `bench-lat`, `bench-bw`), `human` is the line
+/// without `--json`.
+pub(crate) fn emit_qp_ready(
+    s: &SessionCtx,
+    id: u64,
+    qp: &QueuePair<Rts>,
+    hello: &Hello,
+    notify: &str,
+    human: impl FnOnce() -> String,
+) {
+    s.out.emit(
+        &Event::QpReady {
+            session: id,
+            local_qpn: qp.qpn(),
+            remote_qpn: hello.endpoint.qpn,
+            path_mtu: qp.path_mtu().bytes(),
+            notify,
+            length: hello.length,
+        },
+        human,
+    );
 }
 
 /// Reads the client's next line and feeds it to the handshake (see [`feed`]); a failed read
