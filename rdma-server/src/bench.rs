@@ -23,6 +23,7 @@ use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 use crate::output::Event;
 use crate::session::{
     Failure, SessionCtx, client_spoke, connect_and_accept, emit_qp_ready, next_event, out_of_order,
+    revoke,
 };
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
@@ -126,13 +127,7 @@ pub(crate) fn session(
         || format!("[{id}] {mode} done ({} bytes checked next)", hello.length),
     );
     // As for a write: no more packets from the client's QP, its rkey revoked, then read.
-    drop(qp);
-    let buf = mr.deregister().map_err(|e| {
-        Failure::new(
-            ErrorCode::Internal,
-            format!("could not revoke the client's access to the buffer: {e}"),
-        )
-    })?;
+    let buf = revoke(qp, mr)?;
     drop(src);
     drop(cq);
     drop(pd);

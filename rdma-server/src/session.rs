@@ -10,8 +10,8 @@ use crate::cli::Fault;
 use crate::i18n::Lang;
 use crate::output::{Event, Output};
 use rdma_core_rs::{
-    Access, Completion, CqMode, Endpoint, ErrorKind, ExposedRegion, Init, LocalPort, QpCaps,
-    QueuePair, Rts, WcOpcode,
+    Access, Completion, CqMode, Endpoint, ErrorKind, ExposedRegion, Init, LocalPort, OwnedBuffer,
+    QpCaps, QueuePair, Rts, WcOpcode,
 };
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
@@ -254,17 +254,9 @@ fn session(
         },
     );
 
-    // The client could still write: its QP is connected and the rkey is live. Take both away
-    // before the CPU reads a byte: destroy our QP (no more packets from it are taken), then
-    // deregister the MR (the rkey dies; the buffer is handed back). This also frees the
-    // client's slot under --max-clients before it hears the verdict.
-    drop(qp);
-    let buf = mr.deregister().map_err(|e| {
-        Failure::new(
-            ErrorCode::Internal,
-            format!("could not revoke the client's access to the buffer: {e}"),
-        )
-    })?;
+    // Take the client's access away before reading a byte; this also frees its slot under
+    // --max-clients before it hears the verdict.
+    let buf = revoke(qp, mr)?;
     drop(cq);
     drop(pd);
     let length = usize::try_from(hello.length)
@@ -303,6 +295,19 @@ pub(crate) fn connect_and_accept(
     let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     Ok(qp)
+}
+
+/// The client could still write: its QP is connected and the rkey is live. Takes both away
+/// before the CPU reads a byte: destroys our QP (no more packets from it are taken), then
+/// deregisters the MR (the rkey dies); returns the buffer.
+pub(crate) fn revoke(qp: QueuePair<Rts>, mr: ExposedRegion) -> Result<OwnedBuffer, Failure> {
+    drop(qp);
+    mr.deregister().map_err(|e| {
+        Failure::new(
+            ErrorCode::Internal,
+            format!("could not revoke the client's access to the buffer: {e}"),
+        )
+    })
 }
 
 /// Logs [`Event::QpReady`]: `qp` is in RTS towards the client's QP from `hello`; `notify` says
