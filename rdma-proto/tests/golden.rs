@@ -43,6 +43,26 @@ fn server_ep() -> QpEndpoint {
     }
 }
 
+/// The banner and the client's hello, through `to_line`/`parse`, onto the transcript `out`;
+/// returns the hello as the server took it.
+fn banner_and_hello(
+    server: &mut ServerHandshake,
+    client: &mut ClientHandshake,
+    out: &mut String,
+) -> Hello {
+    let banner = server.banner().unwrap().to_line();
+    out.push_str(&format!("S: {banner}"));
+    client
+        .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
+        .unwrap();
+    let hello = client.hello(client_ep()).unwrap().to_line();
+    out.push_str(&format!("C: {hello}"));
+    let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
+        panic!("expected hello event")
+    };
+    h
+}
+
 /// Drives client and server through a full handshake over `to_line`/`parse` and returns the
 /// transcript.
 fn transcript(notify: Notify, token: Option<&str>) -> String {
@@ -60,17 +80,7 @@ fn transcript(notify: Notify, token: Option<&str>) -> String {
         token.map(str::to_owned),
     ));
 
-    let banner = server.banner().unwrap().to_line();
-    out.push_str(&format!("S: {banner}"));
-    client
-        .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
-        .unwrap();
-
-    let hello = client.hello(client_ep()).unwrap().to_line();
-    out.push_str(&format!("C: {hello}"));
-    let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
-        panic!("expected hello event")
-    };
+    let h = banner_and_hello(&mut server, &mut client, &mut out);
     assert_eq!(h.notify, notify);
 
     // A real 64-bit address above 4 GiB: the seed's 32-bit truncation would lose it.
@@ -161,16 +171,7 @@ fn bench_transcript() -> String {
     let fin = rdma_proto::bench::final_content(&bench, bench.iters);
     let mut client =
         ClientHandshake::with_bench(ClientRequest::for_payload(&fin, Notify::Tcp, None), bench);
-    let banner = server.banner().unwrap().to_line();
-    out.push_str(&format!("S: {banner}"));
-    client
-        .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
-        .unwrap();
-    let hello = client.hello(client_ep()).unwrap().to_line();
-    out.push_str(&format!("C: {hello}"));
-    let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
-        panic!("expected hello event")
-    };
+    let h = banner_and_hello(&mut server, &mut client, &mut out);
     assert_eq!(h.bench.as_ref().map(|b| b.iters), Some(1000));
     let accept = server
         .accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 4096)
