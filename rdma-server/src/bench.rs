@@ -23,7 +23,7 @@ use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 use crate::output::Event;
 use crate::session::{
     Failure, SessionCtx, client_spoke, connect_and_accept, emit_qp_ready, next_event, out_of_order,
-    revoke,
+    report_verdict, revoke,
 };
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
@@ -136,27 +136,13 @@ pub(crate) fn session(
     // The bench pattern is not text: say what was checked instead of echoing bytes.
     outcome.text = format!("{mode} {:?} x {}", b.sizes, b.iters);
     outcome.truncated = false;
-    if outcome.verified {
-        s.verified.fetch_add(1, Ordering::AcqRel);
-    }
-    s.out.emit(
-        &Event::Verified {
-            session: id,
-            verified: outcome.verified,
-            length: outcome.length,
-            crc32c: outcome.crc32c,
-            text: &outcome.text,
-            truncated: false,
-            reason: outcome.reason.as_deref(),
-        },
-        || match &outcome.reason {
-            None => format!(
-                "[{id}] {mode} verified: the final {} bytes match (crc32c {:#010x})",
-                outcome.length, outcome.crc32c
-            ),
-            Some(r) => format!("[{id}] {mode} verification FAILED: {r}"),
-        },
-    );
+    report_verdict(s, id, &outcome, || match &outcome.reason {
+        None => format!(
+            "[{id}] {mode} verified: the final {} bytes match (crc32c {:#010x})",
+            outcome.length, outcome.crc32c
+        ),
+        Some(r) => format!("[{id}] {mode} verification FAILED: {r}"),
+    });
     let result = hs.result(outcome)?;
     conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
     Ok(())

@@ -264,10 +264,21 @@ fn session(
         .min(buf.len());
     let outcome: Outcome = hs.verify(&buf[..length], imm, written.as_ref());
     drop(buf);
-    if outcome.verified {
-        s.verified.fetch_add(1, Ordering::AcqRel);
-    }
-    report_verdict(s, id, &outcome);
+    report_verdict(s, id, &outcome, || {
+        if outcome.verified {
+            format!(
+                "{}\n{}",
+                s.lang.received(&outcome.text),
+                s.lang.verified(outcome.length, outcome.crc32c)
+            )
+        } else {
+            format!(
+                "[{id}] {}\n[{id}] verification FAILED: {}",
+                s.lang.received(&outcome.text),
+                outcome.reason.as_deref().unwrap_or("unknown reason")
+            )
+        }
+    });
     let result = hs.result(outcome)?;
     conn.send_line(&result.to_line(), Instant::now() + phase)?;
     Ok(())
@@ -463,7 +474,17 @@ fn peer_gave_up(e: &ErrorMsg) -> Failure {
     .silent()
 }
 
-fn report_verdict(s: &SessionCtx, id: u64, outcome: &Outcome) {
+/// Counts a verified session and logs [`Event::Verified`] with the verdict; `human` is its line
+/// without `--json`.
+pub(crate) fn report_verdict(
+    s: &SessionCtx,
+    id: u64,
+    outcome: &Outcome,
+    human: impl FnOnce() -> String,
+) {
+    if outcome.verified {
+        s.verified.fetch_add(1, Ordering::AcqRel);
+    }
     s.out.emit(
         &Event::Verified {
             session: id,
@@ -474,20 +495,6 @@ fn report_verdict(s: &SessionCtx, id: u64, outcome: &Outcome) {
             truncated: outcome.truncated,
             reason: outcome.reason.as_deref(),
         },
-        || {
-            if outcome.verified {
-                format!(
-                    "{}\n{}",
-                    s.lang.received(&outcome.text),
-                    s.lang.verified(outcome.length, outcome.crc32c)
-                )
-            } else {
-                format!(
-                    "[{id}] {}\n[{id}] verification FAILED: {}",
-                    s.lang.received(&outcome.text),
-                    outcome.reason.as_deref().unwrap_or("unknown reason")
-                )
-            }
-        },
+        human,
     );
 }

@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// Exit non-zero when a target is missed (default: report it and exit 0).
     #[arg(long)]
     pub strict: bool,
+    /// Boot nothing: re-read target/bench/results.json, recompute its summaries and targets,
+    /// and rewrite the files, the plots and the table.
+    #[arg(long)]
+    pub from_results: bool,
     #[command(flatten)]
     pub vm: VmOptions,
     /// Hard deadline of each guest, seconds.
@@ -123,6 +127,22 @@ fn release_bins() -> Result<e2e::Bins> {
 
 /// Entry point.
 pub fn cmd(args: &BenchArgs) -> Result<()> {
+    if args.from_results {
+        let path = out_dir().join("results.json");
+        let bytes = std::fs::read(&path).wrap_err_with(|| format!("reading {}", path.display()))?;
+        let mut r: Results = serde_json::from_slice(&bytes)
+            .wrap_err_with(|| format!("parsing {}", path.display()))?;
+        if r.schema != SCHEMA {
+            bail!(
+                "{} has schema {}, this xtask writes {SCHEMA}",
+                path.display(),
+                r.schema
+            );
+        }
+        r.summary = results::summarize(&r.samples, &r.sizes, r.link_mbs);
+        r.targets = results::judge(&r.summary, &r.setup, r.e2e_wall_s, E2E_TARGET.as_secs_f64());
+        return finish(args, &r);
+    }
     let mut sizes = if args.all_sizes {
         all_sizes()
     } else {
@@ -210,10 +230,21 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         summary,
         targets,
     };
+    if !a.ok {
+        println!(
+            "  note: guest A's plan reported: {}",
+            a.error.as_deref().unwrap_or("?")
+        );
+    }
+    finish(args, &r)
+}
+
+/// Writes the files and the plots, prints the table; with --strict, a missed target fails.
+fn finish(args: &BenchArgs, r: &Results) -> Result<()> {
     let dir = out_dir();
-    results::write(&dir, &r)?;
-    print!("{}", report::render(&r));
-    match plot::write(&dir, &r, "Soft-RoCE under QEMU TCG emulation") {
+    results::write(&dir, r)?;
+    print!("{}", report::render(r));
+    match plot::write(&dir, r, "Soft-RoCE under QEMU TCG emulation") {
         Ok(files) => println!(
             "  plots: {}",
             files
@@ -225,12 +256,6 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         Err(e) => println!("  plots: not drawn: {e:#}"),
     }
     println!("  results: {}/results.{{json,csv}}", dir.display());
-    if !a.ok {
-        println!(
-            "  note: guest A's plan reported: {}",
-            a.error.as_deref().unwrap_or("?")
-        );
-    }
     let missed = r.targets.iter().filter(|t| !t.met).count();
     if args.strict && missed > 0 {
         bail!("bench: {missed} target(s) missed (see above)");

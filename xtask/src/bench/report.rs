@@ -50,12 +50,13 @@ pub fn render(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\n  {:<4} {:>8}  {:>14} {:>14} {:>13}  {:>9} {:>9}  {:>7}",
+        "\n  {:<4} {:>8}  {:>14} {:>14} {:>13} {:>7}  {:>9} {:>9}  {:>7}",
         "test",
         "#bytes",
         "perftest",
         "rdma-client",
         "ours/perftest",
+        "paired",
         "link pt",
         "link ours",
         "ok o/p"
@@ -68,7 +69,7 @@ pub fn render(r: &Results) -> String {
         let v = |o: Option<f64>| o.map_or_else(|| "-".to_owned(), |v| format!("{} {unit}", sig(v)));
         let _ = writeln!(
             s,
-            "  {:<4} {:>8}  {:>14} {:>14} {:>13}  {:>9} {:>9}  {:>3}/{:<3}",
+            "  {:<4} {:>8}  {:>14} {:>14} {:>13} {:>7}  {:>9} {:>9}  {:>3}/{:<3}",
             match x.mode {
                 Mode::Lat => "lat",
                 Mode::Bw => "bw",
@@ -78,6 +79,8 @@ pub fn render(r: &Results) -> String {
             v(x.ours),
             x.ratio
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+            x.paired_ratio
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
             pct(x.perftest_link_fraction),
             pct(x.ours_link_fraction),
             x.ours_ok,
@@ -86,7 +89,9 @@ pub fn render(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "  (lat: t_typical = median of half round trips; bw: BW average, MB = 2^20 bytes)"
+        "  (lat: t_typical = median of half round trips; bw: BW average, MB = 2^20 bytes;\n   \
+         paired = median over repetitions of ours/perftest within each one, back to back: \
+         the targets use it)"
     );
     let setup = |tool: Tool| {
         median(
