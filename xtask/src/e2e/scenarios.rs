@@ -144,6 +144,38 @@ fn good_client(label: &'static str, message: &'static str, extra: &[&str]) -> Cl
     }
 }
 
+/// `rdma-client --bench MODE --size SIZE --iters 100`: one row of perftest's figures (the JSON
+/// event `event`) for exactly that size and all 100 iterations, and the server's verdict on the
+/// final bytes.
+fn bench_client(label: &'static str, mode: &str, size: u64, event: &'static str) -> ClientRun {
+    ClientRun {
+        label,
+        tool: Tool::RdmaClient,
+        target: Target::Server,
+        args: strings(&[
+            "--json",
+            "--bench",
+            mode,
+            "--size",
+            &size.to_string(),
+            "--iters",
+            "100",
+        ]),
+        env: vec![],
+        exit: 0,
+        expect: vec![
+            Expect::Event(
+                event,
+                vec![
+                    ("bytes", Value::from(size)),
+                    ("iterations", Value::from(100)),
+                ],
+            ),
+            Expect::Event("verified", vec![("verified", Value::Bool(true))]),
+        ],
+    }
+}
+
 /// The server verified exactly `message`.
 fn server_verified(message: &'static str) -> Expect {
     Expect::Event(
@@ -386,6 +418,23 @@ pub fn all() -> Vec<Scenario> {
             ..Scenario::new(
                 "rewrite-race",
                 "a client keeps rewriting the buffer after its write-with-immediate: the server revokes its access before reading, its verdict matches the bytes it holds, and it keeps serving",
+            )
+        },
+        Scenario {
+            // No bench flag on the server: the client's hello carries every parameter.
+            server_args: strings(&["--json", "--serve"]),
+            server_expect: vec![
+                server_verified(SEED_MESSAGE),
+                Expect::EventAtLeast("stopped", "verified", 3),
+            ],
+            clients: vec![
+                bench_client("bench lat, 64 B", "lat", 64, "bench_lat"),
+                bench_client("bench bw, 64 KiB", "bw", 65536, "bench_bw"),
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            ..Scenario::new(
+                "bench",
+                "rdma-client --bench lat and bw against a server started with no bench flags: perftest's rows, and the server verifies the final bytes",
             )
         },
         Scenario {
