@@ -1,0 +1,349 @@
+//! The client's side of the handshake: [`ClientHandshake`] over what it wants to write
+//! ([`ClientRequest`]).
+
+use std::fmt;
+
+use crate::bench::{self, BenchParams};
+use crate::error::{ErrorCode, ProtoError};
+use crate::wire::{
+    Accept, Auth, Banner, ClientMessage, Hello, Notify, Outcome, QpEndpoint, ServerMessage, Written,
+};
+use crate::{SUPPORTED_VERSIONS, crc32c};
+
+/// What the client wants to write.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientRequest {
+    /// Payload length in bytes.
+    pub length: u64,
+    /// How the server learns the write is done.
+    pub notify: Notify,
+    /// CRC32C of the payload.
+    pub crc32c: u32,
+    /// Token to present if the server asks for one.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for ClientRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientRequest")
+            .field("length", &self.length)
+            .field("notify", &self.notify)
+            .field("crc32c", &self.crc32c)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl ClientRequest {
+    /// A request for `payload`: length and CRC32C computed from it.
+    pub fn for_payload(payload: &[u8], notify: Notify, token: Option<String>) -> Self {
+        ClientRequest {
+            length: payload.len() as u64,
+            notify,
+            crc32c: crc32c(payload),
+            token,
+        }
+    }
+}
+
+/// Client side states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientState {
+    /// Waiting for the server's banner.
+    AwaitBanner,
+    /// Banner ok; call `hello`.
+    NeedHello,
+    /// `hello` sent, waiting for `accept`.
+    AwaitAccept,
+    /// `accept` received; do the RDMA Write, then call `written`.
+    Writing,
+    /// Waiting for `result`.
+    AwaitResult,
+    /// Verified by the server.
+    Done,
+    /// Something went wrong.
+    Failed,
+}
+
+impl fmt::Display for ClientState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClientState::AwaitBanner => "awaiting banner",
+            ClientState::NeedHello => "about to send hello",
+            ClientState::AwaitAccept => "awaiting accept",
+            ClientState::Writing => "writing",
+            ClientState::AwaitResult => "awaiting result",
+            ClientState::Done => "done",
+            ClientState::Failed => "failed",
+        })
+    }
+}
+
+/// The client's side of one connection.
+#[derive(Debug)]
+pub struct ClientHandshake {
+    req: ClientRequest,
+    bench: Option<BenchParams>,
+    state: ClientState,
+    banner: Option<Banner>,
+    accept: Option<Accept>,
+    outcome: Option<Outcome>,
+}
+
+impl ClientHandshake {
+    /// A fresh handshake in state `AwaitBanner`.
+    pub fn new(req: ClientRequest) -> Self {
+        ClientHandshake {
+            req,
+            bench: None,
+            state: ClientState::AwaitBanner,
+            banner: None,
+            accept: None,
+            outcome: None,
+        }
+    }
+
+    /// A handshake that asks for a bench session (`hello.bench`). `req` describes the bytes
+    /// the server will hold at the end ([`bench::final_content`]). The hello fails locally,
+    /// sending nothing, if the server's banner does not list the `bench` feature.
+    pub fn with_bench(req: ClientRequest, bench: BenchParams) -> Self {
+        ClientHandshake {
+            bench: Some(bench),
+            ..ClientHandshake::new(req)
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> ClientState {
+        self.state
+    }
+
+    /// The server's banner, once received.
+    pub fn banner(&self) -> Option<&Banner> {
+        self.banner.as_ref()
+    }
+
+    /// The server's accept, once received.
+    pub fn accept(&self) -> Option<&Accept> {
+        self.accept.as_ref()
+    }
+
+    /// The server's `result` as it was received, once there is one, whether or not it passed
+    /// [`on_result`](Self::on_result)'s checks.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
+    fn guard<T>(&mut self, r: Result<T, ProtoError>) -> Result<T, ProtoError> {
+        if r.is_err() {
+            self.state = ClientState::Failed;
+        }
+        r
+    }
+
+    fn unexpected(&self, msg: &ServerMessage, expected: &str) -> ProtoError {
+        ProtoError::Unexpected {
+            got: msg.kind().to_owned(),
+            context: format!("while the client is {}; expected {expected}", self.state),
+        }
+    }
+
+    /// Handles the first server line. `AwaitBanner -> NeedHello`.
+    ///
+    /// The banner must list protocol version 1, else `unsupported_version`. If the server asks
+    /// for a token and the request has none, `unauthorized` (nothing is sent). A server `error`
+    /// becomes [`ProtoError::Remote`].
+    pub fn on_banner(&mut self, msg: ServerMessage) -> Result<Banner, ProtoError> {
+        let r = self.banner_step(msg);
+        self.guard(r)
+    }
+
+    fn banner_step(&mut self, msg: ServerMessage) -> Result<Banner, ProtoError> {
+        match (self.state, msg) {
+            (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitBanner, ServerMessage::Banner(b)) => {
+                if !b.versions.iter().any(|v| SUPPORTED_VERSIONS.contains(v)) {
+                    return Err(ProtoError::UnsupportedVersion {
+                        peer: b.versions.iter().map(|&v| u64::from(v)).collect(),
+                    });
+                }
+                if b.auth == Auth::Token && self.req.token.is_none() {
+                    return Err(ProtoError::Unauthorized {
+                        reason: "the server requires a token; pass it (e.g. --token or its environment variable)"
+                            .to_owned(),
+                    });
+                }
+                self.state = ClientState::NeedHello;
+                self.banner = Some(b.clone());
+                Ok(b)
+            }
+            (_, msg) => Err(self.unexpected(&msg, "`banner` first")),
+        }
+    }
+
+    /// The `hello` line for `local`. `NeedHello -> AwaitAccept`.
+    ///
+    /// The token is only sent if the banner said `auth: token` (a secret is never offered to a
+    /// server that did not ask for it).
+    pub fn hello(&mut self, local: QpEndpoint) -> Result<ClientMessage, ProtoError> {
+        let r = self.hello_step(local);
+        self.guard(r)
+    }
+
+    fn hello_step(&mut self, local: QpEndpoint) -> Result<ClientMessage, ProtoError> {
+        if self.state != ClientState::NeedHello {
+            return Err(ProtoError::new(
+                ErrorCode::Internal,
+                format!(
+                    "client bug: hello() called while the client is {}",
+                    self.state
+                ),
+            ));
+        }
+        local.validate("hello")?;
+        if self.req.length == 0 {
+            return Err(ProtoError::invalid(
+                "hello",
+                "length",
+                "0 is out of range; write at least 1 byte",
+            ));
+        }
+        if self.req.notify == Notify::Imm && self.req.length > u64::from(u32::MAX) {
+            return Err(ProtoError::invalid(
+                "hello",
+                "length",
+                format!(
+                    "{} does not fit the 32-bit immediate; use notify tcp",
+                    self.req.length
+                ),
+            ));
+        }
+        let wants_token = self.banner.as_ref().is_some_and(|b| b.auth == Auth::Token);
+        if let Some(b) = &self.bench {
+            let banner = self.banner.as_ref();
+            if !banner.is_some_and(|x| x.features.iter().any(|f| f == bench::FEATURE)) {
+                return Err(ProtoError::new(
+                    ErrorCode::InvalidField,
+                    format!(
+                        "the server ({} {}) does not run bench sessions: its banner lists features [{}], not `{}`; upgrade the server",
+                        banner.map_or("?", |x| x.program.as_str()),
+                        banner.map_or("?", |x| x.program_version.as_str()),
+                        banner.map_or(String::new(), |x| x.features.join(", ")),
+                        bench::FEATURE
+                    ),
+                ));
+            }
+            b.check(self.req.length)
+                .map_err(|(field, why)| ProtoError::invalid("hello.bench", field, why))?;
+            if self.req.notify != Notify::Tcp {
+                return Err(ProtoError::invalid(
+                    "hello",
+                    "notify",
+                    "a bench session ends with `written`: use notify tcp",
+                ));
+            }
+        }
+        self.state = ClientState::AwaitAccept;
+        Ok(ClientMessage::Hello(Hello {
+            endpoint: local,
+            length: self.req.length,
+            notify: self.req.notify,
+            crc32c: Some(self.req.crc32c),
+            token: if wants_token {
+                self.req.token.clone()
+            } else {
+                None
+            },
+            bench: self.bench.clone(),
+        }))
+    }
+
+    /// Handles the server's reply to `hello`. `AwaitAccept -> Writing`.
+    /// `buf_len` must be at least our length (else `too_long`); `error` -> [`ProtoError::Remote`].
+    pub fn on_accept(&mut self, msg: ServerMessage) -> Result<Accept, ProtoError> {
+        let r = match (self.state, msg) {
+            (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitAccept, ServerMessage::Accept(a)) => {
+                if a.buf_len < self.req.length {
+                    Err(ProtoError::TooLong {
+                        length: self.req.length,
+                        max: a.buf_len,
+                    })
+                } else {
+                    self.state = ClientState::Writing;
+                    self.accept = Some(a);
+                    Ok(a)
+                }
+            }
+            (_, msg) => Err(self.unexpected(&msg, "`accept` after hello")),
+        };
+        self.guard(r)
+    }
+
+    /// Call after the write completed locally. `Writing -> AwaitResult`.
+    /// Returns the `written` line for notify=tcp, `None` for notify=imm.
+    pub fn written(&mut self) -> Result<Option<ClientMessage>, ProtoError> {
+        if self.state != ClientState::Writing {
+            let e = ProtoError::new(
+                ErrorCode::Internal,
+                format!(
+                    "client bug: written() called while the client is {}",
+                    self.state
+                ),
+            );
+            return self.guard(Err(e));
+        }
+        self.state = ClientState::AwaitResult;
+        Ok(match self.req.notify {
+            Notify::Imm => None,
+            Notify::Tcp => Some(ClientMessage::Written(Written {
+                length: self.req.length,
+                crc32c: self.req.crc32c,
+            })),
+        })
+    }
+
+    /// Handles the final `result`. `AwaitResult -> Done`.
+    ///
+    /// `verified: false`, or a length / crc32c different from ours, gives `verify_failed`
+    /// naming the difference; `error` -> [`ProtoError::Remote`].
+    pub fn on_result(&mut self, msg: ServerMessage) -> Result<Outcome, ProtoError> {
+        let r = match (self.state, msg) {
+            (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitResult, ServerMessage::Result(o)) => {
+                self.outcome = Some(o.clone());
+                let mut problems = Vec::new();
+                if !o.verified {
+                    problems.push(format!(
+                        "the server reports: {}",
+                        o.reason
+                            .as_deref()
+                            .unwrap_or("not verified (no reason given)")
+                    ));
+                }
+                if o.length != self.req.length {
+                    problems.push(format!(
+                        "server saw {} bytes, we wrote {}",
+                        o.length, self.req.length
+                    ));
+                }
+                if o.crc32c != self.req.crc32c {
+                    problems.push(format!(
+                        "server's crc32c {:#010x} differs from ours {:#010x}",
+                        o.crc32c, self.req.crc32c
+                    ));
+                }
+                if problems.is_empty() {
+                    self.state = ClientState::Done;
+                    Ok(o)
+                } else {
+                    Err(ProtoError::VerifyFailed {
+                        reason: problems.join("; "),
+                    })
+                }
+            }
+            (_, msg) => Err(self.unexpected(&msg, "`result` after the write")),
+        };
+        self.guard(r)
+    }
+}
