@@ -176,6 +176,7 @@ impl Pong<'_> {
         };
         let mut posted: u64 = 0;
         let mut completed: u64 = 0;
+        let mut restore: Option<usize> = None;
         for &size in &b.sizes {
             let size = usize::try_from(size).unwrap_or(usize::MAX).min(src.len());
             let last = size - 1;
@@ -187,7 +188,16 @@ impl Pong<'_> {
             for n in 1..=b.iters {
                 let want = bench::counter(n);
                 self.wait_ping(s, conn, hs, last, want, &mut completed)?;
+                // A ping of the next size means the client read our last pong of the previous
+                // one: the byte that carried its counter goes back to the pattern.
+                if let Some(i) = restore.take() {
+                    src.as_mut_slice()[i] = bench::pattern_byte(i);
+                }
                 src.as_mut_slice()[last] = want;
+                if n == b.iters {
+                    // Once this pong is read the next size's pongs carry the pattern here.
+                    restore = Some(last);
+                }
                 // Keep the send queue from filling: reap until a slot is free.
                 while posted - completed >= u64::from(SQ_DEPTH) - 1 {
                     let c = self.cq.poll(Instant::now() + s.timeout).map_err(failed)?;

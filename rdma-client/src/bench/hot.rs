@@ -29,6 +29,9 @@ pub trait Link {
     fn timeout(&self, what: &'static str, waited: Duration) -> Self::Error;
 }
 
+/// The shortest window the bandwidth peak is measured over.
+const PEAK_WINDOW: Duration = Duration::from_millis(5);
+
 /// Send-queue room the loops keep: a signalled write at least this often.
 pub const SIGNAL_EVERY: u64 = 16;
 
@@ -133,10 +136,14 @@ pub fn stream<L: Link>(
         done = id + 1 - wr_base;
         let now = Instant::now();
         let dt = now.duration_since(last_t).as_secs_f64();
-        if dt > 0.0 {
-            peak = peak.max((done - last_done) as f64 * size as f64 / dt);
+        // The peak over windows of at least PEAK_WINDOW: completions that were queued come
+        // out back to back and would make any shorter window meaningless.
+        if dt >= PEAK_WINDOW.as_secs_f64() || done == end {
+            if dt > 0.0 {
+                peak = peak.max((done - last_done) as f64 * size as f64 / dt);
+            }
+            (last_t, last_done) = (now, done);
         }
-        (last_t, last_done) = (now, done);
         if let Some(d) = duration {
             if end == iters && now.duration_since(start) >= d {
                 // Time is up: post nothing new past the next signalled write (the last write

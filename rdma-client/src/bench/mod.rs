@@ -240,6 +240,7 @@ pub fn session(
             len: accept.buf_len,
         },
         inline: inline as usize,
+        counter_at: None,
     };
     let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
     emit(out, &Event::BenchSetup { ready_us }, || {

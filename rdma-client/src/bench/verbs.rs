@@ -18,6 +18,10 @@ pub struct Verbs<'a> {
     pub remote: RemoteBuffer,
     /// Largest write sent inline (0: none).
     pub inline: usize,
+    /// Where the last ping counter was put into `src` (lat), to restore the pattern there
+    /// when the size changes: the server's final bytes must be the pattern (see
+    /// `rdma_proto::bench::final_content`).
+    pub counter_at: Option<usize>,
 }
 
 impl Link for Verbs<'_> {
@@ -33,7 +37,12 @@ impl Link for Verbs<'_> {
         if let Some(c) = last {
             // The previous write of this buffer has landed (its pong came back), so changing
             // the byte changes only what the next write sends.
-            self.src.as_mut_slice()[size - 1] = c;
+            let buf = self.src.as_mut_slice();
+            if let Some(i) = self.counter_at.filter(|&i| i != size - 1) {
+                buf[i] = rdma_proto::bench::pattern_byte(i);
+            }
+            buf[size - 1] = c;
+            self.counter_at = Some(size - 1);
         }
         let flags = WriteFlags {
             imm: None,
