@@ -29,6 +29,9 @@ pub trait Link {
     fn timeout(&self, what: &'static str, waited: Duration) -> Self::Error;
 }
 
+/// Most bytes between two signalled writes of a bandwidth run.
+const SIGNAL_BYTES: u64 = 4 << 20;
+
 /// The shortest window the bandwidth peak is measured over.
 const PEAK_WINDOW: Duration = Duration::from_millis(5);
 
@@ -118,7 +121,11 @@ pub fn stream<L: Link>(
     wr_base: u64,
     timeout: Duration,
 ) -> Result<Stream, L::Error> {
-    let cq_mod = (tx_depth / 2).clamp(1, 64);
+    // A signalled write at least every half depth, 64 writes and 4 MiB: the wait for one
+    // completion must stay well inside the timeout even for big messages on a slow link.
+    let cq_mod = (tx_depth / 2)
+        .clamp(1, 64)
+        .min((SIGNAL_BYTES / size.max(1) as u64).max(1));
     let mut end = iters;
     let mut posted: u64 = 0;
     let mut done: u64 = 0;
@@ -289,6 +296,10 @@ mod tests {
         assert_eq!(s.writes, 100);
         // cq_mod = 8: 12 full groups + the 100th.
         assert_eq!(link.signaled, 13);
+        // Big messages: a signalled write every 4 MiB (here every write of 4 MiB).
+        let mut link = Fake::new(8);
+        let s = stream(&mut link, 4 << 20, 10, None, 128, 0, Duration::from_secs(1)).unwrap();
+        assert_eq!((s.writes, link.signaled), (10, 10));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! perftest's figures and columns; `verbs` is the real link under the loops.
 
 mod hot;
+mod multi;
 mod stats;
 mod verbs;
 
@@ -67,6 +68,12 @@ pub struct BenchArgs {
         value_name = "BYTES"
     )]
     pub inline: u32,
+
+    /// bw: this many queue pairs writing at once (perftest's -q); each is its own session with
+    /// the server, and their figures add up.
+    #[arg(long, default_value_t = 1, requires = "bench",
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub qps: u32,
 }
 
 /// Every power of two from 2 B to 8 MiB.
@@ -76,6 +83,9 @@ fn all_sizes() -> Vec<u64> {
 
 /// The sweep, iterations and mode the flags ask for.
 fn params(b: &BenchArgs, mode: BenchMode) -> Result<BenchParams> {
+    if mode == BenchMode::Lat && b.qps > 1 {
+        bail!("--qps applies to --bench bw (perftest's latency tests use one QP too)");
+    }
     if mode == BenchMode::Lat && b.duration.is_some() {
         bail!("--duration applies to --bench bw; give lat a number of exchanges with --iters");
     }
@@ -114,6 +124,9 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     let p = params(&args.bench, mode)?;
     let token = load_token(args)?;
     let local = args.local.open()?;
+    if args.bench.qps > 1 {
+        return multi::run(args, &local, &p, args.bench.qps as usize, token, out);
+    }
     session(args, &local, &args.server, p, token, t_start, Some(out)).map(|_| ())
 }
 
@@ -331,6 +344,14 @@ mod tests {
         let p = params(&a.bench, BenchMode::Bw).unwrap();
         assert_eq!(p.sizes.len(), 23);
         assert_eq!(p.sizes[22], 8 << 20);
+        let a = parse(&["rdma-client", "h", "--bench", "lat", "--qps", "2"]).unwrap();
+        assert!(
+            params(&a.bench, BenchMode::Lat).is_err(),
+            "lat runs on one QP"
+        );
+        let a = parse(&["rdma-client", "h", "--bench", "bw", "--qps", "4"]).unwrap();
+        assert_eq!(a.bench.qps, 4);
+        assert!(parse(&["rdma-client", "h", "--bench", "bw", "--qps", "17"]).is_err());
         let a = parse(&["rdma-client", "h", "--bench", "lat", "--duration", "2s"]).unwrap();
         assert!(params(&a.bench, BenchMode::Lat).is_err());
         // Bench flags need --bench; sizes and counts are range-checked.
