@@ -22,6 +22,8 @@ pub(super) struct Boot<'a> {
     pub port: u16,
     /// With exactly two guests: their UDP ports on 127.0.0.1 (first, second) instead.
     pub udp: Option<[u16; 2]>,
+    /// With three or more guests: the multicast group's port (one segment for all) instead.
+    pub mcast: Option<u16>,
     /// The run directory: one share per guest in it, and the console logs.
     pub run_dir: &'a Path,
     pub sync_dir: &'a Path,
@@ -69,11 +71,12 @@ impl Guest {
             vmlinuz: boot.vmlinuz,
             initrd: boot.initrd,
             cmdline: qemu::kernel_cmdline(&spec.name, &spec.argv, boot.verbose),
-            link: match (boot.udp, first) {
-                (Some([a, b]), true) => Link::Udp { local: a, peer: b },
-                (Some([a, b]), false) => Link::Udp { local: b, peer: a },
-                (None, true) => Link::Listen(boot.port),
-                (None, false) => Link::Connect(boot.port),
+            link: match (boot.mcast, boot.udp, first) {
+                (Some(port), _, _) => Link::Mcast(port),
+                (None, Some([a, b]), true) => Link::Udp { local: a, peer: b },
+                (None, Some([a, b]), false) => Link::Udp { local: b, peer: a },
+                (None, None, true) => Link::Listen(boot.port),
+                (None, None, false) => Link::Connect(boot.port),
             },
             mac: &spec.mac,
             share: &share,

@@ -26,6 +26,8 @@ pub const MODULES: &[&str] = &[
     "overlay",
     "ib_uverbs",
     "rdma_rxe",
+    // `tc qdisc ... netem delay` (fabric-e2e slows one node's link).
+    "sch_netem",
 ];
 
 /// Busybox in the initramfs.

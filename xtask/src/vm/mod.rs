@@ -210,7 +210,8 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 /// Boots `specs` together on one L2 link, waits for all (each up to its deadline), and
-/// returns what each did. The first guest listens on a free 127.0.0.1 port, the others connect.
+/// returns what each did. Two guests share a UDP link, three or more a multicast segment
+/// (both on 127.0.0.1); otherwise the first guest listens on a free port, the others connect.
 pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
     if specs.is_empty() {
         bail!("no guests to run");
@@ -242,6 +243,12 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         // Two guests: a UDP link (see qemu::Link::Udp for why not the TCP stream).
         udp: if specs.len() == 2 {
             Some(guest::free_udp_ports()?)
+        } else {
+            None
+        },
+        // Three or more: one multicast segment (see qemu::Link::Mcast).
+        mcast: if specs.len() > 2 {
+            Some(guest::free_udp_ports()?[0])
         } else {
             None
         },
@@ -282,7 +289,7 @@ fn start_all(specs: &[GuestSpec], boot: &Boot<'_>) -> Result<Vec<Guest>> {
     let mut guests = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
         let mut g = Guest::start(spec, i == 0, boot)?;
-        if i == 0 && specs.len() > 1 && boot.udp.is_none() {
+        if i == 0 && specs.len() > 1 && boot.udp.is_none() && boot.mcast.is_none() {
             g.wait_listening(boot.port, Instant::now() + Duration::from_secs(20))?;
         }
         guests.push(g);

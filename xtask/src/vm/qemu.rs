@@ -20,6 +20,9 @@ pub(super) enum Link {
     /// over the TCP stream: there, Nagle holds a frame sent right behind another (rxe's ACK
     /// then the next RDMA Write) until the peer QEMU's delayed ACK, ~20 ms per exchange.
     Udp { local: u16, peer: u16 },
+    /// Three or more guests: one multicast group on 127.0.0.1 (a shared segment, a hub; the
+    /// point-to-point links do not reach a third node).
+    Mcast(u16),
 }
 
 /// What one QEMU command line is made of.
@@ -60,6 +63,7 @@ pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
         Link::Udp { local, peer } => {
             format!("socket,id=n0,udp=127.0.0.1:{peer},localaddr=127.0.0.1:{local}")
         }
+        Link::Mcast(port) => format!("socket,id=n0,mcast=230.0.0.1:{port},localaddr=127.0.0.1"),
     };
     let mut v: Vec<OsString> = vec!["-name".into(), q.name.into()];
     v.extend(q.accel.qemu_args().map(OsString::from));
@@ -227,6 +231,15 @@ mod tests {
         assert_eq!(
             after(&v, "-netdev"),
             Some("socket,id=n0,udp=127.0.0.1:4002,localaddr=127.0.0.1:4001")
+        );
+    }
+
+    #[test]
+    fn three_guests_share_a_multicast_segment() {
+        let v = strings(&argv(&qemu(Link::Mcast(4003))));
+        assert_eq!(
+            after(&v, "-netdev"),
+            Some("socket,id=n0,mcast=230.0.0.1:4003,localaddr=127.0.0.1")
         );
     }
 
