@@ -9,6 +9,7 @@ mod deps;
 mod dist;
 mod e2e;
 mod exec;
+mod fabric_e2e;
 mod fuzz;
 mod hostile;
 mod load;
@@ -46,6 +47,8 @@ enum Cmd {
     Dist(dist::DistArgs),
     /// Build the packages, install each alone in a guest, run the service, remove them.
     PkgTest(pkgtest::PkgTestArgs),
+    /// Three guests, munge and Slurm: the fabric check through srun, healthy, slow, down.
+    FabricE2e(fabric_e2e::FabricE2eArgs),
     /// Print which RDMA backend this machine can use, and why.
     Backend(backend::BackendArgs),
     /// Boot guests, bring up rxe and run an ib_write_bw pair across them.
@@ -89,6 +92,7 @@ fn main() -> Result<()> {
         Cmd::Dist(a) => dist::cmd(a),
         Cmd::PkgTest(a) => pkgtest::cmd(a),
         Cmd::PkgGuest(a) => pkgtest::guest_cmd(a),
+        Cmd::FabricE2e(a) => fabric_e2e::cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),
         Cmd::VmRun(a) => vm::run_cmd::cmd(a),

@@ -28,6 +28,8 @@ pub enum Group {
     Vm,
     /// `cargo xtask dist`: cargo-deb (and dpkg-shlibdeps for its `$auto`), systemd-analyze.
     Dist,
+    /// `cargo xtask fabric-e2e`: munge and a minimal Slurm (slurmctld, slurmd, srun) in the guests.
+    Slurm,
 }
 
 /// A cargo subcommand installed with `cargo install --locked`.
@@ -52,7 +54,13 @@ pub const CARGO_FUZZ: CargoTool = CargoTool {
 
 impl Group {
     /// Every group.
-    pub const ALL: [Group; 4] = [Group::Build, Group::Run, Group::Vm, Group::Dist];
+    pub const ALL: [Group; 5] = [
+        Group::Build,
+        Group::Run,
+        Group::Vm,
+        Group::Dist,
+        Group::Slurm,
+    ];
 
     /// Debian package names.
     pub fn packages(self) -> &'static [&'static str] {
@@ -85,6 +93,7 @@ impl Group {
                 "zstd",
             ],
             Group::Dist => &["dpkg-dev", "systemd"],
+            Group::Slurm => &["slurm-wlm", "munge"],
         }
     }
 
@@ -92,7 +101,7 @@ impl Group {
     pub fn cargo_tools(self) -> &'static [CargoTool] {
         match self {
             Group::Dist => &[CARGO_DEB],
-            Group::Build | Group::Run | Group::Vm => &[],
+            Group::Build | Group::Run | Group::Vm | Group::Slurm => &[],
         }
     }
 

@@ -19,6 +19,14 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("valgrind", "valgrind"),
     ("modprobe", "kmod"),
     ("dmesg", "util-linux"),
+    ("tc", "iproute2"),
+    // fabric-e2e: munge and a minimal Slurm in three guests.
+    ("munged", "munge"),
+    ("slurmctld", "slurm-wlm"),
+    ("slurmd", "slurm-wlm"),
+    ("srun", "slurm-wlm"),
+    ("salloc", "slurm-wlm"),
+    ("sinfo", "slurm-wlm"),
     // The guests: QEMU, the busybox initramfs, the Debian kernel's modules.
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("busybox", "busybox-static"),

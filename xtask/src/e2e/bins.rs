@@ -6,7 +6,7 @@ use std::time::Duration;
 use xshell::{Shell, cmd};
 
 /// Builds the binaries the scenarios run (and the self-test example when asked for).
-pub(super) fn build(selftest: bool) -> Result<()> {
+pub fn build(selftest: bool) -> Result<()> {
     let sh = Shell::new()?;
     println!("e2e: building rdma-server and rdma-client");
     // Naming a target (`--example`) makes cargo build only the named targets: ask for the

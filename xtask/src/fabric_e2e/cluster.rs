@@ -1,0 +1,200 @@
+//! What the three guests of `fabric-e2e` are made of, as text: `/etc/hosts`, `slurm.conf`,
+//! the script that brings up munge and Slurm on a node, and the script node1 runs the fabric
+//! check with (inside one `salloc -N 3`). Pure functions; the files land in a host directory
+//! the guests see read-only through the host root.
+
+/// The guests' names, in rank order; node `i` (from 0) has address `10.0.0.{i+1}`.
+pub fn nodes(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("node{i}")).collect()
+}
+
+/// `/etc/hosts` of every guest.
+pub fn hosts(n: usize) -> String {
+    let mut s = String::from("127.0.0.1 localhost\n");
+    for (i, name) in nodes(n).iter().enumerate() {
+        s.push_str(&format!("10.0.0.{} {name}\n", i + 1));
+    }
+    s
+}
+
+/// A minimal `slurm.conf`: node1 runs slurmctld, every node a slurmd, daemons as root, munge
+/// authentication, no accounting, no cgroups, state on the guests' tmpfs.
+pub fn slurm_conf(n: usize) -> String {
+    let mut s = String::from(
+        "# cargo xtask fabric-e2e: a minimal Slurm for three guests\n\
+         ClusterName=fabric\n\
+         SlurmctldHost=node1(10.0.0.1)\n\
+         SlurmUser=root\n\
+         SlurmdUser=root\n\
+         AuthType=auth/munge\n\
+         CredType=cred/munge\n\
+         MpiDefault=none\n\
+         ProctrackType=proctrack/linuxproc\n\
+         TaskPlugin=task/none\n\
+         SelectType=select/linear\n\
+         SchedulerType=sched/builtin\n\
+         JobAcctGatherType=jobacct_gather/none\n\
+         AccountingStorageType=accounting_storage/none\n\
+         JobCompType=jobcomp/none\n\
+         ReturnToService=2\n\
+         SlurmctldPidFile=/run/slurm/slurmctld.pid\n\
+         SlurmdPidFile=/run/slurm/slurmd.pid\n\
+         SlurmdSpoolDir=/run/slurm/d\n\
+         StateSaveLocation=/run/slurm/ctld\n\
+         SlurmctldLogFile=/run/slurm/slurmctld.log\n\
+         SlurmdLogFile=/run/slurm/slurmd.log\n\
+         MessageTimeout=30\n\
+         SlurmdTimeout=120\n\
+         InactiveLimit=0\n\
+         KillWait=5\n",
+    );
+    for (i, name) in nodes(n).iter().enumerate() {
+        s.push_str(&format!(
+            "NodeName={name} NodeAddr=10.0.0.{} CPUs=1 State=UNKNOWN\n",
+            i + 1
+        ));
+    }
+    s.push_str(&format!(
+        "PartitionName=fabric Nodes=node[1-{n}] Default=YES MaxTime=INFINITE State=UP\n"
+    ));
+    s
+}
+
+/// `cgroup.conf`: slurmd 22.05 loads a cgroup plugin whatever the proctrack; without systemd
+/// (busybox init) it must make its own directory in the cgroup2 file system.
+pub const CGROUP_CONF: &str = "CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n";
+
+/// `up.sh NODE`: hosts, munge key, munged, slurm.conf, then slurmctld (node1) and slurmd.
+/// `dir` is where these files are (read-only in the guest).
+pub fn up_script(dir: &str) -> String {
+    format!(
+        r#"#!/bin/sh
+# cargo xtask fabric-e2e: munge and Slurm on this guest (busybox init, no systemd).
+set -eux
+D={dir}
+NODE=$1
+cp "$D/hosts" /etc/hosts
+mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge /etc/slurm /run/slurm/d /run/slurm/ctld
+cp "$D/munge.key" /etc/munge/munge.key
+chown root:root /etc/munge /etc/munge/munge.key /run/munge /var/lib/munge /var/log/munge
+chmod 0700 /etc/munge /var/lib/munge /var/log/munge
+chmod 0755 /run/munge
+chmod 0400 /etc/munge/munge.key
+munged --force
+cp "$D/slurm.conf" /etc/slurm/slurm.conf
+cp "$D/cgroup.conf" /etc/slurm/cgroup.conf
+# slurmd's cgroup plugin wants a cgroup file system even with proctrack/linuxproc.
+mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+mkdir -p /sys/fs/cgroup/system.slice
+if [ "$NODE" = node1 ]; then slurmctld || {{ cat /run/slurm/slurmctld.log; exit 1; }}; fi
+slurmd -N "$NODE" || {{ cat /run/slurm/slurmd.log; exit 1; }}
+echo "fabric-e2e: $NODE: munged and slurm up"
+"#
+    )
+}
+
+/// `fabric.sh OUT`: node1, inside `salloc -N 3`: the servers as a job step, the fabric check
+/// through srun (healthy), then with `tc netem` delay on the last node (slow), then with its
+/// RDMA port gone (down). Each phase leaves `PHASE.jsonl`, `PHASE.err`, `PHASE.rc` in OUT.
+pub fn fabric_script(server: &str, client: &str, n: usize, delay_ms: u32) -> String {
+    let last = format!("node{n}");
+    format!(
+        r#"#!/bin/sh
+# cargo xtask fabric-e2e: the fabric check through Slurm, three phases.
+set -u
+OUT=$1
+mkdir -p "$OUT"
+SERVER={server}
+CLIENT={client}
+up() {{ cut -d' ' -f1 /proc/uptime; }}
+phase() {{ echo "fabric-e2e: phase $1 at $(up) s"; }}
+run() {{
+    phase "$1"
+    srun --overlap -N {n} --ntasks-per-node=1 --kill-on-bad-exit=0 \
+        "$SERVER" --serve --max-clients 1 > "$OUT/$1.server.log" 2>&1 &
+    SP=$!
+    srun --overlap -N {n} --ntasks-per-node=1 --kill-on-bad-exit=0 --label \
+        "$CLIENT" --fabric --json --pair-deadline "$2" --lat-iters 50 --bw-iters 50 \
+        > "$OUT/$1.jsonl" 2> "$OUT/$1.err"
+    echo $? > "$OUT/$1.rc"
+    kill "$SP" 2>/dev/null
+    wait "$SP"
+    echo "fabric-e2e: phase $1 done at $(up) s (exit $(cat "$OUT/$1.rc"))"
+}}
+run healthy 60s
+fault() {{ srun --overlap -N1 -n1 -w {last} "$@" || {{ echo "fabric-e2e: on {last}: $* failed"; exit 4; }}; }}
+fault tc qdisc add dev eth0 root netem delay {delay_ms}ms
+run slow 60s
+fault tc qdisc del dev eth0 root
+fault rdma link delete rxe0
+run down 15s
+phase end
+"#
+    )
+}
+
+/// The command node1 runs: wait until every slurmd is idle, then `salloc -N n fabric.sh`.
+pub fn launch_script(dir: &str, out: &str, n: usize) -> String {
+    format!(
+        r#"#!/bin/sh
+set -u
+i=0
+while [ "$(sinfo -h -N -o %t 2>/dev/null | grep -c idle)" -lt {n} ]; do
+    i=$((i+1))
+    if [ $i -gt 180 ]; then sinfo -N; cat /run/slurm/slurmctld.log; exit 3; fi
+    sleep 1
+done
+echo "fabric-e2e: phase slurm-ready at $(cut -d' ' -f1 /proc/uptime) s"
+sinfo -N
+exec salloc -N {n} --ntasks-per-node=1 /bin/sh {dir}/fabric.sh {out}
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_map_names_to_the_link_addresses() {
+        assert_eq!(
+            hosts(3),
+            "127.0.0.1 localhost\n10.0.0.1 node1\n10.0.0.2 node2\n10.0.0.3 node3\n"
+        );
+    }
+
+    #[test]
+    fn slurm_conf_has_every_node_and_no_accounting() {
+        let c = slurm_conf(3);
+        for want in [
+            "SlurmctldHost=node1(10.0.0.1)\n",
+            "AuthType=auth/munge\n",
+            "ProctrackType=proctrack/linuxproc\n",
+            "TaskPlugin=task/none\n",
+            "AccountingStorageType=accounting_storage/none\n",
+            "NodeName=node2 NodeAddr=10.0.0.2 CPUs=1 State=UNKNOWN\n",
+            "NodeName=node3 NodeAddr=10.0.0.3 CPUs=1 State=UNKNOWN\n",
+            "PartitionName=fabric Nodes=node[1-3] Default=YES",
+        ] {
+            assert!(c.contains(want), "{want}");
+        }
+        assert!(!c.contains("node4"));
+    }
+
+    #[test]
+    fn the_fabric_script_runs_three_phases_and_faults_the_last_node() {
+        let s = fabric_script("/b/rdma-server", "/b/rdma-client", 3, 40);
+        let phases: Vec<&str> = s.lines().filter_map(|l| l.strip_prefix("run ")).collect();
+        assert_eq!(phases, ["healthy 60s", "slow 60s", "down 15s"]);
+        assert!(s.contains("-w node3 \"$@\""));
+        assert!(s.contains("fault tc qdisc add dev eth0 root netem delay 40ms"));
+        assert!(s.contains("fault rdma link delete rxe0"));
+        assert!(s.contains("SERVER=/b/rdma-server\n"));
+        assert!(s.contains("--max-clients 1"));
+        assert!(
+            launch_script("/d", "/o", 3)
+                .contains("salloc -N 3 --ntasks-per-node=1 /bin/sh /d/fabric.sh /o")
+        );
+        assert!(up_script("/d").contains("D=/d\n"));
+    }
+}

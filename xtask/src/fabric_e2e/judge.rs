@@ -1,0 +1,288 @@
+//! What each phase of `fabric-e2e` must show, judged from `rdma-client --fabric-report
+//! --json` (the merged matrix), the exit code of the `srun` of the clients and of the report.
+
+use std::path::Path;
+
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use serde_json::Value;
+
+/// Outlier thresholds for three TCG guests on two host cores: a healthy pair's latency
+/// varied up to eightfold within one run (vCPUs wait for host cores), while the delayed
+/// link adds tens of milliseconds to a ~1 ms exchange (seen: 22 ms against 0.26-0.73 ms). The defaults (2, 0.5) suit hardware.
+const THRESHOLDS: &[&str] = &["--lat-factor", "20", "--bw-fraction", "0.1"];
+
+/// The phases, in the order node1 runs them.
+pub const PHASES: [Phase; 3] = [Phase::Healthy, Phase::Slow, Phase::Down];
+
+/// One run of the fabric check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Nothing wrong: every pair verified, nothing flagged, exit 0.
+    Healthy,
+    /// The last node's link delayed: exactly its pairs flagged slow, it is the suspect.
+    Slow,
+    /// The last node's rxe device gone: its pairs fail with a reason, the others pass, non-zero exit.
+    Down,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Healthy => "healthy",
+            Phase::Slow => "slow",
+            Phase::Down => "down",
+        }
+    }
+}
+
+/// Merges and judges every phase in `out` (left there by the guests); writes each phase's
+/// human report (`PHASE.txt`), heat maps (`PHASE.png`, `PHASE.svg`) and JSON report next to
+/// it. Returns one verdict line per phase, or fails naming every phase that is wrong.
+pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
+    let mut verdicts = Vec::new();
+    let mut wrong = Vec::new();
+    for phase in PHASES {
+        let name = phase.name();
+        let input = out.join(format!("{name}.jsonl"));
+        let srun_rc: Option<i32> = std::fs::read_to_string(out.join(format!("{name}.rc")))
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        let png = out.join(format!("{name}.png"));
+        let svg = out.join(format!("{name}.svg"));
+        let (png, svg) = (super::utf8(&png)?, super::utf8(&svg)?);
+        let (report_rc, json, err) = super::report(
+            client,
+            &input,
+            &[
+                THRESHOLDS,
+                &["--json", "--heatmap", &png, "--heatmap", &svg],
+            ]
+            .concat(),
+        )?;
+        let (_, human, _) = super::report(client, &input, THRESHOLDS)?;
+        std::fs::write(out.join(format!("{name}.txt")), &human)?;
+        std::fs::write(out.join(format!("{name}.report.json")), &json)?;
+        let report = parse(&json).wrap_err_with(|| format!("{name}: report stderr: {err}"))?;
+        match check(phase, &report, srun_rc, report_rc, n) {
+            Ok(v) => {
+                verdicts.push(format!("fabric-e2e: {name}: {v}"));
+                if phase == Phase::Healthy {
+                    verdicts.push(human);
+                }
+            }
+            Err(why) => wrong.push(format!("{name}: {why}\n{human}")),
+        }
+    }
+    if !wrong.is_empty() {
+        bail!("fabric-e2e: wrong results:\n{}", wrong.join("\n"));
+    }
+    Ok(verdicts)
+}
+
+/// The report object from `--fabric-report --json` output (the object holding `matrix`).
+fn parse(json: &str) -> Result<Value> {
+    json.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| find_report(&v).cloned())
+        .or_else(|| {
+            serde_json::from_str::<Value>(json)
+                .ok()
+                .and_then(|v| find_report(&v).cloned())
+        })
+        .ok_or_else(|| eyre!("no report (an object with `matrix`) in: {json}"))
+}
+
+fn find_report(v: &Value) -> Option<&Value> {
+    match v {
+        Value::Object(m) if m.contains_key("matrix") => Some(v),
+        Value::Object(m) => m.values().find_map(find_report),
+        _ => None,
+    }
+}
+
+/// The status of the cell (writer row, target column): pass, slow, fail, missing.
+fn status(report: &Value, w: usize, t: usize) -> &str {
+    report["matrix"][w][t]["status"]
+        .as_str()
+        .unwrap_or("missing")
+}
+
+/// Judges one phase. The faulted node is the last one (`n - 1`).
+pub fn check(
+    phase: Phase,
+    report: &Value,
+    srun_rc: Option<i32>,
+    report_rc: Option<i32>,
+    n: usize,
+) -> std::result::Result<String, String> {
+    let last = n - 1;
+    let mut wrong = Vec::new();
+    let mut counts = [0usize; 3];
+    for w in 0..n {
+        for t in (0..n).filter(|&t| t != w) {
+            let faulted = w == last || t == last;
+            let want = match (phase, faulted) {
+                (Phase::Healthy, _) | (_, false) => "pass",
+                (Phase::Slow, true) => "slow",
+                (Phase::Down, true) => "fail",
+            };
+            let got = status(report, w, t);
+            match got {
+                "pass" => counts[0] += 1,
+                "slow" => counts[1] += 1,
+                "fail" => counts[2] += 1,
+                _ => {}
+            }
+            if got != want {
+                wrong.push(format!("pair {w}->{t}: {got}, expected {want}"));
+            }
+            if got == "fail"
+                && report["matrix"][w][t]["error"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
+            {
+                wrong.push(format!("pair {w}->{t} failed without a reason"));
+            }
+        }
+    }
+    let suspects: Vec<&str> = report["suspects"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s["host"].as_str()).collect())
+        .unwrap_or_default();
+    let last_host = report["hosts"][last].as_str().unwrap_or("?");
+    let want_suspects: Vec<&str> = match phase {
+        Phase::Healthy => vec![],
+        Phase::Slow | Phase::Down => vec![last_host],
+    };
+    if suspects != want_suspects {
+        wrong.push(format!("suspects {suspects:?}, expected {want_suspects:?}"));
+    }
+    let want_ok = phase != Phase::Down;
+    if (report_rc == Some(0)) != want_ok {
+        wrong.push(format!(
+            "report exit {report_rc:?}, expected {}",
+            if want_ok { "0" } else { "non-zero" }
+        ));
+    }
+    if phase != Phase::Slow && (srun_rc == Some(0)) != want_ok {
+        wrong.push(format!(
+            "srun exit {srun_rc:?}, expected {}",
+            if want_ok { "0" } else { "non-zero" }
+        ));
+    }
+    if wrong.is_empty() {
+        Ok(format!(
+            "{} pass, {} slow, {} fail; suspects {suspects:?}; srun exit {srun_rc:?}, report exit {report_rc:?}",
+            counts[0], counts[1], counts[2]
+        ))
+    } else {
+        Err(wrong.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn report(cell: impl Fn(usize, usize) -> Value, suspects: &[&str]) -> Value {
+        let matrix: Vec<Vec<Value>> = (0..3)
+            .map(|w| {
+                (0..3)
+                    .map(|t| if w == t { Value::Null } else { cell(w, t) })
+                    .collect()
+            })
+            .collect();
+        json!({
+            "hosts": ["node1", "node2", "node3"],
+            "matrix": matrix,
+            "suspects": suspects.iter().map(|h| json!({"host": h})).collect::<Vec<_>>(),
+        })
+    }
+
+    fn pass() -> Value {
+        json!({"status": "pass", "lat_us": 100.0})
+    }
+
+    #[test]
+    fn healthy_needs_every_pair_and_exit_0() {
+        let r = report(|_, _| pass(), &[]);
+        assert!(check(Phase::Healthy, &r, Some(0), Some(0), 3).is_ok());
+        assert!(check(Phase::Healthy, &r, Some(8), Some(0), 3).is_err());
+        let one_missing = report(
+            |w, t| {
+                if (w, t) == (0, 2) {
+                    Value::Null
+                } else {
+                    pass()
+                }
+            },
+            &[],
+        );
+        assert!(check(Phase::Healthy, &one_missing, Some(0), Some(0), 3).is_err());
+    }
+
+    #[test]
+    fn slow_flags_exactly_the_last_nodes_pairs() {
+        let slow = |w: usize, t: usize| {
+            if w == 2 || t == 2 {
+                json!({"status": "slow", "why": "lat"})
+            } else {
+                pass()
+            }
+        };
+        assert!(check(Phase::Slow, &report(slow, &["node3"]), Some(0), Some(0), 3).is_ok());
+        assert!(check(Phase::Slow, &report(slow, &[]), Some(0), Some(0), 3).is_err());
+        let too_many = |w: usize, t: usize| {
+            if w == 2 || t == 2 || w == 0 {
+                json!({"status": "slow", "why": "lat"})
+            } else {
+                pass()
+            }
+        };
+        assert!(
+            check(
+                Phase::Slow,
+                &report(too_many, &["node3"]),
+                Some(0),
+                Some(0),
+                3
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn down_fails_its_pairs_with_a_reason_and_exits_non_zero() {
+        let down = |why: &'static str| {
+            move |w: usize, t: usize| {
+                if w == 2 || t == 2 {
+                    json!({"status": "fail", "kind": "device", "error": why})
+                } else {
+                    pass()
+                }
+            }
+        };
+        let r = report(down("no rxe0"), &["node3"]);
+        assert!(check(Phase::Down, &r, Some(8), Some(8), 3).is_ok());
+        assert!(check(Phase::Down, &r, Some(0), Some(8), 3).is_err());
+        assert!(check(Phase::Down, &r, Some(8), Some(0), 3).is_err());
+        assert!(
+            check(
+                Phase::Down,
+                &report(down(""), &["node3"]),
+                Some(8),
+                Some(8),
+                3
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_report_is_found_inside_an_event() {
+        let r = parse(r#"{"event":"fabric_report","report":{"matrix":[],"hosts":[]}}"#);
+        assert!(r.is_ok_and(|v| v["matrix"].is_array()));
+        assert!(parse("nothing").is_err());
+    }
+}

@@ -1,0 +1,243 @@
+//! `cargo xtask fabric-e2e`: the fabric check of issue 11, proven in three guests on one
+//! virtual segment (QEMU's multicast socket on 127.0.0.1), launched by a minimal Slurm.
+//!
+//! Every guest brings up munge and slurmd (node1 also slurmctld) from its plan; node1 then
+//! runs, inside one `salloc -N 3`, the servers as a job step (`srun --overlap ... rdma-server
+//! --serve --max-clients 1`) and `srun --label rdma-client --fabric --json` three times:
+//! healthy, with a `tc netem` delay on node3, and with node3's rxe device deleted. The host
+//! merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]).
+//!
+//! The parts: [`cluster`] (hosts, slurm.conf and the guests' scripts, as text), [`judge`]
+//! (what each phase's report must show).
+
+mod cluster;
+mod judge;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use xshell::{Shell, cmd};
+
+use crate::deps::{self, Group};
+use crate::e2e::{self, Bins};
+use crate::exec;
+use crate::plan::{GUEST_SYNC, Node, Plan, Step};
+use crate::vm::{self, PlanGuest, VmOptions};
+
+/// The guests.
+const NODES: usize = 3;
+/// The delay put on the slow node's link.
+const DELAY_MS: u32 = 60;
+
+/// Arguments of `cargo xtask fabric-e2e`.
+#[derive(Debug, Args)]
+pub struct FabricE2eArgs {
+    #[command(flatten)]
+    pub vm: VmOptions,
+    /// Do not build the binaries (use the ones next to xtask).
+    #[arg(long)]
+    pub no_build: bool,
+    /// Copy the healthy phase's report (table) and heat map (PNG, SVG) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub save_figure: Option<PathBuf>,
+}
+
+/// Entry point.
+pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
+    let t0 = Instant::now();
+    deps::ensure(&[Group::Build, Group::Run, Group::Vm, Group::Slurm])?;
+    if !args.no_build {
+        e2e::build(false)?;
+    }
+    let bins = Bins::locate(false)?;
+    println!(
+        "fabric-e2e: phase build done at {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let dir = vm::xtask_dir().join("fabric-e2e");
+    let files = dir.join("files");
+    let out = dir.join("out");
+    for d in [&files, &out] {
+        if d.exists() {
+            std::fs::remove_dir_all(d).wrap_err_with(|| format!("clearing {}", d.display()))?;
+        }
+        std::fs::create_dir_all(d).wrap_err_with(|| format!("creating {}", d.display()))?;
+    }
+    let files_s = utf8(&files)?;
+    write_files(&files, &files_s, &bins)?;
+
+    let guests: Vec<PlanGuest> = cluster::nodes(NODES)
+        .iter()
+        .enumerate()
+        .map(|(i, name)| PlanGuest {
+            name: name.clone(),
+            plan: plan(i, name, &files_s),
+            mem_mb: 1024,
+            timeout: Duration::from_secs(540),
+        })
+        .collect();
+    let t = Instant::now();
+    let run = vm::run_plans(&guests, &args.vm)?;
+    println!(
+        "fabric-e2e: phase guests done in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut problems = Vec::new();
+    for (g, r) in guests.iter().zip(&run.results) {
+        match r {
+            Ok(r) => {
+                for s in &r.steps {
+                    for l in s.stdout.lines().filter(|l| l.starts_with("fabric-e2e:")) {
+                        println!("  {}: {l}", g.name);
+                    }
+                    if !s.ok {
+                        problems.push(format!(
+                            "{}: step {} failed (exit {:?}, timed out {}): {}\n{}",
+                            g.name,
+                            s.name,
+                            s.exit_code,
+                            s.timed_out,
+                            s.error.as_deref().unwrap_or(""),
+                            crate::text::tail(&format!("{}\n{}", s.stdout, s.stderr), 3000)
+                        ));
+                    }
+                }
+            }
+            Err(e) => problems.push(e.clone()),
+        }
+    }
+    if !problems.is_empty() {
+        bail!("fabric-e2e: the guests failed:\n{}", problems.join("\n"));
+    }
+    let guest_out = run.guests.sync_dir.join("fabric");
+    copy_dir(&guest_out, &out)?;
+    let verdicts = judge::all(&bins.client, &out, NODES)?;
+    for v in &verdicts {
+        println!("{v}");
+    }
+    if let Some(to) = &args.save_figure {
+        std::fs::create_dir_all(to)?;
+        for f in ["healthy.png", "healthy.svg", "healthy.txt"] {
+            std::fs::copy(out.join(f), to.join(f))
+                .wrap_err_with(|| format!("copying {f} to {}", to.display()))?;
+        }
+    }
+    println!(
+        "fabric-e2e: passed in {:.1} s (results in {})",
+        t0.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// The hosts file, the munge key, slurm.conf and the scripts, where the guests read them.
+fn write_files(files: &Path, files_s: &str, bins: &Bins) -> Result<()> {
+    let key = random_key()?;
+    let out = format!("{GUEST_SYNC}/fabric");
+    for (name, text) in [
+        ("hosts", cluster::hosts(NODES)),
+        ("slurm.conf", cluster::slurm_conf(NODES)),
+        ("cgroup.conf", cluster::CGROUP_CONF.to_owned()),
+        ("up.sh", cluster::up_script(files_s)),
+        (
+            "fabric.sh",
+            cluster::fabric_script(&bins.server, &bins.client, NODES, DELAY_MS),
+        ),
+        ("launch.sh", cluster::launch_script(files_s, &out, NODES)),
+    ] {
+        std::fs::write(files.join(name), text)?;
+    }
+    std::fs::write(files.join("munge.key"), key)?;
+    Ok(())
+}
+
+/// 1024 bytes from the kernel's random source (a munge key).
+fn random_key() -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut key = vec![0u8; 1024];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .wrap_err("reading /dev/urandom for the munge key")?;
+    Ok(key)
+}
+
+/// Node `i`'s plan: its address and rxe, munge and Slurm up; node1 then runs the fabric check,
+/// the others wait until it is done.
+fn plan(i: usize, name: &str, files: &str) -> Plan {
+    let mut up = Step::new("slurm-up", &["/bin/sh", &format!("{files}/up.sh"), name]);
+    up.timeout_s = 90.0;
+    let mut steps = vec![up];
+    if i == 0 {
+        let mut fabric = Step::new("fabric", &["/bin/sh", &format!("{files}/launch.sh")]);
+        fabric.timeout_s = 480.0;
+        fabric.allow_failure = true;
+        let mut done = Step::new("done", &["/bin/true"]);
+        done.create_file_when_done = Some("fabric-done".into());
+        steps.extend([fabric, done]);
+    } else {
+        let mut wait = Step::new("wait", &["/bin/true"]);
+        wait.wait_for_file = Some("fabric-done".into());
+        wait.timeout_s = 500.0;
+        steps.push(wait);
+    }
+    Plan {
+        node: Node::guest(&format!("10.0.0.{}", i + 1), true),
+        steps,
+        sync_dir: GUEST_SYNC.into(),
+    }
+}
+
+fn utf8(p: &Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+}
+
+/// Copies the plain files of `from` into `to`.
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(from)
+        .wrap_err_with(|| format!("reading the guests' results in {}", from.display()))?;
+    for e in entries {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `rdma-client --fabric-report FILE --json` (with heat maps), as (exit code, stdout, stderr).
+fn report(client: &str, input: &Path, extra: &[&str]) -> Result<(Option<i32>, String, String)> {
+    let sh = Shell::new()?;
+    let out = exec::output(cmd!(sh, "{client} --fabric-report {input} {extra...}"))?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node1_runs_the_check_and_the_others_wait_for_it() {
+        let p = plan(0, "node1", "/f");
+        assert_eq!(p.node.ip, "10.0.0.1/24");
+        assert_eq!(p.node.rxe.as_deref(), Some("rxe0"));
+        let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["slurm-up", "fabric", "done"]);
+        assert_eq!(p.steps[0].argv, ["/bin/sh", "/f/up.sh", "node1"]);
+        assert_eq!(
+            p.steps[2].create_file_when_done.as_deref(),
+            Some("fabric-done")
+        );
+        let p = plan(2, "node3", "/f");
+        assert_eq!(p.node.ip, "10.0.0.3/24");
+        assert_eq!(p.steps[1].wait_for_file.as_deref(), Some("fabric-done"));
+    }
+}
