@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the whole suite, exactly what CI runs (`.ci/run`).
 //!
 //! fmt check, clippy with `-D warnings`, every workspace test, a short fuzz run of the protocol
-//! parser, then the end-to-end scenarios in the guests: all of them across two guests, then all
+//! parser, then the end-to-end scenarios in the guests: all of them across two guests, the fabric
+//! check through Slurm in three guests (`xtask fabric-e2e`), then all
 //! of them again in one guest through the
 //! host-rxe backend (`xtask e2e --backend rxe` runs inside it), with the verbs self-test and the
 //! load test; last, the Debian packages (`xtask pkg-test`: built, installed apart in the guests,
@@ -83,6 +84,16 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             load: false,
         };
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
+        phase(
+            "fabric: three guests, Slurm, srun rdma-client --fabric (healthy, a slow node, a node's RDMA down)",
+            &mut || {
+                crate::fabric_e2e::cmd(&crate::fabric_e2e::FabricE2eArgs {
+                    vm: base.vm.clone(),
+                    no_build: true,
+                    save_figure: None,
+                })
+            },
+        )?;
         let one = E2eArgs {
             nodes: 1,
             all: true,
