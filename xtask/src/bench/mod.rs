@@ -127,6 +127,7 @@ fn release_bins() -> Result<e2e::Bins> {
 
 /// Entry point.
 pub fn cmd(args: &BenchArgs) -> Result<()> {
+    crate::deps::ensure(&[crate::deps::Group::Bench])?;
     if args.from_results {
         let path = out_dir().join("results.json");
         let bytes = std::fs::read(&path).wrap_err_with(|| format!("reading {}", path.display()))?;

@@ -30,6 +30,8 @@ pub enum Group {
     Dist,
     /// `cargo xtask fabric-e2e`: munge and a minimal Slurm (slurmctld, slurmd, srun) in the guests.
     Slurm,
+    /// `cargo xtask bench`: a TrueType font for the plots' text (DejaVu Sans).
+    Bench,
 }
 
 /// A cargo subcommand installed with `cargo install --locked`.
@@ -54,12 +56,13 @@ pub const CARGO_FUZZ: CargoTool = CargoTool {
 
 impl Group {
     /// Every group.
-    pub const ALL: [Group; 5] = [
+    pub const ALL: [Group; 6] = [
         Group::Build,
         Group::Run,
         Group::Vm,
         Group::Dist,
         Group::Slurm,
+        Group::Bench,
     ];
 
     /// Debian package names.
@@ -94,6 +97,7 @@ impl Group {
             ],
             Group::Dist => &["dpkg-dev", "systemd"],
             Group::Slurm => &["slurm-wlm", "munge"],
+            Group::Bench => &["fonts-dejavu-core"],
         }
     }
 
@@ -101,7 +105,7 @@ impl Group {
     pub fn cargo_tools(self) -> &'static [CargoTool] {
         match self {
             Group::Dist => &[CARGO_DEB],
-            Group::Build | Group::Run | Group::Vm | Group::Slurm => &[],
+            Group::Build | Group::Run | Group::Vm | Group::Slurm | Group::Bench => &[],
         }
     }
 
