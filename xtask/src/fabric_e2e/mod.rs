@@ -39,7 +39,8 @@ pub struct FabricE2eArgs {
     /// Do not build the binaries (use the ones next to xtask).
     #[arg(long)]
     pub no_build: bool,
-    /// Copy the healthy phase's report (table) and heat map (PNG, SVG) into this directory.
+    /// Copy each phase's report (table) and heat map (PNG, SVG) into this directory (the
+    /// README's figures: `--save-figure docs/fabric`).
     #[arg(long, value_name = "DIR")]
     pub save_figure: Option<PathBuf>,
 }
@@ -120,9 +121,12 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
     }
     if let Some(to) = &args.save_figure {
         std::fs::create_dir_all(to)?;
-        for f in ["healthy.png", "healthy.svg", "healthy.txt"] {
-            std::fs::copy(out.join(f), to.join(f))
-                .wrap_err_with(|| format!("copying {f} to {}", to.display()))?;
+        for phase in judge::PHASES {
+            for ext in ["png", "svg", "txt"] {
+                let f = format!("{}.{ext}", phase.name());
+                std::fs::copy(out.join(&f), to.join(&f))
+                    .wrap_err_with(|| format!("copying {f} to {}", to.display()))?;
+            }
         }
     }
     println!(
