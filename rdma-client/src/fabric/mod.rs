@@ -84,6 +84,12 @@ pub struct FabricArgs {
     #[arg(long, value_name = "FILE", num_args = 0.., conflicts_with = "fabric")]
     pub fabric_report: Option<Vec<PathBuf>>,
 
+    /// With --fabric-report: print only the outliers not yet re-tested alone, one `WRITER
+    /// TARGET` line each (host names), for a script to re-test one at a time (`srun -N1 -w
+    /// WRITER rdma-client --fabric --retest TARGET`); exits 0 whatever the pairs' verdicts.
+    #[arg(long, requires = "fabric_report")]
+    pub retest_list: bool,
+
     /// With --fabric-report: draw the matrix as a heat map into FILE (.png or .svg; repeatable).
     #[arg(long, value_name = "FILE", requires = "fabric_report")]
     pub heatmap: Vec<PathBuf>,
@@ -215,6 +221,10 @@ fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
         bw_fraction: f.bw_fraction,
     };
     let r = report::analyze(&pairs, skipped, thresholds)?;
+    if f.retest_list {
+        print!("{}", retest_list(&r));
+        return Ok(());
+    }
     out.emit(&Event::FabricReport(&r), || table::render(&r));
     for path in &f.heatmap {
         heatmap::draw(&r, path).wrap_err("writing the heat map")?;
@@ -228,4 +238,40 @@ fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// `--retest-list`: one `WRITER TARGET` line per outlier not yet re-tested alone.
+fn retest_list(r: &report::Report) -> String {
+    r.to_retest
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}\n",
+                rdma_proto::printable(&p.writer_host),
+                rdma_proto::printable(&p.target_host)
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report::tests::{TH, three};
+    use super::*;
+
+    #[test]
+    fn the_retest_list_names_the_outliers_not_yet_retested() {
+        let mut v = three(Some(2), 4.0);
+        let r = report::analyze(&v, 0, TH).unwrap();
+        assert_eq!(
+            retest_list(&r),
+            "node1 node3\nnode2 node3\nnode3 node1\nnode3 node2\n"
+        );
+        for p in &mut v {
+            p.retest = true;
+        }
+        let r = report::analyze(&v, 0, TH).unwrap();
+        assert_eq!(retest_list(&r), "");
+        assert_eq!(r.retests.len(), 6);
+    }
 }

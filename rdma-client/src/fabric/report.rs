@@ -19,7 +19,9 @@
 //! Two nodes alone cannot be told apart: both are named.
 //!
 //! A later line for the same ordered pair replaces an earlier one: a re-test alone
-//! (`--fabric --retest HOST`, appended to the input) is the pair's verdict.
+//! (`--fabric --retest HOST`, appended to the input) is the pair's verdict. The report lists
+//! the outliers not re-tested yet (`to_retest`, what `--retest-list` prints) and, for every
+//! pair that was, whether it stayed bad or cleared (`retests`).
 
 use super::pair::{self, PairResult};
 use serde::Serialize;
@@ -84,6 +86,24 @@ pub struct BadPair {
     pub retested: bool,
 }
 
+/// An ordered pair, by rank and name.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PairRef {
+    pub writer: usize,
+    pub writer_host: String,
+    pub target: usize,
+    pub target_host: String,
+}
+
+/// A pair whose verdict comes from a re-test alone.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Retest {
+    #[serde(flatten)]
+    pub pair: PairRef,
+    /// Still not a clean pass after the re-test (else it cleared).
+    pub still_bad: bool,
+}
+
 /// A node common to the bad pairs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Suspect {
@@ -119,6 +139,10 @@ pub struct Report {
     pub bad_pairs: Vec<BadPair>,
     /// In the order they were found (most bad pairs first).
     pub suspects: Vec<Suspect>,
+    /// Outliers (slow pairs) whose result is not yet from a re-test alone: the pairs to re-test.
+    pub to_retest: Vec<PairRef>,
+    /// The pairs re-tested alone, and whether each stayed bad.
+    pub retests: Vec<Retest>,
     /// Lines that were not `fabric_pair` events (other events, srun's chatter).
     pub skipped_lines: usize,
 }
@@ -301,12 +325,29 @@ pub fn analyze(
         })
         .collect();
 
+    let pair_ref = |w: usize, t: usize| PairRef {
+        writer: w,
+        writer_host: hosts[w].clone(),
+        target: t,
+        target_host: hosts[t].clone(),
+    };
+    let retested = |w: usize, t: usize| latest[w * n + t].is_some_and(|p| p.retest);
     let mut bad_pairs = Vec::new();
+    let mut to_retest = Vec::new();
+    let mut retests = Vec::new();
     let mut bad_of = vec![0usize; n];
     let (mut passed, mut slow, mut failed, mut missing) = (0, 0, 0, 0);
     for (w, row) in matrix.iter().enumerate() {
         for (t, c) in row.iter().enumerate() {
             let Some(c) = c else { continue };
+            if retested(w, t) {
+                retests.push(Retest {
+                    pair: pair_ref(w, t),
+                    still_bad: c.bad(),
+                });
+            } else if matches!(c, Cell::Slow { .. }) {
+                to_retest.push(pair_ref(w, t));
+            }
             match c {
                 Cell::Pass { .. } => passed += 1,
                 Cell::Slow { .. } => slow += 1,
@@ -322,7 +363,7 @@ pub fn analyze(
                     target: t,
                     target_host: hosts[t].clone(),
                     cell: c.clone(),
-                    retested: latest[w * n + t].is_some_and(|p| p.retest),
+                    retested: retested(w, t),
                 });
             }
         }
@@ -344,6 +385,8 @@ pub fn analyze(
         matrix,
         bad_pairs,
         suspects,
+        to_retest,
+        retests,
         skipped_lines,
     })
 }
@@ -566,8 +609,37 @@ pub(crate) mod tests {
             .map(|b| (b.writer, b.target))
             .collect();
         assert_eq!(retested, [(2, 1)]);
+        let outcome: Vec<(usize, usize, bool)> = r
+            .retests
+            .iter()
+            .map(|x| (x.pair.writer, x.pair.target, x.still_bad))
+            .collect();
+        assert_eq!(outcome, [(2, 0, false), (2, 1, true)]);
+        // Only the outliers not re-tested yet are left to re-test.
+        let left: Vec<(usize, usize)> = r.to_retest.iter().map(|p| (p.writer, p.target)).collect();
+        assert_eq!(left, [(0, 2), (1, 2)]);
+        assert!(text_has_retest_summary(&r));
         let text = super::super::table::render(&r);
         assert!(text.contains("node3 -> node2: slow: latency 40.0 us > 2 x 10.0 us; bandwidth 250.0 MB/s < 0.5 x 1000.0 MB/s (re-tested alone)"), "{text}");
+    }
+
+    fn text_has_retest_summary(r: &Report) -> bool {
+        let text = super::super::table::render(r);
+        text.contains("re-tested alone: 2 pair(s), 1 still bad, 1 cleared")
+            && text.contains("  node3 -> node1: cleared")
+            && text.contains("not re-tested yet: 2 slow pair(s) (--retest-list)")
+    }
+
+    #[test]
+    fn failed_pairs_are_not_outliers_to_retest() {
+        let mut v = three(Some(2), 4.0);
+        v.push(failed(0, 1));
+        let r = analyze(&v, 0, TH).unwrap();
+        assert_eq!(r.to_retest.len(), 4);
+        assert!(r.to_retest.iter().all(|p| p.writer == 2 || p.target == 2));
+        assert!(r.retests.is_empty());
+        let r = analyze(&three(None, 1.0), 0, TH).unwrap();
+        assert!(r.to_retest.is_empty());
     }
 
     #[test]

@@ -77,6 +77,30 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    if !r.retests.is_empty() {
+        let still = r.retests.iter().filter(|x| x.still_bad).count();
+        let _ = writeln!(
+            s,
+            "\nre-tested alone: {} pair(s), {still} still bad, {} cleared",
+            r.retests.len(),
+            r.retests.len() - still
+        );
+        for x in r.retests.iter().filter(|x| !x.still_bad) {
+            let _ = writeln!(
+                s,
+                "  {} -> {}: cleared",
+                rdma_proto::printable(&x.pair.writer_host),
+                rdma_proto::printable(&x.pair.target_host)
+            );
+        }
+    }
+    if !r.to_retest.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nnot re-tested yet: {} slow pair(s) (--retest-list)",
+            r.to_retest.len()
+        );
+    }
     if !r.suspects.is_empty() {
         let _ = writeln!(s, "\nsuspect nodes (bad in more than half of their pairs):");
         for k in &r.suspects {
