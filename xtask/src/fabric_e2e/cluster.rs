@@ -96,8 +96,19 @@ echo "fabric-e2e: $NODE: munged and slurm up"
 /// `fabric.sh OUT`: node1, inside `salloc -N 3`: the servers as a job step, the fabric check
 /// through srun (healthy), then with `tc netem` delay on the last node (slow), then with its
 /// RDMA port gone (down). Each phase leaves `PHASE.jsonl`, `PHASE.err`, `PHASE.rc` in OUT.
-pub fn fabric_script(server: &str, client: &str, n: usize, delay_ms: u32) -> String {
+/// In the slow phase, with the delay still on and the servers still up, every outlier the
+/// report flags (`--fabric-report ... --retest-list`, with `thresholds`) is re-tested alone
+/// (`srun -N1 -w WRITER rdma-client --fabric --retest TARGET`), its line appended to
+/// `slow.jsonl`; the list is left in `slow.retest-list`.
+pub fn fabric_script(
+    server: &str,
+    client: &str,
+    n: usize,
+    delay_ms: u32,
+    thresholds: &[&str],
+) -> String {
     let last = format!("node{n}");
+    let thresholds = thresholds.join(" ");
     format!(
         r#"#!/bin/sh
 # cargo xtask fabric-e2e: the fabric check through Slurm, three phases.
@@ -117,14 +128,26 @@ run() {{
         "$CLIENT" --fabric --json --pair-deadline "$2" --lat-iters 50 --bw-iters 50 \
         > "$OUT/$1.jsonl" 2> "$OUT/$1.err"
     echo $? > "$OUT/$1.rc"
+    if [ "${{3:-}}" = retest ]; then retest "$1"; fi
     kill "$SP" 2>/dev/null
     wait "$SP"
     echo "fabric-e2e: phase $1 done at $(up) s (exit $(cat "$OUT/$1.rc"))"
 }}
+# Each outlier alone, one at a time, while the servers of the phase are still up.
+retest() {{
+    "$CLIENT" --fabric-report "$OUT/$1.jsonl" {thresholds} --retest-list \
+        > "$OUT/$1.retest-list" 2>> "$OUT/$1.err"
+    while read -r w t; do
+        srun --overlap -N1 -n1 -w "$w" "$CLIENT" --fabric --hosts "$SLURM_JOB_NODELIST" \
+            --retest "$t" --json --pair-deadline 60s --lat-iters 50 --bw-iters 50 \
+            < /dev/null >> "$OUT/$1.jsonl" 2>> "$OUT/$1.err"
+    done < "$OUT/$1.retest-list"
+    echo "fabric-e2e: phase $1: $(wc -l < "$OUT/$1.retest-list") pair(s) re-tested alone by $(up) s"
+}}
 run healthy 60s
 fault() {{ srun --overlap -N1 -n1 -w {last} "$@" || {{ echo "fabric-e2e: on {last}: $* failed"; exit 4; }}; }}
 fault tc qdisc add dev eth0 root netem delay {delay_ms}ms
-run slow 60s
+run slow 60s retest
 fault tc qdisc del dev eth0 root
 fault rdma link delete rxe0
 run down 15s
@@ -183,9 +206,21 @@ mod tests {
 
     #[test]
     fn the_fabric_script_runs_three_phases_and_faults_the_last_node() {
-        let s = fabric_script("/b/rdma-server", "/b/rdma-client", 3, 40);
+        let s = fabric_script(
+            "/b/rdma-server",
+            "/b/rdma-client",
+            3,
+            40,
+            &["--lat-factor", "20"],
+        );
         let phases: Vec<&str> = s.lines().filter_map(|l| l.strip_prefix("run ")).collect();
-        assert_eq!(phases, ["healthy 60s", "slow 60s", "down 15s"]);
+        assert_eq!(phases, ["healthy 60s", "slow 60s retest", "down 15s"]);
+        // The slow phase's outliers are listed with the judge's thresholds and re-tested alone.
+        assert!(s.contains("--fabric-report \"$OUT/$1.jsonl\" --lat-factor 20 --retest-list"));
+        assert!(s.contains(
+            "srun --overlap -N1 -n1 -w \"$w\" \"$CLIENT\" --fabric --hosts \"$SLURM_JOB_NODELIST\""
+        ));
+        assert!(s.contains("--retest \"$t\" --json"));
         assert!(s.contains("-w node3 \"$@\""));
         assert!(s.contains("fault tc qdisc add dev eth0 root netem delay 40ms"));
         assert!(s.contains("fault rdma link delete rxe0"));

@@ -9,7 +9,7 @@ use serde_json::Value;
 /// Outlier thresholds for three TCG guests on two host cores: a healthy pair's latency
 /// varied up to eightfold within one run (vCPUs wait for host cores), while the delayed
 /// link adds tens of milliseconds to a ~1 ms exchange (seen: 22 ms against 0.26-0.73 ms). The defaults (2, 0.5) suit hardware.
-const THRESHOLDS: &[&str] = &["--lat-factor", "20", "--bw-fraction", "0.1"];
+pub const THRESHOLDS: &[&str] = &["--lat-factor", "20", "--bw-fraction", "0.1"];
 
 /// The phases, in the order node1 runs them.
 pub const PHASES: [Phase; 3] = [Phase::Healthy, Phase::Slow, Phase::Down];
@@ -19,7 +19,8 @@ pub const PHASES: [Phase; 3] = [Phase::Healthy, Phase::Slow, Phase::Down];
 pub enum Phase {
     /// Nothing wrong: every pair verified, nothing flagged, exit 0.
     Healthy,
-    /// The last node's link delayed: exactly its pairs flagged slow, it is the suspect.
+    /// The last node's link delayed: exactly its pairs flagged slow, each still slow when
+    /// re-tested alone (the delay still on), none left to re-test; it is the suspect.
     Slow,
     /// The last node's rxe device gone: its pairs fail with a reason, the others pass, non-zero exit.
     Down,
@@ -145,6 +146,20 @@ pub fn check(
             }
         }
     }
+    let mut retested = 0;
+    if phase == Phase::Slow {
+        match retests(report) {
+            Ok(r) => {
+                retested = r.len();
+                wrong.extend(check_retests(&r, last, n));
+            }
+            Err(why) => wrong.push(why),
+        }
+        let left = report["to_retest"].as_array().map_or(0, Vec::len);
+        if left > 0 {
+            wrong.push(format!("{left} outlier(s) not re-tested alone"));
+        }
+    }
     let suspects: Vec<&str> = report["suspects"]
         .as_array()
         .map(|a| a.iter().filter_map(|s| s["host"].as_str()).collect())
@@ -172,12 +187,53 @@ pub fn check(
     }
     if wrong.is_empty() {
         Ok(format!(
-            "{} pass, {} slow, {} fail; suspects {suspects:?}; srun exit {srun_rc:?}, report exit {report_rc:?}",
+            "{} pass, {} slow, {} fail; {retested} re-tested alone; suspects {suspects:?}; srun exit {srun_rc:?}, report exit {report_rc:?}",
             counts[0], counts[1], counts[2]
         ))
     } else {
         Err(wrong.join("; "))
     }
+}
+
+/// The report's `retests` as (writer, target, still bad).
+fn retests(report: &Value) -> std::result::Result<Vec<(usize, usize, bool)>, String> {
+    let list = report["retests"]
+        .as_array()
+        .ok_or("the report has no `retests` list")?;
+    list.iter()
+        .map(|x| {
+            let rank = |k: &str| x[k].as_u64().and_then(|v| usize::try_from(v).ok());
+            match (rank("writer"), rank("target"), x["still_bad"].as_bool()) {
+                (Some(w), Some(t), Some(b)) => Ok((w, t, b)),
+                _ => Err(format!("a malformed re-test entry: {x}")),
+            }
+        })
+        .collect()
+}
+
+/// The slow phase's re-tests: each of the last node's pairs re-tested and still bad; any other
+/// pair re-tested (a healthy one the guests' noise flagged) cleared.
+fn check_retests(retests: &[(usize, usize, bool)], last: usize, n: usize) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for w in 0..n {
+        for t in (0..n).filter(|&t| t != w && (w == last || t == last)) {
+            match retests.iter().find(|r| (r.0, r.1) == (w, t)) {
+                None => wrong.push(format!("pair {w}->{t} was not re-tested alone")),
+                Some(&(_, _, false)) => {
+                    wrong.push(format!(
+                        "pair {w}->{t} cleared when re-tested, expected still slow"
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    for &(w, t, still_bad) in retests {
+        if w != last && t != last && still_bad {
+            wrong.push(format!("pair {w}->{t} still bad when re-tested alone"));
+        }
+    }
+    wrong
 }
 
 #[cfg(test)]
@@ -198,6 +254,16 @@ mod tests {
             "matrix": matrix,
             "suspects": suspects.iter().map(|h| json!({"host": h})).collect::<Vec<_>>(),
         })
+    }
+
+    /// The report with these re-tests (writer, target, still bad) and nothing left to re-test.
+    fn retested(mut r: Value, list: &[(usize, usize, bool)]) -> Value {
+        r["retests"] = list
+            .iter()
+            .map(|&(w, t, b)| json!({"writer": w, "target": t, "still_bad": b}))
+            .collect();
+        r["to_retest"] = json!([]);
+        r
     }
 
     fn pass() -> Value {
@@ -231,8 +297,51 @@ mod tests {
                 pass()
             }
         };
-        assert!(check(Phase::Slow, &report(slow, &["node3"]), Some(0), Some(0), 3).is_ok());
-        assert!(check(Phase::Slow, &report(slow, &[]), Some(0), Some(0), 3).is_err());
+        let node3 = [(0, 2, true), (1, 2, true), (2, 0, true), (2, 1, true)];
+        let good = retested(report(slow, &["node3"]), &node3);
+        assert_eq!(
+            check(Phase::Slow, &good, Some(0), Some(0), 3),
+            Ok(
+                "2 pass, 4 slow, 0 fail; 4 re-tested alone; suspects [\"node3\"]; srun exit Some(0), report exit Some(0)".into()
+            )
+        );
+        assert!(
+            check(
+                Phase::Slow,
+                &retested(report(slow, &[]), &node3),
+                Some(0),
+                Some(0),
+                3
+            )
+            .is_err()
+        );
+        // Not re-tested, or one pair left to re-test, or cleared: wrong.
+        assert!(check(Phase::Slow, &report(slow, &["node3"]), Some(0), Some(0), 3).is_err());
+        let mut left = good.clone();
+        left["to_retest"] = json!([{"writer": 2, "target": 0}]);
+        assert!(check(Phase::Slow, &left, Some(0), Some(0), 3).is_err());
+        let cleared = [(0, 2, true), (1, 2, true), (2, 0, false), (2, 1, true)];
+        let r = retested(report(slow, &["node3"]), &cleared);
+        assert!(check(Phase::Slow, &r, Some(0), Some(0), 3).is_err());
+        // A healthy pair flagged by noise and cleared alone is fine; one still bad is not.
+        let noise = [
+            (0, 1, false),
+            (0, 2, true),
+            (1, 2, true),
+            (2, 0, true),
+            (2, 1, true),
+        ];
+        let r = retested(report(slow, &["node3"]), &noise);
+        assert!(check(Phase::Slow, &r, Some(0), Some(0), 3).is_ok());
+        let noise = [
+            (0, 1, true),
+            (0, 2, true),
+            (1, 2, true),
+            (2, 0, true),
+            (2, 1, true),
+        ];
+        let r = retested(report(slow, &["node3"]), &noise);
+        assert!(check(Phase::Slow, &r, Some(0), Some(0), 3).is_err());
         let too_many = |w: usize, t: usize| {
             if w == 2 || t == 2 || w == 0 {
                 json!({"status": "slow", "why": "lat"})
@@ -243,7 +352,7 @@ mod tests {
         assert!(
             check(
                 Phase::Slow,
-                &report(too_many, &["node3"]),
+                &retested(report(too_many, &["node3"]), &node3),
                 Some(0),
                 Some(0),
                 3

@@ -148,7 +148,13 @@ fn write_files(files: &Path, files_s: &str, bins: &Bins) -> Result<()> {
         ("up.sh", cluster::up_script(files_s)),
         (
             "fabric.sh",
-            cluster::fabric_script(&bins.server, &bins.client, NODES, DELAY_MS),
+            cluster::fabric_script(
+                &bins.server,
+                &bins.client,
+                NODES,
+                DELAY_MS,
+                judge::THRESHOLDS,
+            ),
         ),
         ("launch.sh", cluster::launch_script(files_s, &out, NODES)),
     ] {
