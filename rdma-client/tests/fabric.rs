@@ -226,6 +226,53 @@ fn report_exits_8_when_a_pair_failed_and_2_without_pairs() {
     );
 }
 
+#[test]
+fn retest_list_names_the_outliers_and_the_report_marks_the_retested() {
+    // The failed pair 0 -> 1 is no outlier to re-test; the list exits 0 all the same.
+    let o = run(
+        client().args(["--fabric-report", "-", "--retest-list"]),
+        &fabric(Some((0, 1))),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        "node1 node3\nnode2 node3\nnode3 node1\nnode3 node2\n"
+    );
+    // node3 -> node1 re-tested alone clears; node3 -> node2 stays slow.
+    let mut input = fabric(None);
+    for (t, write_us) in [(0, 10.0), (1, 50.0)] {
+        let mut line: serde_json::Value =
+            serde_json::from_str(&pair(2, t, true, write_us)).expect("pair");
+        line["retest"] = true.into();
+        input.push_str(&format!("{line}\n"));
+    }
+    let o = run(
+        client().args(["--fabric-report", "-", "--retest-list"]),
+        &input,
+    );
+    assert_eq!(text(&o.stdout), "node1 node3\nnode2 node3\n");
+    let o = run(client().args(["--fabric-report", "-", "--json"]), &input);
+    let report: serde_json::Value =
+        serde_json::from_str(text(&o.stdout).lines().next().expect("a line")).expect("JSON");
+    assert_eq!(report["slow"], 3);
+    assert_eq!(
+        report["retests"],
+        serde_json::json!([
+            {"writer": 2, "writer_host": "node3", "target": 0, "target_host": "node1", "still_bad": false},
+            {"writer": 2, "writer_host": "node3", "target": 1, "target_host": "node2", "still_bad": true},
+        ])
+    );
+    assert_eq!(report["to_retest"].as_array().map(Vec::len), Some(2));
+    let o = run(client().args(["--fabric-report", "-"]), &input);
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("re-tested alone: 2 pair(s), 1 still bad, 1 cleared")
+            && out.contains("node3 -> node2: slow:")
+            && out.contains("(re-tested alone)"),
+        "{out}"
+    );
+}
+
 /// A rank that cannot write (no RDMA here, or, with RDMA, a partner that does not resolve)
 /// still prints its pair, failed with the reason, and exits non-zero; `--retest` runs only
 /// the pair with that partner.
