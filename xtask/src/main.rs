@@ -12,6 +12,7 @@ mod exec;
 mod fabric_e2e;
 mod fuzz;
 mod hostile;
+mod k8s;
 mod load;
 mod pkgtest;
 mod plan;
@@ -49,6 +50,8 @@ enum Cmd {
     PkgTest(pkgtest::PkgTestArgs),
     /// Three guests, munge and Slurm: the fabric check through srun, healthy, slow, down.
     FabricE2e(fabric_e2e::FabricE2eArgs),
+    /// Validate the Kubernetes manifests (deploy/k8s/) offline, strictly, with kubernetes-validate.
+    K8sValidate(k8s::K8sArgs),
     /// Print which RDMA backend this machine can use, and why.
     Backend(backend::BackendArgs),
     /// Boot guests, bring up rxe and run an ib_write_bw pair across them.
@@ -93,6 +96,7 @@ fn main() -> Result<()> {
         Cmd::PkgTest(a) => pkgtest::cmd(a),
         Cmd::PkgGuest(a) => pkgtest::guest_cmd(a),
         Cmd::FabricE2e(a) => fabric_e2e::cmd(a),
+        Cmd::K8sValidate(a) => k8s::cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),
         Cmd::VmRun(a) => vm::run_cmd::cmd(a),

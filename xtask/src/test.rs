@@ -65,6 +65,10 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         "crates: docs without warnings, cargo publish --dry-run",
         &mut || crate::dist::check_crates(),
     )?;
+    phase(
+        "kubernetes manifests (deploy/k8s), strict schema check",
+        &mut || crate::k8s::cmd(&crate::k8s::K8sArgs { dir: None }),
+    )?;
     phase("fuzz the protocol parser (20 s)", &mut || {
         crate::fuzz::cmd(&crate::fuzz::FuzzArgs { seconds: 20 })
     })?;

@@ -32,6 +32,8 @@ pub enum Group {
     Slurm,
     /// `cargo xtask bench`: a TrueType font for the plots' text (DejaVu Sans).
     Bench,
+    /// `cargo xtask k8s-validate`: python3 and its venv, for the pinned `kubernetes-validate`.
+    K8s,
 }
 
 /// A cargo subcommand installed with `cargo install --locked`.
@@ -56,13 +58,14 @@ pub const CARGO_FUZZ: CargoTool = CargoTool {
 
 impl Group {
     /// Every group.
-    pub const ALL: [Group; 6] = [
+    pub const ALL: [Group; 7] = [
         Group::Build,
         Group::Run,
         Group::Vm,
         Group::Dist,
         Group::Slurm,
         Group::Bench,
+        Group::K8s,
     ];
 
     /// Debian package names.
@@ -98,6 +101,7 @@ impl Group {
             Group::Dist => &["dpkg-dev", "systemd"],
             Group::Slurm => &["slurm-wlm", "munge"],
             Group::Bench => &["fonts-dejavu-core"],
+            Group::K8s => &["python3", "python3-venv"],
         }
     }
 
@@ -105,7 +109,7 @@ impl Group {
     pub fn cargo_tools(self) -> &'static [CargoTool] {
         match self {
             Group::Dist => &[CARGO_DEB],
-            Group::Build | Group::Run | Group::Vm | Group::Slurm | Group::Bench => &[],
+            Group::Build | Group::Run | Group::Vm | Group::Slurm | Group::Bench | Group::K8s => &[],
         }
     }
 

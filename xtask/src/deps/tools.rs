@@ -27,6 +27,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("srun", "slurm-wlm"),
     ("salloc", "slurm-wlm"),
     ("sinfo", "slurm-wlm"),
+    // k8s-validate: a venv for the pinned kubernetes-validate.
+    ("python3", "python3"),
     // The guests: QEMU, the busybox initramfs, the Debian kernel's modules.
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("busybox", "busybox-static"),

@@ -1,0 +1,145 @@
+//! `cargo xtask k8s-validate`: the Kubernetes manifests under `deploy/k8s/` checked offline
+//! against the API's JSON schemas, strictly (an unknown field is an error), with the
+//! `kubernetes-validate` Python package (it bundles the schemas of every Kubernetes version).
+//!
+//! The package lives in its own venv, `target/xtask/k8s-venv`, made once (python3 and
+//! python3-venv come from the deps group `k8s`); its version and the Kubernetes version
+//! validated against are pinned here.
+
+use crate::deps::{self, Group};
+use crate::exec;
+use clap::Args;
+use color_eyre::eyre::{Result, WrapErr as _, bail};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use xshell::{Shell, cmd};
+
+/// The validator, pinned: its schemas and its messages are what the test relies on.
+pub const VALIDATOR: &str = "kubernetes-validate==1.37.0";
+/// The Kubernetes version the manifests are checked against: the oldest they support (the
+/// server sidecar, an init container with `restartPolicy: Always`, needs 1.29 or later).
+pub const KUBERNETES: &str = "1.30.0";
+
+/// Arguments of `cargo xtask k8s-validate`.
+#[derive(Debug, Args)]
+pub struct K8sArgs {
+    /// Directory of manifests (default: deploy/k8s of the workspace).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Entry point.
+pub fn cmd(args: &K8sArgs) -> Result<()> {
+    deps::ensure(&[Group::K8s])?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| exec::workspace_root().join("deploy/k8s"));
+    let venv = exec::workspace_root().join("target/xtask/k8s-venv");
+    let tool = ensure_validator(&venv)?;
+    let files = validate_dir(&tool, &dir)?;
+    println!(
+        "k8s-validate: {} manifest(s) in {} valid for Kubernetes {KUBERNETES} (strict)",
+        files.len(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Makes the venv and installs the pinned validator into it, once; returns the program.
+pub fn ensure_validator(venv: &Path) -> Result<PathBuf> {
+    let tool = venv.join("bin/kubernetes-validate");
+    let stamp = venv.join(".installed");
+    if tool.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == VALIDATOR) {
+        return Ok(tool);
+    }
+    let sh = Shell::new()?;
+    println!(
+        "k8s-validate: installing {VALIDATOR} into {} (once)",
+        venv.display()
+    );
+    exec::run(cmd!(sh, "python3 -m venv {venv}"))
+        .wrap_err("making the venv (python3-venv: `cargo xtask deps --groups k8s`)")?;
+    let pip = venv.join("bin/pip");
+    let out = exec::output_with(
+        cmd!(
+            sh,
+            "{pip} install --quiet --disable-pip-version-check {VALIDATOR}"
+        ),
+        None,
+        exec::INSTALL_TIMEOUT,
+    )?;
+    exec::check_output(&format!("{} install {VALIDATOR}", pip.display()), &out)
+        .wrap_err("installing the manifest validator from PyPI")?;
+    if !tool.is_file() {
+        bail!("{VALIDATOR} installed but {} is not there", tool.display());
+    }
+    std::fs::write(&stamp, VALIDATOR).wrap_err_with(|| format!("writing {}", stamp.display()))?;
+    Ok(tool)
+}
+
+/// Validates every `.yaml`/`.yml` file of `dir` (strictly, against [`KUBERNETES`]); returns
+/// them. Fails naming the validator's complaints, or when there is no manifest at all.
+pub fn validate_dir(tool: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .wrap_err_with(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no Kubernetes manifest (*.yaml) in {}", dir.display());
+    }
+    let sh = Shell::new()?;
+    let list = &files;
+    let out = exec::output_with(
+        cmd!(
+            sh,
+            "{tool} --strict --quiet --kubernetes-version {KUBERNETES} {list...}"
+        ),
+        None,
+        Duration::from_secs(120),
+    )?;
+    // It reports failures on stdout; check_output quotes stdout when stderr is empty.
+    let shown = format!(
+        "kubernetes-validate --strict -k {KUBERNETES} {}",
+        dir.display()
+    );
+    exec::check_output(&shown, &out)
+        .wrap_err_with(|| format!("a manifest in {} is not valid Kubernetes", dir.display()))?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shipped manifests pass, and a typo'd field under `--strict` fails with the field
+    /// named: the validator can fail. Installs the pinned validator into the workspace's venv
+    /// (network once); skipped, saying so, when there is no python3 here.
+    #[test]
+    fn the_manifests_pass_and_a_typo_fails() {
+        if exec::which("python3").is_none() {
+            eprintln!("skipped: no python3 (cargo xtask deps --groups k8s)");
+            return;
+        }
+        let root = exec::workspace_root();
+        let tool = ensure_validator(&root.join("target/xtask/k8s-venv")).unwrap();
+        let shipped = root.join("deploy/k8s");
+        let files = validate_dir(&tool, &shipped).unwrap();
+        assert!(files.len() >= 3, "{files:?}");
+        let job = std::fs::read_to_string(shipped.join("job.yaml")).unwrap();
+        assert!(job.contains("completionMode: Indexed") && job.contains("subdomain: fabric"));
+
+        let broken = tempfile::tempdir().unwrap();
+        // The field itself (the header comment names it too).
+        let typo = job.replacen("\n      subdomain: ", "\n      subdomian: ", 1);
+        assert_ne!(typo, job, "the pod template's subdomain moved");
+        std::fs::write(broken.path().join("job.yaml"), typo).unwrap();
+        let err = format!("{:#}", validate_dir(&tool, broken.path()).unwrap_err());
+        assert!(err.contains("subdomian"), "{err}");
+
+        let empty = tempfile::tempdir().unwrap();
+        assert!(validate_dir(&tool, empty.path()).is_err());
+    }
+}
