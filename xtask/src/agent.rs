@@ -131,6 +131,35 @@ pub fn run_local(plan: &Plan) -> PlanResult {
     result
 }
 
+/// Waits until the kernel reports `iface` as up with carrier: `ip link set up` returns before
+/// linkwatch sets the operstate, and whatever runs next (rxe, or `e2e --backend rxe` picking
+/// a netdev that is up) must not race it.
+fn wait_link_up(iface: &str, deadline: Instant) -> Result<()> {
+    let dir = Path::new("/sys/class/net").join(iface);
+    loop {
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let (oper, carrier) = (read("operstate"), read("carrier"));
+        if link_is_up(oper.trim(), carrier.trim()) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline || exec::interrupted() {
+            return Err(eyre!(
+                "{iface} is not up after `ip link set {iface} up` (operstate {:?}, carrier {:?}): \
+                 check the guest's virtio-net link",
+                oper.trim(),
+                carrier.trim()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `operstate` / `carrier` as sysfs reports them: up, or unknown (drivers without operstate
+/// reporting) with carrier.
+fn link_is_up(operstate: &str, carrier: &str) -> bool {
+    operstate == "up" || (operstate == "unknown" && carrier == "1")
+}
+
 /// Brings the interface up with its address and creates the rxe device (kept until drop).
 fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Option<RxeLink>> {
     let iface = plan.node.iface.as_str();
@@ -140,6 +169,7 @@ fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Option<RxeLink>> {
         "ip addr add",
         &["ip", "addr", "add", &plan.node.ip, "dev", iface],
     )?;
+    wait_link_up(iface, Instant::now() + Duration::from_secs(10))?;
     Ok(match &plan.node.rxe {
         Some(name) => {
             let t = Instant::now();
@@ -370,6 +400,20 @@ pub fn filter_dmesg(dmesg: &str) -> String {
 mod tests {
     use super::*;
     use crate::plan::Node;
+
+    #[test]
+    fn a_link_is_up_with_operstate_up_or_unknown_with_carrier() {
+        assert!(link_is_up("up", "1"));
+        assert!(link_is_up("unknown", "1"));
+        assert!(!link_is_up("unknown", "0"));
+        assert!(!link_is_up("down", "0"));
+        assert!(!link_is_up("dormant", "1"));
+        // Unreadable sysfs files read as empty: not up.
+        assert!(!link_is_up("", ""));
+        // An interface that does not exist times out with its name in the error.
+        let e = wait_link_up("nosuch0", Instant::now()).unwrap_err();
+        assert!(format!("{e}").contains("nosuch0 is not up"), "{e}");
+    }
 
     #[test]
     fn dmesg_filter() {

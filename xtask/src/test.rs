@@ -29,7 +29,8 @@ pub struct TestArgs {
 
 /// Entry point.
 pub fn cmd(args: &TestArgs) -> Result<()> {
-    deps::ensure(&[Group::Build, Group::Run, Group::Vm])?;
+    // Every group the phases below use, K8s included: a unit test validates the manifests.
+    deps::ensure(&[Group::Build, Group::Run, Group::Vm, Group::K8s])?;
     let sh = Shell::new()?;
     let mut phases: Vec<(&str, Duration)> = Vec::new();
     let mut phase = |name: &'static str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
