@@ -142,7 +142,7 @@ fn wait_link_up(iface: &str, deadline: Instant) -> Result<()> {
         if link_is_up(oper.trim(), carrier.trim()) {
             return Ok(());
         }
-        if Instant::now() >= deadline || exec::interrupted() {
+        if Instant::now() >= deadline {
             return Err(eyre!(
                 "{iface} is not up after `ip link set {iface} up` (operstate {:?}, carrier {:?}): \
                  check the guest's virtio-net link",
@@ -150,7 +150,7 @@ fn wait_link_up(iface: &str, deadline: Instant) -> Result<()> {
                 carrier.trim()
             ));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        exec::sleep(Duration::from_millis(20))?;
     }
 }
 
