@@ -4,10 +4,15 @@
 //! simulation shows that a wanted package would make apt remove one the machine already has,
 //! and that installed package came from backports (its version carries `~bpoNN`), the wanted
 //! package is installed from the same backports suite through a temporary source list (the
-//! system's sources are left as they are). A machine image of our CI kind ships qemu-utils 10
-//! from bookworm-backports, which Breaks Debian 12's qemu-system-common 7.2: the plain
-//! `apt-get install qemu-system-x86` removes it. Anything else that apt could only install by
-//! removing a package stops here, naming the conflict.
+//! system's sources are left as they are), with that suite as apt's *target release*
+//! (`-t bookworm-backports`): the whole dependency set resolves from backports where backports
+//! has it. Pinning only the named package (`pkg/bookworm-backports`) is not enough: its
+//! dependencies still resolve to bookworm and the plan breaks. A machine image of our CI kind
+//! ships qemu-utils 10 from bookworm-backports, which Breaks Debian 12's qemu-system-common
+//! 7.2: the plain `apt-get install qemu-system-x86` removes it; from backports it brings
+//! qemu-system-common, qemu-system-data and seabios of the same release and removes nothing.
+//! Anything that apt could only install by removing or downgrading a package stops here,
+//! naming the package.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,22 +31,49 @@ const MIRROR: &str = "http://deb.debian.org/debian";
 pub struct Simulation {
     /// Packages it would install or upgrade.
     pub install: Vec<String>,
+    /// Installed packages it would replace by another version: `(name, installed, new)`.
+    pub replace: Vec<(String, String, String)>,
     /// Installed packages it would remove.
     pub remove: Vec<String>,
 }
 
-/// Parses the `Inst …` / `Remv …` lines of `apt-get -s install …`.
+/// Parses the `Inst …` / `Remv …` lines of `apt-get -s install …`
+/// (`Inst NAME [INSTALLED] (NEW SUITE [ARCH])` when a version is replaced).
 pub fn parse_simulation(out: &str) -> Simulation {
     let mut sim = Simulation::default();
     for line in out.lines() {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
-            (Some("Inst"), Some(name)) => sim.install.push(name.to_owned()),
+            (Some("Inst"), Some(name)) => {
+                sim.install.push(name.to_owned());
+                let old = words
+                    .next()
+                    .and_then(|w| w.strip_prefix('[')?.strip_suffix(']'));
+                let new = words.next().and_then(|w| w.strip_prefix('('));
+                if let (Some(old), Some(new)) = (old, new) {
+                    sim.replace
+                        .push((name.to_owned(), old.to_owned(), new.to_owned()));
+                }
+            }
             (Some("Remv"), Some(name)) => sim.remove.push(name.to_owned()),
             _ => {}
         }
     }
     sim
+}
+
+/// The packages of `sim` whose new version is older than the installed one, as
+/// `NAME INSTALLED -> NEW` (versions compared by `dpkg --compare-versions`).
+pub fn downgrades(sim: &Simulation) -> Result<Vec<String>> {
+    let sh = Shell::new()?;
+    let mut out = Vec::new();
+    for (name, old, new) in &sim.replace {
+        let lower = exec::output(cmd!(sh, "dpkg --compare-versions {new} lt {old}"))?;
+        if lower.status.success() {
+            out.push(format!("{name} {old} -> {new}"));
+        }
+    }
+    Ok(out)
 }
 
 /// The backports suite an installed version came from (`~bpo12+1` on bookworm), if any.
@@ -60,12 +92,13 @@ pub fn os_codename(os_release: &str) -> Option<String> {
     })
 }
 
-/// One way of running apt-get: the system's sources, or those plus a backports suite.
+/// One way of running apt-get: the system's sources, or those plus a backports suite as the
+/// target release.
 #[derive(Debug)]
 pub struct Apt {
-    /// `-o` options (a temporary source list and its own lists directory).
+    /// `-o` options (a temporary source list and its own lists directory) and `-t SUITE`.
     options: Vec<String>,
-    /// The suite packages are taken from (`pkg/suite`), when not the default.
+    /// The target release (`-t SUITE`), when not the default.
     suite: Option<String>,
     verbose: bool,
     /// Keeps the temporary source list and lists alive.
@@ -84,8 +117,9 @@ impl Apt {
     }
 
     /// apt-get that also sees `suite` (e.g. `bookworm-backports`) from the Debian mirror,
-    /// through a temporary source list and lists directory: the system's apt configuration is
-    /// not changed.
+    /// through a temporary source list and lists directory, and takes it as the target
+    /// release (`-t suite`: every package of the plan, dependencies included, from that suite
+    /// where it has the package). The system's apt configuration is not changed.
     pub fn with_suite(suite: &str, verbose: bool) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix("xtask-apt-").tempdir()?;
         let lists = dir.path().join("lists");
@@ -105,19 +139,13 @@ impl Apt {
                 // The temporary directory is root's; apt's download sandbox user cannot use it.
                 "-o".into(),
                 "APT::Sandbox::User=root".into(),
+                "-t".into(),
+                suite.to_owned(),
             ],
             suite: Some(suite.to_owned()),
             verbose,
             _dir: Some(dir),
         })
-    }
-
-    /// `pkg/suite` for this apt's suite, `pkg` otherwise.
-    pub fn target(&self, pkg: &str) -> String {
-        match &self.suite {
-            Some(s) => format!("{pkg}/{s}"),
-            None => pkg.to_owned(),
-        }
     }
 
     /// `apt-get update`.
@@ -206,12 +234,13 @@ pub fn codename() -> Option<String> {
     os_codename(&std::fs::read_to_string("/etc/os-release").ok()?)
 }
 
-/// Installs `missing`, never removing anything; see the module docs.
+/// Installs `missing`, never removing or downgrading anything; see the module docs.
 pub fn install(missing: &[String], verbose: bool) -> Result<()> {
     let apt = Apt::system(verbose);
     apt.update()?;
     let sim = apt.simulate(missing)?;
     if sim.remove.is_empty() {
+        refuse_downgrades(&sim, missing)?;
         return apt.install(missing);
     }
     // Which of the wanted packages make apt remove something, and where those came from.
@@ -247,13 +276,14 @@ pub fn install(missing: &[String], verbose: bool) -> Result<()> {
         culprits.join(" ")
     );
     if !plain.is_empty() {
+        let sim = apt.simulate(&plain)?;
+        refuse_downgrades(&sim, &plain)?;
         apt.install(&plain)?;
     }
     let bpo = Apt::with_suite(&suite, verbose)?;
     bpo.update()?;
-    let targets: Vec<String> = culprits.iter().map(|p| bpo.target(p)).collect();
     let sim = bpo
-        .simulate(&targets)
+        .simulate(&culprits)
         .wrap_err_with(|| format!("deps: {}", conflict()))?;
     if !sim.remove.is_empty() {
         bail!(
@@ -262,7 +292,27 @@ pub fn install(missing: &[String], verbose: bool) -> Result<()> {
             sim.remove.join(" ")
         );
     }
-    bpo.install(&targets)
+    refuse_downgrades(&sim, &culprits)?;
+    println!(
+        "deps: from {suite} (target release): {}",
+        sim.install.join(" ")
+    );
+    bpo.install(&culprits)
+}
+
+/// Fails, naming each package, when the plan `sim` for `wanted` would downgrade anything.
+fn refuse_downgrades(sim: &Simulation, wanted: &[String]) -> Result<()> {
+    let down = downgrades(sim)?;
+    if down.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "deps: installing {} would downgrade {}; `cargo xtask deps` never removes or downgrades \
+         packages. Install {} yourself in a version that fits what is installed",
+        wanted.join(" "),
+        down.join(", "),
+        wanted.join("/")
+    )
 }
 
 #[cfg(test)]
@@ -301,12 +351,45 @@ Conf qemu-system-x86 (1:7.2+dfsg-7+deb12u18+b3 Debian:12.11/oldstable [amd64])\n
     }
 
     #[test]
-    fn a_suite_apt_targets_that_suite_through_its_own_source_list() {
-        let apt = Apt::with_suite("bookworm-backports", false).unwrap();
+    fn a_simulation_names_the_versions_it_replaces() {
+        let out = "Inst libc6 [2.36-9+deb12u9] (2.36-9+deb12u10 Debian:12.12/oldstable [amd64])\n\
+Inst seabios (1.16.3-2~bpo12+1 Debian Backports:bookworm-backports [all])\n";
+        let sim = parse_simulation(out);
+        assert_eq!(sim.install, ["libc6", "seabios"]);
         assert_eq!(
-            apt.target("qemu-system-x86"),
-            "qemu-system-x86/bookworm-backports"
+            sim.replace,
+            [(
+                "libc6".to_owned(),
+                "2.36-9+deb12u9".to_owned(),
+                "2.36-9+deb12u10".to_owned()
+            )]
         );
+    }
+
+    #[test]
+    fn downgrades_are_named_and_upgrades_are_not() {
+        let sim = parse_simulation(
+            "Inst qemu-utils [1:10.0.2+ds-2+deb13u1~bpo12+1] (1:7.2+dfsg-7+deb12u18 Debian:12.12/oldstable [amd64])\n\
+Inst libc6 [2.36-9+deb12u9] (2.36-9+deb12u10 Debian:12.12/oldstable [amd64])\n",
+        );
+        assert_eq!(
+            downgrades(&sim).unwrap(),
+            ["qemu-utils 1:10.0.2+ds-2+deb13u1~bpo12+1 -> 1:7.2+dfsg-7+deb12u18"]
+        );
+        let err = refuse_downgrades(&sim, &["qemu-system-x86".to_owned()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("would downgrade qemu-utils"), "{err}");
+        assert!(refuse_downgrades(&Simulation::default(), &[]).is_ok());
+    }
+
+    #[test]
+    fn a_suite_apt_takes_that_suite_as_target_release_through_its_own_source_list() {
+        let apt = Apt::with_suite("bookworm-backports", false).unwrap();
+        // `-t SUITE`: the whole plan, dependencies included, resolves from the suite.
+        let t = apt.options.iter().position(|o| o == "-t").unwrap();
+        assert_eq!(apt.options[t + 1], "bookworm-backports");
+        assert!(!Apt::system(false).options.contains(&"-t".to_owned()));
         let list = apt
             .options
             .iter()
@@ -314,6 +397,5 @@ Conf qemu-system-x86 (1:7.2+dfsg-7+deb12u18+b3 Debian:12.11/oldstable [amd64])\n
             .unwrap();
         let text = std::fs::read_to_string(list).unwrap();
         assert!(text.ends_with("deb http://deb.debian.org/debian bookworm-backports main\n"));
-        assert_eq!(Apt::system(false).target("cmake"), "cmake");
     }
 }
