@@ -10,6 +10,7 @@ mod dist;
 mod e2e;
 mod exec;
 mod fabric_e2e;
+mod failure;
 mod fuzz;
 mod hostile;
 mod k8s;
@@ -21,6 +22,8 @@ mod smoke;
 mod test;
 mod text;
 mod vm;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use color_eyre::eyre::Result;
@@ -75,15 +78,29 @@ enum Cmd {
     PkgGuest(pkgtest::PkgGuestArgs),
 }
 
-fn main() -> Result<()> {
+/// Runs the subcommand; an error is printed by [`failure::render`] (message and causes, never
+/// a backtrace) and exits 1.
+fn main() -> ExitCode {
+    // The panic hook: a bug still shows where it happened (with RUST_BACKTRACE=1, how).
     let hook = color_eyre::config::HookBuilder::default().display_env_section(false);
-    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        hook.install()?;
+    let installed = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        hook.install()
     } else {
-        hook.theme(color_eyre::config::Theme::new()).install()?;
+        hook.theme(color_eyre::config::Theme::new()).install()
+    };
+    if let Err(e) = installed {
+        eprintln!("warning: could not install the panic reporter: {e}");
     }
-    exec::install_signal_handlers()?;
-    let cli = Cli::parse();
+    match exec::install_signal_handlers().and_then(|()| run(&Cli::parse())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(report) => {
+            eprintln!("{}", failure::render(&report));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<()> {
     match &cli.cmd {
         Cmd::E2e(a) => e2e::cmd(a),
         Cmd::Test(a) => test::cmd(a),
