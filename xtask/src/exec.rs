@@ -120,6 +120,94 @@ pub fn run_loud(cmd: Cmd<'_>, timeout: Duration) -> Result<()> {
     }
 }
 
+/// Runs a command whose output is its progress: every line of its stdout and stderr is
+/// printed as it comes, after `prefix`; killed after `timeout` (with every process it started:
+/// it runs in its own process group). On a non-zero exit fails with what ran, its status and
+/// the tail of its output. Returns everything it printed.
+pub fn run_streamed(cmd: Cmd<'_>, prefix: &str, timeout: Duration) -> Result<String> {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let shown = cmd.to_string();
+    let mut child = Command::from(cmd)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .wrap_err_with(|| format!("could not start `{shown}` (is it installed and on PATH?)"))?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let pipes: [Option<Box<dyn Read + Send>>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ];
+    let readers: Vec<JoinHandle<()>> = pipes
+        .into_iter()
+        .flatten()
+        .map(|pipe| {
+            let tx = tx.clone();
+            let prefix = prefix.to_owned();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(pipe)
+                    .split(b'\n')
+                    .map_while(Result::ok)
+                {
+                    let line = String::from_utf8_lossy(&line).into_owned();
+                    println!("{prefix}{line}");
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child
+            .try_wait()
+            .wrap_err_with(|| format!("waiting for `{shown}`"))?
+        {
+            break Some(status);
+        }
+        if interrupted() || Instant::now() >= deadline {
+            kill_group(&child);
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // A process it left behind may hold the pipes open: wait for the readers a little only.
+    let grace = Instant::now() + Duration::from_secs(5);
+    while readers.iter().any(|r| !r.is_finished()) && Instant::now() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = rx.try_iter().collect::<Vec<_>>().join("\n");
+    check_interrupted()?;
+    match status {
+        Some(status) if status.success() => Ok(text),
+        Some(status) => bail!("`{shown}` failed ({status}):\n{}", tail(&text, 3000)),
+        None => bail!(
+            "`{shown}` did not finish within {timeout:?} and was killed:\n{}",
+            tail(&text, 3000)
+        ),
+    }
+}
+
+/// SIGKILLs the process group that `child` leads (spawned with `process_group(0)`).
+fn kill_group(child: &Child) {
+    // `child` is not reaped yet, so its pid (= the group id) is still ours.
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) takes two integers and touches no memory of ours.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+}
+
 /// Turns a failed [`Output`] into an error that names the command and quotes its stderr.
 pub fn check_output(shown: &str, out: &Output) -> Result<()> {
     if out.status.success() {

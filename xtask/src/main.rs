@@ -11,6 +11,7 @@ mod e2e;
 mod exec;
 mod fabric_e2e;
 mod failure;
+mod fresh_root;
 mod fuzz;
 mod hostile;
 mod k8s;
@@ -45,6 +46,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// A short libFuzzer run of the protocol parser, seeded from the golden vectors.
     Fuzz(fuzz::FuzzArgs),
+    /// The README's first command on a new machine of this kind (a debootstrap root), as CI runs it.
+    FreshRoot(fresh_root::FreshRootArgs),
     /// Check for / install the Debian packages the build, the run and the VM guests need.
     Deps(deps::DepsArgs),
     /// Release binaries and the two Debian packages (cargo-deb) under target/dist/.
@@ -109,6 +112,7 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::Hostile(a) => hostile::cmd(a),
         Cmd::Load(a) => load::cmd(a),
         Cmd::Deps(a) => deps::cmd(a),
+        Cmd::FreshRoot(a) => fresh_root::cmd(a),
         Cmd::Dist(a) => dist::cmd(a),
         Cmd::PkgTest(a) => pkgtest::cmd(a),
         Cmd::PkgGuest(a) => pkgtest::guest_cmd(a),

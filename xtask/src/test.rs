@@ -1,7 +1,9 @@
 //! `cargo xtask test`: the whole suite, exactly what CI runs (`.ci/run`).
 //!
 //! fmt check, clippy with `-D warnings`, every workspace test, a short fuzz run of the protocol
-//! parser, then the end-to-end scenarios in the guests: all of them across two guests, the fabric
+//! parser, then the end-to-end scenarios in the guests: all of them across two guests, the
+//! README's first command on a new machine of this kind (`xtask fresh-root`: a debootstrap
+//! root in which `cargo xtask e2e` installs, builds and runs the seed write), the fabric
 //! check through Slurm in three guests (`xtask fabric-e2e`), then all
 //! of them again in one guest through the
 //! host-rxe backend (`xtask e2e --backend rxe` runs inside it), with the verbs self-test and the
@@ -30,7 +32,13 @@ pub struct TestArgs {
 /// Entry point.
 pub fn cmd(args: &TestArgs) -> Result<()> {
     // Every group the phases below use, K8s included: a unit test validates the manifests.
-    deps::ensure(&[Group::Build, Group::Run, Group::Vm, Group::K8s])?;
+    deps::ensure(&[
+        Group::Build,
+        Group::Run,
+        Group::Vm,
+        Group::K8s,
+        Group::FreshRoot,
+    ])?;
     let sh = Shell::new()?;
     let mut phases: Vec<(&str, Duration)> = Vec::new();
     let mut phase = |name: &'static str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
@@ -89,6 +97,15 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             load: false,
         };
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
+        phase(
+            "fresh root: the README's first command, `cargo xtask e2e`, on a new machine of this kind (debootstrap minbase + its image's packages)",
+            &mut || {
+                crate::fresh_root::cmd(&crate::fresh_root::FreshRootArgs {
+                    keep: false,
+                    refresh: false,
+                })
+            },
+        )?;
         phase(
             "fabric: three guests, Slurm, srun rdma-client --fabric (healthy, a slow node, a node's RDMA down)",
             &mut || {

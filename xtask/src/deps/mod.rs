@@ -5,7 +5,6 @@
 //! is in [`tools::TOOLS`] with its package (a test keeps that true).
 
 pub mod apt;
-mod minbase;
 pub mod tools;
 
 use std::collections::HashSet;
@@ -34,6 +33,8 @@ pub enum Group {
     Bench,
     /// `cargo xtask k8s-validate`: python3 and its venv, for the pinned `kubernetes-validate`.
     K8s,
+    /// `cargo xtask fresh-root`: debootstrap (the new machine) and git (which files to copy).
+    FreshRoot,
 }
 
 /// A cargo subcommand installed with `cargo install --locked`.
@@ -58,7 +59,7 @@ pub const CARGO_FUZZ: CargoTool = CargoTool {
 
 impl Group {
     /// Every group.
-    pub const ALL: [Group; 7] = [
+    pub const ALL: [Group; 8] = [
         Group::Build,
         Group::Run,
         Group::Vm,
@@ -66,6 +67,7 @@ impl Group {
         Group::Slurm,
         Group::Bench,
         Group::K8s,
+        Group::FreshRoot,
     ];
 
     /// Debian package names.
@@ -102,6 +104,7 @@ impl Group {
             Group::Slurm => &["slurm-wlm", "munge"],
             Group::Bench => &["fonts-dejavu-core"],
             Group::K8s => &["python3", "python3-venv"],
+            Group::FreshRoot => &["debootstrap", "git"],
         }
     }
 
@@ -109,7 +112,13 @@ impl Group {
     pub fn cargo_tools(self) -> &'static [CargoTool] {
         match self {
             Group::Dist => &[CARGO_DEB],
-            Group::Build | Group::Run | Group::Vm | Group::Slurm | Group::Bench | Group::K8s => &[],
+            Group::Build
+            | Group::Run
+            | Group::Vm
+            | Group::Slurm
+            | Group::Bench
+            | Group::K8s
+            | Group::FreshRoot => &[],
         }
     }
 
@@ -135,20 +144,10 @@ pub struct DepsArgs {
     /// Show apt's and cargo's own output (default: one line per step).
     #[arg(long, short)]
     pub verbose: bool,
-    /// Instead: debootstrap a minimal Debian 12 into this new directory and prove there that
-    /// `cargo xtask deps` installs everything the build needs (root; several minutes).
-    #[arg(long, value_name = "DIR")]
-    pub minbase_check: Option<std::path::PathBuf>,
-    /// With --minbase-check: also run the seed scenario in guests whose root is that system.
-    #[arg(long, requires = "minbase_check")]
-    pub e2e: bool,
 }
 
 /// Entry point of `cargo xtask deps`.
 pub fn cmd(args: &DepsArgs) -> Result<()> {
-    if let Some(root) = &args.minbase_check {
-        return minbase::check(root, args.e2e);
-    }
     let groups = if args.groups.is_empty() {
         Group::ALL.to_vec()
     } else {

@@ -47,6 +47,7 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("apt-cache", "apt"),
     ("setpriv", "util-linux"),
     ("debootstrap", "debootstrap"),
+    ("git", "git"),
     ("chroot", "coreutils"),
     ("mount", "mount"),
     ("umount", "mount"),
@@ -77,11 +78,6 @@ pub const BASE: &[&str] = &[
     "apt",
     "gzip",
 ];
-
-/// Packages installed by the one command that needs them, not by `cargo xtask deps`:
-/// debootstrap, for the opt-in `deps --minbase-check`.
-#[cfg(test)]
-pub const ON_DEMAND: &[&str] = &["debootstrap"];
 
 /// Programs that are not Debian packages: the Rust toolchain (rustup) and the cargo tools
 /// `cargo xtask deps` installs itself.
@@ -286,11 +282,7 @@ mod tests {
             }
             match package_of(p) {
                 None => problems.push(format!("{p}: not in deps::tools::TOOLS")),
-                Some(pkg)
-                    if !installed.contains(&pkg)
-                        && !BASE.contains(&pkg)
-                        && !ON_DEMAND.contains(&pkg) =>
-                {
+                Some(pkg) if !installed.contains(&pkg) && !BASE.contains(&pkg) => {
                     problems.push(format!("{p}: its package {pkg} is in no deps group"));
                 }
                 Some(_) => {}
@@ -307,7 +299,7 @@ mod tests {
             .collect();
         for (tool, pkg) in TOOLS {
             assert!(
-                installed.contains(pkg) || BASE.contains(pkg) || ON_DEMAND.contains(pkg),
+                installed.contains(pkg) || BASE.contains(pkg),
                 "{tool} ({pkg})"
             );
         }
