@@ -234,6 +234,38 @@ pub fn workspace_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
+/// The path guests run this very xtask from, as UTF-8 (it travels on their command line).
+///
+/// Normally the file it was started from. When that file was replaced while it runs (`cargo
+/// test --workspace` relinks `target/debug/xtask` with the whole workspace's features, in the
+/// middle of `cargo xtask test`), the kernel names it `PATH (deleted)`: then the running image
+/// itself, read from `/proc/self/exe`, is copied to `target/xtask/xtask-running` and that copy
+/// is what the guests run, so they run exactly this build.
+pub fn self_exe() -> Result<String> {
+    let exe = std::env::current_exe().wrap_err("finding the xtask binary")?;
+    let shown = exe
+        .to_str()
+        .ok_or_else(|| eyre!("the xtask path {} is not UTF-8", exe.display()))?;
+    if !shown.ends_with(" (deleted)") {
+        return Ok(shown.to_owned());
+    }
+    let dir = crate::vm::xtask_dir();
+    std::fs::create_dir_all(&dir)?;
+    let copy = dir.join("xtask-running");
+    let partial = dir.join(format!("xtask-running.{}", std::process::id()));
+    std::fs::copy("/proc/self/exe", &partial).wrap_err_with(|| {
+        format!(
+            "copying the running xtask ({shown}) to {}",
+            partial.display()
+        )
+    })?;
+    // Renamed over the last copy: a guest still running that one keeps its file.
+    std::fs::rename(&partial, &copy)?;
+    copy.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| eyre!("{} is not UTF-8", copy.display()))
+}
+
 /// Finds `tool` on PATH (plus the sbin directories that non-root PATHs often lack).
 pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();

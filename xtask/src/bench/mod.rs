@@ -113,14 +113,10 @@ fn release_bins() -> Result<e2e::Bins> {
             .map(str::to_owned)
             .ok_or_else(|| color_eyre::eyre::eyre!("{} is not UTF-8", p.display()))
     };
-    let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
     Ok(e2e::Bins {
         server: path("rdma-server")?,
         client: path("rdma-client")?,
-        xtask: xtask
-            .to_str()
-            .map(str::to_owned)
-            .ok_or_else(|| color_eyre::eyre::eyre!("{} is not UTF-8", xtask.display()))?,
+        xtask: crate::exec::self_exe()?,
         selftest: None,
     })
 }

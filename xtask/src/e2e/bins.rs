@@ -63,7 +63,7 @@ impl Bins {
         Ok(Self {
             server: path("rdma-server")?,
             client: path("rdma-client")?,
-            xtask: path("xtask")?,
+            xtask: exec::self_exe()?,
             selftest: if selftest {
                 Some(path("examples/loopback")?)
             } else {

@@ -63,10 +63,7 @@ pub fn cmd(args: &PkgTestArgs) -> Result<()> {
         d.exposure,
         dist::MAX_EXPOSURE
     );
-    let xtask = std::env::current_exe()?
-        .to_str()
-        .ok_or_else(|| eyre!("the xtask path is not UTF-8"))?
-        .to_owned();
+    let xtask = crate::exec::self_exe()?;
     let guests = plans(&d, &xtask)?;
     let run = vm::run_plans(&guests, &args.vm)?;
     let mut failures = Vec::new();

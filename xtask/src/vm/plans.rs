@@ -2,7 +2,7 @@
 
 use super::{GuestRun, GuestSpec, VmOptions, run_guests};
 use crate::plan::{GUEST_SHARE, PLAN_FILE, Plan, PlanResult, RESULT_FILE};
-use color_eyre::eyre::{Result, WrapErr, eyre};
+use color_eyre::eyre::{Result, eyre};
 use std::time::Duration;
 
 /// A guest that runs a plan with `guest-agent`.
@@ -24,11 +24,7 @@ pub struct PlanRun {
 
 /// Boots one guest per plan; each runs `xtask guest-agent` with its plan.
 pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
-    let exe = std::env::current_exe().wrap_err("finding the xtask binary")?;
-    let exe = exe
-        .to_str()
-        .ok_or_else(|| eyre!("xtask path {} is not UTF-8", exe.display()))?
-        .to_owned();
+    let exe = crate::exec::self_exe()?;
     let specs = nodes
         .iter()
         .enumerate()
