@@ -12,7 +12,8 @@
 //! 4. a write-with-imm without a posted receive and `rnr_retry = 0` gives `RNR_RETRY_EXC_ERR`;
 //! 5. polling an idle CQ times out at the deadline;
 //! 6. after `ExposedRegion::deregister` the old rkey is dead: a write with it gets
-//!    `REM_ACCESS_ERR`, and the buffer handed back holds only what landed before.
+//!    `REM_ACCESS_ERR`, and the buffer handed back holds only what landed before;
+//! 7. `LocalPort::open_for` picks this port from the address in its GID, across all devices.
 //!
 //! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`. `cargo xtask e2e --selftest` runs it on the
 //! server node (and `cargo xtask test` does, in a guest).
@@ -289,6 +290,7 @@ fn run() -> R<()> {
         describe_gid_table(&env.ctx.gid_table(port_num)?)
     );
     println!("selected GID: {:?}", env.gid);
+    route_by_address(&env)?;
     write_roundtrip(&env, CqMode::Poll)?;
     write_roundtrip(&env, CqMode::Event)?;
     big_write(&env)?;
@@ -296,6 +298,30 @@ fn run() -> R<()> {
     no_receive(&env)?;
     timeout(&env)?;
     deregistered_rkey(&env)?;
+    Ok(())
+}
+
+/// 7. `LocalPort::open_for` finds this very port from the address its GID carries, across
+///    every device, and an address that no port holds is refused, listing what was seen.
+fn route_by_address(env: &LocalPort) -> R<()> {
+    let addr = std::net::Ipv6Addr::from(env.gid.gid.0);
+    let addr = addr
+        .to_ipv4_mapped()
+        .map_or(std::net::IpAddr::V6(addr), std::net::IpAddr::V4);
+    let (found, why) = LocalPort::open_for(addr, None)?;
+    println!("open_for({addr}): {why}");
+    if (found.ctx.name(), found.port.num, found.gid.index)
+        != (env.ctx.name(), env.port.num, env.gid.index)
+    {
+        return Err(format!("open_for({addr}) chose {why}, not the port that holds it").into());
+    }
+    // TEST-NET-1: no port of ours holds it (nothing is sent; only the tables are read).
+    match LocalPort::open_for("192.0.2.1".parse()?, None) {
+        Err(Error::NoRoute(rdma_core_rs::route::NoChoice::NoGidFor { seen, .. }))
+            if seen.contains(env.ctx.name()) => {}
+        Err(e) => return Err(format!("open_for(192.0.2.1): unexpected error {e}").into()),
+        Ok((_, why)) => return Err(format!("open_for(192.0.2.1) chose {why}").into()),
+    }
     Ok(())
 }
 

@@ -195,6 +195,22 @@ impl Context {
         self.0.ctx
     }
 
+    /// How many physical ports the device has (`ibv_query_device`'s `phys_port_cnt`).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::QueryDevice`]).
+    pub fn port_count(&self) -> Result<u8> {
+        // SAFETY: ibv_device_attr is a plain C struct of integers and arrays of integers, for
+        // which all-zero bytes are a valid value.
+        let mut attr: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: valid context; `attr` is a writable ibv_device_attr.
+        let rc = unsafe { ffi::ibv_query_device(self.raw(), &mut attr) };
+        if rc != 0 {
+            return Err(Error::verb(VerbOp::QueryDevice, self.name().to_owned(), rc));
+        }
+        Ok(attr.phys_port_cnt)
+    }
+
     /// Queries a port (numbered from 1).
     ///
     /// # Errors

@@ -73,6 +73,7 @@ mod local;
 pub mod memlock;
 mod pd;
 mod qp;
+pub mod route;
 mod types;
 
 pub use context::{Context, DeviceInfo, devices, select_gid_in};

@@ -1,7 +1,10 @@
 //! The local end of a connection: a device, one ACTIVE port on it, and the GID to use. Both
 //! rdma-write binaries need exactly this before any queue pair exists.
 
-use crate::{Context, Endpoint, GidEntry, PortInfo, QueuePair, Result};
+use std::net::IpAddr;
+
+use crate::route::{self, Candidate};
+use crate::{Context, Endpoint, GidEntry, PortInfo, QueuePair, Result, devices};
 
 /// An open device with a checked port and a selected GID.
 #[derive(Clone, Debug)]
@@ -26,6 +29,57 @@ impl LocalPort {
         let port = ctx.require_active_port(port)?;
         let gid = ctx.select_gid(&port, gid_index)?;
         Ok(Self { ctx, port, gid })
+    }
+
+    /// Opens the device and port that carry `local`, the local IP address of the connection
+    /// this end serves (from `getsockname`), looking at every ACTIVE port of every device
+    /// (or only of `device`, when named); the rule is [`route::choose`]. Returns the port and
+    /// why it was chosen, for the user.
+    ///
+    /// # Errors
+    /// No RDMA, no devices, a named device that does not exist or does not carry the address,
+    /// no port with a GID for it ([`crate::Error::NoRoute`]), or a verbs query failure.
+    pub fn open_for(local: IpAddr, device: Option<&str>) -> Result<(Self, String)> {
+        let mut opened = Vec::new();
+        let mut candidates = Vec::new();
+        let names: Vec<String> = match device {
+            Some(d) => vec![Context::open(Some(d))?.name().to_owned()],
+            None => devices()?.into_iter().map(|d| d.name).collect(),
+        };
+        if names.is_empty() {
+            return Err(crate::Error::NoDevices);
+        }
+        for name in &names {
+            let ctx = Context::open(Some(name))?;
+            for num in 1..=ctx.port_count()? {
+                let port = ctx.query_port(num)?;
+                // A port whose table cannot be read is seen as having none.
+                let table = ctx.gid_table(num).unwrap_or_default();
+                candidates.push(Candidate {
+                    device: name.clone(),
+                    port,
+                    table,
+                });
+                opened.push(ctx.clone());
+            }
+        }
+        let choice = route::choose(&candidates, local, device)?;
+        let c = &candidates[choice.candidate];
+        let why = format!(
+            "{} port {} for {}: {}",
+            c.device,
+            c.port.num,
+            route::canonical(local),
+            choice.why
+        );
+        Ok((
+            Self {
+                ctx: opened.swap_remove(choice.candidate),
+                port: c.port,
+                gid: choice.gid,
+            },
+            why,
+        ))
     }
 
     /// This side of a connection through `qp`, for the peer: the QPN, our send PSN `psn` (give

@@ -66,7 +66,9 @@ pub fn advice_for(op: VerbOp, errno: i32) -> String {
         (V::QueryPort | V::QueryGid, libc::EINVAL) => {
             "no such port or GID index: ports are numbered from 1; see `ibv_devinfo -v`"
         }
-        (V::QueryPort | V::QueryGid, _) => "check the device with `ibv_devinfo -v` and `rdma link`",
+        (V::QueryDevice | V::QueryPort | V::QueryGid, _) => {
+            "check the device with `ibv_devinfo -v` and `rdma link`"
+        }
         (V::RegMr, libc::ENOMEM | libc::EAGAIN | libc::EPERM | libc::EACCES) => {
             "the buffer could not be pinned: raise `ulimit -l` (locked memory), e.g. \
              `ulimit -l unlimited` or memlock in /etc/security/limits.conf"

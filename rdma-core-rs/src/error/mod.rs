@@ -50,6 +50,8 @@ pub enum VerbOp {
     ListDevices,
     /// `ibv_open_device`.
     OpenDevice,
+    /// `ibv_query_device`.
+    QueryDevice,
     /// `ibv_query_port`.
     QueryPort,
     /// `ibv_query_gid_ex` / `ibv_query_gid_table`.
@@ -93,6 +95,7 @@ impl VerbOp {
         match self {
             VerbOp::ListDevices => "listing RDMA devices",
             VerbOp::OpenDevice => "opening the RDMA device",
+            VerbOp::QueryDevice => "querying the device",
             VerbOp::QueryPort => "querying the port",
             VerbOp::QueryGid => "reading the GID table",
             VerbOp::AllocPd => "allocating a protection domain",
@@ -119,6 +122,7 @@ impl VerbOp {
         match self {
             VerbOp::ListDevices => "ibv_get_device_list",
             VerbOp::OpenDevice => "ibv_open_device",
+            VerbOp::QueryDevice => "ibv_query_device",
             VerbOp::QueryPort => "ibv_query_port",
             VerbOp::QueryGid => "ibv_query_gid_ex",
             VerbOp::AllocPd => "ibv_alloc_pd",
@@ -142,7 +146,7 @@ impl VerbOp {
     fn kind(self) -> ErrorKind {
         match self {
             VerbOp::ListDevices | VerbOp::OpenDevice => ErrorKind::NoDevice,
-            VerbOp::QueryPort | VerbOp::QueryGid => ErrorKind::Port,
+            VerbOp::QueryDevice | VerbOp::QueryPort | VerbOp::QueryGid => ErrorKind::Port,
             VerbOp::PostSend | VerbOp::PostRecv | VerbOp::PollCq | VerbOp::WaitCqEvent => {
                 ErrorKind::Transfer
             }
@@ -232,6 +236,9 @@ pub enum Error {
         /// [`describe_gid_table`](crate::describe_gid_table) of the port.
         table: String,
     },
+    /// No port could be chosen for the connection's local address ([`crate::route`]).
+    #[error("{0}")]
+    NoRoute(#[from] crate::route::NoChoice),
     /// A parameter is outside what verbs accepts.
     #[error("invalid argument: {what}; {advice}")]
     InvalidArgument {
@@ -339,6 +346,8 @@ impl Error {
             }
             Error::Verb { op, .. } => op.kind(),
             Error::PortNotActive { .. } | Error::NoUsableGid { .. } => ErrorKind::Port,
+            Error::NoRoute(crate::route::NoChoice::NoGidFor { .. }) => ErrorKind::Port,
+            Error::NoRoute(_) => ErrorKind::Usage,
             Error::GidIndexInvalid { .. }
             | Error::InvalidArgument { .. }
             | Error::InvalidRange { .. }
@@ -391,7 +400,7 @@ impl Error {
                 Some("the peer may be gone or the path broken; check both sides' logs".to_owned())
             }
             Error::Random(_) => Some("check that getrandom(2) / /dev/urandom works".to_owned()),
-            Error::InvalidRange { .. } => None,
+            Error::InvalidRange { .. } | Error::NoRoute(_) => None,
         }
     }
 
@@ -442,6 +451,7 @@ mod tests {
         let ops = [
             VerbOp::ListDevices,
             VerbOp::OpenDevice,
+            VerbOp::QueryDevice,
             VerbOp::QueryPort,
             VerbOp::QueryGid,
             VerbOp::AllocPd,
