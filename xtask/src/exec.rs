@@ -239,18 +239,20 @@ pub fn workspace_root() -> PathBuf {
 /// Normally the file it was started from. When that file was replaced while it runs (`cargo
 /// test --workspace` relinks `target/debug/xtask` with the whole workspace's features, in the
 /// middle of `cargo xtask test`), the kernel names it `PATH (deleted)`: then the running image
-/// itself, read from `/proc/self/exe`, is copied to `target/xtask/xtask-running` and that copy
-/// is what the guests run, so they run exactly this build.
+/// itself, read from `/proc/self/exe`, is copied beside it (`target/debug/xtask-running`) and
+/// that copy is what the guests run, so they run exactly this build.
 pub fn self_exe() -> Result<String> {
     let exe = std::env::current_exe().wrap_err("finding the xtask binary")?;
     let shown = exe
         .to_str()
         .ok_or_else(|| eyre!("the xtask path {} is not UTF-8", exe.display()))?;
-    if !shown.ends_with(" (deleted)") {
+    let Some(original) = shown.strip_suffix(" (deleted)") else {
         return Ok(shown.to_owned());
-    }
-    let dir = crate::vm::xtask_dir();
-    std::fs::create_dir_all(&dir)?;
+    };
+    // Beside the original, where the binaries it runs are found too (`target/debug`).
+    let dir = Path::new(original)
+        .parent()
+        .ok_or_else(|| eyre!("the xtask binary {original} has no directory"))?;
     let copy = dir.join("xtask-running");
     let partial = dir.join(format!("xtask-running.{}", std::process::id()));
     std::fs::copy("/proc/self/exe", &partial).wrap_err_with(|| {
