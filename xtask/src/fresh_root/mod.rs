@@ -138,6 +138,12 @@ impl Chroot {
     /// and the apt download cache into `root`.
     fn enter(root: &Path, archives: &Path) -> Result<Self> {
         let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()));
+        // Where this host's toolchain is: rustup's and cargo's own variables, else their defaults.
+        let from_env = |key: &str, default: &str| {
+            std::env::var_os(key).map_or_else(|| home.join(default), PathBuf::from)
+        };
+        let rustup = from_env("RUSTUP_HOME", ".rustup");
+        let cargo = from_env("CARGO_HOME", ".cargo");
         let at = |p: &str| root.join(p.trim_start_matches('/'));
         std::fs::copy("/etc/resolv.conf", at("/etc/resolv.conf"))
             .wrap_err("copying /etc/resolv.conf into the root")?;
@@ -146,13 +152,9 @@ impl Chroot {
             Mount::proc(&at("/proc"))?,
             Mount::bind(Path::new("/sys"), &at("/sys"), false)?,
             Mount::bind(Path::new("/dev"), &at("/dev"), false)?,
-            Mount::bind(&home.join(".rustup"), &at("/opt/rustup"), true)?,
-            Mount::bind(&home.join(".cargo/bin"), &at("/opt/cargo-bin"), true)?,
-            Mount::bind(
-                &home.join(".cargo/registry"),
-                &at("/root/.cargo/registry"),
-                false,
-            )?,
+            Mount::bind(&rustup, &at("/opt/rustup"), true)?,
+            Mount::bind(&cargo.join("bin"), &at("/opt/cargo-bin"), true)?,
+            Mount::bind(&cargo.join("registry"), &at("/root/.cargo/registry"), false)?,
             Mount::bind(archives, &at("/var/cache/apt/archives"), false)?,
         ];
         Ok(Self {
