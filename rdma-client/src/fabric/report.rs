@@ -18,8 +18,9 @@
 //! pairs no named node explains are bad links (or bad luck): the list of bad pairs shows them.
 //! Two nodes alone cannot be told apart: both are named.
 //!
-//! A later line for the same ordered pair replaces an earlier one: a re-test alone
-//! (`--fabric --retest HOST`, appended to the input) is the pair's verdict. The report lists
+//! A re-test alone (`--fabric --retest HOST`) is the pair's verdict, wherever its line stands
+//! in the input: it replaces the pair's round line, and no round line replaces it. Between two
+//! lines of the same kind the later one wins. The report lists
 //! the outliers not re-tested yet (`to_retest`, what `--retest-list` prints) and, for every
 //! pair that was, whether it stayed bad or cleared (`retests`).
 
@@ -253,7 +254,11 @@ pub fn analyze(
         }
         hosts[p.writer].clone_from(&p.writer_host);
         hosts[p.target].clone_from(&p.target_host);
-        latest[p.writer * n + p.target] = Some(p);
+        let slot = &mut latest[p.writer * n + p.target];
+        *slot = Some(match *slot {
+            Some(earlier) if earlier.retest && !p.retest => earlier,
+            _ => p,
+        });
     }
 
     let lat = |p: &PairResult| p.lat_us.or(p.write_us);
@@ -621,6 +626,28 @@ pub(crate) mod tests {
         assert!(text_has_retest_summary(&r));
         let text = super::super::table::render(&r);
         assert!(text.contains("node3 -> node2: slow: latency 40.0 us > 2 x 10.0 us; bandwidth 250.0 MB/s < 0.5 x 1000.0 MB/s (re-tested alone)"), "{text}");
+    }
+
+    #[test]
+    fn a_retest_wins_whatever_the_order_of_the_lines() {
+        let retest = PairResult {
+            retest: true,
+            ..ok(2, 0, 10.0, Some(1000.0))
+        };
+        let mut after = three(Some(2), 4.0);
+        after.push(retest.clone());
+        let mut before = vec![retest];
+        before.extend(three(Some(2), 4.0));
+        for (order, v) in [("re-test last", after), ("re-test first", before)] {
+            let r = analyze(&v, 0, TH).unwrap();
+            let outcome: Vec<(usize, usize, bool)> = r
+                .retests
+                .iter()
+                .map(|x| (x.pair.writer, x.pair.target, x.still_bad))
+                .collect();
+            assert_eq!(outcome, [(2, 0, false)], "{order}");
+            assert_eq!(r.slow, 3, "{order}: 2 -> 0 cleared");
+        }
     }
 
     fn text_has_retest_summary(r: &Report) -> bool {

@@ -56,7 +56,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             for (round, target) in partners() {
                 let mut r = blank(&world, round, target, Duration::ZERO);
                 r.retest = args.fabric.retest.is_some();
-                let r = failed(r, &e, "the writer's local RDMA: ");
+                let r = with_failure(r, &e, "the writer's local RDMA: ");
                 out.emit(&Event::FabricPair(&r), || human(&r));
             }
             return Err(e);
@@ -123,7 +123,7 @@ impl Pair<'_> {
         r.retest = self.args.fabric.retest.is_some();
         let delivered = match written {
             Ok(d) => d,
-            Err(e) => return failed(r, &e, ""),
+            Err(e) => return with_failure(r, &e, ""),
         };
         r.verified = delivered.outcome.verified;
         r.write_us = Some(delivered.write_micros as f64);
@@ -161,7 +161,11 @@ impl Pair<'_> {
                 }
                 Err(e) => {
                     r.verified = false;
-                    return failed(r, &e, &format!("the write verified, but --bench {mode}: "));
+                    return with_failure(
+                        r,
+                        &e,
+                        &format!("the write verified, but --bench {mode}: "),
+                    );
                 }
             }
         }
@@ -190,7 +194,7 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
 }
 
 /// `r`, failed with `e` (its exit kind and message, after `context`).
-fn failed(mut r: PairResult, e: &Report, context: &str) -> PairResult {
+fn with_failure(mut r: PairResult, e: &Report, context: &str) -> PairResult {
     r.verified = false;
     r.error_kind = Some(exit::classify(e).name().to_owned());
     r.error = Some(format!(
