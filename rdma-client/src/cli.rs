@@ -2,9 +2,9 @@
 
 use crate::exit;
 use clap::{Parser, ValueEnum};
-use rdma_core_rs::app;
 use rdma_core_rs::cli::DeviceArgs;
 use rdma_proto::Notify;
+use rdma_proto::app;
 use std::path::PathBuf;
 use std::time::Duration;
 

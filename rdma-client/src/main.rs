@@ -12,7 +12,7 @@ mod output;
 mod rewrite;
 mod run;
 
-use rdma_core_rs::app;
+use rdma_proto::app;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -2,7 +2,7 @@
 //! writer both binaries share ([`app::Output`]). Every JSON event is one object with a `type`
 //! tag, so scripts can dispatch on it.
 
-use rdma_core_rs::app::{self, Exit};
+use rdma_proto::app::{self, Exit};
 use serde::Serialize;
 
 /// One `--json` event.

@@ -38,7 +38,7 @@ pub struct Delivered {
 /// The token `--token-file`, `--token` or `RDMA_WRITE_TOKEN` gives.
 pub fn load_token(args: &Args) -> Result<Option<String>> {
     Ok(match &args.token_file {
-        Some(path) => Some(rdma_core_rs::app::token::read_file(path)?),
+        Some(path) => Some(rdma_proto::app::token::read_file(path)?),
         None => args.token.clone(),
     })
 }

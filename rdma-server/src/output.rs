@@ -2,7 +2,7 @@
 //! is the one both binaries share ([`app::Output`]); it writes each event as one whole line, so
 //! the sessions' threads never interleave lines.
 
-use rdma_core_rs::app::{self, Exit};
+use rdma_proto::app::{self, Exit};
 use serde::Serialize;
 
 /// One `--json` event; `session` numbers tie the events of one client together.

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
-use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer, app};
+use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer};
+use rdma_proto::app;
 use rdma_proto::bench::{self, BenchMode, BenchParams, MAX_ITERS};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify};

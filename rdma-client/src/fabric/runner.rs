@@ -197,10 +197,7 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
 fn with_failure(mut r: PairResult, e: &Report, context: &str) -> PairResult {
     r.verified = false;
     r.error_kind = Some(exit::classify(e).name().to_owned());
-    r.error = Some(format!(
-        "{context}{}",
-        rdma_core_rs::app::report::message(e)
-    ));
+    r.error = Some(format!("{context}{}", rdma_proto::app::report::message(e)));
     r
 }
 
