@@ -9,7 +9,7 @@ use rdma_core_rs::{Access, Endpoint, LinkLayer, LocalPort, QpCaps, RemoteBuffer}
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
     Banner, ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, Outcome,
-    QpEndpoint, ServerMessage,
+    ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::time::{Duration, Instant};
@@ -92,12 +92,12 @@ pub fn write(
     let qp = qp.to_init(port.num, Access::NONE)?;
     let psn = rdma_core_rs::random_psn()?;
     let e = local.endpoint(&qp, psn);
-    let hello = hs.hello(to_wire(&e))?;
+    let hello = hs.hello(e.into())?;
     conn.send_line(&hello.to_line(), Instant::now() + timeout)?;
     fault_point(args, Fault::KillAfterHello);
 
     let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
-    let qp = qp.connect_to(local, &from_wire(&accept.endpoint), psn)?;
+    let qp = qp.connect_to(local, &Endpoint::from(&accept.endpoint), psn)?;
     let path_mtu = qp.path_mtu();
     emit(
         out,
@@ -297,16 +297,6 @@ pub(crate) fn recv(conn: &mut LineConn<TcpStream>, deadline: Instant) -> Result<
         .read_line(deadline)
         .wrap_err("waiting for the server")?;
     Ok(ServerMessage::parse(&line)?)
-}
-
-/// Our end of the connection as the handshake carries it (the hello's endpoint).
-pub(crate) fn to_wire(e: &Endpoint) -> QpEndpoint {
-    QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu)
-}
-
-/// The server's end from its accept, as the verbs connect to it.
-pub(crate) fn from_wire(e: &QpEndpoint) -> Endpoint {
-    Endpoint::new(e.qpn, e.psn, rdma_core_rs::Gid(e.gid.0), e.lid, e.mtu)
 }
 
 pub fn load_payload(args: &Args) -> Result<Vec<u8>> {

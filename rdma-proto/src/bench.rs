@@ -46,6 +46,11 @@ impl std::str::FromStr for BenchMode {
     }
 }
 
+/// Both sides of a session post a signalled write at least this often (and so keep at most a
+/// few times this many in their send queue). Not on the wire: the one number the client's
+/// loops and the server's pong loop size their queues by.
+pub const SIGNAL_EVERY: u64 = 16;
+
 /// The feature a server lists in its banner when it serves bench sessions.
 pub const FEATURE: &str = "bench";
 /// Most sizes one session may sweep.
@@ -126,9 +131,12 @@ pub fn fill_pattern(buf: &mut [u8]) {
 }
 
 /// The last byte of ping-pong exchange `n` (1-based): 1..=127, and consecutive exchanges differ.
+/// Total: `n = 0` (no exchange yet) is 127, the counter cycle's step before exchange 1, and no
+/// `n` overflows.
 #[must_use]
 pub fn counter(n: u64) -> u8 {
-    ((n - 1) % 127) as u8 + 1
+    // (n - 1) mod 127, without the subtraction that underflows at 0.
+    ((n % 127 + 126) % 127) as u8 + 1
 }
 
 /// What the server's buffer holds when a session of `p` ends: every size written its pattern,
@@ -163,7 +171,10 @@ mod tests {
 
     #[test]
     fn counters_never_collide_with_the_pattern_or_zero() {
-        for n in 1..1000u64 {
+        assert_eq!(counter(0), 127, "no underflow: the step before exchange 1");
+        assert_eq!((counter(1), counter(127), counter(128)), (1, 127, 1));
+        assert!((1..=127).contains(&counter(u64::MAX)));
+        for n in (0..1000u64).chain(u64::MAX - 1000..u64::MAX) {
             let c = counter(n);
             assert!((1..=127).contains(&c));
             assert_ne!(c, counter(n + 1));

@@ -16,7 +16,7 @@ use rdma_core_rs::{
     Access, CompletionQueue, ExposedRegion, MemoryRegion, QpCaps, QueuePair, RemoteBuffer, Rts,
     WriteFlags,
 };
-use rdma_proto::bench::{self, BenchMode, BenchParams};
+use rdma_proto::bench::{self, BenchMode, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
@@ -27,8 +27,7 @@ use crate::session::{
 };
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
-const SQ_DEPTH: u32 = 64;
-const SIGNAL_EVERY: u64 = 16;
+const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;
 /// Inline data asked for (rxe and most NICs offer at least this); 0 if the device refuses.
 const INLINE: u32 = 256;
 

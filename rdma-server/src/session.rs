@@ -15,8 +15,8 @@ use rdma_core_rs::{
 };
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
-    ErrorCode, ErrorMsg, Hello, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent,
-    ServerHandshake, ServerMessage, ServerPolicy,
+    ErrorCode, ErrorMsg, Hello, Notify, Outcome, ProtoError, ServerEvent, ServerHandshake,
+    ServerMessage, ServerPolicy,
 };
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -298,11 +298,9 @@ pub(crate) fn connect_and_accept(
 ) -> Result<QueuePair<Rts>, Failure> {
     let local = &s.local;
     let psn = rdma_core_rs::random_psn().map_err(&rdma)?;
-    let h = &hello.endpoint;
-    let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
+    let client = Endpoint::from(&hello.endpoint);
     let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;
-    let e = local.endpoint(&qp, psn);
-    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
+    let ours = local.endpoint(&qp, psn).into();
     let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     Ok(qp)

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
-use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer};
+use rdma_core_rs::{Access, Endpoint, LocalPort, QpCaps, RemoteBuffer};
 use rdma_proto::app;
 use rdma_proto::bench::{self, BenchMode, BenchParams, MAX_ITERS};
 use rdma_proto::framing::LineConn;
@@ -25,9 +25,7 @@ use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify};
 
 use crate::cli::Args;
 use crate::output::{Event, Output};
-use crate::run::{
-    connect, emit, emit_connected, emit_verified, from_wire, load_token, recv, resolve, to_wire,
-};
+use crate::run::{connect, emit, emit_connected, emit_verified, load_token, recv, resolve};
 
 /// The bench flags of `rdma-client`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -219,10 +217,10 @@ pub fn session(
     });
     let psn = rdma_core_rs::random_psn()?;
     let e = local.endpoint(&qp, psn);
-    conn.send_line(&hs.hello(to_wire(&e))?.to_line(), Instant::now() + timeout)?;
+    conn.send_line(&hs.hello(e.into())?.to_line(), Instant::now() + timeout)?;
     let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
     let a = &accept.endpoint;
-    let qp = qp.connect_to(local, &from_wire(a), psn)?;
+    let qp = qp.connect_to(local, &Endpoint::from(a), psn)?;
     let path_mtu = qp.path_mtu().bytes();
     emit(
         out,
