@@ -168,9 +168,9 @@ pub fn write(
         out,
         &Event::Written {
             length: payload.len() as u64,
-            notify: args.notify.as_str(),
+            notify: args.notify,
             crc32c: crc,
-            micros,
+            micros: u64::try_from(micros).unwrap_or(u64::MAX),
         },
         || {
             format!(
@@ -226,13 +226,13 @@ pub(crate) fn emit_connected(
     emit(
         out,
         &Event::Connected {
-            server,
-            program: &banner.program,
-            program_version: &banner.program_version,
-            device: local.ctx.name(),
+            server: server.into(),
+            program: banner.program.as_str().into(),
+            program_version: banner.program_version.as_str().into(),
+            device: local.ctx.name().into(),
             port: local.port.num,
             gid_index: local.gid.index,
-            gid: local.gid.gid.to_string(),
+            gid: local.gid.gid.to_string().into(),
         },
         human,
     );
@@ -250,7 +250,7 @@ pub(crate) fn emit_verified(
             verified: outcome.verified,
             length: outcome.length,
             crc32c: outcome.crc32c,
-            text: &outcome.text,
+            text: outcome.text.as_str().into(),
             truncated: outcome.truncated,
         },
         human,

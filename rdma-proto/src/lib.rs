@@ -9,6 +9,8 @@
 //! * [`ServerHandshake`], [`ClientHandshake`]: sans-IO state machines; feed them messages, they
 //!   tell you what to send and refuse anything out of order.
 //! * [`framing`]: a thin blocking line reader/writer with deadlines and a line cap.
+//! * [`events`]: the binaries' `--json` events (bench rows and fabric records included), for
+//!   the binaries that write them and everything that reads them.
 //! * [`exit`]: the binaries' exit codes, one table for `--help`, the code and their readers.
 //! * `app` (feature `app`): what both binaries share to start and end a run (the `--json`
 //!   writer, the error reporter, the exit mapping); `app::testing` (feature `test-support`)
@@ -28,6 +30,7 @@
 pub mod app;
 pub mod bench;
 pub mod error;
+pub mod events;
 pub mod exit;
 pub mod framing;
 pub mod handshake;

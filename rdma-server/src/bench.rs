@@ -20,7 +20,7 @@ use rdma_proto::bench::{self, BenchMode, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
-use crate::output::Event;
+use crate::output::{Event, SessionNotify};
 use crate::session::{
     Failure, SessionCtx, client_spoke, connect_and_accept, emit_qp_ready, next_event, out_of_order,
     report_verdict, revoke,
@@ -79,10 +79,7 @@ pub(crate) fn session(
         .map_err(rdma)?;
     let qp = connect_and_accept(s, conn, hs, hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
-    let mode = match b.mode {
-        BenchMode::Lat => "bench-lat",
-        BenchMode::Bw => "bench-bw",
-    };
+    let mode = SessionNotify::from(b.mode);
     let path_mtu = qp.path_mtu().bytes();
     emit_qp_ready(s, id, &qp, hello, mode, || {
         format!(

@@ -8,7 +8,7 @@
 
 use crate::cli::Fault;
 use crate::i18n::Lang;
-use crate::output::{Event, Output};
+use crate::output::{Event, Output, SessionNotify};
 use rdma_core_rs::{
     Access, Completion, CqMode, Endpoint, ErrorKind, ExposedRegion, Init, LocalPort, OwnedBuffer,
     QpCaps, QueuePair, Rts, WcOpcode,
@@ -117,7 +117,7 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     s.out.emit(
         &Event::Connected {
             session: id,
-            peer: peer.to_string(),
+            peer: peer.to_string().into(),
         },
         || format!("[{id}] client {peer} connected"),
     );
@@ -140,9 +140,9 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     s.out.emit(
         &Event::Error {
             session: Some(id),
-            peer: Some(peer.to_string()),
-            code: failure.log_code(),
-            message: failure.message.clone(),
+            peer: Some(peer.to_string().into()),
+            code: failure.log_code().into(),
+            message: failure.message.as_str().into(),
             fatal: false,
             exit_code: None,
         },
@@ -211,7 +211,7 @@ fn session(
     }
     let qp = connect_and_accept(s, conn, hs, &hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
-    let notify = hello.notify.as_str();
+    let notify = SessionNotify::from(hello.notify);
     let path_mtu = qp.path_mtu().bytes();
     emit_qp_ready(s, id, &qp, &hello, notify, || {
         format!(
@@ -327,7 +327,7 @@ pub(crate) fn emit_qp_ready(
     id: u64,
     qp: &QueuePair<Rts>,
     hello: &Hello,
-    notify: &str,
+    notify: SessionNotify,
     human: impl FnOnce() -> String,
 ) {
     s.out.emit(
@@ -489,9 +489,9 @@ pub(crate) fn report_verdict(
             verified: outcome.verified,
             length: outcome.length,
             crc32c: outcome.crc32c,
-            text: &outcome.text,
+            text: outcome.text.as_str().into(),
             truncated: outcome.truncated,
-            reason: outcome.reason.as_deref(),
+            reason: outcome.reason.as_deref().map(Into::into),
         },
         human,
     );

@@ -277,7 +277,7 @@ pub fn session(
             BenchMode::Lat => {
                 hot::ping_pong(&mut link, size_us, p.iters, wr_base, timeout, &mut samples)?;
                 let row = stats::lat_row(size, &mut samples);
-                emit(out, &Event::BenchLat(row), || row.line());
+                emit(out, &Event::BenchLat(row), || stats::lat_line(&row));
                 rows.lat.push(row);
             }
             BenchMode::Bw => {
@@ -291,7 +291,7 @@ pub fn session(
                     timeout,
                 )?;
                 let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
-                emit(out, &Event::BenchBw(row), || row.line());
+                emit(out, &Event::BenchBw(row), || stats::bw_line(&row));
                 rows.bw.push(row);
             }
         }

@@ -72,7 +72,7 @@ pub fn run(
             rows.extend(r.bw);
         }
         let row = sum(&rows).ok_or_else(|| eyre!("no figures for {size} B"))?;
-        emit(Some(out), &Event::BenchBw(row), || row.line());
+        emit(Some(out), &Event::BenchBw(row), || stats::bw_line(&row));
     }
     if !out.json() {
         println!("{}", stats::RULE);

@@ -20,6 +20,7 @@ use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_proto::DEFAULT_PORT;
 use rdma_proto::app::{self, Exit};
+use std::borrow::Cow;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -183,9 +184,9 @@ fn plan(f: &FabricArgs, out: &Output) -> Result<()> {
                 round: s.round,
                 rounds: schedule::rounds(n),
                 writer: s.writer,
-                writer_host: &hosts[s.writer],
+                writer_host: hosts[s.writer].as_str().into(),
                 target: s.target,
-                target_host: &hosts[s.target],
+                target_host: hosts[s.target].as_str().into(),
             },
             || {
                 format!(
@@ -225,7 +226,9 @@ fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
         print!("{}", retest_list(&r));
         return Ok(());
     }
-    out.emit(&Event::FabricReport(&r), || table::render(&r));
+    out.emit(&Event::FabricReport(Cow::Borrowed(&r)), || {
+        table::render(&r)
+    });
     for path in &f.heatmap {
         heatmap::draw(&r, path).wrap_err("writing the heat map")?;
     }

@@ -27,7 +27,8 @@ use crate::run;
 use color_eyre::eyre::{Report, Result};
 use rdma_core_rs::LocalPort;
 use rdma_proto::bench::{BenchMode, BenchParams};
-use rdma_proto::{ErrorCode, ProtoError};
+use rdma_proto::{ErrorCode, Exit, ProtoError};
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 /// Runs every round of this node; `Err` when any of its pairs failed.
@@ -57,7 +58,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
                 let mut r = blank(&world, round, target, Duration::ZERO);
                 r.retest = args.fabric.retest.is_some();
                 let r = with_failure(r, &e, "the writer's local RDMA: ");
-                out.emit(&Event::FabricPair(&r), || human(&r));
+                out.emit(&Event::FabricPair(Cow::Borrowed(&r)), || human(&r));
             }
             return Err(e);
         }
@@ -75,7 +76,9 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         let result = job.run(&payload, token.as_deref());
         pairs += 1;
         failed += usize::from(!result.verified);
-        out.emit(&Event::FabricPair(&result), || human(&result));
+        out.emit(&Event::FabricPair(Cow::Borrowed(&result)), || {
+            human(&result)
+        });
     }
     if failed > 0 {
         return Err(FabricError::PairsFailed {
@@ -196,7 +199,7 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
 /// `r`, failed with `e` (its exit kind and message, after `context`).
 fn with_failure(mut r: PairResult, e: &Report, context: &str) -> PairResult {
     r.verified = false;
-    r.error_kind = Some(exit::classify(e).name().to_owned());
+    r.error_kind = Some(exit::classify(e));
     r.error = Some(format!("{context}{}", rdma_proto::app::report::message(e)));
     r
 }
@@ -255,7 +258,7 @@ fn human(r: &PairResult) -> String {
     } else {
         format!(
             "{head}: FAILED ({}): {}",
-            r.error_kind.as_deref().unwrap_or("unverified"),
+            r.error_kind.unwrap_or(Exit::Unverified),
             rdma_proto::printable(r.error.as_deref().unwrap_or_default())
         )
     }
