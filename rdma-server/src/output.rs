@@ -4,7 +4,7 @@
 //! interleave lines.
 
 use rdma_proto::app;
-pub use rdma_proto::events::server::{AuthMode, Event, ServeMode, SessionNotify};
+pub use rdma_proto::events::server::{AuthMode, Event, ServeMode, SessionNotify, StopReason};
 
 /// Where the server's events go.
 pub type Output = app::Output<rdma_proto::events::server::Events>;

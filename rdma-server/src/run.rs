@@ -5,7 +5,7 @@ use crate::access;
 use crate::cli::Args;
 use crate::exit::ServerError;
 use crate::i18n::Lang;
-use crate::output::{AuthMode, Event, Output, ServeMode};
+use crate::output::{AuthMode, Event, Output, ServeMode, StopReason};
 use crate::session::{self, SessionCtx};
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage, ServerPolicy};
@@ -123,10 +123,10 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     let reason = loop {
         if signalled.load(Ordering::Relaxed) {
-            break "signal";
+            break StopReason::Signal;
         }
         if !s.args.serve && s.session.verified.load(Ordering::Acquire) > 0 {
-            break "verified";
+            break StopReason::Verified;
         }
         if let Some(lifetime) = s.args.lifetime
             && started.elapsed() >= lifetime
@@ -153,7 +153,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     stop(s, threads);
     out.emit(
         &Event::Stopped {
-            reason: reason.into(),
+            reason,
             sessions: next_id,
             verified: s.session.verified.load(Ordering::Acquire),
         },

@@ -69,7 +69,7 @@ pub enum Event<'a> {
     },
     /// The server stopped.
     Stopped {
-        reason: Cow<'a, str>,
+        reason: StopReason,
         sessions: u64,
         verified: u64,
     },
@@ -120,6 +120,25 @@ impl From<crate::BenchMode> for SessionNotify {
             crate::BenchMode::Lat => SessionNotify::BenchLat,
             crate::BenchMode::Bw => SessionNotify::BenchBw,
         }
+    }
+}
+
+/// Why the server stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopReason {
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// One-shot: a client's write was verified.
+    Verified,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Signal => "signal",
+            StopReason::Verified => "verified",
+        })
     }
 }
 
