@@ -53,3 +53,11 @@ fn help_documents_exactly_the_codes_the_client_returns() {
 fn an_expected_failure_shows_advice_and_no_backtrace() {
     client().check_first_failure(&[NOWHERE], (Exit::Network, "could not reach the server"));
 }
+
+/// The test hooks are not in a build without `fault-injection` (a release build, the .deb):
+/// `--fault` is an unknown argument there. (`cargo xtask e2e` builds with the hooks.)
+#[cfg(not(feature = "fault-injection"))]
+#[test]
+fn a_build_without_fault_injection_has_no_fault_flag() {
+    client().assert_no_flag(&[NOWHERE, "--fault", "wrong-rkey"], "--fault");
+}

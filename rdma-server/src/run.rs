@@ -67,7 +67,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             },
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,
-            fault: args.fault,
+            fault: args.fault(),
             out,
             lang: Lang::from_env(),
             stopping: AtomicBool::new(false),

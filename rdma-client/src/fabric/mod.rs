@@ -15,7 +15,6 @@ pub mod runner;
 pub mod schedule;
 pub mod table;
 
-use crate::cli::Args;
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_proto::DEFAULT_PORT;
@@ -144,16 +143,29 @@ pub fn exit_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
     cause.is::<FabricError>().then_some(Exit::Transfer)
 }
 
+/// `--fabric` or `--fabric-report`, from the command line.
+#[derive(Debug)]
+pub struct FabricTask {
+    pub fabric: FabricArgs,
+    /// What each pair writes, and how the target learns it is done.
+    pub payload: crate::run::PayloadSource,
+    pub notify: rdma_proto::Notify,
+    /// How each pair's measurements post.
+    pub knobs: crate::bench::Knobs,
+    pub session: crate::session::SessionOptions,
+    pub device: rdma_core_rs::cli::DeviceArgs,
+}
+
 /// Runs `--fabric` (with or without `--plan`) or `--fabric-report`.
-pub fn run(args: &Args, out: &Output) -> Result<()> {
-    let f = &args.fabric;
+pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
+    let f = &task.fabric;
     if let Some(files) = &f.fabric_report {
         return report_files(f, files, out);
     }
     if f.plan {
         return plan(f, out);
     }
-    runner::run(args, out)
+    runner::run(task, out)
 }
 
 /// The world this task is part of: `--hosts/--rank`, else Slurm's environment.

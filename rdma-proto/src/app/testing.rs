@@ -223,6 +223,28 @@ impl Binary {
         self.exit_codes.get(&code).map(String::as_str)
     }
 
+    /// Panics unless the binary refuses `args`, which use `flag`, as an unknown argument: a
+    /// usage error (2) naming the flag. For flags a build must not have (the test hooks of a
+    /// build without `fault-injection`).
+    pub fn assert_no_flag(&self, args: &[&str], flag: &str) {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let run = self.run(&args, &[]);
+        assert_eq!(
+            run.code,
+            Some(i32::from(Exit::Usage.code())),
+            "{}: {}",
+            run.what,
+            run.stderr
+        );
+        assert!(
+            run.stderr
+                .contains(&format!("unexpected argument '{flag}'")),
+            "{}: {}",
+            run.what,
+            run.stderr
+        );
+    }
+
     /// Runs the binary with `args` and `env`, no access token in the environment, backtraces
     /// requested, and a time limit.
     #[must_use]

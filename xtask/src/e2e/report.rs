@@ -286,7 +286,7 @@ mod tests {
         );
 
         let mut wrong_exit = good.clone();
-        wrong_exit[1].exit_code = Some(8);
+        wrong_exit[1].exit_code = Some(i32::from(rdma_proto::Exit::Transfer.code()));
         assert_eq!(scenario_failures(&seed, &wrong_exit).len(), 1);
 
         let mut unverified = good.clone();
