@@ -36,7 +36,7 @@ pub mod framing;
 pub mod handshake;
 pub mod wire;
 
-pub use bench::{BenchMode, BenchParams};
+pub use bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
 pub use error::{ErrorCode, ProtoError, UnknownErrorCode};
 pub use exit::Exit;
 pub use framing::{Deadlined, FrameError, LineConn};

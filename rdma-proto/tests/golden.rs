@@ -162,11 +162,12 @@ fn bench_transcript() -> String {
         bench_max_len: 8 << 20,
     });
     let bench = BenchParams {
-        mode: BenchMode::Lat,
+        kind: BenchKind::Lat(PongBuffer {
+            addr: 0x7f8a_5678_9000,
+            rkey: 0x0003_1a2b,
+        }),
         sizes: vec![2, 4096],
         iters: 1000,
-        addr: Some(0x7f8a_5678_9000),
-        rkey: Some(0x0003_1a2b),
     };
     let fin = rdma_proto::bench::final_content(&bench, bench.iters);
     let mut client =

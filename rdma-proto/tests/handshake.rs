@@ -829,12 +829,17 @@ fn state_display() {
 }
 
 fn bench_params(mode: BenchMode, sizes: Vec<u64>) -> BenchParams {
+    let kind = match mode {
+        BenchMode::Lat => BenchKind::Lat(PongBuffer {
+            addr: 0x1000,
+            rkey: 9,
+        }),
+        BenchMode::Bw => BenchKind::Bw,
+    };
     BenchParams {
-        mode,
+        kind,
         sizes,
         iters: 100,
-        addr: Some(0x1000),
-        rkey: Some(9),
     }
 }
 

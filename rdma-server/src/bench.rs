@@ -16,7 +16,7 @@ use rdma_core_rs::{
     Access, CompletionQueue, ExposedRegion, MemoryRegion, QpCaps, QueuePair, RemoteBuffer, Rts,
     WriteFlags,
 };
-use rdma_proto::bench::{self, BenchMode, BenchParams, SIGNAL_EVERY};
+use rdma_proto::bench::{self, BenchKind, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
@@ -53,13 +53,14 @@ pub(crate) fn session(
     let mr = pd
         .register_exposed(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .map_err(rdma)?;
-    let mut src = match b.mode {
-        BenchMode::Lat => {
+    // lat: our pongs, and the client's buffer they go to.
+    let mut pongs = match b.kind {
+        BenchKind::Lat(to) => {
             let mut m = pd.register(len, Access::NONE).map_err(rdma)?;
             bench::fill_pattern(m.as_mut_slice());
-            Some(m)
+            Some((m, to))
         }
-        BenchMode::Bw => None,
+        BenchKind::Bw => None,
     };
     let cq = local
         .ctx
@@ -79,7 +80,7 @@ pub(crate) fn session(
         .map_err(rdma)?;
     let qp = connect_and_accept(s, conn, hs, hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
-    let mode = SessionNotify::from(b.mode);
+    let mode = SessionNotify::from(b.mode());
     let path_mtu = qp.path_mtu().bytes();
     emit_qp_ready(s, id, &qp, hello, mode, || {
         format!(
@@ -91,10 +92,10 @@ pub(crate) fn session(
         )
     });
 
-    if let Some(src) = src.as_mut() {
+    if let Some((src, to)) = pongs.as_mut() {
         let remote = RemoteBuffer {
-            addr: b.addr.unwrap_or(0),
-            rkey: b.rkey.unwrap_or(0),
+            addr: to.addr,
+            rkey: to.rkey,
             len: hello.length,
         };
         let pong = Pong {
@@ -124,7 +125,7 @@ pub(crate) fn session(
     );
     // As for a write: no more packets from the client's QP, its rkey revoked, then read.
     let buf = revoke(qp, mr)?;
-    drop(src);
+    drop(pongs);
     drop(cq);
     drop(pd);
     let mut outcome = hs.verify(&buf[..len.min(buf.len())], None, Some(&written));

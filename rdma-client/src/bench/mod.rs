@@ -19,7 +19,7 @@ use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
 use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer};
 use rdma_proto::app;
-use rdma_proto::bench::{self, BenchMode, BenchParams, MAX_ITERS};
+use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, MAX_ITERS, PongBuffer};
 use rdma_proto::{ClientHandshake, ClientRequest, Notify};
 
 use crate::output::{Event, Output};
@@ -78,8 +78,17 @@ fn all_sizes() -> Vec<u64> {
     (1..=23).map(|i| 1u64 << i).collect()
 }
 
+/// What a session measures before its buffers exist: the mode, the sizes, the iterations
+/// (the hello's [`BenchParams`] add the buffer only `lat` names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    pub mode: BenchMode,
+    pub sizes: Vec<u64>,
+    pub iters: u64,
+}
+
 /// The sweep, iterations and mode the flags ask for.
-fn params(b: &BenchArgs, mode: BenchMode) -> Result<BenchParams> {
+fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
     if mode == BenchMode::Lat && b.qps > 1 {
         bail!("--qps applies to --bench bw (perftest's latency tests use one QP too)");
     }
@@ -103,13 +112,7 @@ fn params(b: &BenchArgs, mode: BenchMode) -> Result<BenchParams> {
             BenchMode::Bw => 5000,
         },
     };
-    Ok(BenchParams {
-        mode,
-        sizes,
-        iters,
-        addr: None,
-        rkey: None,
-    })
+    Ok(Sweep { mode, sizes, iters })
 }
 
 /// How the loops post, from the bench flags (the same for every session of a run).
@@ -174,7 +177,7 @@ pub struct Rows {
 #[derive(Debug, Clone)]
 pub struct Measure<'a> {
     pub target: &'a Target,
-    pub params: BenchParams,
+    pub params: Sweep,
     pub token: Option<String>,
     pub knobs: Knobs,
 }
@@ -192,12 +195,12 @@ impl Measure<'_> {
     ) -> Result<Rows> {
         let Measure {
             target,
-            params: mut p,
+            params: sweep,
             token,
             knobs: b,
         } = self;
-        let mode = p.mode;
-        let max = p.sizes.last().copied().unwrap_or(1);
+        let mode = sweep.mode;
+        let max = sweep.sizes.last().copied().unwrap_or(1);
         let max_len = usize::try_from(max)?;
         let (ctx, port) = (&local.ctx, &local.port);
         let timeout = opts.timeout;
@@ -206,14 +209,21 @@ impl Measure<'_> {
         let pd = ctx.alloc_pd()?;
         let mut src = pd.register(max_len, Access::NONE)?;
         bench::fill_pattern(src.as_mut_slice());
-        let pongs = match mode {
+        let (kind, pongs) = match mode {
             BenchMode::Lat => {
                 let r = pd.register_exposed(max_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-                p.addr = Some(r.addr());
-                p.rkey = Some(r.rkey());
-                Some(r)
+                let to = PongBuffer {
+                    addr: r.addr(),
+                    rkey: r.rkey(),
+                };
+                (BenchKind::Lat(to), Some(r))
             }
-            BenchMode::Bw => None,
+            BenchMode::Bw => (BenchKind::Bw, None),
+        };
+        let p = BenchParams {
+            kind,
+            sizes: sweep.sizes,
+            iters: sweep.iters,
         };
         let depth = match mode {
             BenchMode::Lat => 4 * hot::SIGNAL_EVERY as u32 + 2,

@@ -6,10 +6,9 @@ use std::time::Instant;
 
 use color_eyre::eyre::{Result, eyre};
 use rdma_core_rs::LocalPort;
-use rdma_proto::bench::BenchParams;
 
 use super::stats::{self, BwRow};
-use super::{Measure, Rows};
+use super::{Measure, Rows, Sweep};
 use crate::output::{Event, Output};
 use crate::session::SessionOptions;
 
@@ -44,7 +43,7 @@ pub fn run(
         println!("{}  (#QPs {qps})", stats::BW_HEADER);
     }
     for &size in &p.sizes {
-        let one = BenchParams {
+        let one = Sweep {
             sizes: vec![size],
             ..p.clone()
         };

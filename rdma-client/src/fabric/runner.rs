@@ -20,14 +20,14 @@ use super::FabricTask;
 use super::pair::PairResult;
 use super::ranks::{RankError, World};
 use super::{FabricError, schedule};
-use crate::bench::Measure;
+use crate::bench::{Measure, Sweep};
 use crate::exit;
 use crate::output::{Event, Output};
 use crate::run::Write;
 use crate::session::Target;
 use color_eyre::eyre::{Report, Result};
 use rdma_core_rs::LocalPort;
-use rdma_proto::bench::{BenchMode, BenchParams};
+use rdma_proto::bench::BenchMode;
 use rdma_proto::{ErrorCode, Exit, ProtoError};
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -146,12 +146,10 @@ impl Pair<'_> {
             if iters == 0 || !r.verified {
                 continue;
             }
-            let p = BenchParams {
+            let p = Sweep {
                 mode,
                 sizes: vec![size],
                 iters,
-                addr: None,
-                rkey: None,
             };
             let (rows, _) = wait_turn(deadline, || {
                 let m = Measure {
