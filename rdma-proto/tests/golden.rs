@@ -68,7 +68,7 @@ fn banner_and_hello(
 fn transcript(notify: Notify, token: Option<&str>) -> String {
     let mut out = String::new();
     let mut server = ServerHandshake::new(ServerPolicy {
-        max_len: 64,
+        buffer_size: 64,
         token: token.map(str::to_owned),
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
@@ -155,7 +155,7 @@ fn golden_handshake_tcp_with_token() {
 fn bench_transcript() -> String {
     let mut out = String::new();
     let mut server = ServerHandshake::new(ServerPolicy {
-        max_len: 64,
+        buffer_size: 64,
         token: None,
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),

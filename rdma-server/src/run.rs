@@ -59,7 +59,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         session: SessionCtx {
             local,
             policy: ServerPolicy {
-                max_len: args.buffer_size,
+                buffer_size: args.buffer_size,
                 token,
                 program_version: env!("CARGO_PKG_VERSION").to_owned(),
                 features: ServerPolicy::default_features(),

@@ -32,7 +32,7 @@ const SLICE: Duration = Duration::from_millis(100);
 pub struct SessionCtx {
     /// The device, its port and GID, opened once.
     pub local: LocalPort,
-    /// What a hello may ask for (`max_len` is the buffer size) and what the banner says.
+    /// What a hello may ask for (`buffer_size`: each session's buffer, `--buffer-size`) and what the banner says.
     pub policy: ServerPolicy,
     /// The deadline of each phase of a session.
     pub timeout: Duration,
@@ -197,11 +197,11 @@ fn session(
             Access::REMOTE_WRITE,
         )
     };
-    let len = usize::try_from(s.policy.max_len)
+    let buffer_size = usize::try_from(s.policy.buffer_size)
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
     let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
-    let mr = pd.register_exposed(len, mr_access).map_err(rdma)?;
+    let mr = pd.register_exposed(buffer_size, mr_access).map_err(rdma)?;
     let cq = local.ctx.create_cq(4, s.cq_mode).map_err(rdma)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default()).map_err(rdma)?;
     let qp = qp.to_init(local.port.num, qp_access).map_err(rdma)?;

@@ -201,17 +201,18 @@ impl Measure<'_> {
         } = self;
         let mode = sweep.mode;
         let max = sweep.sizes.last().copied().unwrap_or(1);
-        let max_len = usize::try_from(max)?;
+        let buffer_size = usize::try_from(max)?;
         let (ctx, port) = (&local.ctx, &local.port);
         let timeout = opts.timeout;
 
         // Verbs objects first: the hello names our pong buffer.
         let pd = ctx.alloc_pd()?;
-        let mut src = pd.register(max_len, Access::NONE)?;
+        let mut src = pd.register(buffer_size, Access::NONE)?;
         bench::fill_pattern(src.as_mut_slice());
         let (kind, pongs) = match mode {
             BenchMode::Lat => {
-                let r = pd.register_exposed(max_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                let r =
+                    pd.register_exposed(buffer_size, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
                 let to = PongBuffer {
                     addr: r.addr(),
                     rkey: r.rkey(),
