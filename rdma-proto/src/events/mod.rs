@@ -4,7 +4,7 @@
 //! reader, not a failure found in the guests.
 //!
 //! * [`server`]: `rdma-server --json`.
-//! * [`client`]: `rdma-client --json`, with the measurement rows of `--bench` ([`bench`]) and
+//! * [`client`]: `rdma-client --json`, with the measurement rows of `--bench` ([`bench`](mod@bench)) and
 //!   the fabric check's records ([`fabric`]).
 //!
 //! Text fields are [`Cow`](std::borrow::Cow): a binary writes them borrowed, a reader gets
