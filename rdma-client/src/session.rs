@@ -1,6 +1,6 @@
 //! The one client session, as every run of the client drives it: TCP connect, the server's
 //! banner, our hello, its accept, our QP to RTS, and at the end the `written` notice and the
-//! server's verdict. `run::write` (one message), `bench::session` (a measurement) and the
+//! server's verdict. `run::Write` (one message), `bench::Measure` (a measurement) and the
 //! fabric check (both, per pair) differ only in what they register and post in between.
 
 use crate::exit::ClientError;
