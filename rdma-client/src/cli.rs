@@ -1,10 +1,15 @@
 //! Command-line interface of `rdma-client`.
 
+use crate::bench::BenchTask;
 use crate::exit;
-use clap::{Parser, ValueEnum};
-use rdma_core_rs::app;
+use crate::fabric::FabricTask;
+use crate::fault::Faults;
+use crate::run::{PayloadSource, WriteTask};
+use crate::session::{SessionOptions, TokenSource};
+use clap::Parser;
 use rdma_core_rs::cli::DeviceArgs;
 use rdma_proto::Notify;
+use rdma_proto::app;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,11 +22,9 @@ pub struct Args {
     /// --fabric or --fabric-report.
     #[arg(
         required_unless_present_any = ["fabric", "fabric_report"],
-        conflicts_with_all = ["fabric", "fabric_report"],
-        default_value = "",
-        hide_default_value = true
+        conflicts_with_all = ["fabric", "fabric_report"]
     )]
-    pub server: String,
+    pub server: Option<String>,
 
     /// Text to write into the server's buffer.
     #[arg(
@@ -76,27 +79,80 @@ pub struct Args {
     pub fabric: crate::fabric::FabricArgs,
 
     /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
-    /// kill-after-accept, kill-after-write, rewrite-after-imm). Used by the end-to-end fault tests.
+    /// kill-after-accept, kill-after-write, rewrite-after-imm). Used by the end-to-end fault
+    /// tests; only in a build with the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, hide = true)]
-    pub fault: Option<Fault>,
+    pub fault: Option<crate::fault::Fault>,
 }
 
-/// Deliberate misbehaviour for fault-injection tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Fault {
-    /// Write with a corrupted rkey: the server's NIC must refuse it.
-    WrongRkey,
-    /// Write just past the end of the server's buffer.
-    OutOfBounds,
-    /// SIGKILL ourselves right after sending the hello.
-    KillAfterHello,
-    /// SIGKILL ourselves after the accept, with our QP in RTS.
-    KillAfterAccept,
-    /// SIGKILL ourselves after the write completed, before the verdict.
-    KillAfterWrite,
-    /// After the write the server is told about, keep RDMA-Writing other bytes into its buffer;
-    /// exit 0 only if the server's verdict describes bytes we wrote, consistently.
-    RewriteAfterImm,
+/// What the command line asks for, in typed parts; nothing below `main` sees [`Args`].
+#[derive(Debug)]
+pub enum Task {
+    /// `rdma-client SERVER`: one verified write.
+    Write(WriteTask),
+    /// `rdma-client SERVER --bench MODE`.
+    Bench(BenchTask),
+    /// `--fabric` or `--fabric-report`.
+    Fabric(FabricTask),
+}
+
+/// The command line parsed, but clap let no SERVER through where one is needed.
+#[derive(Debug, thiserror::Error)]
+#[error("no SERVER given (it is required without --fabric or --fabric-report)")]
+pub struct NoServer;
+
+impl Args {
+    /// Splits the command line into the task it asks for.
+    ///
+    /// # Errors
+    /// No SERVER where one is needed (clap refuses that first).
+    pub fn task(self) -> Result<Task, NoServer> {
+        let payload = match self.file {
+            Some(path) => PayloadSource::File(path),
+            None => PayloadSource::Message(self.message),
+        };
+        let session = SessionOptions {
+            timeout: self.timeout,
+            wait_for_server: self.wait_for_server,
+            cq_mode: self.local.cq_mode,
+            token: TokenSource {
+                file: self.token_file,
+                value: self.token,
+            },
+            faults: Faults {
+                #[cfg(feature = "fault-injection")]
+                fault: self.fault,
+            },
+        };
+        if self.fabric.asked() {
+            return Ok(Task::Fabric(FabricTask {
+                fabric: self.fabric,
+                payload,
+                notify: self.notify,
+                knobs: self.bench.knobs(),
+                session,
+                device: self.local,
+            }));
+        }
+        let server = self.server.ok_or(NoServer)?;
+        Ok(match self.bench.bench {
+            Some(mode) => Task::Bench(BenchTask {
+                server,
+                mode,
+                bench: self.bench,
+                session,
+                device: self.local,
+            }),
+            None => Task::Write(WriteTask {
+                server,
+                payload,
+                notify: self.notify,
+                session,
+                device: self.local,
+            }),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -106,6 +162,7 @@ mod tests {
     #[test]
     fn defaults_match_the_seed() {
         let a = Args::try_parse_from(["rdma-client", "10.0.0.1"]).unwrap();
+        assert_eq!(a.server.as_deref(), Some("10.0.0.1"));
         assert_eq!(a.message, "Hello RDMA Write!");
         assert_eq!(a.local.port, 1);
         assert_eq!(a.notify, Notify::Imm);
@@ -118,5 +175,40 @@ mod tests {
     fn message_and_file_conflict() {
         let r = Args::try_parse_from(["rdma-client", "h", "--message", "x", "--file", "/dev/null"]);
         assert!(r.is_err());
+    }
+}
+
+#[cfg(test)]
+mod task_tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_becomes_one_typed_task() {
+        let task = |argv: &[&str]| Args::try_parse_from(argv).unwrap().task().unwrap();
+        assert!(matches!(
+            task(&["rdma-client", "h", "--notify", "tcp"]),
+            Task::Write(WriteTask { ref server, notify: Notify::Tcp, .. }) if server == "h"
+        ));
+        assert!(matches!(
+            task(&["rdma-client", "h", "--bench", "bw"]),
+            Task::Bench(BenchTask {
+                mode: rdma_proto::BenchMode::Bw,
+                ..
+            })
+        ));
+        assert!(matches!(
+            task(&["rdma-client", "--fabric-report"]),
+            Task::Fabric(_)
+        ));
+        assert!(
+            Args::try_parse_from(["rdma-client"]).is_err(),
+            "SERVER is required"
+        );
+        let mut args = Args::try_parse_from(["rdma-client", "--fabric-report"]).unwrap();
+        args.fabric.fabric_report = None;
+        assert!(
+            args.task().is_err(),
+            "no server and no fabric: refused, not unwrapped"
+        );
     }
 }

@@ -1,9 +1,9 @@
 //! The client's failure paths that need no RDMA link, held to what its `--help` promises. The
 //! harness and the one list of user mistakes are shared with the server's tests
-//! (`rdma_core_rs::app::testing`); this file only says how to make each mistake here.
+//! (`rdma_proto::app::testing`); this file only says how to make each mistake here.
 
-use rdma_core_rs::app::Exit;
-use rdma_core_rs::app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
+use rdma_proto::app::Exit;
+use rdma_proto::app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
 
 fn client() -> Binary {
     Binary::new(env!("CARGO_BIN_EXE_rdma-client"))
@@ -52,4 +52,12 @@ fn help_documents_exactly_the_codes_the_client_returns() {
 #[test]
 fn an_expected_failure_shows_advice_and_no_backtrace() {
     client().check_first_failure(&[NOWHERE], (Exit::Network, "could not reach the server"));
+}
+
+/// The test hooks are not in a build without `fault-injection` (a release build, the .deb):
+/// `--fault` is an unknown argument there. (`cargo xtask e2e` builds with the hooks.)
+#[cfg(not(feature = "fault-injection"))]
+#[test]
+fn a_build_without_fault_injection_has_no_fault_flag() {
+    client().assert_no_flag(&[NOWHERE, "--fault", "wrong-rkey"], "--fault");
 }

@@ -64,8 +64,6 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-#[cfg(feature = "app")]
-pub mod app;
 mod context;
 mod cq;
 pub mod error;

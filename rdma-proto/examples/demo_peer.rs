@@ -50,7 +50,7 @@ fn serve(port: u16) -> Result<(), Box<dyn Error>> {
     let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
     let buffer = [0u8; 64];
     let mut hs = ServerHandshake::new(ServerPolicy {
-        max_len: buffer.len() as u64,
+        buffer_size: buffer.len() as u64,
         token: None,
         program_version: env!("CARGO_PKG_VERSION").to_owned(),
         features: ServerPolicy::default_features(),

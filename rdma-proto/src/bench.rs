@@ -8,6 +8,7 @@
 //! byte for the next ping. Pure; no I/O.
 
 use serde::Serialize;
+use serde::ser::{SerializeStruct as _, Serializer};
 
 /// What the client measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -46,6 +47,11 @@ impl std::str::FromStr for BenchMode {
     }
 }
 
+/// Both sides of a session post a signalled write at least this often (and so keep at most a
+/// few times this many in their send queue). Not on the wire: the one number the client's
+/// loops and the server's pong loop size their queues by.
+pub const SIGNAL_EVERY: u64 = 16;
+
 /// The feature a server lists in its banner when it serves bench sessions.
 pub const FEATURE: &str = "bench";
 /// Most sizes one session may sweep.
@@ -53,64 +59,113 @@ pub const MAX_SIZES: usize = 64;
 /// Most exchanges (lat) or writes (bw) per size.
 pub const MAX_ITERS: u64 = 100_000_000;
 
-/// `hello.bench`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// `hello.bench`: on the wire `mode`, `sizes`, `iters`, and for `lat` the client's buffer as
+/// `addr` and `rkey` (see [`BenchKind`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BenchParams {
-    pub mode: BenchMode,
+    /// What is measured, with what only that mode carries.
+    pub kind: BenchKind,
     /// Message sizes, strictly ascending; the largest is `hello.length` (the buffer it needs).
     pub sizes: Vec<u64>,
     /// Exchanges (lat) or writes (bw) per size. With bw the client may stop earlier (a
     /// duration); the server only checks the final bytes.
     pub iters: u64,
-    /// lat: the client's buffer the server writes its answers to (`hello.length` bytes).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub addr: Option<u64>,
-    /// lat: the remote key of that buffer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rkey: Option<u32>,
+}
+
+/// A bench session's mode and what only it needs: `lat` names the client's buffer the server
+/// writes its answers to, `bw` needs nothing. A `lat` without a buffer cannot be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchKind {
+    /// Ping-pong: the server answers each write into the client's buffer.
+    Lat(PongBuffer),
+    /// A stream of writes.
+    Bw,
+}
+
+/// `lat`: the client's buffer the server writes its answers to (`hello.length` bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PongBuffer {
+    /// `hello.bench.addr`.
+    pub addr: u64,
+    /// `hello.bench.rkey`: the remote key of that buffer.
+    pub rkey: u32,
+}
+
+impl BenchKind {
+    /// Its mode.
+    #[must_use]
+    pub fn mode(self) -> BenchMode {
+        match self {
+            BenchKind::Lat(_) => BenchMode::Lat,
+            BenchKind::Bw => BenchMode::Bw,
+        }
+    }
+}
+
+/// The wire form, field order as PROTOCOL.md writes it (and the golden vectors hold).
+impl Serialize for BenchParams {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let pongs = match self.kind {
+            BenchKind::Lat(p) => Some(p),
+            BenchKind::Bw => None,
+        };
+        let mut st = s.serialize_struct("BenchParams", if pongs.is_some() { 5 } else { 3 })?;
+        st.serialize_field("mode", &self.mode())?;
+        st.serialize_field("sizes", &self.sizes)?;
+        st.serialize_field("iters", &self.iters)?;
+        if let Some(p) = pongs {
+            st.serialize_field("addr", &p.addr)?;
+            st.serialize_field("rkey", &p.rkey)?;
+        }
+        st.end()
+    }
 }
 
 impl BenchParams {
+    /// Its mode.
+    #[must_use]
+    pub fn mode(&self) -> BenchMode {
+        self.kind.mode()
+    }
+
     /// Checks what the fields must satisfy together, for a hello of `length` bytes.
     /// Returns the field at fault and why.
     pub fn check(&self, length: u64) -> Result<(), (&'static str, String)> {
-        if self.sizes.is_empty() || self.sizes.len() > MAX_SIZES {
-            return Err((
-                "sizes",
-                format!(
-                    "has {} entries; give 1..={MAX_SIZES} sizes",
-                    self.sizes.len()
-                ),
-            ));
-        }
-        if self.sizes[0] == 0 || self.sizes.windows(2).any(|w| w[0] >= w[1]) {
-            return Err((
-                "sizes",
-                "must be at least 1 and strictly ascending".to_owned(),
-            ));
-        }
-        if self.sizes.last() != Some(&length) {
-            return Err((
-                "sizes",
-                format!("the largest size must equal hello's length ({length})"),
-            ));
-        }
-        if !(1..=MAX_ITERS).contains(&self.iters) {
-            return Err((
-                "iters",
-                format!("{} is out of range 1..={MAX_ITERS}", self.iters),
-            ));
-        }
-        if self.mode == BenchMode::Lat && (self.addr.is_none() || self.rkey.is_none()) {
-            return Err((
-                "addr",
-                "lat needs the client's buffer (`addr` and `rkey`) for the server's answers"
-                    .to_owned(),
-            ));
-        }
-        Ok(())
+        check_sweep(&self.sizes, self.iters, length)
     }
 }
+
+/// The sizes and iterations of a session of `length` bytes: the field at fault and why.
+pub fn check_sweep(sizes: &[u64], iters: u64, length: u64) -> Result<(), (&'static str, String)> {
+    if sizes.is_empty() || sizes.len() > MAX_SIZES {
+        return Err((
+            "sizes",
+            format!("has {} entries; give 1..={MAX_SIZES} sizes", sizes.len()),
+        ));
+    }
+    if sizes[0] == 0 || sizes.windows(2).any(|w| w[0] >= w[1]) {
+        return Err((
+            "sizes",
+            "must be at least 1 and strictly ascending".to_owned(),
+        ));
+    }
+    if sizes.last() != Some(&length) {
+        return Err((
+            "sizes",
+            format!("the largest size must equal hello's length ({length})"),
+        ));
+    }
+    if !(1..=MAX_ITERS).contains(&iters) {
+        return Err(("iters", format!("{iters} is out of range 1..={MAX_ITERS}")));
+    }
+    Ok(())
+}
+
+/// Why a `lat` hello without the client's buffer is refused (the field and the reason).
+pub const LAT_NEEDS_PONGS: (&str, &str) = (
+    "addr",
+    "lat needs the client's buffer (`addr` and `rkey`) for the server's answers",
+);
 
 /// Byte `i` of a bench payload: never below 0x80, so never a ping counter.
 #[must_use]
@@ -126,9 +181,12 @@ pub fn fill_pattern(buf: &mut [u8]) {
 }
 
 /// The last byte of ping-pong exchange `n` (1-based): 1..=127, and consecutive exchanges differ.
+/// Total: `n = 0` (no exchange yet) is 127, the counter cycle's step before exchange 1, and no
+/// `n` overflows.
 #[must_use]
 pub fn counter(n: u64) -> u8 {
-    ((n - 1) % 127) as u8 + 1
+    // (n - 1) mod 127, without the subtraction that underflows at 0.
+    ((n % 127 + 126) % 127) as u8 + 1
 }
 
 /// What the server's buffer holds when a session of `p` ends: every size written its pattern,
@@ -141,7 +199,7 @@ pub fn final_content(p: &BenchParams, last_iters: u64) -> Vec<u8> {
     fill_pattern(&mut buf);
     // Every ping of a larger size rewrites the smaller sizes' last bytes with the pattern, so
     // only the last size's final counter remains.
-    if p.mode == BenchMode::Lat && max > 0 {
+    if p.mode() == BenchMode::Lat && max > 0 {
         buf[max - 1] = counter(last_iters);
     }
     buf
@@ -153,17 +211,21 @@ mod tests {
 
     fn lat(sizes: Vec<u64>) -> BenchParams {
         BenchParams {
-            mode: BenchMode::Lat,
+            kind: BenchKind::Lat(PongBuffer {
+                addr: 0x1000,
+                rkey: 7,
+            }),
             sizes,
             iters: 300,
-            addr: Some(0x1000),
-            rkey: Some(7),
         }
     }
 
     #[test]
     fn counters_never_collide_with_the_pattern_or_zero() {
-        for n in 1..1000u64 {
+        assert_eq!(counter(0), 127, "no underflow: the step before exchange 1");
+        assert_eq!((counter(1), counter(127), counter(128)), (1, 127, 1));
+        assert!((1..=127).contains(&counter(u64::MAX)));
+        for n in (0..1000u64).chain(u64::MAX - 1000..u64::MAX) {
             let c = counter(n);
             assert!((1..=127).contains(&c));
             assert_ne!(c, counter(n + 1));
@@ -179,12 +241,27 @@ mod tests {
         assert_eq!(lat(vec![0, 2]).check(2).unwrap_err().0, "sizes");
         assert_eq!(lat(vec![]).check(2).unwrap_err().0, "sizes");
         let mut p = lat(vec![8]);
-        p.addr = None;
-        assert_eq!(p.check(8).unwrap_err().0, "addr");
-        p.mode = BenchMode::Bw;
+        p.kind = BenchKind::Bw;
         assert!(p.check(8).is_ok(), "bw needs no client buffer");
         p.iters = 0;
         assert_eq!(p.check(8).unwrap_err().0, "iters");
+    }
+
+    #[test]
+    fn only_lat_carries_the_buffer_on_the_wire_in_protocol_order() {
+        let line = serde_json::to_string(&lat(vec![2, 8])).unwrap();
+        assert_eq!(
+            line,
+            r#"{"mode":"lat","sizes":[2,8],"iters":300,"addr":4096,"rkey":7}"#
+        );
+        let bw = BenchParams {
+            kind: BenchKind::Bw,
+            ..lat(vec![8])
+        };
+        assert_eq!(
+            serde_json::to_string(&bw).unwrap(),
+            r#"{"mode":"bw","sizes":[8],"iters":300}"#
+        );
     }
 
     #[test]
@@ -199,7 +276,7 @@ mod tests {
             "size 2's counter was overwritten by size 8"
         );
         let bw = BenchParams {
-            mode: BenchMode::Bw,
+            kind: BenchKind::Bw,
             ..p
         };
         let c = final_content(&bw, 5);

@@ -9,6 +9,12 @@
 //! * [`ServerHandshake`], [`ClientHandshake`]: sans-IO state machines; feed them messages, they
 //!   tell you what to send and refuse anything out of order.
 //! * [`framing`]: a thin blocking line reader/writer with deadlines and a line cap.
+//! * [`events`]: the binaries' `--json` events (bench rows and fabric records included), for
+//!   the binaries that write them and everything that reads them.
+//! * [`exit`]: the binaries' exit codes, one table for `--help`, the code and their readers.
+//! * `app` (feature `app`): what both binaries share to start and end a run (the `--json`
+//!   writer, the error reporter, the exit mapping); `app::testing` (feature `test-support`)
+//!   holds a binary's failures to its `--help`.
 //!
 //! No ibverbs and no sockets outside [`framing`].
 //!
@@ -20,14 +26,19 @@
 //! assert_eq!(msg.to_line().as_bytes(), line);
 //! ```
 
+#[cfg(feature = "app")]
+pub mod app;
 pub mod bench;
 pub mod error;
+pub mod events;
+pub mod exit;
 pub mod framing;
 pub mod handshake;
 pub mod wire;
 
-pub use bench::{BenchMode, BenchParams};
+pub use bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
 pub use error::{ErrorCode, ProtoError, UnknownErrorCode};
+pub use exit::Exit;
 pub use framing::{Deadlined, FrameError, LineConn};
 pub use handshake::{
     ClientHandshake, ClientRequest, ClientState, ServerEvent, ServerHandshake, ServerPolicy,

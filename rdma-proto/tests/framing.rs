@@ -171,7 +171,7 @@ fn handshake_over_tcp() {
         let server = thread::spawn(move || {
             let mut conn = LineConn::new(s, DEFAULT_MAX_LINE);
             let mut hs = ServerHandshake::new(ServerPolicy {
-                max_len: 64,
+                buffer_size: 64,
                 token: None,
                 program_version: "0.1.0".into(),
                 features: ServerPolicy::default_features(),

@@ -68,7 +68,7 @@ fn banner_and_hello(
 fn transcript(notify: Notify, token: Option<&str>) -> String {
     let mut out = String::new();
     let mut server = ServerHandshake::new(ServerPolicy {
-        max_len: 64,
+        buffer_size: 64,
         token: token.map(str::to_owned),
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
@@ -155,18 +155,19 @@ fn golden_handshake_tcp_with_token() {
 fn bench_transcript() -> String {
     let mut out = String::new();
     let mut server = ServerHandshake::new(ServerPolicy {
-        max_len: 64,
+        buffer_size: 64,
         token: None,
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
         bench_max_len: 8 << 20,
     });
     let bench = BenchParams {
-        mode: BenchMode::Lat,
+        kind: BenchKind::Lat(PongBuffer {
+            addr: 0x7f8a_5678_9000,
+            rkey: 0x0003_1a2b,
+        }),
         sizes: vec![2, 4096],
         iters: 1000,
-        addr: Some(0x7f8a_5678_9000),
-        rkey: Some(0x0003_1a2b),
     };
     let fin = rdma_proto::bench::final_content(&bench, bench.iters);
     let mut client =

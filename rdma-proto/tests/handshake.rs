@@ -18,7 +18,7 @@ fn ep(qpn: u32) -> QpEndpoint {
 
 fn policy(token: Option<&str>) -> ServerPolicy {
     ServerPolicy {
-        max_len: 64,
+        buffer_size: 64,
         token: token.map(str::to_owned),
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
@@ -829,12 +829,17 @@ fn state_display() {
 }
 
 fn bench_params(mode: BenchMode, sizes: Vec<u64>) -> BenchParams {
+    let kind = match mode {
+        BenchMode::Lat => BenchKind::Lat(PongBuffer {
+            addr: 0x1000,
+            rkey: 9,
+        }),
+        BenchMode::Bw => BenchKind::Bw,
+    };
     BenchParams {
-        mode,
+        kind,
         sizes,
         iters: 100,
-        addr: Some(0x1000),
-        rkey: Some(9),
     }
 }
 
@@ -856,7 +861,7 @@ fn bench_needs_a_server_that_offers_it_and_has_its_own_cap() {
     let e = s.on_message(bench_hello(8)).unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidField);
     assert!(e.to_string().contains("bench"), "{e}");
-    // With a cap, the banner lists `bench` and bench hellos are held to that cap, not max_len.
+    // With a cap, the banner lists `bench` and bench hellos are held to that cap, not buffer_size.
     let mut p = policy(None);
     p.bench_max_len = 1 << 20;
     let mut s = ServerHandshake::new(p);

@@ -16,19 +16,18 @@ use rdma_core_rs::{
     Access, CompletionQueue, ExposedRegion, MemoryRegion, QpCaps, QueuePair, RemoteBuffer, Rts,
     WriteFlags,
 };
-use rdma_proto::bench::{self, BenchMode, BenchParams};
+use rdma_proto::bench::{self, BenchKind, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
-use crate::output::Event;
+use crate::output::{Event, SessionNotify};
 use crate::session::{
     Failure, SessionCtx, client_spoke, connect_and_accept, emit_qp_ready, next_event, out_of_order,
     report_verdict, revoke,
 };
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
-const SQ_DEPTH: u32 = 64;
-const SIGNAL_EVERY: u64 = 16;
+const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;
 /// Inline data asked for (rxe and most NICs offer at least this); 0 if the device refuses.
 const INLINE: u32 = 256;
 
@@ -54,13 +53,14 @@ pub(crate) fn session(
     let mr = pd
         .register_exposed(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .map_err(rdma)?;
-    let mut src = match b.mode {
-        BenchMode::Lat => {
+    // lat: our pongs, and the client's buffer they go to.
+    let mut pongs = match b.kind {
+        BenchKind::Lat(to) => {
             let mut m = pd.register(len, Access::NONE).map_err(rdma)?;
             bench::fill_pattern(m.as_mut_slice());
-            Some(m)
+            Some((m, to))
         }
-        BenchMode::Bw => None,
+        BenchKind::Bw => None,
     };
     let cq = local
         .ctx
@@ -80,10 +80,7 @@ pub(crate) fn session(
         .map_err(rdma)?;
     let qp = connect_and_accept(s, conn, hs, hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
-    let mode = match b.mode {
-        BenchMode::Lat => "bench-lat",
-        BenchMode::Bw => "bench-bw",
-    };
+    let mode = SessionNotify::from(b.mode());
     let path_mtu = qp.path_mtu().bytes();
     emit_qp_ready(s, id, &qp, hello, mode, || {
         format!(
@@ -95,10 +92,10 @@ pub(crate) fn session(
         )
     });
 
-    if let Some(src) = src.as_mut() {
+    if let Some((src, to)) = pongs.as_mut() {
         let remote = RemoteBuffer {
-            addr: b.addr.unwrap_or(0),
-            rkey: b.rkey.unwrap_or(0),
+            addr: to.addr,
+            rkey: to.rkey,
             len: hello.length,
         };
         let pong = Pong {
@@ -128,7 +125,7 @@ pub(crate) fn session(
     );
     // As for a write: no more packets from the client's QP, its rkey revoked, then read.
     let buf = revoke(qp, mr)?;
-    drop(src);
+    drop(pongs);
     drop(cq);
     drop(pd);
     let mut outcome = hs.verify(&buf[..len.min(buf.len())], None, Some(&written));

@@ -3,8 +3,8 @@
 use crate::exit;
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
-use rdma_core_rs::app;
 use rdma_core_rs::cli::DeviceArgs;
+use rdma_proto::app;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -68,7 +68,9 @@ pub struct Args {
     #[arg(long = "allow", value_name = "CIDR")]
     pub allow: Vec<IpNet>,
 
-    /// Test hook: misconfigure on purpose (no-remote-write). Used by the end-to-end tests.
+    /// Test hook: misconfigure on purpose (no-remote-write). Used by the end-to-end tests;
+    /// only in a build with the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, hide = true)]
     pub fault: Option<Fault>,
 
@@ -78,7 +80,17 @@ pub struct Args {
     pub config: Option<PathBuf>,
 }
 
-/// Deliberate misconfiguration for tests.
+impl Args {
+    /// The test hook asked for (never one without `fault-injection`).
+    pub fn fault(&self) -> Option<Fault> {
+        #[cfg(feature = "fault-injection")]
+        return self.fault;
+        #[cfg(not(feature = "fault-injection"))]
+        None
+    }
+}
+
+/// Deliberate misconfiguration for tests (the values of `--fault`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Fault {
     /// Register the buffer and the QP without remote write access, as the seed did.

@@ -2,7 +2,7 @@
 
 use crate::access::AccessError;
 use crate::config::ConfigError;
-use rdma_core_rs::app::{self, Documented, Exit};
+use rdma_proto::app::{self, Documented, Exit};
 
 /// `--help`'s line for exit code 0.
 pub const SUCCESS: &str =
@@ -52,11 +52,14 @@ pub fn classify(report: &color_eyre::Report) -> Exit {
         if cause.is::<AccessError>() || cause.is::<ConfigError>() {
             return Some(Exit::Usage);
         }
-        cause.downcast_ref::<ServerError>().map(|e| match e {
-            ServerError::Listen { .. } => Exit::Network,
-            ServerError::Lifetime(_) => Exit::Timeout,
-            ServerError::Signals(_) => Exit::Internal,
-        })
+        cause
+            .downcast_ref::<ServerError>()
+            .map(|e| match e {
+                ServerError::Listen { .. } => Exit::Network,
+                ServerError::Lifetime(_) => Exit::Timeout,
+                ServerError::Signals(_) => Exit::Internal,
+            })
+            .or_else(|| rdma_core_rs::Error::exit_of(cause))
     })
 }
 

@@ -14,7 +14,7 @@ mod output;
 mod run;
 mod session;
 
-use rdma_core_rs::app;
+use rdma_proto::app;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

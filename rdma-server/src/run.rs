@@ -5,7 +5,7 @@ use crate::access;
 use crate::cli::Args;
 use crate::exit::ServerError;
 use crate::i18n::Lang;
-use crate::output::{Event, Output};
+use crate::output::{AuthMode, Event, Output, ServeMode, StopReason};
 use crate::session::{self, SessionCtx};
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage, ServerPolicy};
@@ -59,7 +59,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         session: SessionCtx {
             local,
             policy: ServerPolicy {
-                max_len: args.buffer_size,
+                buffer_size: args.buffer_size,
                 token,
                 program_version: env!("CARGO_PKG_VERSION").to_owned(),
                 features: ServerPolicy::default_features(),
@@ -67,7 +67,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             },
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,
-            fault: args.fault,
+            fault: args.fault(),
             out,
             lang: Lang::from_env(),
             stopping: AtomicBool::new(false),
@@ -81,25 +81,29 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     let s = &shared;
     let out = &s.session.out;
     let local = &s.session.local;
-    let mode = if s.args.serve { "serve" } else { "oneshot" };
-    let auth = if s.session.policy.token.is_some() {
-        "token"
+    let mode = if s.args.serve {
+        ServeMode::Serve
     } else {
-        "none"
+        ServeMode::Oneshot
+    };
+    let auth = if s.session.policy.token.is_some() {
+        AuthMode::Token
+    } else {
+        AuthMode::None
     };
     out.emit(
         &Event::Listening {
-            addr: local_addr.to_string(),
-            device: local.ctx.name(),
+            addr: local_addr.to_string().into(),
+            device: local.ctx.name().into(),
             port: local.port.num,
             gid_index: local.gid.index,
-            gid: local.gid.gid.to_string(),
+            gid: local.gid.gid.to_string().into(),
             mtu: local.port.active_mtu.bytes(),
             buffer_size: s.args.buffer_size,
             mode,
             max_clients: s.args.max_clients,
             auth,
-            timeout_ms: s.args.timeout.as_millis(),
+            timeout_ms: u64::try_from(s.args.timeout.as_millis()).unwrap_or(u64::MAX),
         },
         || {
             format!(
@@ -119,10 +123,10 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     let reason = loop {
         if signalled.load(Ordering::Relaxed) {
-            break "signal";
+            break StopReason::Signal;
         }
         if !s.args.serve && s.session.verified.load(Ordering::Acquire) > 0 {
-            break "verified";
+            break StopReason::Verified;
         }
         if let Some(lifetime) = s.args.lifetime
             && started.elapsed() >= lifetime
@@ -182,9 +186,9 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
     if let Some((code, message)) = refusal {
         s.session.out.emit(
             &Event::Refused {
-                peer: peer.to_string(),
-                code: code.as_str(),
-                message: &message,
+                peer: peer.to_string().into(),
+                code: code.as_str().into(),
+                message: message.as_str().into(),
             },
             || format!("refused {peer}: {message}"),
         );

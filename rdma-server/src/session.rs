@@ -8,15 +8,15 @@
 
 use crate::cli::Fault;
 use crate::i18n::Lang;
-use crate::output::{Event, Output};
+use crate::output::{Event, Output, SessionNotify};
 use rdma_core_rs::{
     Access, Completion, CqMode, Endpoint, ErrorKind, ExposedRegion, Init, LocalPort, OwnedBuffer,
     QpCaps, QueuePair, Rts, WcOpcode,
 };
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
-    ErrorCode, ErrorMsg, Hello, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent,
-    ServerHandshake, ServerMessage, ServerPolicy,
+    ErrorCode, ErrorMsg, Hello, Notify, Outcome, ProtoError, ServerEvent, ServerHandshake,
+    ServerMessage, ServerPolicy,
 };
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,7 +32,7 @@ const SLICE: Duration = Duration::from_millis(100);
 pub struct SessionCtx {
     /// The device, its port and GID, opened once.
     pub local: LocalPort,
-    /// What a hello may ask for (`max_len` is the buffer size) and what the banner says.
+    /// What a hello may ask for (`buffer_size`: each session's buffer, `--buffer-size`) and what the banner says.
     pub policy: ServerPolicy,
     /// The deadline of each phase of a session.
     pub timeout: Duration,
@@ -117,7 +117,7 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     s.out.emit(
         &Event::Connected {
             session: id,
-            peer: peer.to_string(),
+            peer: peer.to_string().into(),
         },
         || format!("[{id}] client {peer} connected"),
     );
@@ -140,9 +140,9 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     s.out.emit(
         &Event::Error {
             session: Some(id),
-            peer: Some(peer.to_string()),
-            code: failure.log_code(),
-            message: failure.message.clone(),
+            peer: Some(peer.to_string().into()),
+            code: failure.log_code().into(),
+            message: failure.message.as_str().into(),
             fatal: false,
             exit_code: None,
         },
@@ -197,11 +197,11 @@ fn session(
             Access::REMOTE_WRITE,
         )
     };
-    let len = usize::try_from(s.policy.max_len)
+    let buffer_size = usize::try_from(s.policy.buffer_size)
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
     let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
-    let mr = pd.register_exposed(len, mr_access).map_err(rdma)?;
+    let mr = pd.register_exposed(buffer_size, mr_access).map_err(rdma)?;
     let cq = local.ctx.create_cq(4, s.cq_mode).map_err(rdma)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default()).map_err(rdma)?;
     let qp = qp.to_init(local.port.num, qp_access).map_err(rdma)?;
@@ -211,7 +211,7 @@ fn session(
     }
     let qp = connect_and_accept(s, conn, hs, &hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
-    let notify = hello.notify.as_str();
+    let notify = SessionNotify::from(hello.notify);
     let path_mtu = qp.path_mtu().bytes();
     emit_qp_ready(s, id, &qp, &hello, notify, || {
         format!(
@@ -298,11 +298,9 @@ pub(crate) fn connect_and_accept(
 ) -> Result<QueuePair<Rts>, Failure> {
     let local = &s.local;
     let psn = rdma_core_rs::random_psn().map_err(&rdma)?;
-    let h = &hello.endpoint;
-    let client = Endpoint::new(h.qpn, h.psn, rdma_core_rs::Gid(h.gid.0), h.lid, h.mtu);
+    let client = Endpoint::from(&hello.endpoint);
     let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;
-    let e = local.endpoint(&qp, psn);
-    let ours = QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu);
+    let ours = local.endpoint(&qp, psn).into();
     let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     Ok(qp)
@@ -329,7 +327,7 @@ pub(crate) fn emit_qp_ready(
     id: u64,
     qp: &QueuePair<Rts>,
     hello: &Hello,
-    notify: &str,
+    notify: SessionNotify,
     human: impl FnOnce() -> String,
 ) {
     s.out.emit(
@@ -491,9 +489,9 @@ pub(crate) fn report_verdict(
             verified: outcome.verified,
             length: outcome.length,
             crc32c: outcome.crc32c,
-            text: &outcome.text,
+            text: outcome.text.as_str().into(),
             truncated: outcome.truncated,
-            reason: outcome.reason.as_deref(),
+            reason: outcome.reason.as_deref().map(Into::into),
         },
         human,
     );

@@ -1,9 +1,9 @@
 //! The server's failure paths that need no RDMA link, held to what its `--help` promises. The
 //! harness and the one list of user mistakes are shared with the client's tests
-//! (`rdma_core_rs::app::testing`); this file only says how to make each mistake here.
+//! (`rdma_proto::app::testing`); this file only says how to make each mistake here.
 
-use rdma_core_rs::app::Exit;
-use rdma_core_rs::app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
+use rdma_proto::app::Exit;
+use rdma_proto::app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
 
 fn server() -> Binary {
     Binary::new(env!("CARGO_BIN_EXE_rdma-server"))
@@ -57,4 +57,12 @@ fn an_expected_failure_shows_advice_and_no_backtrace() {
         &["--listen", "127.0.0.1:0", "--lifetime", "1s"],
         (Exit::Timeout, "--lifetime"),
     );
+}
+
+/// The test hooks are not in a build without `fault-injection` (a release build, the .deb):
+/// `--fault` is an unknown argument there. (`cargo xtask e2e` builds with the hooks.)
+#[cfg(not(feature = "fault-injection"))]
+#[test]
+fn a_build_without_fault_injection_has_no_fault_flag() {
+    server().assert_no_flag(&["--fault", "no-remote-write"], "--fault");
 }

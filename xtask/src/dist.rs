@@ -131,6 +131,9 @@ pub fn build(no_build: bool) -> Result<Dist> {
     }
     let target = target_dir();
     let release = target.join("release");
+    for p in PACKAGES {
+        check_no_test_hooks(&sh, &release.join(p.name))?;
+    }
     let generated = release.join("pkg-gen");
     std::fs::create_dir_all(&generated)
         .wrap_err_with(|| format!("creating {}", generated.display()))?;
@@ -187,6 +190,29 @@ pub fn check_crates() -> Result<()> {
         CRATES.join(", ")
     );
     Ok(())
+}
+
+/// The release binary `bin` (what the .deb ships) must not have the `--fault` test hooks of a
+/// `fault-injection` build: it refuses the flag as an unknown argument.
+fn check_no_test_hooks(sh: &Shell, bin: &Path) -> Result<()> {
+    let out = cmd!(sh, "{bin} --fault x").ignore_status().output();
+    let out = out.wrap_err_with(|| format!("running {} --fault x", bin.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !has_no_fault_flag(out.status.code(), &stderr) {
+        bail!(
+            "{} accepts --fault: the release build has the test hooks (build it without the \
+             fault-injection feature); it said: {}",
+            bin.display(),
+            stderr.trim()
+        );
+    }
+    Ok(())
+}
+
+/// Whether a binary's answer to `--fault x` says it has no such flag (usage error, named).
+pub fn has_no_fault_flag(code: Option<i32>, stderr: &str) -> bool {
+    code == Some(i32::from(rdma_proto::Exit::Usage.code()))
+        && stderr.contains("unexpected argument '--fault'")
 }
 
 /// Writes `BIN --generate KIND` for every kind into `dir` (the man page gzipped, as Debian
@@ -363,6 +389,16 @@ pub fn dependency_problems(depends: &str, other: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_with_the_test_hooks_is_told_apart() {
+        let without = "error: unexpected argument '--fault' found\n\nUsage: rdma-client";
+        assert!(has_no_fault_flag(Some(2), without));
+        // With the hooks, `x` is a bad value of a known flag: still exit 2, but not unknown.
+        let with = "error: invalid value 'x' for '--fault <FAULT>'";
+        assert!(!has_no_fault_flag(Some(2), with));
+        assert!(!has_no_fault_flag(Some(0), without));
+    }
 
     #[test]
     fn exposure_figure_is_read() {

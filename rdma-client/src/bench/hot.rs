@@ -36,7 +36,7 @@ const SIGNAL_BYTES: u64 = 4 << 20;
 const PEAK_WINDOW: Duration = Duration::from_millis(5);
 
 /// Send-queue room the loops keep: a signalled write at least this often.
-pub const SIGNAL_EVERY: u64 = 16;
+pub use rdma_proto::bench::SIGNAL_EVERY;
 
 /// `lat`: `iters` ping-pongs of `size` bytes. Each ping's last byte is the exchange counter;
 /// we spin on the last byte of our buffer until the pong with the same counter lands, and

@@ -17,16 +17,13 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
-use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer, app};
-use rdma_proto::bench::{self, BenchMode, BenchParams, MAX_ITERS};
-use rdma_proto::framing::LineConn;
-use rdma_proto::{ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, Notify};
+use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer};
+use rdma_proto::app;
+use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, MAX_ITERS, PongBuffer};
+use rdma_proto::{ClientHandshake, ClientRequest, Notify};
 
-use crate::cli::Args;
 use crate::output::{Event, Output};
-use crate::run::{
-    connect, emit, emit_connected, emit_verified, from_wire, load_token, recv, resolve, to_wire,
-};
+use crate::session::{Session, SessionOptions, Target};
 
 /// The bench flags of `rdma-client`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -81,8 +78,17 @@ fn all_sizes() -> Vec<u64> {
     (1..=23).map(|i| 1u64 << i).collect()
 }
 
+/// What a session measures before its buffers exist: the mode, the sizes, the iterations
+/// (the hello's [`BenchParams`] add the buffer only `lat` names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    pub mode: BenchMode,
+    pub sizes: Vec<u64>,
+    pub iters: u64,
+}
+
 /// The sweep, iterations and mode the flags ask for.
-fn params(b: &BenchArgs, mode: BenchMode) -> Result<BenchParams> {
+fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
     if mode == BenchMode::Lat && b.qps > 1 {
         bail!("--qps applies to --bench bw (perftest's latency tests use one QP too)");
     }
@@ -106,28 +112,58 @@ fn params(b: &BenchArgs, mode: BenchMode) -> Result<BenchParams> {
             BenchMode::Bw => 5000,
         },
     };
-    Ok(BenchParams {
-        mode,
-        sizes,
-        iters,
-        addr: None,
-        rkey: None,
-    })
+    Ok(Sweep { mode, sizes, iters })
+}
+
+/// How the loops post, from the bench flags (the same for every session of a run).
+#[derive(Debug, Clone, Copy)]
+pub struct Knobs {
+    /// bw: writes in flight.
+    pub tx_depth: u32,
+    /// bw: write for this long per size instead of a number of writes.
+    pub duration: Option<Duration>,
+    /// Largest message sent inline.
+    pub inline: u32,
+}
+
+impl BenchArgs {
+    /// The loops' settings these flags ask for.
+    pub fn knobs(&self) -> Knobs {
+        Knobs {
+            tx_depth: self.tx_depth,
+            duration: self.duration,
+            inline: self.inline,
+        }
+    }
+}
+
+/// `rdma-client SERVER --bench MODE`, from the command line.
+#[derive(Debug)]
+pub struct BenchTask {
+    pub server: String,
+    pub mode: BenchMode,
+    pub bench: BenchArgs,
+    pub session: SessionOptions,
+    pub device: rdma_core_rs::cli::DeviceArgs,
 }
 
 /// Runs a bench session; `Ok` only when the server verified the final bytes.
-pub fn run(args: &Args, out: &Output) -> Result<()> {
+pub fn run(task: &BenchTask, out: &Output) -> Result<()> {
     let t_start = Instant::now();
-    let Some(mode) = args.bench.bench else {
-        bail!("bench::run without --bench");
+    let p = params(&task.bench, task.mode)?;
+    let token = task.session.token.load()?;
+    let local = task.device.open()?;
+    let target = Target::parse(&task.server)?;
+    let m = Measure {
+        target: &target,
+        params: p,
+        token,
+        knobs: task.bench.knobs(),
     };
-    let p = params(&args.bench, mode)?;
-    let token = load_token(args)?;
-    let local = args.local.open()?;
-    if args.bench.qps > 1 {
-        return multi::run(args, &local, &p, args.bench.qps as usize, token, out);
+    if task.bench.qps > 1 {
+        return multi::run(&m, task.bench.qps as usize, &local, &task.session, out);
     }
-    session(args, &local, &args.server, p, token, t_start, Some(out)).map(|_| ())
+    m.run(&local, &task.session, t_start, Some(out)).map(|_| ())
 }
 
 /// A session's figures: a row per size, of its mode.
@@ -137,185 +173,185 @@ pub struct Rows {
     pub bw: Vec<BwRow>,
 }
 
-/// One bench session of `p` against `server` over `local` (tx depth, duration and inline from
-/// `args.bench`), from connect to the server's verdict on the final bytes; `Ok` only when it
-/// verified them. Each step is an event on `out`; with `None` (the fabric check measuring a
-/// pair) nothing is printed and the rows are only returned.
-pub fn session(
-    args: &Args,
-    local: &LocalPort,
-    server: &str,
-    mut p: BenchParams,
-    token: Option<String>,
-    t_start: Instant,
-    out: Option<&Output>,
-) -> Result<Rows> {
-    let b = &args.bench;
-    let mode = p.mode;
-    let max = p.sizes.last().copied().unwrap_or(1);
-    let max_len = usize::try_from(max)?;
-    let (ctx, port) = (&local.ctx, &local.port);
-    let timeout = args.timeout;
+/// One bench session of `params` against `target`.
+#[derive(Debug, Clone)]
+pub struct Measure<'a> {
+    pub target: &'a Target,
+    pub params: Sweep,
+    pub token: Option<String>,
+    pub knobs: Knobs,
+}
 
-    // Verbs objects first: the hello names our pong buffer.
-    let pd = ctx.alloc_pd()?;
-    let mut src = pd.register(max_len, Access::NONE)?;
-    bench::fill_pattern(src.as_mut_slice());
-    let pongs = match mode {
-        BenchMode::Lat => {
-            let r = pd.register_exposed(max_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-            p.addr = Some(r.addr());
-            p.rkey = Some(r.rkey());
-            Some(r)
-        }
-        BenchMode::Bw => None,
-    };
-    let depth = match mode {
-        BenchMode::Lat => 4 * hot::SIGNAL_EVERY as u32 + 2,
-        BenchMode::Bw => b.tx_depth,
-    };
-    let cq = ctx.create_cq(depth + 8, args.local.cq_mode)?;
-    let caps = |inline| QpCaps {
-        max_send_wr: depth,
-        max_inline_data: inline,
-        ..QpCaps::default()
-    };
-    let (qp, inline) = match pd.create_rc_qp(&cq, caps(b.inline)) {
-        Ok(qp) => (qp, b.inline),
-        Err(_) if b.inline > 0 => (pd.create_rc_qp(&cq, caps(0))?, 0),
-        Err(e) => return Err(e.into()),
-    };
-    let access = match mode {
-        BenchMode::Lat => Access::REMOTE_WRITE,
-        BenchMode::Bw => Access::NONE,
-    };
-    let qp = qp.to_init(port.num, access)?;
+impl Measure<'_> {
+    /// From connect to the server's verdict on the final bytes; `Ok` only when it verified
+    /// them. Each step is an event on `out`; with `None` (the fabric check measuring a pair)
+    /// nothing is printed and the rows are only returned.
+    pub fn run(
+        self,
+        local: &LocalPort,
+        opts: &SessionOptions,
+        t_start: Instant,
+        out: Option<&Output>,
+    ) -> Result<Rows> {
+        let Measure {
+            target,
+            params: sweep,
+            token,
+            knobs: b,
+        } = self;
+        let mode = sweep.mode;
+        let max = sweep.sizes.last().copied().unwrap_or(1);
+        let buffer_size = usize::try_from(max)?;
+        let (ctx, port) = (&local.ctx, &local.port);
+        let timeout = opts.timeout;
 
-    let stream = connect(resolve(server)?, timeout, args.wait_for_server)?;
-    let _ = stream.set_nodelay(true);
-    let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
-    let fin = bench::final_content(&p, p.iters);
-    let mut hs = ClientHandshake::with_bench(
-        ClientRequest::for_payload(&fin, Notify::Tcp, token),
-        p.clone(),
-    );
-    let banner = hs.on_banner(recv(&mut conn, Instant::now() + timeout)?)?;
-    emit_connected(out, server, &banner, local, || {
-        format!(
-            "connected to {server} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
-            rdma_proto::printable(&banner.program),
-            rdma_proto::printable(&banner.program_version),
-            ctx.name(),
-            port.num,
-            local.gid.index,
-            local.gid.gid,
-            p.sizes,
-            match b.duration {
-                Some(d) => format!("{d:?} per size"),
-                None => format!("{} iterations per size", p.iters),
-            }
-        )
-    });
-    let psn = rdma_core_rs::random_psn()?;
-    let e = local.endpoint(&qp, psn);
-    conn.send_line(&hs.hello(to_wire(&e))?.to_line(), Instant::now() + timeout)?;
-    let accept = hs.on_accept(recv(&mut conn, Instant::now() + timeout)?)?;
-    let a = &accept.endpoint;
-    let qp = qp.connect_to(local, &from_wire(a), psn)?;
-    let path_mtu = qp.path_mtu().bytes();
-    emit(
-        out,
-        &Event::QpReady {
-            local_qpn: qp.qpn(),
-            remote_qpn: a.qpn,
-            path_mtu,
-            remote_addr: accept.addr,
-            rkey: accept.rkey,
-            buf_len: accept.buf_len,
-        },
-        || {
-            format!(
-                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {path_mtu}, inline up to {inline} B, completions by {}",
-                qp.qpn(),
-                a.qpn,
-                args.local.cq_mode
-            )
-        },
-    );
-    let mut link = verbs::Verbs {
-        qp: &qp,
-        cq: &cq,
-        src: &mut src,
-        pongs: pongs.as_ref(),
-        remote: RemoteBuffer {
-            addr: accept.addr,
-            rkey: accept.rkey,
-            len: accept.buf_len,
-        },
-        inline: inline as usize,
-        counter_at: None,
-    };
-    let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
-    emit(out, &Event::BenchSetup { ready_us }, || {
-        format!("ready to post after {:.0} us", ready_us)
-    });
-    if out.is_some_and(|o| !o.json()) {
-        println!("{}", stats::RULE);
-        println!(
-            "{}",
-            match mode {
-                BenchMode::Lat => stats::LAT_HEADER,
-                BenchMode::Bw => stats::BW_HEADER,
-            }
-        );
-    }
-    let mut rows = Rows::default();
-    let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
-    for (k, &size) in p.sizes.iter().enumerate() {
-        let wr_base = k as u64 * (p.iters + 1);
-        let size_us = usize::try_from(size)?;
-        match mode {
+        // Verbs objects first: the hello names our pong buffer.
+        let pd = ctx.alloc_pd()?;
+        let mut src = pd.register(buffer_size, Access::NONE)?;
+        bench::fill_pattern(src.as_mut_slice());
+        let (kind, pongs) = match mode {
             BenchMode::Lat => {
-                hot::ping_pong(&mut link, size_us, p.iters, wr_base, timeout, &mut samples)?;
-                let row = stats::lat_row(size, &mut samples);
-                emit(out, &Event::BenchLat(row), || row.line());
-                rows.lat.push(row);
+                let r =
+                    pd.register_exposed(buffer_size, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                let to = PongBuffer {
+                    addr: r.addr(),
+                    rkey: r.rkey(),
+                };
+                (BenchKind::Lat(to), Some(r))
             }
-            BenchMode::Bw => {
-                let s = hot::stream(
-                    &mut link,
-                    size_us,
-                    p.iters,
-                    b.duration,
-                    u64::from(b.tx_depth),
-                    wr_base,
-                    timeout,
-                )?;
-                let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
-                emit(out, &Event::BenchBw(row), || row.line());
-                rows.bw.push(row);
+            BenchMode::Bw => (BenchKind::Bw, None),
+        };
+        let p = BenchParams {
+            kind,
+            sizes: sweep.sizes,
+            iters: sweep.iters,
+        };
+        let depth = match mode {
+            BenchMode::Lat => 4 * hot::SIGNAL_EVERY as u32 + 2,
+            BenchMode::Bw => b.tx_depth,
+        };
+        let cq = ctx.create_cq(depth + 8, opts.cq_mode)?;
+        let caps = |inline| QpCaps {
+            max_send_wr: depth,
+            max_inline_data: inline,
+            ..QpCaps::default()
+        };
+        let (qp, inline) = match pd.create_rc_qp(&cq, caps(b.inline)) {
+            Ok(qp) => (qp, b.inline),
+            Err(_) if b.inline > 0 => (pd.create_rc_qp(&cq, caps(0))?, 0),
+            Err(e) => return Err(e.into()),
+        };
+        let access = match mode {
+            BenchMode::Lat => Access::REMOTE_WRITE,
+            BenchMode::Bw => Access::NONE,
+        };
+        let qp = qp.to_init(port.num, access)?;
+
+        let fin = bench::final_content(&p, p.iters);
+        let hs = ClientHandshake::with_bench(
+            ClientRequest::for_payload(&fin, Notify::Tcp, token),
+            p.clone(),
+        );
+        let mut session = Session::open(target, hs, local, opts, out, |banner| {
+            format!(
+                "connected to {} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
+                target.name,
+                rdma_proto::printable(&banner.program),
+                rdma_proto::printable(&banner.program_version),
+                ctx.name(),
+                port.num,
+                local.gid.index,
+                local.gid.gid,
+                p.sizes,
+                match b.duration {
+                    Some(d) => format!("{d:?} per size"),
+                    None => format!("{} iterations per size", p.iters),
+                }
+            )
+        })?;
+        let (qp, accept) = session.connect(qp, |qp, accept| {
+            format!(
+                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, inline up to {inline} B, completions by {}",
+                qp.qpn(),
+                accept.endpoint.qpn,
+                qp.path_mtu().bytes(),
+                opts.cq_mode
+            )
+        })?;
+        let mut link = verbs::Verbs {
+            qp: &qp,
+            cq: &cq,
+            src: &mut src,
+            pongs: pongs.as_ref(),
+            remote: RemoteBuffer {
+                addr: accept.addr,
+                rkey: accept.rkey,
+                len: accept.buf_len,
+            },
+            inline: inline as usize,
+            counter_at: None,
+        };
+        let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
+        session.emit(&Event::BenchSetup { ready_us }, || {
+            format!("ready to post after {:.0} us", ready_us)
+        });
+        if session.human() {
+            println!("{}", stats::RULE);
+            println!(
+                "{}",
+                match mode {
+                    BenchMode::Lat => stats::LAT_HEADER,
+                    BenchMode::Bw => stats::BW_HEADER,
+                }
+            );
+        }
+        let mut rows = Rows::default();
+        let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
+        for (k, &size) in p.sizes.iter().enumerate() {
+            let wr_base = k as u64 * (p.iters + 1);
+            let size_us = usize::try_from(size)?;
+            match mode {
+                BenchMode::Lat => {
+                    hot::ping_pong(&mut link, size_us, p.iters, wr_base, timeout, &mut samples)?;
+                    let row = stats::lat_row(size, &mut samples);
+                    session.emit(&Event::BenchLat(row), || stats::lat_line(&row));
+                    rows.lat.push(row);
+                }
+                BenchMode::Bw => {
+                    let s = hot::stream(
+                        &mut link,
+                        size_us,
+                        p.iters,
+                        b.duration,
+                        u64::from(b.tx_depth),
+                        wr_base,
+                        timeout,
+                    )?;
+                    let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
+                    session.emit(&Event::BenchBw(row), || stats::bw_line(&row));
+                    rows.bw.push(row);
+                }
             }
         }
+        if session.human() {
+            println!("{}", stats::RULE);
+        }
+        session.written()?;
+        let outcome = session.result()?;
+        session.emit_verified(&outcome, || {
+            format!(
+                "server verified the final {} bytes (crc32c {:#010x})",
+                outcome.length, outcome.crc32c
+            )
+        });
+        Ok(rows)
     }
-    if out.is_some_and(|o| !o.json()) {
-        println!("{}", stats::RULE);
-    }
-    if let Some(w) = hs.written()? {
-        conn.send_line(&w.to_line(), Instant::now() + timeout)?;
-    }
-    let outcome = hs.on_result(recv(&mut conn, Instant::now() + timeout)?)?;
-    emit_verified(out, &outcome, || {
-        format!(
-            "server verified the final {} bytes (crc32c {:#010x})",
-            outcome.length, outcome.crc32c
-        )
-    });
-    Ok(rows)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::Args;
     use clap::Parser as _;
 
     fn parse(argv: &[&str]) -> std::result::Result<Args, clap::Error> {

@@ -6,13 +6,11 @@ use std::time::Instant;
 
 use color_eyre::eyre::{Result, eyre};
 use rdma_core_rs::LocalPort;
-use rdma_proto::bench::BenchParams;
 
 use super::stats::{self, BwRow};
-use super::{Rows, session};
-use crate::cli::Args;
+use super::{Measure, Rows, Sweep};
 use crate::output::{Event, Output};
-use crate::run::emit;
+use crate::session::SessionOptions;
 
 /// The figures of N concurrent writers of one size, added up (peak: the sum of each QP's
 /// peak, an upper bound, as their peaks need not coincide).
@@ -33,29 +31,30 @@ pub fn sum(rows: &[BwRow]) -> Option<BwRow> {
 
 /// For each size of `p`, `qps` sessions of that size at once; one summed row per size.
 pub fn run(
-    args: &Args,
-    local: &LocalPort,
-    p: &BenchParams,
+    m: &Measure<'_>,
     qps: usize,
-    token: Option<String>,
+    local: &LocalPort,
+    opts: &SessionOptions,
     out: &Output,
 ) -> Result<()> {
+    let p = &m.params;
     if !out.json() {
         println!("{}", stats::RULE);
         println!("{}  (#QPs {qps})", stats::BW_HEADER);
     }
     for &size in &p.sizes {
-        let one = BenchParams {
+        let one = Sweep {
             sizes: vec![size],
             ..p.clone()
         };
         let results: Vec<Result<Rows>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..qps)
                 .map(|_| {
-                    let (one, token) = (one.clone(), token.clone());
-                    s.spawn(move || {
-                        session(args, local, &args.server, one, token, Instant::now(), None)
-                    })
+                    let m = Measure {
+                        params: one.clone(),
+                        ..m.clone()
+                    };
+                    s.spawn(move || m.run(local, opts, Instant::now(), None))
                 })
                 .collect();
             handles
@@ -72,7 +71,7 @@ pub fn run(
             rows.extend(r.bw);
         }
         let row = sum(&rows).ok_or_else(|| eyre!("no figures for {size} B"))?;
-        emit(Some(out), &Event::BenchBw(row), || row.line());
+        out.emit(&Event::BenchBw(row), || stats::bw_line(&row));
     }
     if !out.json() {
         println!("{}", stats::RULE);

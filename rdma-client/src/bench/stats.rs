@@ -1,39 +1,7 @@
 //! The figures a bench run reports, computed the way perftest reports them, and their two
 //! forms: the human table (perftest's column names) and the `--json` rows (schema-versioned).
 
-use serde::Serialize;
-
-/// Version of the `bench_lat` / `bench_bw` JSON rows.
-pub const SCHEMA: u32 = 1;
-
-/// One latency row: half round trips, microseconds (like `ib_write_lat`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct LatRow {
-    pub schema: u32,
-    pub bytes: u64,
-    pub iterations: u64,
-    pub t_min_us: f64,
-    pub t_max_us: f64,
-    /// The median.
-    pub t_typical_us: f64,
-    pub t_avg_us: f64,
-    pub t_stdev_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-}
-
-/// One bandwidth row (like `ib_write_bw`; MB = 2^20 bytes as perftest, Gb = 10^9 bits).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct BwRow {
-    pub schema: u32,
-    pub bytes: u64,
-    pub iterations: u64,
-    pub bw_peak_mbs: f64,
-    pub bw_avg_mbs: f64,
-    pub bw_peak_gbps: f64,
-    pub bw_avg_gbps: f64,
-    pub msg_rate_mpps: f64,
-}
+pub use rdma_proto::events::bench::{BwRow, LatRow, SCHEMA};
 
 /// Nearest-rank percentile of sorted samples.
 fn rank(sorted: &[f64], p: f64) -> f64 {
@@ -91,38 +59,34 @@ pub const BW_HEADER: &str = " #bytes     #iterations    BW peak[MB/sec]    BW av
 pub const RULE: &str =
     "---------------------------------------------------------------------------------------";
 
-impl LatRow {
-    /// The table line under [`LAT_HEADER`].
-    pub fn line(&self) -> String {
-        format!(
-            " {:<7} {:<13} {:<14.2} {:<12.2} {:<17.2} {:<14.2} {:<16.2} {:<22.2} {:.2}",
-            self.bytes,
-            self.iterations,
-            self.t_min_us,
-            self.t_max_us,
-            self.t_typical_us,
-            self.t_avg_us,
-            self.t_stdev_us,
-            self.p99_us,
-            self.p999_us
-        )
-    }
+/// `row`'s table line under [`LAT_HEADER`].
+pub fn lat_line(r: &LatRow) -> String {
+    format!(
+        " {:<7} {:<13} {:<14.2} {:<12.2} {:<17.2} {:<14.2} {:<16.2} {:<22.2} {:.2}",
+        r.bytes,
+        r.iterations,
+        r.t_min_us,
+        r.t_max_us,
+        r.t_typical_us,
+        r.t_avg_us,
+        r.t_stdev_us,
+        r.p99_us,
+        r.p999_us
+    )
 }
 
-impl BwRow {
-    /// The table line under [`BW_HEADER`].
-    pub fn line(&self) -> String {
-        format!(
-            " {:<10} {:<14} {:<18.2} {:<20.2} {:<17.3} {:<20.3} {:.6}",
-            self.bytes,
-            self.iterations,
-            self.bw_peak_mbs,
-            self.bw_avg_mbs,
-            self.bw_peak_gbps,
-            self.bw_avg_gbps,
-            self.msg_rate_mpps
-        )
-    }
+/// `row`'s table line under [`BW_HEADER`].
+pub fn bw_line(r: &BwRow) -> String {
+    format!(
+        " {:<10} {:<14} {:<18.2} {:<20.2} {:<17.3} {:<20.3} {:.6}",
+        r.bytes,
+        r.iterations,
+        r.bw_peak_mbs,
+        r.bw_avg_mbs,
+        r.bw_peak_gbps,
+        r.bw_avg_gbps,
+        r.msg_rate_mpps
+    )
 }
 
 #[cfg(test)]
@@ -141,7 +105,7 @@ mod tests {
         assert!((r.t_avg_us - 500.5).abs() < 1e-9);
         assert!((r.t_stdev_us - 288.67).abs() < 0.01);
         assert_eq!(r.iterations, 1000);
-        let line = r.line();
+        let line = lat_line(&r);
         let cols: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cols.len(), 9);
         assert_eq!(cols[4], "500.00");

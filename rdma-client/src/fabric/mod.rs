@@ -15,11 +15,11 @@ pub mod runner;
 pub mod schedule;
 pub mod table;
 
-use crate::cli::Args;
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
-use rdma_core_rs::app::{self, Exit};
 use rdma_proto::DEFAULT_PORT;
+use rdma_proto::app::{self, Exit};
+use std::borrow::Cow;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -143,16 +143,29 @@ pub fn exit_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
     cause.is::<FabricError>().then_some(Exit::Transfer)
 }
 
+/// `--fabric` or `--fabric-report`, from the command line.
+#[derive(Debug)]
+pub struct FabricTask {
+    pub fabric: FabricArgs,
+    /// What each pair writes, and how the target learns it is done.
+    pub payload: crate::run::PayloadSource,
+    pub notify: rdma_proto::Notify,
+    /// How each pair's measurements post.
+    pub knobs: crate::bench::Knobs,
+    pub session: crate::session::SessionOptions,
+    pub device: rdma_core_rs::cli::DeviceArgs,
+}
+
 /// Runs `--fabric` (with or without `--plan`) or `--fabric-report`.
-pub fn run(args: &Args, out: &Output) -> Result<()> {
-    let f = &args.fabric;
+pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
+    let f = &task.fabric;
     if let Some(files) = &f.fabric_report {
         return report_files(f, files, out);
     }
     if f.plan {
         return plan(f, out);
     }
-    runner::run(args, out)
+    runner::run(task, out)
 }
 
 /// The world this task is part of: `--hosts/--rank`, else Slurm's environment.
@@ -183,9 +196,9 @@ fn plan(f: &FabricArgs, out: &Output) -> Result<()> {
                 round: s.round,
                 rounds: schedule::rounds(n),
                 writer: s.writer,
-                writer_host: &hosts[s.writer],
+                writer_host: hosts[s.writer].as_str().into(),
                 target: s.target,
-                target_host: &hosts[s.target],
+                target_host: hosts[s.target].as_str().into(),
             },
             || {
                 format!(
@@ -225,7 +238,9 @@ fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
         print!("{}", retest_list(&r));
         return Ok(());
     }
-    out.emit(&Event::FabricReport(&r), || table::render(&r));
+    out.emit(&Event::FabricReport(Cow::Borrowed(&r)), || {
+        table::render(&r)
+    });
     for path in &f.heatmap {
         heatmap::draw(&r, path).wrap_err("writing the heat map")?;
     }

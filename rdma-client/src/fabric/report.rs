@@ -18,142 +18,18 @@
 //! pairs no named node explains are bad links (or bad luck): the list of bad pairs shows them.
 //! Two nodes alone cannot be told apart: both are named.
 //!
-//! A later line for the same ordered pair replaces an earlier one: a re-test alone
-//! (`--fabric --retest HOST`, appended to the input) is the pair's verdict. The report lists
+//! A re-test alone (`--fabric --retest HOST`) is the pair's verdict, wherever its line stands
+//! in the input: it replaces the pair's round line, and no round line replaces it. Between two
+//! lines of the same kind the later one wins. The report lists
 //! the outliers not re-tested yet (`to_retest`, what `--retest-list` prints) and, for every
 //! pair that was, whether it stayed bad or cleared (`retests`).
 
 use super::pair::{self, PairResult};
-use serde::Serialize;
+use rdma_proto::Exit;
+pub use rdma_proto::events::fabric::{
+    BadPair, Cell, LatencySource, PairRef, Report, Retest, Suspect, Thresholds,
+};
 use std::io::BufRead;
-
-/// The outlier rule's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Thresholds {
-    /// A pair is slow when its latency is over this factor of the reference.
-    pub lat_factor: f64,
-    /// A pair is slow when its bandwidth is under this fraction of the reference.
-    pub bw_fraction: f64,
-}
-
-/// One ordered pair in the matrix.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum Cell {
-    /// Verified, and not an outlier.
-    Pass {
-        lat_us: Option<f64>,
-        bw_mbs: Option<f64>,
-    },
-    /// Verified, but an outlier; `why` says which rule.
-    Slow {
-        lat_us: Option<f64>,
-        bw_mbs: Option<f64>,
-        why: String,
-    },
-    /// Not verified; the writer's reason.
-    Fail { kind: String, error: String },
-    /// No line for this pair: its writer's task died or never ran.
-    Missing,
-}
-
-impl Cell {
-    /// Anything but a clean pass.
-    #[must_use]
-    pub fn bad(&self) -> bool {
-        !matches!(self, Cell::Pass { .. })
-    }
-
-    /// The latency shown for it.
-    #[must_use]
-    pub fn lat_us(&self) -> Option<f64> {
-        match self {
-            Cell::Pass { lat_us, .. } | Cell::Slow { lat_us, .. } => *lat_us,
-            _ => None,
-        }
-    }
-}
-
-/// A pair that is not a clean pass.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct BadPair {
-    pub writer: usize,
-    pub writer_host: String,
-    pub target: usize,
-    pub target_host: String,
-    pub cell: Cell,
-    /// Its result comes from a re-test alone (`--fabric --retest`).
-    pub retested: bool,
-}
-
-/// An ordered pair, by rank and name.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PairRef {
-    pub writer: usize,
-    pub writer_host: String,
-    pub target: usize,
-    pub target_host: String,
-}
-
-/// A pair whose verdict comes from a re-test alone.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Retest {
-    #[serde(flatten)]
-    pub pair: PairRef,
-    /// Still not a clean pass after the re-test (else it cleared).
-    pub still_bad: bool,
-}
-
-/// A node common to the bad pairs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Suspect {
-    pub rank: usize,
-    pub host: String,
-    /// Its bad pairs, as writer or target.
-    pub bad: usize,
-    /// All its pairs: `2 (n - 1)`.
-    pub of: usize,
-}
-
-/// The merged check.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
-    /// Node names by rank (`rank K` where no line named one).
-    pub hosts: Vec<String>,
-    /// Ordered pairs: `n (n - 1)`.
-    pub pairs: usize,
-    pub passed: usize,
-    pub slow: usize,
-    pub failed: usize,
-    pub missing: usize,
-    /// Where the latencies come from: `measured` (lat_us), `write` (write_us) or `none`.
-    pub latency_source: &'static str,
-    /// The outlier references (see the module doc) and the plain fabric medians.
-    pub lat_reference_us: Option<f64>,
-    pub lat_median_us: Option<f64>,
-    pub bw_reference_mbs: Option<f64>,
-    pub bw_median_mbs: Option<f64>,
-    pub thresholds: Thresholds,
-    /// `matrix[writer][target]`; `None` on the diagonal.
-    pub matrix: Vec<Vec<Option<Cell>>>,
-    pub bad_pairs: Vec<BadPair>,
-    /// In the order they were found (most bad pairs first).
-    pub suspects: Vec<Suspect>,
-    /// Outliers (slow pairs) whose result is not yet from a re-test alone: the pairs to re-test.
-    pub to_retest: Vec<PairRef>,
-    /// The pairs re-tested alone, and whether each stayed bad.
-    pub retests: Vec<Retest>,
-    /// Lines that were not `fabric_pair` events (other events, srun's chatter).
-    pub skipped_lines: usize,
-}
-
-impl Report {
-    /// Whether any pair failed or is missing (the report then exits non-zero).
-    #[must_use]
-    pub fn any_failed(&self) -> bool {
-        self.failed + self.missing > 0
-    }
-}
 
 /// Why the inputs cannot be merged: a usage error.
 #[derive(Debug, thiserror::Error)]
@@ -253,17 +129,21 @@ pub fn analyze(
         }
         hosts[p.writer].clone_from(&p.writer_host);
         hosts[p.target].clone_from(&p.target_host);
-        latest[p.writer * n + p.target] = Some(p);
+        let slot = &mut latest[p.writer * n + p.target];
+        *slot = Some(match *slot {
+            Some(earlier) if earlier.retest && !p.retest => earlier,
+            _ => p,
+        });
     }
 
     let lat = |p: &PairResult| p.lat_us.or(p.write_us);
     let verified = || latest.iter().flatten().filter(|p| p.verified);
     let latency_source = if verified().any(|p| p.lat_us.is_some()) {
-        "measured"
+        LatencySource::Measured
     } else if verified().any(|p| p.write_us.is_some()) {
-        "write"
+        LatencySource::Write
     } else {
-        "none"
+        LatencySource::None
     };
     let lat_median_us = median(verified().filter_map(|p| lat(p)).collect());
     let bw_median_mbs = median(verified().filter_map(|p| p.bw_mbs).collect());
@@ -285,7 +165,7 @@ pub fn analyze(
         let Some(p) = p else { return Cell::Missing };
         if !p.verified {
             return Cell::Fail {
-                kind: p.error_kind.clone().unwrap_or_else(|| "unverified".into()),
+                kind: p.error_kind.unwrap_or(Exit::Unverified),
                 error: p.error.clone().unwrap_or_default(),
             };
         }
@@ -467,7 +347,7 @@ pub(crate) mod tests {
     fn failed(w: usize, t: usize) -> PairResult {
         PairResult {
             verified: false,
-            error_kind: Some("network".into()),
+            error_kind: Some(Exit::Network),
             error: Some("could not reach the server".into()),
             write_us: None,
             ..ok(w, t, 0.0, None)
@@ -502,7 +382,7 @@ pub(crate) mod tests {
         assert!(r.bad_pairs.is_empty() && r.suspects.is_empty());
         assert!(!r.any_failed());
         assert_eq!(r.hosts, ["node1", "node2", "node3"]);
-        assert_eq!(r.latency_source, "write");
+        assert_eq!(r.latency_source, LatencySource::Write);
         assert!(r.matrix[1][1].is_none());
     }
 
@@ -554,7 +434,7 @@ pub(crate) mod tests {
         assert!(r.any_failed());
         assert_eq!(r.suspects.iter().map(|s| s.rank).collect::<Vec<_>>(), [1]);
         assert!(matches!(r.matrix[1][0], Some(Cell::Missing)));
-        assert!(matches!(&r.matrix[0][1], Some(Cell::Fail { kind, .. }) if kind == "network"));
+        assert!(matches!(&r.matrix[0][1], Some(Cell::Fail { kind, .. }) if *kind == Exit::Network));
     }
 
     #[test]
@@ -623,6 +503,28 @@ pub(crate) mod tests {
         assert!(text.contains("node3 -> node2: slow: latency 40.0 us > 2 x 10.0 us; bandwidth 250.0 MB/s < 0.5 x 1000.0 MB/s (re-tested alone)"), "{text}");
     }
 
+    #[test]
+    fn a_retest_wins_whatever_the_order_of_the_lines() {
+        let retest = PairResult {
+            retest: true,
+            ..ok(2, 0, 10.0, Some(1000.0))
+        };
+        let mut after = three(Some(2), 4.0);
+        after.push(retest.clone());
+        let mut before = vec![retest];
+        before.extend(three(Some(2), 4.0));
+        for (order, v) in [("re-test last", after), ("re-test first", before)] {
+            let r = analyze(&v, 0, TH).unwrap();
+            let outcome: Vec<(usize, usize, bool)> = r
+                .retests
+                .iter()
+                .map(|x| (x.pair.writer, x.pair.target, x.still_bad))
+                .collect();
+            assert_eq!(outcome, [(2, 0, false)], "{order}");
+            assert_eq!(r.slow, 3, "{order}: 2 -> 0 cleared");
+        }
+    }
+
     fn text_has_retest_summary(r: &Report) -> bool {
         let text = super::super::table::render(r);
         text.contains("re-tested alone: 2 pair(s), 1 still bad, 1 cleared")
@@ -644,8 +546,10 @@ pub(crate) mod tests {
 
     #[test]
     fn inputs_are_read_with_srun_labels_and_chatter() {
-        let line =
-            serde_json::to_string(&crate::output::Event::FabricPair(&ok(0, 1, 5.0, None))).unwrap();
+        let line = serde_json::to_string(&crate::output::Event::FabricPair(
+            std::borrow::Cow::Owned(ok(0, 1, 5.0, None)),
+        ))
+        .unwrap();
         assert!(line.contains("\"type\":\"fabric_pair\""), "{line}");
         let text = format!(
             "{line}\n1: {line}\nnode02: {line}\nsrun: job 7 queued\n{{\"type\":\"error\"}}\n"

@@ -1,5 +1,5 @@
 //! `--fabric`: this node's part of the check. For each round of the schedule in which it is
-//! not on the bye, it does the seed's verified write (`run::write`, the client's one write path)
+//! not on the bye, it does the seed's verified write (`run::Write`, the client's one write path)
 //! to its partner's server and prints one `fabric_pair` event.
 //!
 //! Rounds stay in step without a scheduler of our own: every server runs with
@@ -11,29 +11,32 @@
 //! into a node while its writer of the round does.
 //!
 //! After the verified write, a short latency and bandwidth measurement runs against the same
-//! server: the bench's own sessions (`bench::session`, as `--bench lat` and `--bench bw` with
+//! server: the bench's own sessions (`bench::Measure`, as `--bench lat` and `--bench bw` with
 //! 2-byte and 64 KiB messages, `--lat-iters` and `--bw-iters` of them; 0 turns one off). A
 //! measurement that fails fails the pair, with the reason. The server must allow bench
 //! sessions (its default).
 
+use super::FabricTask;
 use super::pair::PairResult;
 use super::ranks::{RankError, World};
 use super::{FabricError, schedule};
-use crate::bench;
-use crate::cli::Args;
+use crate::bench::{Measure, Sweep};
 use crate::exit;
 use crate::output::{Event, Output};
-use crate::run;
+use crate::run::Write;
+use crate::session::Target;
 use color_eyre::eyre::{Report, Result};
 use rdma_core_rs::LocalPort;
-use rdma_proto::bench::{BenchMode, BenchParams};
-use rdma_proto::{ErrorCode, ProtoError};
+use rdma_proto::bench::BenchMode;
+use rdma_proto::{ErrorCode, Exit, ProtoError};
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 /// Runs every round of this node; `Err` when any of its pairs failed.
-pub fn run(args: &Args, out: &Output) -> Result<()> {
-    let world = super::world(&args.fabric)?;
-    let only = match &args.fabric.retest {
+pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
+    let f = &task.fabric;
+    let world = super::world(f)?;
+    let only = match &f.retest {
         Some(host) => Some(
             world
                 .hosts
@@ -45,9 +48,9 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         None => None,
     };
     let partners = || partners(&world).filter(|&(_, t)| only.is_none_or(|o| o == t));
-    let payload = run::load_payload(args)?;
-    let token = run::load_token(args)?;
-    let local = match args.local.open() {
+    let payload = task.payload.load()?;
+    let token = task.session.token.load()?;
+    let local = match task.device.open() {
         Ok(local) => local,
         Err(e) => {
             // Every pair of this writer fails; say why in each, rather than leave the report
@@ -55,9 +58,9 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
             let e = Report::new(e);
             for (round, target) in partners() {
                 let mut r = blank(&world, round, target, Duration::ZERO);
-                r.retest = args.fabric.retest.is_some();
-                let r = failed(r, &e, "the writer's local RDMA: ");
-                out.emit(&Event::FabricPair(&r), || human(&r));
+                r.retest = f.retest.is_some();
+                let r = with_failure(r, &e, "the writer's local RDMA: ");
+                out.emit(&Event::FabricPair(Cow::Borrowed(&r)), || human(&r));
             }
             return Err(e);
         }
@@ -66,7 +69,7 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
     let mut pairs = 0;
     for (round, target) in partners() {
         let job = Pair {
-            args,
+            task,
             local: &local,
             world: &world,
             round,
@@ -75,7 +78,9 @@ pub fn run(args: &Args, out: &Output) -> Result<()> {
         let result = job.run(&payload, token.as_deref());
         pairs += 1;
         failed += usize::from(!result.verified);
-        out.emit(&Event::FabricPair(&result), || human(&result));
+        out.emit(&Event::FabricPair(Cow::Borrowed(&result)), || {
+            human(&result)
+        });
     }
     if failed > 0 {
         return Err(FabricError::PairsFailed {
@@ -97,7 +102,7 @@ fn partners(world: &World) -> impl Iterator<Item = (usize, usize)> + '_ {
 
 /// One write of this node in one round.
 struct Pair<'a> {
-    args: &'a Args,
+    task: &'a FabricTask,
     local: &'a LocalPort,
     world: &'a World,
     round: usize,
@@ -106,29 +111,34 @@ struct Pair<'a> {
 
 impl Pair<'_> {
     fn run(&self, payload: &[u8], token: Option<&str>) -> PairResult {
-        let host = &self.world.hosts[self.target];
-        let port = self.args.fabric.fabric_port;
-        let server = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
+        let f = &self.task.fabric;
+        let opts = &self.task.session;
+        let started = Instant::now();
+        let deadline = started + f.pair_deadline;
+        let mut r = blank(self.world, self.round, self.target, Duration::ZERO);
+        r.retest = f.retest.is_some();
+        let server = match Target::at(&self.world.hosts[self.target], f.fabric_port) {
+            Ok(server) => server,
+            Err(e) => return with_failure(r, &e, ""),
         };
         let token = || token.map(str::to_owned);
-        let started = Instant::now();
-        let deadline = started + self.args.fabric.pair_deadline;
         let (written, waited) = wait_turn(deadline, || {
-            run::write(self.args, self.local, &server, payload, token(), None)
+            let w = Write {
+                target: &server,
+                payload,
+                notify: self.task.notify,
+                token: token(),
+            };
+            w.run(self.local, opts, None)
         });
-        let mut r = blank(self.world, self.round, self.target, waited);
-        r.retest = self.args.fabric.retest.is_some();
+        r.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         let delivered = match written {
             Ok(d) => d,
-            Err(e) => return failed(r, &e, ""),
+            Err(e) => return with_failure(r, &e, ""),
         };
         r.verified = delivered.outcome.verified;
         r.write_us = Some(delivered.write_micros as f64);
         // The short measurement: the bench's own sessions, to the same server.
-        let f = &self.args.fabric;
         for (mode, size, iters) in [
             (BenchMode::Lat, 2, f.lat_iters),
             (BenchMode::Bw, 65536, f.bw_iters),
@@ -136,23 +146,19 @@ impl Pair<'_> {
             if iters == 0 || !r.verified {
                 continue;
             }
-            let p = BenchParams {
+            let p = Sweep {
                 mode,
                 sizes: vec![size],
                 iters,
-                addr: None,
-                rkey: None,
             };
             let (rows, _) = wait_turn(deadline, || {
-                bench::session(
-                    self.args,
-                    self.local,
-                    &server,
-                    p.clone(),
-                    token(),
-                    Instant::now(),
-                    None,
-                )
+                let m = Measure {
+                    target: &server,
+                    params: p.clone(),
+                    token: token(),
+                    knobs: self.task.knobs,
+                };
+                m.run(self.local, opts, Instant::now(), None)
             });
             match rows {
                 Ok(rows) => {
@@ -161,7 +167,11 @@ impl Pair<'_> {
                 }
                 Err(e) => {
                     r.verified = false;
-                    return failed(r, &e, &format!("the write verified, but --bench {mode}: "));
+                    return with_failure(
+                        r,
+                        &e,
+                        &format!("the write verified, but --bench {mode}: "),
+                    );
                 }
             }
         }
@@ -190,13 +200,10 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
 }
 
 /// `r`, failed with `e` (its exit kind and message, after `context`).
-fn failed(mut r: PairResult, e: &Report, context: &str) -> PairResult {
+fn with_failure(mut r: PairResult, e: &Report, context: &str) -> PairResult {
     r.verified = false;
-    r.error_kind = Some(exit::classify(e).name().to_owned());
-    r.error = Some(format!(
-        "{context}{}",
-        rdma_core_rs::app::report::message(e)
-    ));
+    r.error_kind = Some(exit::classify(e));
+    r.error = Some(format!("{context}{}", rdma_proto::app::report::message(e)));
     r
 }
 
@@ -254,7 +261,7 @@ fn human(r: &PairResult) -> String {
     } else {
         format!(
             "{head}: FAILED ({}): {}",
-            r.error_kind.as_deref().unwrap_or("unverified"),
+            r.error_kind.unwrap_or(Exit::Unverified),
             rdma_proto::printable(r.error.as_deref().unwrap_or_default())
         )
     }

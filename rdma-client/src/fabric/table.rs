@@ -1,7 +1,7 @@
 //! The human text of a fabric report: a summary, the N x N matrix (rows write, columns are
 //! written), the bad pairs with their reasons, and the suspect nodes.
 
-use super::report::{Cell, Report};
+use super::report::{Cell, LatencySource, Report};
 use std::fmt::Write as _;
 
 /// Past this many nodes the matrix is left to the heat map and `--json`: a terminal is too
@@ -22,9 +22,9 @@ pub fn render(r: &Report) -> String {
         s,
         "latency ({}): reference {}, fabric median {}; slow above {} x the reference",
         match r.latency_source {
-            "measured" => "measured",
-            "write" => "time of the verified write; no measurement ran",
-            _ => "none",
+            LatencySource::Measured => "measured",
+            LatencySource::Write => "time of the verified write; no measurement ran",
+            LatencySource::None => "none",
         },
         num(r.lat_reference_us, "us"),
         num(r.lat_median_us, "us"),
@@ -45,7 +45,7 @@ pub fn render(r: &Report) -> String {
             Cell::Fail { .. } => "FAIL".into(),
             Cell::Missing => "?".into(),
         });
-        if r.latency_source != "none" {
+        if r.latency_source != LatencySource::None {
             s.push('\n');
             matrix(&mut s, r, "latency us", |c| {
                 c.lat_us().map_or_else(|| "-".into(), |v| format!("{v:.1}"))

@@ -7,7 +7,8 @@ use crate::local::LocalPort;
 use crate::types::{Gid, Mtu, PortInfo};
 
 /// One side's queue pair as the two sides exchange it (out of band, e.g. in a handshake):
-/// everything the other side needs to connect to it. Plain values; no wire format here.
+/// everything the other side needs to connect to it. Plain values; no wire format here: the
+/// handshake's [`rdma_proto::QpEndpoint`] converts to and from it (`From`, the one conversion).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// QP number (24 bits).
@@ -22,8 +23,22 @@ pub struct Endpoint {
     pub mtu: u32,
 }
 
+/// The peer's endpoint as the handshake carried it (a hello's or an accept's).
+impl From<&rdma_proto::QpEndpoint> for Endpoint {
+    fn from(e: &rdma_proto::QpEndpoint) -> Self {
+        Endpoint::new(e.qpn, e.psn, Gid(e.gid.0), e.lid, e.mtu)
+    }
+}
+
+/// Our endpoint as the handshake carries it.
+impl From<Endpoint> for rdma_proto::QpEndpoint {
+    fn from(e: Endpoint) -> Self {
+        rdma_proto::QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu)
+    }
+}
+
 impl Endpoint {
-    /// An endpoint from its parts (for one-line conversions from a wire format).
+    /// An endpoint from its parts.
     #[must_use]
     pub fn new(qpn: u32, psn: u32, gid: Gid, lid: u16, mtu: u32) -> Endpoint {
         Endpoint {
@@ -89,6 +104,17 @@ mod tests {
     use crate::error::ErrorKind;
     use crate::qp::tests::remote_qp;
     use crate::types::LinkLayer;
+
+    #[test]
+    fn the_handshakes_endpoint_converts_both_ways_unchanged() {
+        let ours = Endpoint::new(0x00ab_cdef, 0x0012_3456, Gid([7; 16]), 3, 1024);
+        let wire = rdma_proto::QpEndpoint::from(ours);
+        assert_eq!(
+            (wire.qpn, wire.psn, wire.gid.0, wire.lid, wire.mtu),
+            (0x00ab_cdef, 0x0012_3456, [7; 16], 3, 1024)
+        );
+        assert_eq!(Endpoint::from(&wire), ours);
+    }
 
     #[test]
     fn rtr_towards_a_peer_takes_the_smaller_mtu_and_our_port() {

@@ -49,11 +49,11 @@ fuzz_target!(|data: &[u8]| {
     // The input as a stream of lines, through the framing and a server handshake.
     let mut conn = LineConn::new(Mem(Cursor::new(data.to_vec())), 4096);
     let mut server = ServerHandshake::new(ServerPolicy {
-        max_len: 64,
+        buffer_size: 64,
         token: Some("t".to_owned()),
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
-        // Bench hellos reach the bench checks too (a cap above max_len, as a server's default is).
+        // Bench hellos reach the bench checks too (a cap above buffer_size, as a server's default is).
         bench_max_len: 1 << 20,
     });
     let _ = server.banner();

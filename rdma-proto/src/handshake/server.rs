@@ -16,8 +16,9 @@ use crate::{SUPPORTED_VERSIONS, crc32c, preview_text};
 /// What the server allows and announces.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerPolicy {
-    /// Largest `hello.length` accepted (the server's buffer size).
-    pub max_len: u64,
+    /// Largest `hello.length` accepted: the buffer each session registers (`--buffer-size`;
+    /// the accept offers it as `buf_len`).
+    pub buffer_size: u64,
     /// Token the client must present; `None` = no auth.
     pub token: Option<String>,
     /// `banner.program_version`.
@@ -32,7 +33,7 @@ pub struct ServerPolicy {
 impl fmt::Debug for ServerPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerPolicy")
-            .field("max_len", &self.max_len)
+            .field("buffer_size", &self.buffer_size)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("program_version", &self.program_version)
             .field("features", &self.features)
@@ -197,7 +198,7 @@ impl ServerHandshake {
                     }
                     self.policy.bench_max_len
                 } else {
-                    self.policy.max_len
+                    self.policy.buffer_size
                 };
                 if h.length > max {
                     return Err(ProtoError::TooLong {

@@ -10,7 +10,7 @@ use super::{
     Accept, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Notify, Outcome, QpEndpoint,
     ServerMessage, VALID_MTUS, Written,
 };
-use crate::bench::BenchParams;
+use crate::bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
 use crate::error::{ErrorCode, ProtoError};
 use crate::{MAX_TEXT, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
 
@@ -377,13 +377,10 @@ fn parse_bench(
         .iter()
         .map(|x| b.uint_value("sizes", x, full.clone()))
         .collect::<Result<Vec<u64>, _>>()?;
-    let p = BenchParams {
-        mode: b.parsed("mode", "\"lat\", \"bw\"")?,
-        sizes,
-        iters: b.uint("iters", 1..=crate::bench::MAX_ITERS)?,
-        addr: b.opt_uint("addr", 0..=u64::MAX)?,
-        rkey: b.opt_uint("rkey", 0..=u64::from(u32::MAX))?.map(narrow),
-    };
+    let mode: BenchMode = b.parsed("mode", "\"lat\", \"bw\"")?;
+    let iters = b.uint("iters", 1..=crate::bench::MAX_ITERS)?;
+    let addr = b.opt_uint("addr", 0..=u64::MAX)?;
+    let rkey = b.opt_uint("rkey", 0..=u64::from(u32::MAX))?.map(narrow);
     if notify != Notify::Tcp {
         return Err(ProtoError::invalid(
             "hello",
@@ -391,9 +388,18 @@ fn parse_bench(
             "a bench session ends with `written` carrying the final crc32c: use notify \"tcp\"",
         ));
     }
-    p.check(length)
-        .map_err(|(field, why)| ProtoError::invalid("hello.bench", field, why))?;
-    Ok(p)
+    let invalid =
+        |(field, why): (&'static str, String)| ProtoError::invalid("hello.bench", field, why);
+    crate::bench::check_sweep(&sizes, iters, length).map_err(invalid)?;
+    let kind = match (mode, addr, rkey) {
+        (BenchMode::Lat, Some(addr), Some(rkey)) => BenchKind::Lat(PongBuffer { addr, rkey }),
+        (BenchMode::Lat, _, _) => {
+            let (field, why) = crate::bench::LAT_NEEDS_PONGS;
+            return Err(invalid((field, why.to_owned())));
+        }
+        (BenchMode::Bw, _, _) => BenchKind::Bw,
+    };
+    Ok(BenchParams { kind, sizes, iters })
 }
 
 fn parse_accept(f: Fields<'_>) -> Result<Accept, ProtoError> {

@@ -280,8 +280,17 @@ fn sample(u: &Unit, b: &PlanResult) -> Sample {
     match (u.tool, u.mode) {
         (results::Tool::Perftest, Mode::Lat) => s.lat = parse::perftest_lat(&step.stdout),
         (results::Tool::Perftest, Mode::Bw) => s.bw = parse::perftest_bw(&step.stdout),
-        (results::Tool::Ours, Mode::Lat) => s.lat = parse::ours_lat(&step.stdout),
-        (results::Tool::Ours, Mode::Bw) => s.bw = parse::ours_bw(&step.stdout),
+        (results::Tool::Ours, Mode::Lat) => match parse::ours_lat(&step.stdout) {
+            Ok(row) => s.lat = row,
+            Err(e) => s.error = Some(e.to_string()),
+        },
+        (results::Tool::Ours, Mode::Bw) => match parse::ours_bw(&step.stdout) {
+            Ok(row) => s.bw = row,
+            Err(e) => s.error = Some(e.to_string()),
+        },
+    }
+    if s.error.is_some() {
+        return s;
     }
     if !step.ok || (s.lat.is_none() && s.bw.is_none()) {
         s.lat = None;

@@ -1,31 +1,10 @@
 //! Reading what the tools print: perftest's result rows and `rdma-client --bench --json`
-//! lines, into one shape ([`Lat`], [`Bw`]).
+//! lines, into one shape: the contract's rows ([`LatRow`], [`BwRow`], which `rdma-client`
+//! prints), perftest's figures filled into them.
 
+use rdma_proto::events::bench::{self as rows, BwRow, LatRow};
+use rdma_proto::events::client::Event;
 use serde::{Deserialize, Serialize};
-
-/// One latency result (microseconds; half a round trip, as `ib_write_lat` reports).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Lat {
-    pub bytes: u64,
-    pub iterations: u64,
-    pub t_min_us: f64,
-    pub t_max_us: f64,
-    pub t_typical_us: f64,
-    pub t_avg_us: f64,
-    pub t_stdev_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-}
-
-/// One bandwidth result (MB/s as perftest means it: 2^20 bytes per second).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Bw {
-    pub bytes: u64,
-    pub iterations: u64,
-    pub bw_peak_mbs: f64,
-    pub bw_avg_mbs: f64,
-    pub msg_rate_mpps: f64,
-}
 
 /// The numbers of the first data row after the header line containing `header`.
 fn row_after(stdout: &str, header: &str, min_fields: usize) -> Option<Vec<f64>> {
@@ -38,9 +17,10 @@ fn row_after(stdout: &str, header: &str, min_fields: usize) -> Option<Vec<f64>> 
 }
 
 /// `ib_write_lat`'s row: `#bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9`.
-pub fn perftest_lat(stdout: &str) -> Option<Lat> {
+pub fn perftest_lat(stdout: &str) -> Option<LatRow> {
     let f = row_after(stdout, "t_typical", 9)?;
-    Some(Lat {
+    Some(LatRow {
+        schema: rows::SCHEMA,
         bytes: f[0] as u64,
         iterations: f[1] as u64,
         t_min_us: f[2],
@@ -56,7 +36,7 @@ pub fn perftest_lat(stdout: &str) -> Option<Lat> {
 /// `ib_write_bw`'s row: `#bytes #iterations BW_peak BW_average MsgRate`. perftest prints
 /// MB/s with two decimals, so small messages read 0.00; their average is then taken from
 /// MsgRate (six decimals), which is the same figure divided by the size.
-pub fn perftest_bw(stdout: &str) -> Option<Bw> {
+pub fn perftest_bw(stdout: &str) -> Option<BwRow> {
     let f = row_after(stdout, "BW average", 5)?;
     let (bytes, rate) = (f[0], f[4]);
     let avg = if f[3] < 1.0 {
@@ -64,36 +44,50 @@ pub fn perftest_bw(stdout: &str) -> Option<Bw> {
     } else {
         f[3]
     };
-    Some(Bw {
+    let peak = f[2].max(avg);
+    Some(BwRow {
+        schema: rows::SCHEMA,
         bytes: bytes as u64,
         iterations: f[1] as u64,
-        bw_peak_mbs: f[2].max(avg),
+        bw_peak_mbs: peak,
         bw_avg_mbs: avg,
+        bw_peak_gbps: rows::gbps(peak),
+        bw_avg_gbps: rows::gbps(avg),
         msg_rate_mpps: rate,
     })
 }
 
-/// The JSON lines of `rdma-client --bench … --json` whose `type` is `want`.
-fn ours<T: for<'de> Deserialize<'de>>(stdout: &str, want: &str) -> Vec<T> {
+/// The events of `rdma-client --bench … --json`: every line must be one (a line that is not
+/// is an error naming it, never dropped).
+fn ours(stdout: &str) -> Result<Vec<Event<'static>>, rdma_proto::events::EventError> {
     stdout
         .lines()
-        .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v.get("type")?.as_str()? == want)
-                .then(|| serde_json::from_value(v).ok())
-                .flatten()
-        })
+        .filter(|l| !l.trim().is_empty())
+        .map(rdma_proto::events::parse)
         .collect()
 }
 
-/// `rdma-client --bench lat --json`: one `bench_lat` line per size.
-pub fn ours_lat(stdout: &str) -> Option<Lat> {
-    ours(stdout, "bench_lat").into_iter().next()
+/// `rdma-client --bench lat --json`: its first `bench_lat` row (one per size).
+///
+/// # Errors
+/// A line that is not a client event.
+pub fn ours_lat(stdout: &str) -> Result<Option<LatRow>, rdma_proto::events::EventError> {
+    Ok(ours(stdout)?.into_iter().find_map(|e| match e {
+        Event::BenchLat(r) => Some(r),
+        _ => None,
+    }))
 }
 
-/// `rdma-client --bench bw --json`: one `bench_bw` line per size.
-pub fn ours_bw(stdout: &str) -> Option<Bw> {
-    ours(stdout, "bench_bw").into_iter().next()
+/// `rdma-client --bench bw --json`: its first `bench_bw` row (one per size; with `--qps` the
+/// sum of the queue pairs).
+///
+/// # Errors
+/// A line that is not a client event.
+pub fn ours_bw(stdout: &str) -> Result<Option<BwRow>, rdma_proto::events::EventError> {
+    Ok(ours(stdout)?.into_iter().find_map(|e| match e {
+        Event::BenchBw(r) => Some(r),
+        _ => None,
+    }))
 }
 
 /// The JSON line of the hidden `xtask bench-tcp --connect`.
@@ -153,14 +147,24 @@ mod tests {
 
     #[test]
     fn our_json_lines() {
-        let out = r#"{"type":"bench_setup","setup_us":1234.0}
+        let out = r#"{"type":"bench_setup","ready_us":1234.0}
 {"type":"bench_lat","schema":1,"bytes":64,"iterations":100,"t_min_us":1.0,"t_max_us":9.0,"t_typical_us":2.0,"t_avg_us":2.5,"t_stdev_us":0.5,"p99_us":8.0,"p999_us":9.0}
 "#;
-        let l = ours_lat(out).unwrap();
+        let l = ours_lat(out).unwrap().unwrap();
         assert_eq!((l.bytes, l.t_typical_us), (64, 2.0));
-        assert!(ours_bw(out).is_none());
-        let bw = r#"{"type":"bench_bw","schema":1,"bytes":4096,"iterations":10,"bw_peak_mbs":3.0,"bw_avg_mbs":2.0,"bw_peak_gbps":0.1,"bw_avg_gbps":0.1,"msg_rate_mpps":0.0005,"verified":true}"#;
-        assert_eq!(ours_bw(bw).unwrap().bw_avg_mbs, 2.0);
+        assert!(ours_bw(out).unwrap().is_none());
+        let bw = r#"{"type":"bench_bw","schema":1,"bytes":4096,"iterations":10,"bw_peak_mbs":3.0,"bw_avg_mbs":2.0,"bw_peak_gbps":0.1,"bw_avg_gbps":0.1,"msg_rate_mpps":0.0005}"#;
+        assert_eq!(ours_bw(bw).unwrap().unwrap().bw_avg_mbs, 2.0);
+    }
+
+    #[test]
+    fn a_line_that_is_no_event_is_an_error_naming_it() {
+        // A renamed field (what a reader with its own copy of the row would miss).
+        let renamed = r#"{"type":"bench_bw","schema":1,"bytes":4096,"iterations":10,"bw_peak":3.0,"bw_avg_mbs":2.0,"bw_peak_gbps":0.1,"bw_avg_gbps":0.1,"msg_rate_mpps":0.0005}"#;
+        let err = ours_bw(renamed).unwrap_err();
+        assert!(err.to_string().contains(r#""bw_peak":3.0"#), "{err}");
+        assert!(err.reason.contains("bw_peak_mbs"), "{err}");
+        assert!(ours_lat("not json at all\n").is_err());
     }
 
     #[test]

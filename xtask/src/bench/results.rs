@@ -7,10 +7,12 @@ use std::path::Path;
 use color_eyre::eyre::{Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
-use super::parse::{Bw, Lat, Tcp};
+use super::parse::Tcp;
+use rdma_proto::events::bench::{BwRow, LatRow};
 
-/// Version of `results.json`'s layout; bump on any incompatible change.
-pub const SCHEMA: u32 = 1;
+/// Version of `results.json`'s layout; bump on any incompatible change. 2: a sample's `lat` and
+/// `bw` are the contract's rows (`schema`, and for bw the Gb/s columns, added).
+pub const SCHEMA: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -46,8 +48,8 @@ pub struct Sample {
     pub rep: u32,
     /// Wall time of the client process (start, device, connection, the run, exit), seconds.
     pub wall_s: f64,
-    pub lat: Option<Lat>,
-    pub bw: Option<Bw>,
+    pub lat: Option<LatRow>,
+    pub bw: Option<BwRow>,
     /// Why there is no result, when there is none.
     pub error: Option<String>,
 }
@@ -338,7 +340,8 @@ pub(super) mod tests {
             bytes,
             rep,
             wall_s: 1.0,
-            lat: Some(Lat {
+            lat: Some(LatRow {
+                schema: 1,
                 bytes,
                 iterations: 100,
                 t_min_us: typical / 2.0,
@@ -362,11 +365,14 @@ pub(super) mod tests {
             rep,
             wall_s: 2.0,
             lat: None,
-            bw: Some(Bw {
+            bw: Some(BwRow {
+                schema: 1,
                 bytes,
                 iterations: 100,
                 bw_peak_mbs: avg * 1.2,
                 bw_avg_mbs: avg,
+                bw_peak_gbps: avg * 1.2 * 0.008,
+                bw_avg_gbps: avg * 0.008,
                 msg_rate_mpps: avg / bytes as f64,
             }),
             error: None,

@@ -5,10 +5,15 @@ use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
 use std::time::Duration;
 use xshell::{Shell, cmd};
 
-/// Builds the binaries the scenarios run (and the self-test example when asked for).
+/// The cargo features the scenarios need: the `--fault` test hooks, which a release build
+/// (and so the .deb) does not have.
+pub const FEATURES: &str = "rdma-server/fault-injection,rdma-client/fault-injection";
+
+/// Builds the binaries the scenarios run, with their test hooks ([`FEATURES`]), and the
+/// self-test example when asked for.
 pub fn build(selftest: bool) -> Result<()> {
     let sh = Shell::new()?;
-    println!("e2e: building rdma-server and rdma-client");
+    println!("e2e: building rdma-server and rdma-client (features {FEATURES})");
     // Naming a target (`--example`) makes cargo build only the named targets: ask for the
     // binaries too, or a clean target dir would have no rdma-server / rdma-client.
     let example: &[&str] = if selftest {
@@ -25,7 +30,7 @@ pub fn build(selftest: bool) -> Result<()> {
     exec::run_loud(
         cmd!(
             sh,
-            "cargo build --package rdma-server --package rdma-client {example...}"
+            "cargo build --package rdma-server --package rdma-client --features {FEATURES} {example...}"
         ),
         Duration::from_secs(1200),
     )

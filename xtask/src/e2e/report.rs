@@ -164,9 +164,13 @@ fn scenario_failures(s: &Scenario, results: &[StepResult]) -> Vec<String> {
             );
         }
     };
-    check_step(server_step_name(s), s.server_exit, &s.server_expect);
+    check_step(
+        server_step_name(s),
+        scenarios::status(s.server_exit),
+        &s.server_expect,
+    );
     for (j, c) in s.clients.iter().enumerate() {
-        check_step(client_step_name(s, j), c.exit, &c.expect);
+        check_step(client_step_name(s, j), scenarios::status(c.exit), &c.expect);
     }
     failures
 }
@@ -189,6 +193,14 @@ fn print_outputs(s: &Scenario, results: &[StepResult]) {
 mod tests {
     use super::*;
 
+    use rdma_proto::events::client::Event as ClientEvent;
+    use rdma_proto::events::server::{AuthMode, Event as ServerEvent, ServeMode, SessionNotify};
+
+    /// The JSON line a binary prints for `event`.
+    fn line(event: &impl serde::Serialize) -> String {
+        serde_json::to_string(event).unwrap() + "\n"
+    }
+
     fn result(name: String, exit: Option<i32>, stdout: &str) -> StepResult {
         StepResult {
             name,
@@ -204,8 +216,65 @@ mod tests {
             .into_iter()
             .find(|s| s.name == "seed-json")
             .unwrap();
-        let server_ok = "{\"type\":\"listening\"}\n{\"type\":\"qp_ready\",\"notify\":\"imm\"}\n{\"type\":\"verified\",\"verified\":true,\"text\":\"Hello RDMA Write!\"}\n";
-        let client_ok = "{\"type\":\"qp_ready\"}\n{\"type\":\"written\",\"length\":17}\n{\"type\":\"verified\",\"verified\":true,\"text\":\"Hello RDMA Write!\"}\n";
+        let server_ok = [
+            line(&ServerEvent::Listening {
+                addr: "0.0.0.0:7471".into(),
+                device: "rxe0".into(),
+                port: 1,
+                gid_index: 1,
+                gid: "::ffff:10.0.0.1".into(),
+                mtu: 1024,
+                buffer_size: 64,
+                mode: ServeMode::Oneshot,
+                max_clients: 1,
+                auth: AuthMode::None,
+                timeout_ms: 10_000,
+            }),
+            line(&ServerEvent::QpReady {
+                session: 1,
+                local_qpn: 17,
+                remote_qpn: 18,
+                path_mtu: 1024,
+                notify: SessionNotify::Imm,
+                length: 17,
+            }),
+            line(&ServerEvent::Verified {
+                session: 1,
+                verified: true,
+                length: 17,
+                crc32c: 1,
+                text: scenarios::SEED_MESSAGE.into(),
+                truncated: false,
+                reason: None,
+            }),
+        ]
+        .concat();
+        let client_ok = [
+            line(&ClientEvent::QpReady {
+                local_qpn: 18,
+                remote_qpn: 17,
+                path_mtu: 1024,
+                remote_addr: 0x1000,
+                rkey: 7,
+                buf_len: 64,
+            }),
+            line(&ClientEvent::Written {
+                length: 17,
+                notify: rdma_proto::Notify::Imm,
+                crc32c: 1,
+                micros: 5,
+            }),
+            line(&ClientEvent::Verified {
+                verified: true,
+                length: 17,
+                crc32c: 1,
+                text: scenarios::SEED_MESSAGE.into(),
+                truncated: false,
+            }),
+        ]
+        .concat();
+        let server_ok = server_ok.as_str();
+        let client_ok = client_ok.as_str();
         let good = vec![
             result(server_step_name(&seed), Some(0), server_ok),
             result(client_step_name(&seed, 0), Some(0), client_ok),
@@ -217,7 +286,7 @@ mod tests {
         );
 
         let mut wrong_exit = good.clone();
-        wrong_exit[1].exit_code = Some(8);
+        wrong_exit[1].exit_code = Some(i32::from(rdma_proto::Exit::Transfer.code()));
         assert_eq!(scenario_failures(&seed, &wrong_exit).len(), 1);
 
         let mut unverified = good.clone();

@@ -5,10 +5,17 @@
 //! client that must still be verified: that is how "the server survives" is proven, and it is
 //! also what lets a one-shot server exit 0 on its own.
 //!
-//! Verdicts are read from the binaries' `--json` events (JSON Lines with a `type` tag), plus
-//! the human lines for the scenario that shows the seed's output.
+//! Verdicts are read from the binaries' `--json` events, parsed as the contract's types
+//! (`rdma_proto::events`): a check names the fields it looks at, so a renamed field is a
+//! compile error here; a JSON line that is no event of its binary fails the check, naming it.
+//! Exit codes are `rdma_proto::Exit` kinds, never numbers. The human lines are read for the
+//! scenario that shows the seed's output.
 
+use rdma_proto::events::client::Event as ClientEvent;
+use rdma_proto::events::server::{AuthMode, Event as ServerEvent, SessionNotify, StopReason};
+use rdma_proto::{BenchMode, ErrorCode, Exit};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// The message the seed writes.
 pub const SEED_MESSAGE: &str = "Hello RDMA Write!";
@@ -32,17 +39,74 @@ pub const VALGRIND: &[&str] = &[
     "--error-exitcode=99",
 ];
 
+/// A test of one event.
+pub type Check<E> = Arc<dyn Fn(&E) -> bool + Send + Sync>;
+
 /// A check on the lines a process printed.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Expect {
     /// A line of stdout contains this text.
     StdoutHas(&'static str),
     /// stderr contains this text (the human error report).
     StderrHas(&'static str),
-    /// A JSON event with this `type` exists and has these fields (values compared as JSON).
-    Event(&'static str, Vec<(&'static str, Value)>),
-    /// A JSON event with this `type` has a numeric field at least this large.
-    EventAtLeast(&'static str, &'static str, u64),
+    /// `rdma-server --json` printed an event the check holds for (described by the text).
+    Server(String, Check<ServerEvent<'static>>),
+    /// `rdma-client --json` printed an event the check holds for (described by the text).
+    Client(String, Check<ClientEvent<'static>>),
+    /// `xtask hostile --json` printed its summary, with no failed case.
+    HostileClean,
+}
+
+impl std::fmt::Debug for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expect::StdoutHas(t) => write!(f, "StdoutHas({t:?})"),
+            Expect::StderrHas(t) => write!(f, "StderrHas({t:?})"),
+            Expect::Server(what, _) => write!(f, "Server({what})"),
+            Expect::Client(what, _) => write!(f, "Client({what})"),
+            Expect::HostileClean => f.write_str("HostileClean"),
+        }
+    }
+}
+
+/// A server event that `check` holds for; `what` says which, for the failure message.
+fn server(
+    what: impl Into<String>,
+    check: impl Fn(&ServerEvent<'static>) -> bool + Send + Sync + 'static,
+) -> Expect {
+    Expect::Server(what.into(), Arc::new(check))
+}
+
+/// A client event that `check` holds for; `what` says which, for the failure message.
+fn client(
+    what: impl Into<String>,
+    check: impl Fn(&ClientEvent<'static>) -> bool + Send + Sync + 'static,
+) -> Expect {
+    Expect::Client(what.into(), Arc::new(check))
+}
+
+/// The server stopped after verifying at least `n` writes.
+fn stopped_after(n: u64) -> Expect {
+    server(
+        format!("stopped with verified >= {n}"),
+        move |e| matches!(e, ServerEvent::Stopped { verified, .. } if *verified >= n),
+    )
+}
+
+/// The server stopped for `why`.
+fn stopped_by(why: StopReason) -> Expect {
+    server(
+        format!("stopped by {why}"),
+        move |e| matches!(e, ServerEvent::Stopped { reason, .. } if *reason == why),
+    )
+}
+
+/// The server logged a session error with `code`.
+fn server_error(code: ErrorCode) -> Expect {
+    server(
+        format!("error {}", code.as_str()),
+        move |e| matches!(e, ServerEvent::Error { code: c, .. } if c == code.as_str()),
+    )
 }
 
 /// Where a client connects.
@@ -75,8 +139,14 @@ pub struct ClientRun {
     pub args: Vec<String>,
     /// Environment for the client (`env NAME=VALUE ...`).
     pub env: Vec<(&'static str, &'static str)>,
-    pub exit: i32,
+    /// How it must end: `None` is success (0), else the documented exit of that kind.
+    pub exit: Option<Exit>,
     pub expect: Vec<Expect>,
+}
+
+/// The process status `exit` stands for (0 for success).
+pub fn status(exit: Option<Exit>) -> i32 {
+    exit.map_or(0, |e| i32::from(e.code()))
 }
 
 /// One server and its clients.
@@ -86,7 +156,8 @@ pub struct Scenario {
     pub about: &'static str,
     pub server_args: Vec<String>,
     pub server_env: Vec<(&'static str, &'static str)>,
-    pub server_exit: i32,
+    /// How the server must end: `None` is success (0).
+    pub server_exit: Option<Exit>,
     pub server_expect: Vec<Expect>,
     /// Runs server and clients under this program (e.g. [`VALGRIND`]).
     pub wrapper: &'static [&'static str],
@@ -105,7 +176,7 @@ impl Scenario {
             about,
             server_args: Vec::new(),
             server_env: Vec::new(),
-            server_exit: 0,
+            server_exit: None,
             server_expect: Vec::new(),
             wrapper: &[],
             clients: Vec::new(),
@@ -129,25 +200,25 @@ fn good_client(label: &'static str, message: &'static str, extra: &[&str]) -> Cl
         target: Target::Server,
         args,
         env: vec![],
-        exit: 0,
+        exit: None,
         expect: vec![
-            Expect::Event("qp_ready", vec![]),
-            Expect::Event("written", vec![("length", Value::from(message.len()))]),
-            Expect::Event(
-                "verified",
-                vec![
-                    ("verified", Value::Bool(true)),
-                    ("text", Value::from(message)),
-                ],
+            client("qp_ready", |e| matches!(e, ClientEvent::QpReady { .. })),
+            client(
+                format!("written of {} bytes", message.len()),
+                move |e| matches!(e, ClientEvent::Written { length, .. } if *length == message.len() as u64),
+            ),
+            client(
+                format!("verified {message:?}"),
+                move |e| matches!(e, ClientEvent::Verified { verified: true, text, .. } if text == message),
             ),
         ],
     }
 }
 
-/// `rdma-client --bench MODE --size SIZE --iters 100`: one row of perftest's figures (the JSON
-/// event `event`) for exactly that size and all 100 iterations, and the server's verdict on the
-/// final bytes.
-fn bench_client(label: &'static str, mode: &str, size: u64, event: &'static str) -> ClientRun {
+/// `rdma-client --bench MODE --size SIZE --iters 100`: one row of perftest's figures (a
+/// `bench_lat` or `bench_bw` event) for exactly that size and all 100 iterations, and the
+/// server's verdict on the final bytes.
+fn bench_client(label: &'static str, mode: BenchMode, size: u64) -> ClientRun {
     ClientRun {
         label,
         tool: Tool::RdmaClient,
@@ -155,36 +226,45 @@ fn bench_client(label: &'static str, mode: &str, size: u64, event: &'static str)
         args: strings(&[
             "--json",
             "--bench",
-            mode,
+            mode.as_str(),
             "--size",
             &size.to_string(),
             "--iters",
             "100",
         ]),
         env: vec![],
-        exit: 0,
+        exit: None,
         expect: vec![
-            Expect::Event(
-                event,
-                vec![
-                    ("bytes", Value::from(size)),
-                    ("iterations", Value::from(100)),
-                ],
+            client(
+                format!("bench_{mode} row of {size} bytes, 100 iterations"),
+                move |e| match (mode, e) {
+                    (BenchMode::Lat, ClientEvent::BenchLat(r)) => {
+                        (r.bytes, r.iterations) == (size, 100)
+                    }
+                    (BenchMode::Bw, ClientEvent::BenchBw(r)) => {
+                        (r.bytes, r.iterations) == (size, 100)
+                    }
+                    _ => false,
+                },
             ),
-            Expect::Event("verified", vec![("verified", Value::Bool(true))]),
+            client_verified(),
         ],
     }
 }
 
 /// The server verified exactly `message`.
 fn server_verified(message: &'static str) -> Expect {
-    Expect::Event(
-        "verified",
-        vec![
-            ("verified", Value::Bool(true)),
-            ("text", Value::from(message)),
-        ],
+    server(
+        format!("verified {message:?}"),
+        move |e| matches!(e, ServerEvent::Verified { verified: true, text, .. } if text == message),
     )
+}
+
+/// The client heard the server's verdict: verified.
+fn client_verified() -> Expect {
+    client("verified", |e| {
+        matches!(e, ClientEvent::Verified { verified: true, .. })
+    })
 }
 
 /// A command on the client's node that must succeed.
@@ -195,7 +275,7 @@ fn command(label: &'static str, argv: &'static [&'static str]) -> ClientRun {
         target: Target::Server,
         args: vec![],
         env: vec![],
-        exit: 0,
+        exit: None,
         expect: vec![],
     }
 }
@@ -212,18 +292,16 @@ fn hostile(label: &'static str, args: &[&str]) -> ClientRun {
         target: Target::Server,
         args: all,
         env: vec![],
-        exit: 0,
-        expect: vec![Expect::Event(
-            "summary",
-            vec![("failed", Value::Array(vec![]))],
-        )],
+        exit: None,
+        expect: vec![Expect::HostileClean],
     }
 }
 
-/// A client that must fail with `exit` and a JSON error whose message mentions `needle`.
+/// A client that must fail with `exit` and a JSON error of that kind whose message mentions
+/// `needle`.
 fn failing_client(
     label: &'static str,
-    exit: i32,
+    exit: Exit,
     args: &[&str],
     needle: &'static str,
 ) -> ClientRun {
@@ -235,9 +313,12 @@ fn failing_client(
         target: Target::Server,
         args: all,
         env: vec![],
-        exit,
+        exit: Some(exit),
         expect: vec![
-            Expect::Event("error", vec![("exit_code", Value::from(exit))]),
+            client(format!("error of kind {exit}"), move |e| {
+                matches!(e, ClientEvent::Error { kind, exit_code, .. }
+                    if *kind == exit && *exit_code == exit.code())
+            }),
             Expect::StderrHas(needle),
         ],
     }
@@ -259,7 +340,7 @@ pub fn all() -> Vec<Scenario> {
                 label: "seed client",
                 args: vec![],
                 env: vec![],
-                exit: 0,
+                exit: None,
                 expect: vec![Expect::StdoutHas("server verified 17 bytes")],
             }],
             quick: true,
@@ -271,8 +352,16 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             server_args: strings(&["--json"]),
             server_expect: vec![
-                Expect::Event("listening", vec![]),
-                Expect::Event("qp_ready", vec![("notify", Value::from("imm"))]),
+                server("listening", |e| matches!(e, ServerEvent::Listening { .. })),
+                server("qp_ready, notify imm", |e| {
+                    matches!(
+                        e,
+                        ServerEvent::QpReady {
+                            notify: SessionNotify::Imm,
+                            ..
+                        }
+                    )
+                }),
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![good_client("client", SEED_MESSAGE, &[])],
@@ -285,7 +374,15 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             server_args: strings(&["--json"]),
             server_expect: vec![
-                Expect::Event("written", vec![("notify", Value::from("tcp"))]),
+                server("written, notify tcp", |e| {
+                    matches!(
+                        e,
+                        ServerEvent::Written {
+                            notify: SessionNotify::Tcp,
+                            ..
+                        }
+                    )
+                }),
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![good_client("client", SEED_MESSAGE, &["--notify", "tcp"])],
@@ -302,28 +399,34 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             server_args: strings(&["--json", "--buffer-size", "1048576"]),
-            server_expect: vec![Expect::Event(
-                "verified",
-                vec![
-                    ("verified", Value::Bool(true)),
-                    ("length", Value::from(1_048_576)),
-                    ("truncated", Value::Bool(true)),
-                ],
-            )],
+            server_expect: vec![server("verified 1 MiB, text truncated", |e| {
+                matches!(
+                    e,
+                    ServerEvent::Verified {
+                        verified: true,
+                        length: 1_048_576,
+                        truncated: true,
+                        ..
+                    }
+                )
+            })],
             clients: vec![ClientRun {
                 tool: Tool::RdmaClient,
                 target: Target::Server,
                 label: "1 MiB client",
                 args: strings(&["--json", "--file", "{payload}"]),
                 env: vec![],
-                exit: 0,
-                expect: vec![Expect::Event(
-                    "verified",
-                    vec![
-                        ("verified", Value::Bool(true)),
-                        ("length", Value::from(1_048_576)),
-                    ],
-                )],
+                exit: None,
+                expect: vec![client("verified 1 MiB", |e| {
+                    matches!(
+                        e,
+                        ClientEvent::Verified {
+                            verified: true,
+                            length: 1_048_576,
+                            ..
+                        }
+                    )
+                })],
             }],
             ..Scenario::new("one-mib", "a 1 MiB payload into a 1 MiB buffer")
         },
@@ -339,11 +442,16 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             server_args: strings(&["--json"]),
             server_expect: vec![
-                Expect::Event("error", vec![("code", Value::from("too_long"))]),
+                server_error(ErrorCode::TooLong),
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![
-                failing_client("65 bytes", 7, &["--message", over64], "too_long"),
+                failing_client(
+                    "65 bytes",
+                    Exit::Refused,
+                    &["--message", over64],
+                    "too_long",
+                ),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             ..Scenario::new(
@@ -354,11 +462,18 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             server_args: strings(&["--json"]),
             server_expect: vec![
-                Expect::Event("error", vec![]),
+                server("a session error", |e| {
+                    matches!(e, ServerEvent::Error { .. })
+                }),
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![
-                failing_client("wrong rkey", 8, &["--fault", "wrong-rkey"], "remote access"),
+                failing_client(
+                    "wrong rkey",
+                    Exit::Transfer,
+                    &["--fault", "wrong-rkey"],
+                    "remote access",
+                ),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             ..Scenario::new(
@@ -372,7 +487,7 @@ pub fn all() -> Vec<Scenario> {
             clients: vec![
                 failing_client(
                     "past the end",
-                    8,
+                    Exit::Transfer,
                     &["--fault", "out-of-bounds"],
                     "remote access",
                 ),
@@ -385,10 +500,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             server_args: strings(&["--json", "--serve"]),
-            server_expect: vec![
-                server_verified(SEED_MESSAGE),
-                Expect::EventAtLeast("stopped", "verified", 1),
-            ],
+            server_expect: vec![server_verified(SEED_MESSAGE), stopped_after(1)],
             clients: vec![
                 ClientRun {
                     // It exits 0 only if the server's verdict describes bytes it really wrote
@@ -396,7 +508,9 @@ pub fn all() -> Vec<Scenario> {
                     expect: vec![
                         Expect::StderrHas("rewrote the server's buffer"),
                         Expect::StderrHas("the server's verdict (verified="),
-                        Expect::Event("verified", vec![("length", Value::from(17))]),
+                        client("verified of 17 bytes", |e| {
+                            matches!(e, ClientEvent::Verified { length: 17, .. })
+                        }),
                     ],
                     ..good_client(
                         "keeps rewriting after its write",
@@ -423,13 +537,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             // No bench flag on the server: the client's hello carries every parameter.
             server_args: strings(&["--json", "--serve"]),
-            server_expect: vec![
-                server_verified(SEED_MESSAGE),
-                Expect::EventAtLeast("stopped", "verified", 3),
-            ],
+            server_expect: vec![server_verified(SEED_MESSAGE), stopped_after(3)],
             clients: vec![
-                bench_client("bench lat, 64 B", "lat", 64, "bench_lat"),
-                bench_client("bench bw, 64 KiB", "bw", 65536, "bench_bw"),
+                bench_client("bench lat, 64 B", BenchMode::Lat, 64),
+                bench_client("bench bw, 64 KiB", BenchMode::Bw, 65536),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             ..Scenario::new(
@@ -440,18 +551,21 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             server_args: strings(&["--json", "--serve", "--fault", "no-remote-write"]),
             server_expect: vec![
-                Expect::Event("error", vec![("code", Value::from("write_failed"))]),
-                Expect::Event(
-                    "stopped",
-                    vec![
-                        ("reason", Value::from("signal")),
-                        ("verified", Value::from(0)),
-                    ],
-                ),
+                server_error(ErrorCode::WriteFailed),
+                server("stopped by signal, nothing verified", |e| {
+                    matches!(
+                        e,
+                        ServerEvent::Stopped {
+                            reason: StopReason::Signal,
+                            verified: 0,
+                            ..
+                        }
+                    )
+                }),
             ],
             clients: vec![failing_client(
                 "client",
-                8,
+                Exit::Transfer,
                 &["--message", SEED_MESSAGE],
                 "remote",
             )],
@@ -472,7 +586,7 @@ pub fn all() -> Vec<Scenario> {
                 label: "client",
                 args: vec![],
                 env: vec![],
-                exit: 0,
+                exit: None,
                 expect: vec![],
             }],
             ..Scenario::new(
@@ -483,15 +597,23 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             server_args: strings(&["--json", "--token-file", TOKEN_FILE]),
             server_expect: vec![
-                Expect::Event("listening", vec![("auth", Value::from("token"))]),
-                Expect::Event("error", vec![("code", Value::from("unauthorized"))]),
+                server("listening, auth token", |e| {
+                    matches!(
+                        e,
+                        ServerEvent::Listening {
+                            auth: AuthMode::Token,
+                            ..
+                        }
+                    )
+                }),
+                server_error(ErrorCode::Unauthorized),
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![
-                failing_client("no token", 7, &[], "token"),
+                failing_client("no token", Exit::Refused, &[], "token"),
                 ClientRun {
                     env: vec![("RDMA_WRITE_TOKEN", "e2e-token-wrong-guess")],
-                    ..failing_client("wrong token", 7, &[], "unauthorized")
+                    ..failing_client("wrong token", Exit::Refused, &[], "unauthorized")
                 },
                 ClientRun {
                     env: vec![("RDMA_WRITE_TOKEN", TOKEN)],
@@ -506,12 +628,17 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             server_args: strings(&["--json", "--serve", "--allow", "192.0.2.0/24"]),
             server_expect: vec![
-                Expect::Event("refused", vec![("code", Value::from("forbidden"))]),
-                Expect::Event("stopped", vec![("verified", Value::from(0))]),
+                server(
+                    "refused as forbidden",
+                    |e| matches!(e, ServerEvent::Refused { code, .. } if code == ErrorCode::Forbidden.as_str()),
+                ),
+                server("stopped, nothing verified", |e| {
+                    matches!(e, ServerEvent::Stopped { verified: 0, .. })
+                }),
             ],
             clients: vec![failing_client(
                 "outside the allow list",
-                7,
+                Exit::Refused,
                 &[],
                 "forbidden",
             )],
@@ -522,17 +649,24 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             server_args: strings(&["--json", "--serve"]),
-            server_expect: vec![Expect::Event("stopped", vec![("sessions", Value::from(0))])],
+            server_expect: vec![server("stopped, no session", |e| {
+                matches!(e, ServerEvent::Stopped { sessions: 0, .. })
+            })],
             clients: vec![
                 failing_client(
                     "no such device",
-                    2,
+                    Exit::Usage,
                     &["--device", "no-such-dev0"],
                     "`no-such-dev0` not found; available: ",
                 ),
                 ClientRun {
                     target: Target::Nowhere,
-                    ..failing_client("nobody listening", 4, &[], "could not reach the server")
+                    ..failing_client(
+                        "nobody listening",
+                        Exit::Network,
+                        &[],
+                        "could not reach the server",
+                    )
                 },
             ],
             ..Scenario::new(
@@ -562,9 +696,9 @@ pub fn all() -> Vec<Scenario> {
                 "4",
             ]),
             server_expect: vec![
-                Expect::Event("stopped", vec![("reason", Value::from("signal"))]),
+                stopped_by(StopReason::Signal),
                 // One probe write verified after each of the 21 cases, plus the last client.
-                Expect::EventAtLeast("stopped", "verified", 22),
+                stopped_after(22),
             ],
             clients: vec![
                 hostile(
@@ -594,10 +728,7 @@ pub fn all() -> Vec<Scenario> {
                 "--token-file",
                 TOKEN_FILE,
             ]),
-            server_expect: vec![Expect::Event(
-                "stopped",
-                vec![("reason", Value::from("signal"))],
-            )],
+            server_expect: vec![stopped_by(StopReason::Signal)],
             clients: vec![hostile(
                 "hostile peer with token",
                 &["--server-timeout", "3s", "--token-file", TOKEN_FILE],
@@ -611,17 +742,14 @@ pub fn all() -> Vec<Scenario> {
             // --serve, and a first client: the server is surely up before the link goes down
             // (with one node, the server's port goes down too).
             server_args: strings(&["--json", "--serve"]),
-            server_expect: vec![
-                server_verified(SEED_MESSAGE),
-                Expect::EventAtLeast("stopped", "verified", 2),
-            ],
+            server_expect: vec![server_verified(SEED_MESSAGE), stopped_after(2)],
             clients: vec![
                 good_client("a normal client first", SEED_MESSAGE, &[]),
                 command(
                     "take the client's link down",
                     &["ip", "link", "set", "eth0", "down"],
                 ),
-                failing_client("port DOWN", 3, &[], "not ACTIVE"),
+                failing_client("port DOWN", Exit::Rdma, &[], "not ACTIVE"),
                 command("bring it back up", &["ip", "link", "set", "eth0", "up"]),
                 command("let the port settle", &["sleep", "2"]),
                 good_client("then a normal client", SEED_MESSAGE, &[]),
@@ -637,11 +765,6 @@ pub fn all() -> Vec<Scenario> {
 
 /// Checks `expect` against what a process printed; returns the failures, human-readable.
 pub fn check(expect: &[Expect], stdout: &str, stderr: &str) -> Vec<String> {
-    let events: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v.get("type").is_some())
-        .collect();
     let mut failures = Vec::new();
     for e in expect {
         match e {
@@ -655,32 +778,46 @@ pub fn check(expect: &[Expect], stdout: &str, stderr: &str) -> Vec<String> {
                     failures.push(format!("stderr lacks {text:?}"));
                 }
             }
-            Expect::EventAtLeast(kind, field, min) => {
-                let found = events.iter().any(|ev| {
-                    ev.get("type").and_then(Value::as_str) == Some(kind)
-                        && ev
-                            .get(*field)
-                            .and_then(Value::as_u64)
-                            .is_some_and(|n| n >= *min)
+            Expect::Server(what, check) => find(stdout, what, check.as_ref(), &mut failures),
+            Expect::Client(what, check) => find(stdout, what, check.as_ref(), &mut failures),
+            Expect::HostileClean => {
+                let clean = json_lines(stdout).any(|l| {
+                    serde_json::from_str::<Value>(l).is_ok_and(|v| {
+                        v["type"] == "summary" && v["failed"].as_array().is_some_and(Vec::is_empty)
+                    })
                 });
-                if !found {
-                    failures.push(format!("no `{kind}` event with {field} >= {min}"));
-                }
-            }
-            Expect::Event(kind, fields) => {
-                let found = events.iter().any(|ev| {
-                    ev.get("type").and_then(Value::as_str) == Some(kind)
-                        && fields.iter().all(|(k, want)| ev.get(*k) == Some(want))
-                });
-                if !found {
-                    let fields: Vec<String> =
-                        fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    failures.push(format!("no `{kind}` event with [{}]", fields.join(", ")));
+                if !clean {
+                    failures.push("no hostile summary without failed cases".to_owned());
                 }
             }
         }
     }
     failures
+}
+
+/// The lines of `stdout` that are JSON objects (the binaries' `--json` events).
+fn json_lines(stdout: &str) -> impl Iterator<Item = &str> {
+    stdout.lines().filter(|l| l.trim_start().starts_with('{'))
+}
+
+/// Whether some JSON line of `stdout` is an `E` that `check` holds for; a JSON line that is no
+/// `E` at all is a failure of its own, naming the line.
+fn find<E: serde::de::DeserializeOwned>(
+    stdout: &str,
+    what: &str,
+    check: &(dyn Fn(&E) -> bool + Send + Sync),
+    failures: &mut Vec<String>,
+) {
+    let mut found = false;
+    for line in json_lines(stdout) {
+        match rdma_proto::events::parse::<E>(line) {
+            Ok(event) => found |= check(&event),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    if !found {
+        failures.push(format!("no {what} event"));
+    }
 }
 
 #[cfg(test)]
@@ -689,15 +826,26 @@ mod tests {
 
     #[test]
     fn checks_fail_when_output_lacks_what_is_expected() {
-        let expect = vec![
-            Expect::StdoutHas("received message: hi"),
-            Expect::Event("verified", vec![("verified", Value::Bool(true))]),
-        ];
-        let good = "received message: hi\n{\"type\":\"verified\",\"verified\":true}\n";
-        assert!(check(&expect, good, "").is_empty());
-        let bad = "{\"type\":\"verified\",\"verified\":false}\n";
-        let failures = check(&expect, bad, "");
+        let expect = vec![Expect::StdoutHas("received message: hi"), client_verified()];
+        let verdict = |v: bool| {
+            format!(
+                r#"{{"type":"verified","verified":{v},"length":2,"crc32c":1,"text":"hi","truncated":false}}"#
+            )
+        };
+        let good = format!("received message: hi\n{}\n", verdict(true));
+        assert!(check(&expect, &good, "").is_empty());
+        let bad = format!("{}\n", verdict(false));
+        let failures = check(&expect, &bad, "");
         assert_eq!(failures.len(), 2, "{failures:?}");
+        // A line that is no client event (a field renamed) fails by itself, named.
+        let renamed = format!(
+            "{}\n{}\n",
+            verdict(true),
+            verdict(true).replace("crc32c", "crc")
+        );
+        let failures = check(&[client_verified()], &renamed, "");
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert!(failures[0].contains(r#""crc":1"#), "{failures:?}");
         assert!(
             check(
                 &[Expect::StderrHas("Remote Access")],
@@ -719,8 +867,8 @@ mod tests {
         for s in &all {
             assert!(!s.clients.is_empty(), "{} has no client", s.name);
             // A one-shot server that must exit 0 needs a last client that gets verified.
-            if s.server_exit == 0 && !s.server_args.iter().any(|a| a == "--serve") {
-                assert_eq!(s.clients.last().map(|c| c.exit), Some(0), "{}", s.name);
+            if s.server_exit.is_none() && !s.server_args.iter().any(|a| a == "--serve") {
+                assert_eq!(s.clients.last().map(|c| c.exit), Some(None), "{}", s.name);
             }
         }
     }

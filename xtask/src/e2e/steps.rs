@@ -70,7 +70,7 @@ pub(super) fn steps(
         let mut server = Step::new(server_step_name(s), &[]);
         server.argv = argv(&s.server_env, s.wrapper, &bins.server, args);
         server.background = true;
-        server.expect_exit = s.server_exit;
+        server.expect_exit = scenarios::status(s.server_exit);
         server.timeout_s = 120.0;
         if s.server_args.iter().any(|a| a == "--serve") {
             server.stop_when_file = Some(CLIENTS_FINISHED.to_owned());
@@ -134,7 +134,7 @@ fn client_step(
 ) -> Step {
     if let Tool::Command(argv) = c.tool {
         let mut step = Step::new(client_step_name(s, j), argv);
-        step.expect_exit = c.exit;
+        step.expect_exit = scenarios::status(c.exit);
         step.timeout_s = 30.0;
         step.allow_failure = true;
         return step;
@@ -150,7 +150,7 @@ fn client_step(
         args.extend(c.args.iter().map(|a| files.expand(a)));
         let mut step = Step::new(client_step_name(s, j), &[]);
         step.argv = argv(&c.env, &[], &bins.xtask, args);
-        step.expect_exit = c.exit;
+        step.expect_exit = scenarios::status(c.exit);
         step.timeout_s = 180.0;
         step.allow_failure = true;
         return step;
@@ -167,7 +167,7 @@ fn client_step(
     args.extend(c.args.iter().map(|a| files.expand(a)));
     let mut step = Step::new(client_step_name(s, j), &[]);
     step.argv = argv(&c.env, s.wrapper, &bins.client, args);
-    step.expect_exit = c.exit;
+    step.expect_exit = scenarios::status(c.exit);
     step.timeout_s = 60.0;
     // Keep going: every scenario is judged on its own, and the servers wait for the end marker.
     step.allow_failure = true;

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
-use serde_json::Value;
+use rdma_proto::events::client::Event;
+use rdma_proto::events::fabric::{Cell, Report};
 
 /// Outlier thresholds for three TCG guests on two host cores: a healthy pair's latency
 /// varied up to eightfold within one run (vCPUs wait for host cores), while the delayed
@@ -80,38 +81,32 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
     Ok(verdicts)
 }
 
-/// The report object from `--fabric-report --json` output (the object holding `matrix`).
-fn parse(json: &str) -> Result<Value> {
-    json.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find_map(|v| find_report(&v).cloned())
-        .or_else(|| {
-            serde_json::from_str::<Value>(json)
-                .ok()
-                .and_then(|v| find_report(&v).cloned())
-        })
-        .ok_or_else(|| eyre!("no report (an object with `matrix`) in: {json}"))
-}
-
-fn find_report(v: &Value) -> Option<&Value> {
-    match v {
-        Value::Object(m) if m.contains_key("matrix") => Some(v),
-        Value::Object(m) => m.values().find_map(find_report),
-        _ => None,
+/// The report of `--fabric-report --json` output (its `fabric_report` event; every line must
+/// be a client event, a line that is not is an error naming it).
+fn parse(json: &str) -> Result<Report> {
+    let mut found = None;
+    for line in json.lines().filter(|l| !l.trim().is_empty()) {
+        if let Event::FabricReport(r) = rdma_proto::events::parse::<Event<'static>>(line)? {
+            found = Some(r.into_owned());
+        }
     }
+    found.ok_or_else(|| eyre!("no `fabric_report` event in: {json}"))
 }
 
 /// The status of the cell (writer row, target column): pass, slow, fail, missing.
-fn status(report: &Value, w: usize, t: usize) -> &str {
-    report["matrix"][w][t]["status"]
-        .as_str()
-        .unwrap_or("missing")
+fn status(report: &Report, w: usize, t: usize) -> &'static str {
+    match report.matrix.get(w).and_then(|row| row.get(t)) {
+        Some(Some(Cell::Pass { .. })) => "pass",
+        Some(Some(Cell::Slow { .. })) => "slow",
+        Some(Some(Cell::Fail { .. })) => "fail",
+        _ => "missing",
+    }
 }
 
 /// Judges one phase. The faulted node is the last one (`n - 1`).
 pub fn check(
     phase: Phase,
-    report: &Value,
+    report: &Report,
     srun_rc: Option<i32>,
     report_rc: Option<i32>,
     n: usize,
@@ -137,34 +132,27 @@ pub fn check(
             if got != want {
                 wrong.push(format!("pair {w}->{t}: {got}, expected {want}"));
             }
-            if got == "fail"
-                && report["matrix"][w][t]["error"]
-                    .as_str()
-                    .is_none_or(str::is_empty)
-            {
+            if matches!(&report.matrix[w][t], Some(Cell::Fail { error, .. }) if error.is_empty()) {
                 wrong.push(format!("pair {w}->{t} failed without a reason"));
             }
         }
     }
     let mut retested = 0;
     if phase == Phase::Slow {
-        match retests(report) {
-            Ok(r) => {
-                retested = r.len();
-                wrong.extend(check_retests(&r, last, n));
-            }
-            Err(why) => wrong.push(why),
-        }
-        let left = report["to_retest"].as_array().map_or(0, Vec::len);
+        let r: Vec<(usize, usize, bool)> = report
+            .retests
+            .iter()
+            .map(|x| (x.pair.writer, x.pair.target, x.still_bad))
+            .collect();
+        retested = r.len();
+        wrong.extend(check_retests(&r, last, n));
+        let left = report.to_retest.len();
         if left > 0 {
             wrong.push(format!("{left} outlier(s) not re-tested alone"));
         }
     }
-    let suspects: Vec<&str> = report["suspects"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|s| s["host"].as_str()).collect())
-        .unwrap_or_default();
-    let last_host = report["hosts"][last].as_str().unwrap_or("?");
+    let suspects: Vec<&str> = report.suspects.iter().map(|s| s.host.as_str()).collect();
+    let last_host = report.hosts.get(last).map_or("?", String::as_str);
     let want_suspects: Vec<&str> = match phase {
         Phase::Healthy => vec![],
         Phase::Slow | Phase::Down => vec![last_host],
@@ -195,22 +183,6 @@ pub fn check(
     }
 }
 
-/// The report's `retests` as (writer, target, still bad).
-fn retests(report: &Value) -> std::result::Result<Vec<(usize, usize, bool)>, String> {
-    let list = report["retests"]
-        .as_array()
-        .ok_or("the report has no `retests` list")?;
-    list.iter()
-        .map(|x| {
-            let rank = |k: &str| x[k].as_u64().and_then(|v| usize::try_from(v).ok());
-            match (rank("writer"), rank("target"), x["still_bad"].as_bool()) {
-                (Some(w), Some(t), Some(b)) => Ok((w, t, b)),
-                _ => Err(format!("a malformed re-test entry: {x}")),
-            }
-        })
-        .collect()
-}
-
 /// The slow phase's re-tests: each of the last node's pairs re-tested and still bad; any other
 /// pair re-tested (a healthy one the guests' noise flagged) cleared.
 fn check_retests(retests: &[(usize, usize, bool)], last: usize, n: usize) -> Vec<String> {
@@ -239,49 +211,101 @@ fn check_retests(retests: &[(usize, usize, bool)], last: usize, n: usize) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use rdma_proto::Exit;
+    use rdma_proto::events::fabric::{LatencySource, PairRef, Retest, Suspect, Thresholds};
 
-    fn report(cell: impl Fn(usize, usize) -> Value, suspects: &[&str]) -> Value {
-        let matrix: Vec<Vec<Value>> = (0..3)
+    fn report(cell: impl Fn(usize, usize) -> Option<Cell>, suspects: &[&str]) -> Report {
+        let hosts: Vec<String> = (1..=3).map(|k| format!("node{k}")).collect();
+        let matrix = (0..3)
             .map(|w| {
                 (0..3)
-                    .map(|t| if w == t { Value::Null } else { cell(w, t) })
+                    .map(|t| if w == t { None } else { cell(w, t) })
                     .collect()
             })
             .collect();
-        json!({
-            "hosts": ["node1", "node2", "node3"],
-            "matrix": matrix,
-            "suspects": suspects.iter().map(|h| json!({"host": h})).collect::<Vec<_>>(),
-        })
+        Report {
+            suspects: suspects
+                .iter()
+                .map(|h| Suspect {
+                    rank: hosts.iter().position(|x| x == h).unwrap_or(0),
+                    host: (*h).to_owned(),
+                    bad: 4,
+                    of: 4,
+                })
+                .collect(),
+            hosts,
+            pairs: 6,
+            passed: 0,
+            slow: 0,
+            failed: 0,
+            missing: 0,
+            latency_source: LatencySource::Measured,
+            lat_reference_us: None,
+            lat_median_us: None,
+            bw_reference_mbs: None,
+            bw_median_mbs: None,
+            thresholds: Thresholds {
+                lat_factor: 20.0,
+                bw_fraction: 0.1,
+            },
+            matrix,
+            bad_pairs: vec![],
+            to_retest: vec![],
+            retests: vec![],
+            skipped_lines: 0,
+        }
+    }
+
+    fn pair(writer: usize, target: usize) -> PairRef {
+        PairRef {
+            writer,
+            writer_host: format!("node{}", writer + 1),
+            target,
+            target_host: format!("node{}", target + 1),
+        }
     }
 
     /// The report with these re-tests (writer, target, still bad) and nothing left to re-test.
-    fn retested(mut r: Value, list: &[(usize, usize, bool)]) -> Value {
-        r["retests"] = list
+    fn retested(mut r: Report, list: &[(usize, usize, bool)]) -> Report {
+        r.retests = list
             .iter()
-            .map(|&(w, t, b)| json!({"writer": w, "target": t, "still_bad": b}))
+            .map(|&(w, t, still_bad)| Retest {
+                pair: pair(w, t),
+                still_bad,
+            })
             .collect();
-        r["to_retest"] = json!([]);
+        r.to_retest = vec![];
         r
     }
 
-    fn pass() -> Value {
-        json!({"status": "pass", "lat_us": 100.0})
+    /// The status of a check with a failed pair.
+    fn transfer() -> Option<i32> {
+        Some(i32::from(Exit::Transfer.code()))
+    }
+
+    fn pass() -> Option<Cell> {
+        Some(Cell::Pass {
+            lat_us: Some(100.0),
+            bw_mbs: None,
+        })
+    }
+
+    fn slow_cell() -> Option<Cell> {
+        Some(Cell::Slow {
+            lat_us: Some(3000.0),
+            bw_mbs: None,
+            why: "lat".into(),
+        })
     }
 
     #[test]
     fn healthy_needs_every_pair_and_exit_0() {
         let r = report(|_, _| pass(), &[]);
         assert!(check(Phase::Healthy, &r, Some(0), Some(0), 3).is_ok());
-        assert!(check(Phase::Healthy, &r, Some(8), Some(0), 3).is_err());
+        assert!(check(Phase::Healthy, &r, transfer(), Some(0), 3).is_err());
         let one_missing = report(
             |w, t| {
-                if (w, t) == (0, 2) {
-                    Value::Null
-                } else {
-                    pass()
-                }
+                if (w, t) == (0, 2) { None } else { pass() }
             },
             &[],
         );
@@ -292,7 +316,7 @@ mod tests {
     fn slow_flags_exactly_the_last_nodes_pairs() {
         let slow = |w: usize, t: usize| {
             if w == 2 || t == 2 {
-                json!({"status": "slow", "why": "lat"})
+                slow_cell()
             } else {
                 pass()
             }
@@ -318,7 +342,7 @@ mod tests {
         // Not re-tested, or one pair left to re-test, or cleared: wrong.
         assert!(check(Phase::Slow, &report(slow, &["node3"]), Some(0), Some(0), 3).is_err());
         let mut left = good.clone();
-        left["to_retest"] = json!([{"writer": 2, "target": 0}]);
+        left.to_retest = vec![pair(2, 0)];
         assert!(check(Phase::Slow, &left, Some(0), Some(0), 3).is_err());
         let cleared = [(0, 2, true), (1, 2, true), (2, 0, false), (2, 1, true)];
         let r = retested(report(slow, &["node3"]), &cleared);
@@ -344,7 +368,7 @@ mod tests {
         assert!(check(Phase::Slow, &r, Some(0), Some(0), 3).is_err());
         let too_many = |w: usize, t: usize| {
             if w == 2 || t == 2 || w == 0 {
-                json!({"status": "slow", "why": "lat"})
+                slow_cell()
             } else {
                 pass()
             }
@@ -366,22 +390,25 @@ mod tests {
         let down = |why: &'static str| {
             move |w: usize, t: usize| {
                 if w == 2 || t == 2 {
-                    json!({"status": "fail", "kind": "device", "error": why})
+                    Some(Cell::Fail {
+                        kind: Exit::Rdma,
+                        error: why.to_owned(),
+                    })
                 } else {
                     pass()
                 }
             }
         };
         let r = report(down("no rxe0"), &["node3"]);
-        assert!(check(Phase::Down, &r, Some(8), Some(8), 3).is_ok());
-        assert!(check(Phase::Down, &r, Some(0), Some(8), 3).is_err());
-        assert!(check(Phase::Down, &r, Some(8), Some(0), 3).is_err());
+        assert!(check(Phase::Down, &r, transfer(), transfer(), 3).is_ok());
+        assert!(check(Phase::Down, &r, Some(0), transfer(), 3).is_err());
+        assert!(check(Phase::Down, &r, transfer(), Some(0), 3).is_err());
         assert!(
             check(
                 Phase::Down,
                 &report(down(""), &["node3"]),
-                Some(8),
-                Some(8),
+                transfer(),
+                transfer(),
                 3
             )
             .is_err()
@@ -389,9 +416,16 @@ mod tests {
     }
 
     #[test]
-    fn the_report_is_found_inside_an_event() {
-        let r = parse(r#"{"event":"fabric_report","report":{"matrix":[],"hosts":[]}}"#);
-        assert!(r.is_ok_and(|v| v["matrix"].is_array()));
-        assert!(parse("nothing").is_err());
+    fn the_report_is_read_from_its_event_and_other_lines_are_named() {
+        let r = report(|_, _| pass(), &[]);
+        let line =
+            serde_json::to_string(&Event::FabricReport(std::borrow::Cow::Borrowed(&r))).unwrap();
+        let error =
+            r#"{"type":"error","kind":"transfer","exit_code":8,"message":"2 pairs failed"}"#;
+        assert_eq!(parse(&format!("{line}\n{error}\n")).unwrap(), r);
+        assert!(parse(error).is_err(), "no report");
+        let renamed = line.replace("\"suspects\"", "\"suspect\"");
+        let err = parse(&renamed).unwrap_err();
+        assert!(err.to_string().contains("not an event"), "{err}");
     }
 }

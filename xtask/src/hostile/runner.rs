@@ -7,7 +7,6 @@ use super::args::Config;
 use super::case::Case;
 use super::conn::Conn;
 use super::misbehave::{Cx, SETTLE};
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -112,10 +111,8 @@ fn probe_write(cfg: &Config) -> Result<(), String> {
     let finished = crate::exec::Captured::spawn_command(cmd.into(), shown, None)
         .and_then(|c| c.finish(Instant::now() + Duration::from_secs(40)))
         .map_err(|e| format!("probe client: {e:#}"))?;
-    let verified = finished.stdout.lines().any(|l| {
-        serde_json::from_str::<Value>(l)
-            .is_ok_and(|v| v["type"] == "verified" && v["verified"] == true)
-    });
+    let verified = rdma_proto::events::client::verified_in(&finished.stdout)
+        .map_err(|e| format!("probe client: {e}"))?;
     if finished.code == Some(0) && verified {
         Ok(())
     } else {

@@ -83,7 +83,7 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
     let soon = || Instant::now() + Duration::from_secs(1);
     let mut conn = LineConn::new(s, DEFAULT_MAX_LINE);
     let mut hs = ServerHandshake::new(ServerPolicy {
-        max_len: 64,
+        buffer_size: 64,
         token: f.token.map(str::to_owned),
         program_version: "0".to_owned(),
         features: ServerPolicy::default_features(),

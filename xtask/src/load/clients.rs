@@ -6,7 +6,7 @@ use super::args::LoadArgs;
 use crate::exec::{self, Captured};
 use crate::text::tail;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
-use serde_json::{Value, json};
+use rdma_proto::events::client::Event as ClientEvent;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
@@ -160,27 +160,37 @@ pub(super) fn check_client(
     len: usize,
     crc: u32,
 ) -> Result<(), String> {
-    let events: Vec<Value> = stdout
+    let events: Vec<ClientEvent<'static>> = match stdout
         .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+        .filter(|l| !l.trim().is_empty())
+        .map(rdma_proto::events::parse)
+        .collect()
+    {
+        Ok(events) => events,
+        Err(e) => return Err(format!("exited with {status}, and {e}")),
+    };
     if !status.success() {
         let err = events
             .iter()
-            .find(|e| e["type"] == "error")
-            .map(|e| e.to_string())
+            .find(|e| matches!(e, ClientEvent::Error { .. }))
+            .map(|e| serde_json::to_string(e).unwrap_or_default())
             .unwrap_or_default();
         return Err(format!("exited with {status} {err}"));
     }
-    let Some(v) = events.iter().find(|e| e["type"] == "verified") else {
+    let Some(v) = events
+        .iter()
+        .find(|e| matches!(e, ClientEvent::Verified { .. }))
+    else {
         return Err(format!(
             "exit 0 but no `verified` event in its output: {}",
             tail(stdout.trim(), 400)
         ));
     };
-    if v["verified"] != true || v["length"] != json!(len) || v["crc32c"] != json!(crc) {
+    let matches = matches!(v, ClientEvent::Verified { verified: true, length, crc32c, .. }
+        if *length == len as u64 && *crc32c == crc);
+    if !matches {
         return Err(format!(
-            "`verified` event does not match the payload (length {len}, crc32c {crc}): {v}"
+            "`verified` event does not match the payload (length {len}, crc32c {crc}): {v:?}"
         ));
     }
     Ok(())
@@ -193,13 +203,21 @@ mod tests {
     #[test]
     fn client_output_is_checked_against_the_payload() {
         let ok = ExitStatus::from_raw(0);
-        let good = r#"{"type":"connected"}
-{"type":"verified","verified":true,"length":17,"crc32c":617249076,"text":"x","truncated":false}"#;
+        let connected = r#"{"type":"connected","server":"h","program":"rdma-server","program_version":"0.1.0","device":"rxe0","port":1,"gid_index":1,"gid":"::1"}"#;
+        let good = format!(
+            "{connected}\n{}",
+            r#"{"type":"verified","verified":true,"length":17,"crc32c":617249076,"text":"x","truncated":false}"#
+        );
+        let good = good.as_str();
         assert!(check_client(good, ok, 17, 617_249_076).is_ok());
         assert!(check_client(good, ok, 16, 617_249_076).is_err());
         assert!(check_client(good, ok, 17, 1).is_err());
         assert!(check_client(good, ExitStatus::from_raw(7 << 8), 17, 617_249_076).is_err());
-        assert!(check_client(r#"{"type":"connected"}"#, ok, 17, 617_249_076).is_err());
+        assert!(check_client(connected, ok, 17, 617_249_076).is_err());
+        // A line that is no client event is named, not skipped.
+        let renamed = good.replace("crc32c", "crc");
+        let err = check_client(&renamed, ok, 17, 617_249_076).unwrap_err();
+        assert!(err.contains(r#""crc":617249076"#), "{err}");
         let unverified = good.replace("\"verified\":true", "\"verified\":false");
         assert!(check_client(&unverified, ok, 17, 617_249_076).is_err());
     }

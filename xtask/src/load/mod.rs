@@ -34,6 +34,7 @@ pub use args::LoadArgs;
 use clients::Clients;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use policy::Limits;
+use rdma_proto::events::server::Event;
 use server::{ServerGuard, check_listening};
 use std::time::Instant;
 
@@ -56,7 +57,11 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
     let addr = format!("127.0.0.1:{}", args.port);
 
     let mut server = ServerGuard::start(args, &addr)?;
-    let listening = server.wait_for("listening", Instant::now() + args.server_deadline)?;
+    let listening = server.wait_for(
+        "listening",
+        |e| matches!(e, Event::Listening { .. }),
+        Instant::now() + args.server_deadline,
+    )?;
     check_listening(&listening, args)?;
     let pid = server.pid();
     let baseline_threads = sample::proc_threads(pid)?;

@@ -8,6 +8,7 @@ use super::policy::Observed;
 use super::sample::{Sample, quiesce};
 use super::server::ServerGuard;
 use color_eyre::eyre::{Result, eyre};
+use rdma_proto::events::server::Event;
 
 /// Notify modes alternate so that both are under load.
 fn notify(i: u32) -> &'static str {
@@ -68,7 +69,15 @@ pub(super) fn run(
         errors_before_concurrent,
         errors_before_kills,
         errors_total: server.errors(),
-        unverified: server.count(|e| e["type"] == "verified" && e["verified"] != true),
+        unverified: server.count(|e| {
+            matches!(
+                e,
+                Event::Verified {
+                    verified: false,
+                    ..
+                }
+            )
+        }),
         error_examples: server.errors_text(),
     })
 }

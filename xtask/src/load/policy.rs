@@ -1,7 +1,7 @@
 //! What counts as a leak or a wrong stop: pure functions of what was observed.
 
 use super::sample::Sample;
-use serde_json::Value;
+use rdma_proto::events::server::{Event, StopReason};
 
 /// What the phases observed of the server.
 #[derive(Debug, Clone)]
@@ -71,24 +71,28 @@ pub(super) fn leak_failures(
 }
 
 /// The server's `stopped` event after SIGTERM must give the reason and count every client.
-pub(super) fn stop_failures(stopped: Option<&Value>, clients: u64, verified: u64) -> Vec<String> {
-    let Some(ev) = stopped else {
+pub(super) fn stop_failures(
+    stopped: Option<&Event<'_>>,
+    clients: u64,
+    verified: u64,
+) -> Vec<String> {
+    let Some(&Event::Stopped {
+        reason,
+        sessions,
+        verified: counted,
+    }) = stopped
+    else {
         return vec!["the server printed no `stopped` event".to_owned()];
     };
     let mut failures = Vec::new();
-    if ev["reason"] != "signal" {
+    if reason != StopReason::Signal {
+        failures.push(format!("`stopped` says reason {reason}, not \"signal\""));
+    }
+    if sessions != clients {
         failures.push(format!(
-            "`stopped` says reason {}, not \"signal\"",
-            ev["reason"]
+            "`stopped` counts {sessions} connections, but {clients} clients connected"
         ));
     }
-    let sessions = ev["sessions"].as_u64();
-    if sessions != Some(clients) {
-        failures.push(format!(
-            "`stopped` counts {sessions:?} connections, but {clients} clients connected"
-        ));
-    }
-    let counted = ev["verified"].as_u64().unwrap_or(0);
     if counted < verified {
         failures.push(format!(
             "`stopped` counts {counted} verified writes, but {verified} clients were verified"
@@ -100,7 +104,6 @@ pub(super) fn stop_failures(stopped: Option<&Value>, clients: u64, verified: u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn sample(rss_kib: u64, fds: u64) -> Sample {
         Sample {
@@ -190,12 +193,17 @@ mod tests {
 
     #[test]
     fn the_stopped_event_must_count_every_client() {
-        let ev = json!({"type": "stopped", "reason": "signal", "sessions": 5, "verified": 4});
+        let stopped = |reason| Event::Stopped {
+            reason,
+            sessions: 5,
+            verified: 4,
+        };
+        let ev = stopped(StopReason::Signal);
         assert!(stop_failures(Some(&ev), 5, 4).is_empty());
         assert!(stop_failures(Some(&ev), 5, 3).is_empty());
         assert_eq!(stop_failures(Some(&ev), 6, 4).len(), 1);
         assert_eq!(stop_failures(Some(&ev), 5, 5).len(), 1);
-        let other = json!({"type": "stopped", "reason": "one_shot", "sessions": 5, "verified": 4});
+        let other = stopped(StopReason::Verified);
         assert_eq!(stop_failures(Some(&other), 5, 4).len(), 1);
         assert_eq!(stop_failures(None, 5, 4).len(), 1);
     }

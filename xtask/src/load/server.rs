@@ -5,7 +5,8 @@ use super::args::LoadArgs;
 use crate::exec;
 use crate::text::tail;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
-use serde_json::{Value, json};
+use rdma_proto::events::server::{Event, ServeMode};
+use rdma_proto::events::{self, EventError};
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -16,11 +17,15 @@ use xshell::{Shell, cmd};
 /// Most stderr kept from the server, for failure reports.
 const KEEP_STDERR: usize = 16 * 1024;
 
+/// One line of the server's stdout: an event, or the error that names a line that is none.
+type Line = Result<Event<'static>, EventError>;
+
 /// The server process, its events, and a guarantee that it does not outlive the run.
 #[derive(Debug)]
 pub(super) struct ServerGuard {
     child: Child,
-    events: Arc<Mutex<Vec<Value>>>,
+    /// Every stdout line, as the server's event it must be.
+    events: Arc<Mutex<Vec<Line>>>,
     stderr: Option<JoinHandle<Vec<u8>>>,
     reader: Option<JoinHandle<()>>,
 }
@@ -49,8 +54,7 @@ impl ServerGuard {
             let Some(stdout) = stdout else { return };
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let ev = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| json!({"type": "not_json", "line": line}));
+                let ev = events::parse(&line);
                 if let Ok(mut v) = sink.lock() {
                     v.push(ev);
                 }
@@ -73,44 +77,57 @@ impl ServerGuard {
     }
 
     /// How many events so far satisfy `pred`.
-    pub fn count(&self, pred: impl Fn(&Value) -> bool) -> u64 {
+    pub fn count(&self, pred: impl Fn(&Event<'_>) -> bool) -> u64 {
         self.events
             .lock()
-            .map(|v| v.iter().filter(|e| pred(e)).count() as u64)
+            .map(|v| v.iter().flatten().filter(|e| pred(e)).count() as u64)
             .unwrap_or(0)
     }
 
-    /// How many `error` events so far (a session that failed).
+    /// How many failures so far: `error` events (a session that failed), and lines that are
+    /// no server event at all (the contract broken).
     pub fn errors(&self) -> u64 {
-        self.count(|e| e["type"] == "error")
+        self.events
+            .lock()
+            .map(|v| v.iter().filter(|l| is_error(l)).count() as u64)
+            .unwrap_or(0)
     }
 
-    fn find(&self, ty: &str) -> Option<Value> {
+    fn find(&self, pred: impl Fn(&Event<'_>) -> bool) -> Option<Event<'static>> {
         self.events
             .lock()
             .ok()
-            .and_then(|v| v.iter().find(|e| e["type"] == ty).cloned())
+            .and_then(|v| v.iter().flatten().find(|e| pred(e)).cloned())
     }
 
-    /// The first few `error` events, for a failure report.
+    /// The first few failures, for a failure report.
     pub fn errors_text(&self) -> String {
         self.events
             .lock()
             .map(|v| {
                 v.iter()
-                    .filter(|e| e["type"] == "error")
+                    .filter(|l| is_error(l))
                     .take(3)
-                    .map(Value::to_string)
+                    .map(|l| match l {
+                        Ok(e) => serde_json::to_string(e).unwrap_or_default(),
+                        Err(e) => e.to_string(),
+                    })
                     .collect::<Vec<_>>()
                     .join("; ")
             })
             .unwrap_or_default()
     }
 
-    /// Waits for the first event of type `ty`; fails early if the server exits.
-    pub fn wait_for(&mut self, ty: &str, deadline: Instant) -> Result<Value> {
+    /// Waits for the first event `pred` holds for (`what` names it); fails early if the
+    /// server exits.
+    pub fn wait_for(
+        &mut self,
+        ty: &str,
+        pred: impl Fn(&Event<'_>) -> bool,
+        deadline: Instant,
+    ) -> Result<Event<'static>> {
         loop {
-            if let Some(ev) = self.find(ty) {
+            if let Some(ev) = self.find(&pred) {
                 return Ok(ev);
             }
             if let Ok(Some(st)) = self.child.try_wait() {
@@ -143,7 +160,7 @@ impl ServerGuard {
 
     /// Sends SIGTERM; the server must exit 0 before the deadline. Returns its exit code and its
     /// `stopped` event, if it printed one.
-    pub fn terminate(&mut self, within: Duration) -> Result<(Option<i32>, Option<Value>)> {
+    pub fn terminate(&mut self, within: Duration) -> Result<(Option<i32>, Option<Event<'static>>)> {
         exec::sigterm(&mut self.child).wrap_err("cannot send SIGTERM to the server")?;
         let (status, _) = exec::wait_deadline(
             &mut self.child,
@@ -154,7 +171,7 @@ impl ServerGuard {
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
-        let stopped = self.find("stopped");
+        let stopped = self.find(|e| matches!(e, Event::Stopped { .. }));
         match status {
             None => bail!("the server did not exit within {within:?} of SIGTERM (killed)"),
             Some(st) if st.code() == Some(0) => Ok((Some(0), stopped)),
@@ -186,13 +203,22 @@ impl Drop for ServerGuard {
     }
 }
 
+/// A session's `error` event, or a line that is no event.
+fn is_error(line: &Line) -> bool {
+    matches!(line, Ok(Event::Error { .. }) | Err(_))
+}
+
 /// The server's `listening` event must show the configuration we asked for.
-pub(super) fn check_listening(ev: &Value, args: &LoadArgs) -> Result<()> {
-    if ev["buffer_size"] != json!(args.buffer_size)
-        || ev["max_clients"] != json!(args.concurrent)
-        || ev["mode"] != "serve"
-    {
-        bail!("the server's `listening` event does not match the requested configuration: {ev}");
+pub(super) fn check_listening(ev: &Event<'_>, args: &LoadArgs) -> Result<()> {
+    match ev {
+        Event::Listening {
+            buffer_size,
+            max_clients,
+            mode: ServeMode::Serve,
+            ..
+        } if *buffer_size == args.buffer_size && *max_clients == args.concurrent => Ok(()),
+        _ => bail!(
+            "the server's `listening` event does not match the requested configuration: {ev:?}"
+        ),
     }
-    Ok(())
 }

@@ -5,6 +5,7 @@ use super::args::LoadArgs;
 use super::cmd;
 use super::server::{ServerGuard, check_listening};
 use clap::Parser as _;
+use rdma_proto::events::server::{Event, StopReason};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ fn script(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
 }
 
 const FAKE_SERVER: &str = r#"trap 'echo "{\"type\":\"stopped\",\"reason\":\"signal\",\"sessions\":3,\"verified\":3}"; exit 0' TERM
-echo '{"type":"listening","buffer_size":64,"max_clients":1,"mode":"serve"}'
+echo '{"type":"listening","addr":"127.0.0.1:1","device":"rxe0","port":1,"gid_index":1,"gid":"::1","mtu":1024,"buffer_size":64,"mode":"serve","max_clients":1,"auth":"none","timeout_ms":10000}'
 while :; do sleep 0.05; done"#;
 
 fn args(
@@ -55,12 +56,22 @@ fn a_server_that_stops_on_sigterm_is_accepted() {
     let a = args(dir.path(), &server, &server, &[]);
     let mut g = ServerGuard::start(&a, "127.0.0.1:1").unwrap();
     let ev = g
-        .wait_for("listening", Instant::now() + Duration::from_secs(5))
+        .wait_for(
+            "listening",
+            |e| matches!(e, Event::Listening { .. }),
+            Instant::now() + Duration::from_secs(5),
+        )
         .unwrap();
     check_listening(&ev, &a).unwrap();
     let (code, stopped) = g.terminate(Duration::from_secs(5)).unwrap();
     assert_eq!(code, Some(0));
-    assert_eq!(stopped.unwrap()["reason"], "signal");
+    assert!(matches!(
+        stopped,
+        Some(Event::Stopped {
+            reason: StopReason::Signal,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -70,8 +81,12 @@ fn a_server_that_ignores_sigterm_fails_and_is_killed() {
     let server = script(dir.path(), "server", &body);
     let a = args(dir.path(), &server, &server, &[]);
     let mut g = ServerGuard::start(&a, "127.0.0.1:1").unwrap();
-    g.wait_for("listening", Instant::now() + Duration::from_secs(5))
-        .unwrap();
+    g.wait_for(
+        "listening",
+        |e| matches!(e, Event::Listening { .. }),
+        Instant::now() + Duration::from_secs(5),
+    )
+    .unwrap();
     let pid = g.pid();
     let err = g.terminate(Duration::from_millis(500)).unwrap_err();
     assert!(err.to_string().contains("did not exit"), "{err}");
@@ -86,7 +101,7 @@ fn a_client_reporting_the_wrong_crc_fails_the_run() {
     let client = script(
         dir.path(),
         "client",
-        r#"echo '{"type":"verified","verified":true,"length":1,"crc32c":0}'"#,
+        r#"echo '{"type":"verified","verified":true,"length":1,"crc32c":0,"text":"x","truncated":false}'"#,
     );
     let err = cmd(&args(dir.path(), &server, &client, &[])).unwrap_err();
     assert!(

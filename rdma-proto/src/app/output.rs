@@ -4,8 +4,8 @@
 //! Each binary keeps its own event enum (their fields differ); [`Events`] names it and says how
 //! it spells a fatal error, so the writer and the fatal path are shared.
 
-use super::exit::Exit;
 use super::report;
+use crate::exit::Exit;
 use color_eyre::Report;
 use serde::Serialize;
 use std::io::Write as _;

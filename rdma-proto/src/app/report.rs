@@ -1,6 +1,6 @@
 //! How a failure reads: the color-eyre reporter, logging, and the text of a fatal error.
 
-use super::exit::Exit;
+use crate::exit::Exit;
 use color_eyre::Report;
 use std::io::IsTerminal as _;
 

@@ -7,7 +7,6 @@
 //! requested in the environment.
 
 use super::Exit;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -152,17 +151,34 @@ pub struct Run {
 }
 
 impl Run {
-    /// The JSON events on stdout; panics on a line that is not JSON.
+    /// The `error` events on stdout, as (exit name, exit status), whichever binary printed
+    /// them (the client's `kind` or the server's `code`); panics on a line that is no event of
+    /// either binary.
     #[must_use]
-    pub fn events(&self) -> Vec<Value> {
-        self.stdout
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                serde_json::from_str(l)
-                    .unwrap_or_else(|e| panic!("{}: stdout line {l:?} is not JSON: {e}", self.what))
-            })
-            .collect()
+    pub fn errors(&self) -> Vec<(String, u8)> {
+        use crate::events::{client, parse, server};
+        let mut errors = Vec::new();
+        for l in self.stdout.lines().filter(|l| !l.trim().is_empty()) {
+            match parse::<client::Event<'static>>(l) {
+                Ok(client::Event::Error {
+                    kind, exit_code, ..
+                }) => errors.push((kind.name().to_owned(), exit_code)),
+                Ok(_) => {}
+                Err(as_client) => match parse::<server::Event<'static>>(l) {
+                    Ok(server::Event::Error {
+                        code,
+                        exit_code: Some(exit_code),
+                        ..
+                    }) => errors.push((code.into_owned(), exit_code)),
+                    Ok(_) => {}
+                    Err(as_server) => panic!(
+                        "{}: stdout line is no event of either binary: {as_client}; {as_server}",
+                        self.what
+                    ),
+                },
+            }
+        }
+        errors
     }
 
     /// Panics unless stderr is free of backtraces.
@@ -221,6 +237,28 @@ impl Binary {
     #[must_use]
     pub fn documented(&self, code: i32) -> Option<&str> {
         self.exit_codes.get(&code).map(String::as_str)
+    }
+
+    /// Panics unless the binary refuses `args`, which use `flag`, as an unknown argument: a
+    /// usage error (2) naming the flag. For flags a build must not have (the test hooks of a
+    /// build without `fault-injection`).
+    pub fn assert_no_flag(&self, args: &[&str], flag: &str) {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let run = self.run(&args, &[]);
+        assert_eq!(
+            run.code,
+            Some(i32::from(Exit::Usage.code())),
+            "{}: {}",
+            run.what,
+            run.stderr
+        );
+        assert!(
+            run.stderr
+                .contains(&format!("unexpected argument '{flag}'")),
+            "{}: {}",
+            run.what,
+            run.stderr
+        );
     }
 
     /// Runs the binary with `args` and `env`, no access token in the environment, backtraces
@@ -296,15 +334,12 @@ impl Binary {
         let json = self.run(&with_json, env);
         assert_eq!(json.code, human.code, "{json:?}");
         json.assert_no_backtrace();
-        let errors: Vec<Value> = json
-            .events()
-            .into_iter()
-            .filter(|e| e["type"] == "error")
-            .collect();
-        assert_eq!(errors.len(), 1, "{json:?}");
-        assert_eq!(errors[0]["exit_code"], exit.code(), "{json:?}");
-        let name = errors[0].get("kind").or_else(|| errors[0].get("code"));
-        assert_eq!(name, Some(&Value::from(exit.name())), "{json:?}");
+        let errors = json.errors();
+        assert_eq!(
+            errors,
+            [(exit.name().to_owned(), exit.code())],
+            "one error event, of the exit's kind: {json:?}"
+        );
         assert!(json.stderr.lines().count() <= 1, "{json:?}");
         (exit, human)
     }
@@ -404,6 +439,28 @@ fn exit_code_table(help: &str) -> BTreeMap<i32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_printing(stdout: &str) -> Run {
+        Run {
+            what: "test".into(),
+            code: Some(2),
+            stdout: stdout.into(),
+            stderr: String::new(),
+        }
+    }
+
+    #[test]
+    fn error_events_of_either_binary_are_read_and_strangers_refused() {
+        let client = r#"{"type":"error","kind":"usage","exit_code":2,"message":"bad"}"#;
+        let server = r#"{"type":"error","session":null,"peer":null,"code":"network","message":"x","fatal":true,"exit_code":4}"#;
+        let run = run_printing(&format!("{client}\n{server}\n"));
+        assert_eq!(
+            run.errors(),
+            [("usage".to_owned(), 2), ("network".to_owned(), 4)]
+        );
+        let renamed = run_printing(&client.replace("exit_code", "code"));
+        assert!(std::panic::catch_unwind(|| renamed.errors()).is_err());
+    }
 
     #[test]
     fn the_exit_code_table_is_read_from_help() {

@@ -1,11 +1,12 @@
-//! What both binaries share to start and end a run (feature `app`): one exit-code type
-//! ([`Exit`]), one `--json` writer ([`Output`]), one error reporter ([`report`]), and [`main`],
-//! the one way a binary ends.
+//! What both binaries share to start and end a run (feature `app`): the rule that turns a
+//! failure into one of the contract's exit codes ([`classify`]), the `--json` writer of the
+//! contract's events ([`Output`]), one error reporter ([`report`]), and [`main`], the one way
+//! a binary ends; [`token`] (the access token) and [`generate`] (man page, completions).
 //!
-//! The verbs layer itself never touches JSON or the terminal; this module sits beside it only
-//! because both binaries already depend on this crate (as they do for [`crate::cli`]).
+//! It lives here, beside the contract it writes, so that the verbs layer (rdma-core-rs) never
+//! touches JSON or the terminal. Nothing here does network I/O or touches ibverbs: which verbs
+//! error is which exit is rdma-core-rs's `Error::exit`, handed in by the binaries.
 
-mod exit;
 pub mod generate;
 mod output;
 pub mod report;
@@ -13,13 +14,28 @@ pub mod report;
 pub mod testing;
 pub mod token;
 
-pub use exit::{Documented, Exit, classify, exit_codes_help};
+pub use crate::exit::{Documented, Exit, exit_codes_help};
 pub use output::{Events, Output};
 
 use color_eyre::eyre::{Result, eyre};
+use std::error::Error as StdError;
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// The exit for `report`: the most specific typed error in its chain (outermost first) decides,
+/// as `own` (the binary's view of its errors, the protocol's and the verbs layer's) sees it.
+/// Anything else, and any exit the binary does not document, is [`Exit::Internal`].
+pub fn classify(
+    report: &color_eyre::Report,
+    documented: Documented,
+    own: impl Fn(&(dyn StdError + 'static)) -> Option<Exit>,
+) -> Exit {
+    match report.chain().find_map(own) {
+        Some(exit) if documented.iter().any(|(d, _)| *d == exit) => exit,
+        _ => Exit::Internal,
+    }
+}
 
 /// `--json`, the flag both binaries share (flatten it into their arguments).
 #[derive(Clone, Copy, Debug, clap::Args)]
@@ -122,6 +138,29 @@ mod tests {
         ])));
         assert!(!json_requested(argv(&["rdma-client", "--", "--json"])));
         assert!(!json_requested(argv(&["--json"])), "argv[0] is the program");
+    }
+
+    #[test]
+    fn the_outermost_typed_error_decides_and_undocumented_codes_are_internal() {
+        const DOCS: Documented = &[(Exit::Usage, "usage error"), (Exit::Timeout, "timeout")];
+        #[derive(Debug, thiserror::Error)]
+        #[error("inner")]
+        struct Inner;
+        let report = || color_eyre::Report::new(Inner).wrap_err("outer");
+        let inner = |c: &(dyn StdError + 'static)| c.is::<Inner>().then_some(Exit::Usage);
+        assert_eq!(classify(&report(), DOCS, inner), Exit::Usage);
+        assert_eq!(classify(&report(), DOCS, |_| None), Exit::Internal);
+        // The outermost cause `own` knows wins.
+        assert_eq!(
+            classify(&report(), DOCS, |_| Some(Exit::Timeout)),
+            Exit::Timeout
+        );
+        // A code the binary does not document never escapes.
+        assert_eq!(
+            classify(&report(), DOCS, |_| Some(Exit::Refused)),
+            Exit::Internal
+        );
+        assert_eq!(classify(&eyre!("odd"), DOCS, |_| None), Exit::Internal);
     }
 
     #[test]

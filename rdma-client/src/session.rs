@@ -1,0 +1,314 @@
+//! The one client session, as every run of the client drives it: TCP connect, the server's
+//! banner, our hello, its accept, our QP to RTS, and at the end the `written` notice and the
+//! server's verdict. `run::Write` (one message), `bench::Measure` (a measurement) and the
+//! fabric check (both, per pair) differ only in what they register and post in between.
+
+use crate::exit::ClientError;
+use crate::fault::{Faults, Stage};
+use crate::output::{Event, Output};
+use color_eyre::eyre::{Result, WrapErr as _};
+use rdma_core_rs::{CqMode, Endpoint, Init, LocalPort, QueuePair, Rts};
+use rdma_proto::framing::LineConn;
+use rdma_proto::{
+    Accept, Banner, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, Outcome, ServerMessage,
+};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How every session of this run talks to its server (from the command line).
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// The deadline of each phase: connect, handshake, completion, verdict.
+    pub timeout: Duration,
+    /// Keep retrying a refused connection this long.
+    pub wait_for_server: Option<Duration>,
+    /// How our completion queues are waited on.
+    pub cq_mode: CqMode,
+    /// Where the access token comes from.
+    pub token: TokenSource,
+    /// The test hooks asked for (none in a build without `fault-injection`).
+    pub faults: Faults,
+}
+
+/// `--token-file`, else `--token` / `RDMA_WRITE_TOKEN`.
+#[derive(Debug, Clone, Default)]
+pub struct TokenSource {
+    pub file: Option<PathBuf>,
+    pub value: Option<String>,
+}
+
+impl TokenSource {
+    /// The token, read from its file if one was named.
+    pub fn load(&self) -> Result<Option<String>> {
+        Ok(match &self.file {
+            Some(path) => Some(rdma_proto::app::token::read_file(path)?),
+            None => self.value.clone(),
+        })
+    }
+}
+
+/// A server: the name the user gave (what events show) and the address it resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+impl Target {
+    /// `HOST`, `HOST:PORT`, an IP literal, or `[IPv6]:PORT` (default port 7471).
+    pub fn parse(server: &str) -> Result<Target> {
+        let addr = if let Ok(addr) = server.parse::<SocketAddr>() {
+            Some(addr)
+        } else if let Ok(ip) = server.parse::<IpAddr>() {
+            Some(SocketAddr::new(ip, DEFAULT_PORT))
+        } else if server.contains(':') {
+            first_addr((server, None))
+        } else {
+            first_addr((server, Some(DEFAULT_PORT)))
+        };
+        let addr = addr.ok_or_else(|| ClientError::BadAddress(server.to_owned()))?;
+        Ok(Target {
+            name: server.to_owned(),
+            addr,
+        })
+    }
+
+    /// `host` (a name or an IP literal, never with a port) at `port`: a fabric node's server.
+    pub fn at(host: &str, port: u16) -> Result<Target> {
+        let addr = match host.parse::<IpAddr>() {
+            Ok(ip) => Some(SocketAddr::new(ip, port)),
+            Err(_) => first_addr((host, Some(port))),
+        };
+        let addr = addr.ok_or_else(|| ClientError::BadAddress(host.to_owned()))?;
+        Ok(Target {
+            name: addr.to_string(),
+            addr,
+        })
+    }
+}
+
+/// The first address a name resolves to: `(HOST:PORT, None)` or `(HOST, Some(port))`.
+fn first_addr((name, port): (&str, Option<u16>)) -> Option<SocketAddr> {
+    let found = match port {
+        Some(port) => (name, port).to_socket_addrs(),
+        None => name.to_socket_addrs(),
+    };
+    found.ok().and_then(|mut addrs| addrs.next())
+}
+
+/// A session with one server, from its banner to its verdict.
+pub struct Session<'a> {
+    conn: LineConn<TcpStream>,
+    hs: ClientHandshake,
+    local: &'a LocalPort,
+    opts: &'a SessionOptions,
+    out: Option<&'a Output>,
+}
+
+impl<'a> Session<'a> {
+    /// Connects to `to`, reads the server's banner and emits `connected` (`human`: its line
+    /// without `--json`). With `out` `None` (the fabric check) nothing is printed.
+    pub fn open(
+        to: &Target,
+        hs: ClientHandshake,
+        local: &'a LocalPort,
+        opts: &'a SessionOptions,
+        out: Option<&'a Output>,
+        human: impl FnOnce(&Banner) -> String,
+    ) -> Result<Self> {
+        let stream = connect(to.addr, opts.timeout, opts.wait_for_server)?;
+        let _ = stream.set_nodelay(true);
+        let mut s = Session {
+            conn: LineConn::new(stream, DEFAULT_MAX_LINE),
+            hs,
+            local,
+            opts,
+            out,
+        };
+        let msg = s.recv()?;
+        let banner = s.hs.on_banner(msg)?;
+        s.emit(
+            &Event::Connected {
+                server: to.name.as_str().into(),
+                program: banner.program.as_str().into(),
+                program_version: banner.program_version.as_str().into(),
+                device: local.ctx.name().into(),
+                port: local.port.num,
+                gid_index: local.gid.index,
+                gid: local.gid.gid.to_string().into(),
+            },
+            || human(&banner),
+        );
+        Ok(s)
+    }
+
+    /// Sends our hello for `qp`, reads the server's accept, brings `qp` to RTS towards the
+    /// server's and emits `qp_ready` (`human`: its line without `--json`).
+    pub fn connect(
+        &mut self,
+        qp: QueuePair<Init>,
+        human: impl FnOnce(&QueuePair<Rts>, &Accept) -> String,
+    ) -> Result<(QueuePair<Rts>, Accept)> {
+        let psn = rdma_core_rs::random_psn()?;
+        let hello = self.hs.hello(self.local.endpoint(&qp, psn).into())?;
+        self.send(&hello.to_line())?;
+        self.opts.faults.kill_at(Stage::Hello);
+        let msg = self.recv()?;
+        let accept = self.hs.on_accept(msg)?;
+        let qp = qp.connect_to(self.local, &Endpoint::from(&accept.endpoint), psn)?;
+        self.emit(
+            &Event::QpReady {
+                local_qpn: qp.qpn(),
+                remote_qpn: accept.endpoint.qpn,
+                path_mtu: qp.path_mtu().bytes(),
+                remote_addr: accept.addr,
+                rkey: accept.rkey,
+                buf_len: accept.buf_len,
+            },
+            || human(&qp, &accept),
+        );
+        self.opts.faults.kill_at(Stage::Accept);
+        Ok((qp, accept))
+    }
+
+    /// Tells the server our writes are done, where the handshake has it told (`written`).
+    pub fn written(&mut self) -> Result<()> {
+        if let Some(notice) = self.hs.written()? {
+            self.send(&notice.to_line())?;
+        }
+        Ok(())
+    }
+
+    /// The server's verdict (`Err` when it did not verify), not yet emitted.
+    pub fn result(&mut self) -> Result<Outcome> {
+        let msg = self.recv()?;
+        Ok(self.hs.on_result(msg)?)
+    }
+
+    /// The verdict the server sent, whatever it said.
+    pub fn verdict(&self) -> Option<&Outcome> {
+        self.hs.outcome()
+    }
+
+    /// Emits `outcome` as the `verified` event (`human`: its line without `--json`).
+    pub fn emit_verified(&self, outcome: &Outcome, human: impl FnOnce() -> String) {
+        self.emit(
+            &Event::Verified {
+                verified: outcome.verified,
+                length: outcome.length,
+                crc32c: outcome.crc32c,
+                text: outcome.text.as_str().into(),
+                truncated: outcome.truncated,
+            },
+            human,
+        );
+    }
+
+    /// Emits `event`, if this session prints.
+    pub fn emit(&self, event: &Event<'_>, human: impl FnOnce() -> String) {
+        if let Some(out) = self.out {
+            out.emit(event, human);
+        }
+    }
+
+    /// Whether this session prints human lines (not JSON, not silent).
+    pub fn human(&self) -> bool {
+        self.out.is_some_and(|o| !o.json())
+    }
+
+    fn send(&mut self, line: &str) -> Result<()> {
+        let deadline = Instant::now() + self.opts.timeout;
+        Ok(self.conn.send_line(line, deadline)?)
+    }
+
+    fn recv(&mut self) -> Result<ServerMessage> {
+        let line = self
+            .conn
+            .read_line(Instant::now() + self.opts.timeout)
+            .wrap_err("waiting for the server")?;
+        Ok(ServerMessage::parse(&line)?)
+    }
+}
+
+/// Connects within `timeout`; a refused connection is retried until `wait` has passed.
+pub(crate) fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    wait: Option<Duration>,
+) -> Result<TcpStream> {
+    let give_up = Instant::now() + wait.unwrap_or_default();
+    loop {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() < give_up =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(source) => {
+                return Err(ClientError::Connect {
+                    addr: addr.to_string(),
+                    port: addr.port(),
+                    source,
+                }
+                .into());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_get_the_default_port() {
+        let port = |s: &str| Target::parse(s).unwrap().addr.port();
+        assert_eq!(port("127.0.0.1"), DEFAULT_PORT);
+        assert_eq!(port("127.0.0.1:9000"), 9000);
+        assert_eq!(port("::1"), DEFAULT_PORT);
+        assert_eq!(port("[::1]:9001"), 9001);
+        assert_eq!(port("localhost"), DEFAULT_PORT);
+        assert!(Target::parse("no such host.invalid:x").is_err());
+        assert_eq!(Target::parse("127.0.0.1").unwrap().name, "127.0.0.1");
+    }
+
+    #[test]
+    fn a_fabric_node_is_a_host_and_a_port_never_a_string_to_reparse() {
+        let v4 = Target::at("127.0.0.1", 9000).unwrap();
+        assert_eq!(v4.addr, "127.0.0.1:9000".parse().unwrap());
+        let v6 = Target::at("::1", 9000).unwrap();
+        assert_eq!(v6.addr, "[::1]:9000".parse().unwrap());
+        assert_eq!(v6.name, "[::1]:9000");
+        assert!(Target::at("no such host.invalid", 9000).is_err());
+    }
+
+    #[test]
+    fn refused_connections_are_retried_until_the_wait_ends() {
+        // Grab a free port, then close it: connections to it are refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let t = Instant::now();
+        let err = connect(
+            addr,
+            Duration::from_secs(1),
+            Some(Duration::from_millis(300)),
+        )
+        .unwrap_err();
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        assert!(
+            err.to_string().contains("could not reach the server"),
+            "{err}"
+        );
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(connect(addr, Duration::from_secs(1), None).is_ok());
+    }
+}

@@ -1,0 +1,122 @@
+//! Which exit of the binaries' contract ([`rdma_proto::Exit`]) each verbs error ends in.
+
+use super::{Error, ErrorKind, VerbOp};
+use rdma_proto::Exit;
+use std::error::Error as StdError;
+
+impl Error {
+    /// The exit for this error. A named device that does not exist, a port that does not
+    /// exist and a GID index outside the table are the user's mistakes; a kernel without RDMA
+    /// or a port that is down is the machine's; an invalid argument the program itself built
+    /// is a bug.
+    #[must_use]
+    pub fn exit(&self) -> Exit {
+        match self {
+            Error::DeviceNotFound { .. } | Error::GidIndexInvalid { .. } => Exit::Usage,
+            Error::Verb {
+                op: VerbOp::QueryPort,
+                errno: libc::EINVAL,
+                ..
+            } => Exit::Usage,
+            _ => match self.kind() {
+                ErrorKind::NoDevice | ErrorKind::Port | ErrorKind::Setup => Exit::Rdma,
+                ErrorKind::Timeout => Exit::Timeout,
+                ErrorKind::Transfer => Exit::Transfer,
+                ErrorKind::Usage => Exit::Internal,
+            },
+        }
+    }
+
+    /// [`Error::exit`] of `cause`, if it is a verbs error: for a binary's error classifier.
+    #[must_use]
+    pub fn exit_of(cause: &(dyn StdError + 'static)) -> Option<Exit> {
+        cause.downcast_ref::<Error>().map(Error::exit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PortState, WcOpcode, WcStatus};
+    use std::time::Duration;
+
+    #[test]
+    fn the_users_mistakes_are_usage_errors_and_the_machines_are_rdma_errors() {
+        let table = "  [0] fe80::1 (RoCE v2)".to_owned();
+        let cases = [
+            (
+                Error::DeviceNotFound {
+                    wanted: "nosuch".into(),
+                    available: vec!["rxe0".into()],
+                },
+                Exit::Usage,
+            ),
+            (
+                Error::GidIndexInvalid {
+                    port: 1,
+                    index: 99,
+                    table: table.clone(),
+                },
+                Exit::Usage,
+            ),
+            (
+                Error::verb(VerbOp::QueryPort, "port 9", libc::EINVAL),
+                Exit::Usage,
+            ),
+            (
+                Error::verb(VerbOp::QueryPort, "port 1", libc::EIO),
+                Exit::Rdma,
+            ),
+            (
+                Error::NoRdmaInKernel {
+                    errno: libc::ENOSYS,
+                },
+                Exit::Rdma,
+            ),
+            (Error::NoDevices, Exit::Rdma),
+            (
+                Error::PortNotActive {
+                    port: 1,
+                    state: PortState::Down,
+                },
+                Exit::Rdma,
+            ),
+            (Error::NoUsableGid { port: 1, table }, Exit::Rdma),
+            (Error::verb(VerbOp::RegMr, "", libc::ENOMEM), Exit::Rdma),
+            (
+                Error::Timeout {
+                    what: "for a completion",
+                    waited: Duration::from_secs(1),
+                },
+                Exit::Timeout,
+            ),
+            (
+                Error::Completion {
+                    status: WcStatus::RemAccessErr,
+                    status_str: "remote access error".into(),
+                    vendor_err: 0,
+                    wr_id: 1,
+                    opcode: WcOpcode::RdmaWrite,
+                    advice: String::new(),
+                },
+                Exit::Transfer,
+            ),
+            (
+                Error::InvalidRange {
+                    what: "0..99".into(),
+                },
+                Exit::Internal,
+            ),
+        ];
+        for (error, want) in cases {
+            assert_eq!(error.exit(), want, "{error}");
+        }
+    }
+
+    #[test]
+    fn only_verbs_errors_are_classified_here() {
+        let io = std::io::Error::other("x");
+        assert_eq!(Error::exit_of(&io), None);
+        assert_eq!(Error::exit_of(&Error::NoDevices), Some(Exit::Rdma));
+    }
+}

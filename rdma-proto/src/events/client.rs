@@ -1,0 +1,195 @@
+//! `rdma-client --json`: one event per line.
+
+use super::bench::{BwRow, LatRow};
+use super::fabric::{PairResult, Report};
+use crate::exit::Exit;
+use crate::wire::Notify;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// One `--json` event of the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event<'a> {
+    /// TCP connected and the server's banner accepted.
+    Connected {
+        server: Cow<'a, str>,
+        program: Cow<'a, str>,
+        program_version: Cow<'a, str>,
+        device: Cow<'a, str>,
+        port: u8,
+        gid_index: u32,
+        gid: Cow<'a, str>,
+    },
+    /// Our queue pair is in RTS, connected to the server's.
+    QpReady {
+        local_qpn: u32,
+        remote_qpn: u32,
+        path_mtu: u32,
+        remote_addr: u64,
+        rkey: u32,
+        /// The server's buffer (the accept's `buf_len`).
+        buf_len: u64,
+    },
+    /// Our RDMA Write completed successfully on our side.
+    Written {
+        length: u64,
+        notify: Notify,
+        crc32c: u32,
+        micros: u64,
+    },
+    /// The server's verdict.
+    Verified {
+        verified: bool,
+        length: u64,
+        crc32c: u32,
+        text: Cow<'a, str>,
+        truncated: bool,
+    },
+    /// `--bench`: connected and ready to post, `ready_us` after the run started.
+    BenchSetup { ready_us: f64 },
+    /// `--bench lat`: one size's figures (perftest's columns).
+    BenchLat(LatRow),
+    /// `--bench bw`: one size's figures (perftest's columns).
+    BenchBw(BwRow),
+    /// `--fabric --plan`: one directed write of the schedule.
+    FabricPlan {
+        round: usize,
+        rounds: usize,
+        writer: usize,
+        writer_host: Cow<'a, str>,
+        target: usize,
+        target_host: Cow<'a, str>,
+    },
+    /// `--fabric`: one pair's result (read back by `--fabric-report`).
+    FabricPair(Cow<'a, PairResult>),
+    /// `--fabric-report`: the merged matrix, bad pairs and suspect nodes.
+    FabricReport(Cow<'a, Report>),
+    /// The run failed; `exit_code` is the process exit status.
+    Error {
+        kind: Exit,
+        exit_code: u8,
+        message: Cow<'a, str>,
+    },
+}
+
+/// Whether `stdout` of `rdma-client --json` holds the server's verdict `verified: true`.
+///
+/// # Errors
+/// A non-empty line that is no client event (named, never skipped).
+pub fn verified_in(stdout: &str) -> Result<bool, super::EventError> {
+    let mut verified = false;
+    for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
+        verified |= matches!(
+            super::parse::<Event<'static>>(line)?,
+            Event::Verified { verified: true, .. }
+        );
+    }
+    Ok(verified)
+}
+
+/// The `type` tag of [`Event::FabricPair`].
+pub const FABRIC_PAIR: &str = "fabric_pair";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_event_names_its_exit_and_reads_back() {
+        let e = Event::Error {
+            kind: Exit::Refused,
+            exit_code: Exit::Refused.code(),
+            message: "busy".into(),
+        };
+        let line = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            line,
+            r#"{"type":"error","kind":"refused","exit_code":7,"message":"busy"}"#
+        );
+        assert_eq!(super::super::parse::<Event<'static>>(&line).unwrap(), e);
+    }
+
+    #[test]
+    fn only_a_positive_verdict_counts_and_strangers_are_named() {
+        let verdict = |v: bool| {
+            format!(
+                r#"{{"type":"verified","verified":{v},"length":1,"crc32c":0,"text":"x","truncated":false}}"#
+            )
+        };
+        assert_eq!(verified_in(&format!("{}\n", verdict(true))), Ok(true));
+        assert_eq!(verified_in(&verdict(false)), Ok(false));
+        assert_eq!(verified_in(""), Ok(false));
+        let err = verified_in("verified\n").unwrap_err();
+        assert_eq!(err.line, "verified");
+    }
+
+    #[test]
+    fn rows_and_records_are_flat_objects_with_their_tag() {
+        let row = LatRow {
+            schema: 1,
+            bytes: 2,
+            iterations: 3,
+            t_min_us: 1.0,
+            t_max_us: 2.0,
+            t_typical_us: 1.5,
+            t_avg_us: 1.5,
+            t_stdev_us: 0.5,
+            p99_us: 2.0,
+            p999_us: 2.0,
+        };
+        let line = serde_json::to_string(&Event::BenchLat(row)).unwrap();
+        assert!(
+            line.starts_with(r#"{"type":"bench_lat","schema":1,"bytes":2,"#),
+            "{line}"
+        );
+        assert_eq!(
+            super::super::parse::<Event<'static>>(&line).unwrap(),
+            Event::BenchLat(row)
+        );
+        let pair = PairResult {
+            round: 0,
+            world: 2,
+            writer: 0,
+            writer_host: "a".into(),
+            target: 1,
+            target_host: "b".into(),
+            verified: false,
+            error_kind: Some(Exit::Network),
+            error: Some("x".into()),
+            write_us: None,
+            waited_ms: 0,
+            lat_us: None,
+            bw_mbs: None,
+            retest: false,
+        };
+        let line = serde_json::to_string(&Event::FabricPair(Cow::Borrowed(&pair))).unwrap();
+        assert!(
+            line.starts_with(r#"{"type":"fabric_pair","round":0,"#),
+            "{line}"
+        );
+        assert!(line.contains(r#""error_kind":"network""#), "{line}");
+        match super::super::parse::<Event<'static>>(&line).unwrap() {
+            Event::FabricPair(p) => assert_eq!(*p, pair),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// The client's events, for the shared writer (`app::Output<Events>`).
+#[cfg(feature = "app")]
+#[derive(Debug, Clone, Copy)]
+pub enum Events {}
+
+#[cfg(feature = "app")]
+impl crate::app::Events for Events {
+    type Event<'a> = Event<'a>;
+
+    fn fatal(exit: Exit, message: String) -> Event<'static> {
+        Event::Error {
+            kind: exit,
+            exit_code: exit.code(),
+            message: message.into(),
+        }
+    }
+}
