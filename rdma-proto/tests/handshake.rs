@@ -389,6 +389,22 @@ fn server_read_errors_are_answered_by_the_machine() {
     assert!(!timeout().peer_gone());
 }
 
+/// A server's `reason` is peer text: the client's error quotes it escaped (issue 16, item 6).
+#[test]
+fn client_escapes_the_servers_reason() {
+    let mut c = written_client(Notify::Imm);
+    let ServerMessage::Result(mut o) = outcome(false, 17, 0xdead) else {
+        panic!()
+    };
+    o.reason = Some("bad\n[9] verified\u{1b}[31m".to_owned());
+    let err = c
+        .on_result(ServerMessage::Result(o))
+        .unwrap_err()
+        .to_string();
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert!(err.contains("\\n[9] verified\\u{1b}[31m"), "{err}");
+}
+
 #[test]
 fn client_keeps_a_result_that_fails_its_checks() {
     let mut c = written_client(Notify::Imm);

@@ -146,13 +146,7 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
             fatal: false,
             exit_code: None,
         },
-        || {
-            format!(
-                "[{id}] session failed ({}): {}; still serving",
-                failure.log_code(),
-                failure.message
-            )
-        },
+        || failed_line(id, failure.log_code(), &failure.message),
     );
     if failure.tell_peer {
         let line = ServerMessage::Error(ErrorMsg {
@@ -163,6 +157,16 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
         .to_line();
         let _ = conn.send_line(&line, Instant::now() + Duration::from_secs(1));
     }
+}
+
+/// The human log line of a failed session. Its message may quote what the client sent: it is
+/// escaped once more here ([`rdma_proto::printable`]), so that no failure, whatever built its
+/// text, can forge a log line or drive the operator's terminal.
+fn failed_line(id: u64, code: &str, message: &str) -> String {
+    format!(
+        "[{id}] session failed ({code}): {}; still serving",
+        rdma_proto::printable(message)
+    )
 }
 
 fn session(
@@ -497,4 +501,28 @@ pub(crate) fn report_verdict(
         },
         human,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client cannot forge a log line or send ANSI escapes through a failure's text: neither
+    /// through what the protocol quotes (its `type`) nor through any message (issue 16, item 6).
+    #[test]
+    fn failure_lines_escape_what_the_client_sent() {
+        let line = "[3] session failed (bad_json): x\n[9] verified: RDMA Write data landed\x1b[31m";
+        let shown = failed_line(3, "bad_json", line);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains(r"x\n[9] verified"), "{shown}");
+        assert!(shown.contains(r"\u{1b}[31m"), "{shown}");
+        let hostile = br#"{"type":"\n[9] verified\u001b[31m","v":1}"#;
+        let Err(e) = rdma_proto::ClientMessage::parse(hostile) else {
+            panic!("parsed a hostile type")
+        };
+        let f = Failure::from(e);
+        let shown = failed_line(3, f.log_code(), &f.message);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains(r"\n[9] verified\u{1b}[31m"), "{shown}");
+    }
 }
