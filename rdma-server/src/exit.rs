@@ -12,8 +12,8 @@ pub const SUCCESS: &str =
 pub const EXITS: Documented = &[
     (
         Exit::Usage,
-        "usage error: an unknown, missing or bad flag or value, an unreadable, empty or group/world-readable \
-         --token-file (or empty $RDMA_WRITE_TOKEN), an unreadable or invalid --config file, no such --device or \
+        "usage error: an unknown, missing or bad flag or value, an unreadable, empty, short (< 16 characters) or group/world-readable \
+         --token-file (or empty or short $RDMA_WRITE_TOKEN), an unreadable or invalid --config file, no such --device or \
          --port, a --gid-index not in the GID table",
     ),
     (

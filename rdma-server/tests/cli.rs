@@ -58,3 +58,15 @@ fn an_expected_failure_shows_advice_and_no_backtrace() {
         (Exit::Timeout, "--lifetime"),
     );
 }
+
+/// A guessable token is refused at start, as a usage error naming the minimum, from the
+/// variable as from a file (issue 16, item 7).
+#[test]
+fn a_short_token_is_a_usage_error() {
+    let args: Vec<String> = ["--listen", "127.0.0.1:0", "--lifetime", "10s"]
+        .map(String::from)
+        .to_vec();
+    let (exit, run) = server().check_expected_failure(&args, &[("RDMA_WRITE_TOKEN", "a")]);
+    assert_eq!(exit, Exit::Usage, "{run:?}");
+    assert!(run.stderr.contains("at least 16"), "{run:?}");
+}
