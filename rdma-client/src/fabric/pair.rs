@@ -42,5 +42,9 @@ pub struct PairResult {
     pub retest: bool,
 }
 
+/// The largest world a fabric check runs and `--fabric-report` merges: the report holds an
+/// N x N matrix, so N is bounded before anything is allocated by it.
+pub const MAX_WORLD: usize = 1024;
+
 /// The `type` tag of [`PairResult`] events.
 pub const TYPE: &str = "fabric_pair";
