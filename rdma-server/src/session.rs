@@ -72,6 +72,12 @@ impl Failure {
         }
     }
 
+    /// What went wrong, as logged and told.
+    #[cfg(test)]
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The code in the server's own log line.
     fn log_code(&self) -> &'static str {
         if self.gone {
