@@ -2,8 +2,8 @@
 //!
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
-//! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `timeout`, `max-clients`,
-//! `allow` (a list) and `token-file`. A flag given on the command line (or through its
+//! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
+//! `bench-max-time`, `timeout`, `max-clients`, `allow` (a list) and `token-file`. A flag given on the command line (or through its
 //! environment variable; `RDMA_WRITE_TOKEN` for the token) wins over the file.
 //!
 //! The file's values go through the very parsers of the flags, so a value the command line
@@ -53,6 +53,8 @@ struct FileSettings {
     gid_index: Option<Spanned<u32>>,
     cq_mode: Option<Spanned<String>>,
     buffer_size: Option<Spanned<u64>>,
+    bench_max_bytes: Option<Spanned<u64>>,
+    bench_max_time: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
     max_clients: Option<Spanned<u32>>,
     allow: Option<Spanned<Vec<String>>>,
@@ -93,6 +95,16 @@ impl FileSettings {
             one("gid-index", "gid_index", self.gid_index.as_ref()),
             one("cq-mode", "cq_mode", self.cq_mode.as_ref()),
             one("buffer-size", "buffer_size", self.buffer_size.as_ref()),
+            one(
+                "bench-max-bytes",
+                "bench_max_bytes",
+                self.bench_max_bytes.as_ref(),
+            ),
+            one(
+                "bench-max-time",
+                "bench_max_time",
+                self.bench_max_time.as_ref(),
+            ),
             one("timeout", "timeout", self.timeout.as_ref()),
             one("max-clients", "max_clients", self.max_clients.as_ref()),
         ]
@@ -260,6 +272,8 @@ listen = "10.0.0.1:7000"
 device = "rxe0"
 gid-index = 1
 buffer-size = 4096
+bench-max-bytes = 1048576
+bench-max-time = "30s"
 timeout = "3s"
 max-clients = 4
 allow = ["10.0.0.0/24", "fd00::/8"]
@@ -274,6 +288,8 @@ token-file = "/etc/rdma-server/token"
         assert_eq!(a.local.gid_index, Some(1));
         assert_eq!(a.local.port, 1, "a key left out keeps the flag's default");
         assert_eq!(a.buffer_size, 4096);
+        assert_eq!(a.bench_max_bytes, 1 << 20);
+        assert_eq!(a.bench_max_time, Duration::from_secs(30));
         assert_eq!(a.timeout, Duration::from_secs(3));
         assert_eq!(a.max_clients, 4);
         assert_eq!(a.allow.len(), 2);
@@ -337,6 +353,18 @@ token-file = "/etc/rdma-server/token"
             ("allow = [\"10.0.0.0/33\"]\n", 1, "allow", "invalid value"),
             ("port = 300\n", 1, "port", ""),
             ("cq-mode = \"spin\"\n", 1, "cq-mode", "spin"),
+            (
+                "bench-max-bytes = 2147483648\n",
+                1,
+                "bench-max-bytes",
+                "not in 0..=1073741824",
+            ),
+            (
+                "bench-max-time = \"0s\"\n",
+                1,
+                "bench-max-time",
+                "longer than zero",
+            ),
         ];
         for (text, line, key, words) in cases {
             let err =

@@ -39,6 +39,15 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         tracing::warn!("{} clients at once would fail: {e}", args.max_clients);
     }
     let token = access::load_token(args.token_file.as_deref())?;
+    // Before the device is opened: a misconfiguration is named even where RDMA is missing.
+    if let Some(warning) = access::exposure_warning(
+        args.listen,
+        token.is_some(),
+        &args.allow,
+        args.bench_max_bytes,
+    ) {
+        eprintln!("{warning}");
+    }
     let local = args.local.open()?;
 
     let listener = TcpListener::bind(args.listen).map_err(|source| ServerError::Listen {

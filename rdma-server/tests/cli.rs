@@ -70,3 +70,27 @@ fn a_short_token_is_a_usage_error() {
     assert_eq!(exit, Exit::Usage, "{run:?}");
     assert!(run.stderr.contains("at least 16"), "{run:?}");
 }
+
+/// The seed's zero-config start still starts, and warns loudly on stderr when it listens
+/// beyond loopback with no token and no --allow; on loopback, or with a token, it does not
+/// (issue 16, item 3). The warning comes before the device is opened, so this runs anywhere.
+#[test]
+fn an_exposed_start_is_warned_about() {
+    let run = |listen: &str, env: &[(&str, &str)]| {
+        let args: Vec<String> = ["--listen", listen, "--lifetime", "1s"]
+            .map(String::from)
+            .to_vec();
+        server().run(&args, env)
+    };
+    let open = run("0.0.0.0:0", &[]);
+    assert!(
+        open.stderr
+            .lines()
+            .any(|l| l.starts_with("WARNING: listening on 0.0.0.0:0")),
+        "{open:?}"
+    );
+    let local = run("127.0.0.1:0", &[]);
+    assert!(!local.stderr.contains("WARNING"), "{local:?}");
+    let with_token = run("0.0.0.0:0", &[("RDMA_WRITE_TOKEN", "0123456789abcdef0123")]);
+    assert!(!with_token.stderr.contains("WARNING"), "{with_token:?}");
+}
