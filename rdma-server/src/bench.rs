@@ -119,6 +119,14 @@ pub(crate) fn session(
     };
     let len = usize::try_from(hello.length)
         .map_err(|_| Failure::new(ErrorCode::TooLong, "bench buffer does not fit in memory"))?;
+    // Held until the session ends, after both buffers are gone.
+    let _pins = s
+        .pinned
+        .reserve(crate::budget::bench_session(
+            hello.length,
+            b.mode == BenchMode::Lat,
+        ))
+        .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
     let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd

@@ -3,7 +3,7 @@
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
 //! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
-//! `bench-max-time`, `timeout`, `max-clients`, `allow` (a list) and `token-file`. A flag given on the command line (or through its
+//! `bench-max-time`, `max-pinned`, `timeout`, `max-clients`, `allow` (a list) and `token-file`. A flag given on the command line (or through its
 //! environment variable; `RDMA_WRITE_TOKEN` for the token) wins over the file.
 //!
 //! The file's values go through the very parsers of the flags, so a value the command line
@@ -55,6 +55,7 @@ struct FileSettings {
     buffer_size: Option<Spanned<u64>>,
     bench_max_bytes: Option<Spanned<u64>>,
     bench_max_time: Option<Spanned<String>>,
+    max_pinned: Option<Spanned<u64>>,
     timeout: Option<Spanned<String>>,
     max_clients: Option<Spanned<u32>>,
     allow: Option<Spanned<Vec<String>>>,
@@ -105,6 +106,7 @@ impl FileSettings {
                 "bench_max_time",
                 self.bench_max_time.as_ref(),
             ),
+            one("max-pinned", "max_pinned", self.max_pinned.as_ref()),
             one("timeout", "timeout", self.timeout.as_ref()),
             one("max-clients", "max_clients", self.max_clients.as_ref()),
         ]
@@ -274,6 +276,7 @@ gid-index = 1
 buffer-size = 4096
 bench-max-bytes = 1048576
 bench-max-time = "30s"
+max-pinned = 67108864
 timeout = "3s"
 max-clients = 4
 allow = ["10.0.0.0/24", "fd00::/8"]
@@ -290,6 +293,7 @@ token-file = "/etc/rdma-server/token"
         assert_eq!(a.buffer_size, 4096);
         assert_eq!(a.bench_max_bytes, 1 << 20);
         assert_eq!(a.bench_max_time, Duration::from_secs(30));
+        assert_eq!(a.max_pinned, 64 << 20);
         assert_eq!(a.timeout, Duration::from_secs(3));
         assert_eq!(a.max_clients, 4);
         assert_eq!(a.allow.len(), 2);
@@ -425,5 +429,39 @@ token-file = "/etc/rdma-server/token"
             Some(Path::new("/etc/rdma-server/token"))
         );
         assert_eq!(a.listen.port(), 7471);
+    }
+
+    /// Issue 16, item 4: the packaged unit's bounded lock limit covers the packaged
+    /// configuration's whole pinned-memory budget plus the queues, so the budget is never cut
+    /// under systemd; MemoryMax is above it and TasksMax above max-clients.
+    #[test]
+    fn the_packaged_unit_covers_the_packaged_budget() {
+        let text = include_str!("../pkg/rdma-server.toml").to_owned();
+        let a = resolve(&argv(&["--config", PACKAGED]), false, move |_| Ok(text)).unwrap();
+        let unit = include_str!("../pkg/debian/rdma-server.service");
+        let key = |k: &str| {
+            unit.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                .unwrap_or_else(|| panic!("the unit has no {k}="))
+                .trim()
+        };
+        let mib = |v: &str| -> u64 {
+            v.strip_suffix('M')
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(|n| n << 20)
+                .unwrap_or_else(|| panic!("not a size in M: {v}"))
+        };
+        let memlock = mib(key("LimitMEMLOCK"));
+        assert!(
+            memlock >= a.max_pinned + crate::budget::QUEUE_SLACK,
+            "LimitMEMLOCK {memlock} < max-pinned {} + queues",
+            a.max_pinned
+        );
+        assert!(mib(key("MemoryMax")) > memlock);
+        assert!(key("TasksMax").parse::<u32>().unwrap() > a.max_clients + 1);
+        assert!(
+            crate::budget::bench_session(a.bench_max_bytes, true) <= a.max_pinned,
+            "a lat session at the packaged bench cap must fit the packaged budget"
+        );
     }
 }

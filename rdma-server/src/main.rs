@@ -6,6 +6,7 @@
 
 mod access;
 mod bench;
+mod budget;
 mod cli;
 mod config;
 mod exit;

@@ -2,6 +2,7 @@
 //! own thread, stop on the first verified write (one-shot) or on SIGINT/SIGTERM (`--serve`).
 
 use crate::access;
+use crate::budget;
 use crate::cli::Args;
 use crate::exit::ServerError;
 use crate::i18n::Lang;
@@ -33,10 +34,16 @@ struct Shared {
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
     let args = crate::config::apply(args)?;
-    // Each session registers --buffer-size; at --max-clients at once that much is pinned.
-    let most = args.buffer_size.saturating_mul(u64::from(args.max_clients));
-    if let Err(e) = rdma_core_rs::memlock::check(most) {
-        tracing::warn!("{} clients at once would fail: {e}", args.max_clients);
+    let pinned = budget::size(
+        args.max_pinned,
+        args.buffer_size,
+        rdma_core_rs::memlock::MemlockBudget::current(),
+    )?;
+    if let Some(cut) = &pinned.cut {
+        tracing::warn!("pinned-memory budget cut to {} bytes: {cut}", pinned.total);
+    }
+    if let Some(warning) = budget::bench_warning(args.bench_max_bytes, pinned.total) {
+        tracing::warn!("{warning}");
     }
     let token = access::load_token(args.token_file.as_deref())?;
     // Before the device is opened: a misconfiguration is named even where RDMA is missing.
@@ -82,6 +89,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             stopping: AtomicBool::new(false),
             verified: AtomicU64::new(0),
             bench_max_time: args.bench_max_time,
+            pinned: budget::PinBudget::new(pinned.total),
         },
         active: AtomicUsize::new(0),
         sockets: Mutex::new(HashMap::new()),

@@ -6,6 +6,7 @@
 //! every check of the handshake state machine (version, token, length). Every line the client
 //! sends, and every failed read, goes through that machine, which says what to answer.
 
+use crate::budget::{self, PinBudget};
 use crate::cli::Fault;
 use crate::i18n::Lang;
 use crate::output::{Event, Output};
@@ -48,6 +49,8 @@ pub struct SessionCtx {
     pub verified: AtomicU64,
     /// How long a bench session may hold its buffer (`--bench-max-time`).
     pub bench_max_time: Duration,
+    /// What the live sessions may pin together (`--max-pinned`).
+    pub pinned: PinBudget,
 }
 
 /// Why a session ended without a verdict.
@@ -209,6 +212,11 @@ fn session(
     };
     let len = usize::try_from(s.policy.max_len)
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
+    // Held until the session ends, after the buffer is gone.
+    let _pins = s
+        .pinned
+        .reserve(budget::write_session(s.policy.max_len))
+        .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
     let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd.register_exposed(len, mr_access).map_err(rdma)?;

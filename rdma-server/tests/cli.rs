@@ -94,3 +94,27 @@ fn an_exposed_start_is_warned_about() {
     let with_token = run("0.0.0.0:0", &[("RDMA_WRITE_TOKEN", "0123456789abcdef0123")]);
     assert!(!with_token.stderr.contains("WARNING"), "{with_token:?}");
 }
+
+/// A pinned-memory budget that cannot hold one write session stops the server at start, as a
+/// usage error naming both settings (issue 16, item 4). Checked before the device is opened.
+#[test]
+fn a_budget_below_one_session_is_a_usage_error() {
+    let args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--lifetime",
+        "10s",
+        "--max-pinned",
+        "65536",
+        "--buffer-size",
+        "1048576",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (exit, run) = server().check_expected_failure(&args, &[]);
+    assert_eq!(exit, Exit::Usage, "{run:?}");
+    assert!(
+        run.stderr.contains("--max-pinned") && run.stderr.contains("--buffer-size 1048576"),
+        "{run:?}"
+    );
+}
