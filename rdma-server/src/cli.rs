@@ -69,6 +69,11 @@ pub struct Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_clients: u32,
 
+    /// Most connections at once from one address (one /64 for IPv6), under --max-clients: one
+    /// host cannot take every slot before sending a single line. One more gets `busy`.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_per_ip: u32,
+
     /// File holding the shared access token clients must present (or set RDMA_WRITE_TOKEN).
     /// Only its owner may read it (`chmod 600 FILE`), as ssh requires of a private key.
     #[arg(long, value_name = "FILE")]

@@ -3,8 +3,9 @@
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
 //! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
-//! `bench-max-time`, `max-pinned`, `timeout`, `max-clients`, `allow` (a list) and `token-file`. A flag given on the command line (or through its
-//! environment variable; `RDMA_WRITE_TOKEN` for the token) wins over the file.
+//! `bench-max-time`, `max-pinned`, `timeout`, `max-clients`, `max-per-ip`, `allow` (a list) and
+//! `token-file`. A flag given on the command line (or through its environment variable;
+//! `RDMA_WRITE_TOKEN` for the token) wins over the file.
 //!
 //! The file's values go through the very parsers of the flags, so a value the command line
 //! refuses is refused from the file too, with the file, the line and the key named; so is a key
@@ -58,6 +59,7 @@ struct FileSettings {
     max_pinned: Option<Spanned<u64>>,
     timeout: Option<Spanned<String>>,
     max_clients: Option<Spanned<u32>>,
+    max_per_ip: Option<Spanned<u32>>,
     allow: Option<Spanned<Vec<String>>>,
     token_file: Option<Spanned<PathBuf>>,
 }
@@ -109,6 +111,7 @@ impl FileSettings {
             one("max-pinned", "max_pinned", self.max_pinned.as_ref()),
             one("timeout", "timeout", self.timeout.as_ref()),
             one("max-clients", "max_clients", self.max_clients.as_ref()),
+            one("max-per-ip", "max_per_ip", self.max_per_ip.as_ref()),
         ]
         .into_iter()
         .flatten()
@@ -279,6 +282,7 @@ bench-max-time = "30s"
 max-pinned = 67108864
 timeout = "3s"
 max-clients = 4
+max-per-ip = 2
 allow = ["10.0.0.0/24", "fd00::/8"]
 token-file = "/etc/rdma-server/token"
 "#;
@@ -296,6 +300,7 @@ token-file = "/etc/rdma-server/token"
         assert_eq!(a.max_pinned, 64 << 20);
         assert_eq!(a.timeout, Duration::from_secs(3));
         assert_eq!(a.max_clients, 4);
+        assert_eq!(a.max_per_ip, 2);
         assert_eq!(a.allow.len(), 2);
         assert_eq!(
             a.token_file.as_deref(),

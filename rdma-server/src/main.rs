@@ -5,6 +5,7 @@
 //! binaries end. Everything else lives in the modules.
 
 mod access;
+mod admission;
 mod bench;
 mod budget;
 mod cli;

@@ -2,6 +2,7 @@
 //! own thread, stop on the first verified write (one-shot) or on SIGINT/SIGTERM (`--serve`).
 
 use crate::access;
+use crate::admission::{Log, LogLimit, PerSource};
 use crate::budget;
 use crate::cli::Args;
 use crate::exit::ServerError;
@@ -29,6 +30,10 @@ struct Shared {
     active: AtomicUsize,
     /// Clones of the live sessions' sockets, to unblock their reads on shutdown.
     sockets: Mutex<HashMap<u64, TcpStream>>,
+    /// Live connections per source address (`--max-per-ip`).
+    per_source: Mutex<PerSource>,
+    /// How many refusals are logged (the accept loop's only).
+    refusal_log: Mutex<LogLimit>,
 }
 
 /// Runs the server until it is done; see the module docs.
@@ -93,6 +98,8 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         },
         active: AtomicUsize::new(0),
         sockets: Mutex::new(HashMap::new()),
+        per_source: Mutex::new(PerSource::default()),
+        refusal_log: Mutex::new(LogLimit::new(Instant::now())),
         args,
     });
     let s = &shared;
@@ -193,25 +200,44 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
                 s.args.max_clients
             ),
         ))
+    } else if !lock(&s.per_source).take(peer.ip(), s.args.max_per_ip) {
+        Some((
+            ErrorCode::Busy,
+            format!(
+                "the server already serves {} connections from your address (--max-per-ip); close one or try again shortly",
+                s.args.max_per_ip
+            ),
+        ))
     } else {
         None
     };
     if let Some((code, message)) = refusal {
-        s.session.out.emit(
-            &Event::Refused {
-                peer: peer.to_string(),
-                code: code.as_str(),
-                message: &message,
-            },
-            || format!("refused {peer}: {message}"),
-        );
+        if let Log::Line { dropped } = lock(&s.refusal_log).refusal(Instant::now()) {
+            if dropped > 0 {
+                tracing::warn!(
+                    "{dropped} more refusal(s) not logged (at most {} a second)",
+                    crate::admission::LOG_BURST
+                );
+            }
+            s.session.out.emit(
+                &Event::Refused {
+                    peer: peer.to_string(),
+                    code: code.as_str(),
+                    message: &message,
+                },
+                || format!("refused {peer}: {message}"),
+            );
+        }
         refuse(stream, code, message);
         return None;
     }
+    // From here on the source's slot is held: the session's ActiveGuard gives it back, and
+    // every early return below.
 
     // The accepted socket may inherit non-blocking mode on some platforms: sessions block with deadlines.
     if let Err(e) = stream.set_nonblocking(false) {
         tracing::warn!("session {id}: {e}");
+        lock(&s.per_source).give_back(peer.ip());
         return None;
     }
     if let Ok(clone) = stream.try_clone()
@@ -227,6 +253,7 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
             let _guard = ActiveGuard {
                 shared: &shared,
                 id,
+                ip: peer.ip(),
             };
             session::serve(&shared.session, stream, peer, id);
         });
@@ -235,6 +262,7 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
         Err(e) => {
             tracing::error!("cannot start a thread for session {id}: {e}");
             s.active.fetch_sub(1, Ordering::AcqRel);
+            lock(&s.per_source).give_back(peer.ip());
             None
         }
     }
@@ -275,15 +303,23 @@ fn stop(s: &Arc<Shared>, threads: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Keeps the active-session count and socket registry right however a session ends.
+/// Keeps the active-session count, the per-source counts and socket registry right however a
+/// session ends.
 struct ActiveGuard<'a> {
     shared: &'a Shared,
     id: u64,
+    ip: std::net::IpAddr,
+}
+
+/// A lock that a panicked holder does not poison for the others (the data are counters).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
+        lock(&self.shared.per_source).give_back(self.ip);
         if let Ok(mut map) = self.shared.sockets.lock() {
             map.remove(&self.id);
         }
