@@ -30,8 +30,8 @@ pub use bench::{BenchMode, BenchParams};
 pub use error::{ErrorCode, ProtoError, UnknownErrorCode};
 pub use framing::{Deadlined, FrameError, LineConn};
 pub use handshake::{
-    ClientHandshake, ClientRequest, ClientState, ServerEvent, ServerHandshake, ServerPolicy,
-    ServerState,
+    ClientHandshake, ClientRequest, ClientState, GidBinding, ServerEvent, ServerHandshake,
+    ServerPolicy, ServerState,
 };
 pub use wire::{
     Accept, Auth, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Notify, Outcome,

@@ -61,6 +61,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         eprintln!("{warning}");
     }
     let local = args.local.open()?;
+    let (bind_gids, bench_max_len) = binding(&local, token.is_some(), args.bench_max_bytes);
 
     let listener = TcpListener::bind(args.listen).map_err(|source| ServerError::Listen {
         addr: args.listen,
@@ -84,7 +85,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
                 token,
                 program_version: env!("CARGO_PKG_VERSION").to_owned(),
                 features: ServerPolicy::default_features(),
-                bench_max_len: args.bench_max_bytes,
+                bench_max_len,
             },
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,
@@ -95,6 +96,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             verified: AtomicU64::new(0),
             bench_max_time: args.bench_max_time,
             pinned: budget::PinBudget::new(pinned.total),
+            bind_gids,
         },
         active: AtomicUsize::new(0),
         sockets: Mutex::new(HashMap::new()),
@@ -180,6 +182,37 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         || format!("stopped ({reason}) after {next_id} connection(s)"),
     );
     Ok(())
+}
+
+/// How hellos are bound to their connection on this port (see `rdma_proto::GidBinding`): on
+/// RoCE to the TCP peer (this port's GIDs, for loopback peers); on InfiniBand not at all, so
+/// there bench sessions (whose lat pongs the server RDMA-Writes wherever the hello says) are
+/// served only to clients with the token: without one they are turned off, with a warning.
+/// Returns the GIDs to bind to and the bench cap.
+fn binding(
+    local: &rdma_core_rs::LocalPort,
+    token: bool,
+    bench_max_bytes: u64,
+) -> (Option<Vec<rdma_proto::Gid>>, u64) {
+    if local.port.link_layer == rdma_core_rs::LinkLayer::Ethernet {
+        let gids = local
+            .ctx
+            .gid_table(local.port.num)
+            .map(|t| t.iter().map(|e| rdma_proto::Gid(e.gid.0)).collect())
+            .unwrap_or_else(|e| {
+                tracing::warn!("cannot read the GID table ({e}): loopback clients will be refused");
+                Vec::new()
+            });
+        return (Some(gids), bench_max_bytes);
+    }
+    if bench_max_bytes > 0 && !token {
+        tracing::warn!(
+            "bench sessions are off: on InfiniBand a hello's LID cannot be bound to its TCP \
+             address, so bench sessions need a token (--token-file); see SECURITY.md"
+        );
+        return (None, 0);
+    }
+    (None, bench_max_bytes)
 }
 
 /// Checks a new connection against `--allow` and `--max-clients`, then starts its session.

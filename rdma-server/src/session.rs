@@ -16,7 +16,7 @@ use rdma_core_rs::{
 };
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
-    ErrorCode, ErrorMsg, Hello, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent,
+    ErrorCode, ErrorMsg, GidBinding, Hello, Notify, Outcome, ProtoError, QpEndpoint, ServerEvent,
     ServerHandshake, ServerMessage, ServerPolicy,
 };
 use std::net::{SocketAddr, TcpStream};
@@ -51,6 +51,22 @@ pub struct SessionCtx {
     pub bench_max_time: Duration,
     /// What the live sessions may pin together (`--max-pinned`).
     pub pinned: PinBudget,
+    /// On RoCE, this port's own GIDs: every hello's GID is bound to its TCP peer (a loopback
+    /// peer to one of these). `None` on InfiniBand, where nothing can be bound.
+    pub bind_gids: Option<Vec<rdma_proto::Gid>>,
+}
+
+impl SessionCtx {
+    /// What the hello of a connection from `peer` must announce (see [`GidBinding`]).
+    pub fn binding(&self, peer: SocketAddr) -> GidBinding {
+        match &self.bind_gids {
+            Some(local) => GidBinding::Peer {
+                peer: peer.ip(),
+                local: local.clone(),
+            },
+            None => GidBinding::Unbound,
+        }
+    }
 }
 
 /// Why a session ended without a verdict.
@@ -132,7 +148,7 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     );
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, rdma_proto::DEFAULT_MAX_LINE);
-    let mut hs = ServerHandshake::new(s.policy.clone());
+    let mut hs = ServerHandshake::new(s.policy.clone()).bind(s.binding(peer));
     let failure = match session(s, &mut conn, &mut hs, id) {
         Ok(()) => return,
         Err(f) => f,
