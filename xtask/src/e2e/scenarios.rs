@@ -593,6 +593,10 @@ pub fn all() -> Vec<Scenario> {
                 "3s",
                 "--token-file",
                 TOKEN_FILE,
+                "--max-per-ip",
+                "4",
+                "--max-pinned",
+                "12582912",
             ]),
             server_expect: vec![Expect::Event(
                 "stopped",
@@ -600,7 +604,16 @@ pub fn all() -> Vec<Scenario> {
             )],
             clients: vec![hostile(
                 "hostile peer with token",
-                &["--server-timeout", "3s", "--token-file", TOKEN_FILE],
+                &[
+                    "--server-timeout",
+                    "3s",
+                    "--token-file",
+                    TOKEN_FILE,
+                    "--max-per-ip",
+                    "4",
+                    "--max-pinned",
+                    "12582912",
+                ],
             )],
             ..Scenario::new(
                 "hostile-token",
