@@ -2,7 +2,7 @@
 //! names a victim's GID, one host holding every slot, the pinned-memory budget.
 
 use super::{Answer, Cx, Got, Tok, check_accept, check_answer, check_banner, to_line};
-use crate::hostile::conn::CaseResult;
+use crate::hostile::conn::{CaseResult, Conn};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -95,13 +95,8 @@ impl Cx<'_> {
         // A lat session pins twice its buffer (plus a page each): a third of the budget each.
         let len = (budget / 3).max(64);
         let lat = json!({"mode": "lat", "sizes": [len], "iters": 1000, "addr": 4096, "rkey": 1});
-        let mut first = self.connect_banner()?;
-        first.send(
-            &to_line(&self.bench_hello(len, lat.clone())),
-            self.deadline(),
-        )?;
-        first.secrets_allowed = true;
-        check_accept(&first.recv(self.deadline()), len, len)
+        let (first, got) = self.lat_session(len, &lat)?;
+        check_accept(&got, len, len)
             .map_err(|e| format!("the first {len}-byte lat session: {e}"))?;
         let line = to_line(&self.bench_hello(len, lat.clone()));
         let second = self
@@ -117,13 +112,7 @@ impl Cx<'_> {
         // The first session's reservation comes back when the server notices we left.
         let until = Instant::now() + super::SETTLE + self.cfg.server_timeout;
         loop {
-            let mut again = self.connect_banner()?;
-            again.send(
-                &to_line(&self.bench_hello(len, lat.clone())),
-                self.deadline(),
-            )?;
-            again.secrets_allowed = true;
-            let got = again.recv(self.deadline());
+            let (_again, got) = self.lat_session(len, &lat)?;
             if check_accept(&got, len, len).is_ok() {
                 break;
             }
@@ -138,5 +127,18 @@ impl Cx<'_> {
         Ok(format!(
             "{len}-byte lat session held; a second got {second}; accepted again after the first left"
         ))
+    }
+
+    /// A bench lat hello of `len` bytes with `lat` as its parameters, on a fresh connection;
+    /// returns it (an accept may come: secrets allowed) and the answer.
+    fn lat_session(&mut self, len: u64, lat: &serde_json::Value) -> Result<(Conn, Got), String> {
+        let mut c = self.connect_banner()?;
+        c.send(
+            &to_line(&self.bench_hello(len, lat.clone())),
+            self.deadline(),
+        )?;
+        c.secrets_allowed = true;
+        let got = c.recv(self.deadline());
+        Ok((c, got))
     }
 }
