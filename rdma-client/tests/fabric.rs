@@ -314,3 +314,44 @@ fn a_rank_whose_pairs_fail_says_why_in_each() {
     }
     assert_eq!(lines[1]["type"], "error");
 }
+
+/// A report input that lies is a usage error naming the line, not an abort: `"world":200000`
+/// used to end the report with exit 134 (allocation failure). Also a rank outside the world, a
+/// second world, and a rank named two ways (issue 16, item 8).
+#[test]
+fn report_refuses_lying_lines_with_exit_2_naming_the_line() {
+    let edit = |line: String, from: &str, to: &str| line.replacen(from, to, 1);
+    let cases = [
+        (
+            edit(pair(0, 1, true, 10.0), "\"world\":3", "\"world\":200000"),
+            "`world` 200000",
+        ),
+        (
+            edit(pair(0, 1, true, 10.0), "\"target\":1", "\"target\":9"),
+            "`target` 9",
+        ),
+        (
+            edit(pair(0, 1, true, 10.0), "\"world\":3", "\"world\":4"),
+            "`world` is 4 but stdin line 1 says 3",
+        ),
+        (
+            edit(
+                pair(1, 0, true, 10.0),
+                "\"target_host\":\"node1\"",
+                "\"target_host\":\"evil\"",
+            ),
+            "rank 0 is named \"evil\"",
+        ),
+    ];
+    for (second, want) in cases {
+        assert!(second.contains("fabric_pair"), "{second}");
+        let input = format!("{}\n{second}\n", pair(2, 0, true, 10.0));
+        let o = run(client().args(["--fabric-report", "-"]), &input);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{want}: {err}");
+        assert!(
+            err.contains("stdin line 2") && err.contains(want),
+            "{want}: {err}"
+        );
+    }
+}

@@ -114,7 +114,7 @@ pub(crate) fn advice(total: u64) -> String {
     format!(
         "raise the locked-memory limit: `ulimit -l {kib}` (KiB) or `ulimit -l unlimited` in the \
          shell that starts it, `LimitMEMLOCK=` in its systemd unit (the rdma-server package's \
-         unit sets infinity), or a `memlock` line in /etc/security/limits.d/; or register less \
+         unit sets 80M, for its 64 MiB --max-pinned), or a `memlock` line in /etc/security/limits.d/; or register less \
          (a smaller --buffer-size, fewer --max-clients)"
     )
 }

@@ -201,6 +201,23 @@ impl std::fmt::Debug for OwnedBuffer {
     }
 }
 
+/// The lowest registration address [`random_iova`] picks: 2^48, above every user-space address
+/// of x86-64 (47-bit) and AArch64 (48-bit) Linux, so an `addr` handed out is never a pointer.
+pub const IOVA_MIN: u64 = 1 << 48;
+/// The end of the range [`random_iova`] picks from: any buffer (at most 2^40 bytes here)
+/// registered below it ends before 2^63.
+pub const IOVA_END: u64 = 1 << 62;
+
+/// A registration address from the random `r`: page-aligned (as our buffers are: the provider
+/// keeps the page offset of the address and of the buffer equal), in
+/// [`IOVA_MIN`]`..`[`IOVA_END`].
+#[must_use]
+pub fn random_iova(r: u64, page: u64) -> u64 {
+    let page = if page.is_power_of_two() { page } else { 4096 };
+    let span = IOVA_END - IOVA_MIN;
+    (IOVA_MIN + r % span) & !(page - 1)
+}
+
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -215,6 +232,9 @@ fn page_size() -> usize {
 struct Region {
     /// Null once deregistered.
     mr: *mut ffi::ibv_mr,
+    /// The address the region is registered at (what peers and work requests name): random,
+    /// not the buffer's own address, so handing it out discloses nothing of our heap.
+    iova: u64,
     // Taken (handed over or freed) only after `mr` is deregistered; leaked if that fails.
     buf: ManuallyDrop<OwnedBuffer>,
     lkey: u32,
@@ -234,15 +254,12 @@ impl Region {
         // A low RLIMIT_MEMLOCK would fail ibv_reg_mr with a bare ENOMEM: say so first.
         crate::memlock::check(len as u64)?;
         let buf = OwnedBuffer::zeroed(len)?;
+        let iova = random_iova(getrandom::u64().map_err(Error::Random)?, page_size() as u64);
         // SAFETY: `buf` is a live allocation of `len` bytes, owned by the Region built below,
-        // which deregisters before freeing it; the PD is valid.
+        // which deregisters before freeing it; the PD is valid. `iova` is page-aligned like the
+        // buffer and `iova + len` does not overflow (see `random_iova`).
         let mr = unsafe {
-            ffi::ibv_reg_mr(
-                pd.0.pd,
-                buf.ptr.as_ptr().cast(),
-                len,
-                access.bits() as libc::c_int,
-            )
+            ffi::ibv_reg_mr_iova2(pd.0.pd, buf.ptr.as_ptr().cast(), len, iova, access.bits())
         };
         if mr.is_null() {
             return Err(Error::last_os(
@@ -254,6 +271,7 @@ impl Region {
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         Ok(Region {
             mr,
+            iova,
             buf: ManuallyDrop::new(buf),
             lkey,
             rkey,
@@ -263,7 +281,7 @@ impl Region {
     }
 
     fn addr(&self) -> u64 {
-        self.buf.ptr.as_ptr() as u64
+        self.iova
     }
 
     fn len(&self) -> usize {
@@ -484,5 +502,31 @@ mod tests {
         assert_eq!(b.ptr.as_ptr() as usize % page_size(), 0);
         assert_eq!(b.len(), 10_000);
         assert!(b.iter().all(|x| *x == 0));
+    }
+
+    /// Issue 16, item 9: the address a region is registered at is random, page-aligned, and
+    /// never a user-space address (so never our heap's), with room for any buffer after it.
+    #[test]
+    fn registration_addresses_are_random_and_not_pointers() {
+        for r in [0, 1, 4095, u64::MAX, u64::MAX / 3, 0x7fff_dead_beef] {
+            let iova = random_iova(r, 4096);
+            assert_eq!(iova % 4096, 0, "{r:#x}");
+            assert!((IOVA_MIN..IOVA_END).contains(&iova), "{iova:#x}");
+            assert!(iova.checked_add(1 << 40).is_some_and(|end| end < 1 << 63));
+        }
+        let heap = OwnedBuffer::zeroed(4096).unwrap();
+        assert!(
+            (heap.ptr.as_ptr() as u64) < IOVA_MIN,
+            "a heap address is below the range"
+        );
+        let drawn: Vec<u64> = (0..32)
+            .map(|_| random_iova(getrandom::u64().unwrap(), page_size() as u64))
+            .collect();
+        assert!(drawn.iter().any(|&a| a != drawn[0]), "{drawn:x?}");
+        assert_eq!(
+            random_iova(5 << 12, 3) % 4096,
+            0,
+            "a bad page size falls back to 4 KiB"
+        );
     }
 }

@@ -42,7 +42,10 @@ impl std::str::FromStr for BenchMode {
         match s {
             "lat" => Ok(BenchMode::Lat),
             "bw" => Ok(BenchMode::Bw),
-            other => Err(format!("unknown bench mode `{other}`: use `lat` or `bw`")),
+            other => Err(format!(
+                "unknown bench mode `{}`: use `lat` or `bw`",
+                crate::wire::shorten(other)
+            )),
         }
     }
 }

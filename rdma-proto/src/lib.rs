@@ -41,8 +41,8 @@ pub use error::{ErrorCode, ProtoError, UnknownErrorCode};
 pub use exit::Exit;
 pub use framing::{Deadlined, FrameError, LineConn};
 pub use handshake::{
-    ClientHandshake, ClientRequest, ClientState, ServerEvent, ServerHandshake, ServerPolicy,
-    ServerState,
+    ClientHandshake, ClientRequest, ClientState, GidBinding, ServerEvent, ServerHandshake,
+    ServerPolicy, ServerState,
 };
 pub use wire::{
     Accept, Auth, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Notify, Outcome,
@@ -60,6 +60,9 @@ pub const DEFAULT_PORT: u16 = 7471;
 pub const DEFAULT_MAX_LINE: usize = 64 * 1024;
 /// Longest `result.text`, in bytes.
 pub const MAX_TEXT: usize = 1024;
+/// How many payload bytes [`preview_text`] reads at most: [`MAX_TEXT`] plus one longest UTF-8
+/// sequence.
+pub const PREVIEW_INPUT: usize = MAX_TEXT + 4;
 
 /// CRC32C (Castagnoli) of `data`, as carried in `hello.crc32c`, `written.crc32c`, `result.crc32c`.
 pub fn crc32c(data: &[u8]) -> u32 {
@@ -83,8 +86,15 @@ pub fn printable(text: &str) -> String {
 
 /// The payload as text for `result.text`: lossy UTF-8, cut to at most [`MAX_TEXT`] bytes on a
 /// char boundary. The bool says whether it was cut.
+///
+/// Only the first [`PREVIEW_INPUT`] bytes of `payload` are read, whatever its size: every input
+/// byte yields at least one byte of text, so text byte [`MAX_TEXT`] never comes from later input,
+/// and a char (or a replaced invalid sequence) is decided by at most 4 bytes from its start. The
+/// result is the same as converting the whole payload and cutting, without the copy of it.
 pub fn preview_text(payload: &[u8]) -> (String, bool) {
-    let text = String::from_utf8_lossy(payload);
+    let head = &payload[..payload.len().min(PREVIEW_INPUT)];
+    let text = String::from_utf8_lossy(head);
+    // Text no longer than MAX_TEXT came from at most MAX_TEXT < PREVIEW_INPUT bytes: all of it.
     if text.len() <= MAX_TEXT {
         return (text.into_owned(), false);
     }

@@ -163,6 +163,39 @@ fn server_token_required_checked() {
     assert!(!format!("{:?}", policy(Some("s3cret"))).contains("s3cret"));
 }
 
+/// Issue 16, item 1: a server bound to its TCP peer refuses a hello that names another GID
+/// (a victim's) before any accept, and takes one that names the peer's own; the token is
+/// checked first, so a stranger learns nothing from the binding.
+#[test]
+fn a_bound_server_refuses_a_hello_for_another_gid() {
+    let bound = |peer: &str, token: Option<&str>| {
+        let mut s = ServerHandshake::new(policy(token)).bind(GidBinding::Peer {
+            peer: peer.parse().unwrap(),
+            local: vec![],
+        });
+        s.banner().unwrap();
+        s
+    };
+    // ep() announces ::ffff:10.0.0.1.
+    let mut s = bound("10.0.0.9", None);
+    let e = assert_code(
+        s.on_message(hello(Notify::Imm, 17, None)),
+        ErrorCode::InvalidField,
+    );
+    assert!(e.to_string().contains("field `gid`"), "{e}");
+    assert_eq!(s.state(), ServerState::Failed);
+    let mut s = bound("10.0.0.1", None);
+    assert!(matches!(
+        s.on_message(hello(Notify::Imm, 17, None)),
+        Ok(ServerEvent::Hello(_))
+    ));
+    let mut s = bound("10.0.0.9", Some("s3cret"));
+    assert_code(
+        s.on_message(hello(Notify::Imm, 17, None)),
+        ErrorCode::Unauthorized,
+    );
+}
+
 #[test]
 fn server_without_token_ignores_a_token() {
     let mut s = server(None);
@@ -387,6 +420,22 @@ fn server_read_errors_are_answered_by_the_machine() {
         }
     }
     assert!(!timeout().peer_gone());
+}
+
+/// A server's `reason` is peer text: the client's error quotes it escaped (issue 16, item 6).
+#[test]
+fn client_escapes_the_servers_reason() {
+    let mut c = written_client(Notify::Imm);
+    let ServerMessage::Result(mut o) = outcome(false, 17, 0xdead) else {
+        panic!()
+    };
+    o.reason = Some("bad\n[9] verified\u{1b}[31m".to_owned());
+    let err = c
+        .on_result(ServerMessage::Result(o))
+        .unwrap_err()
+        .to_string();
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert!(err.contains("\\n[9] verified\\u{1b}[31m"), "{err}");
 }
 
 #[test]

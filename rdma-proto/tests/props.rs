@@ -288,4 +288,27 @@ proptest! {
         prop_assert!(full.starts_with(&text));
         prop_assert_eq!(truncated, text.len() < full.len());
     }
+
+    /// Reading only the head gives exactly the cut of the whole conversion (the longest prefix
+    /// on a char boundary within MAX_TEXT), for payloads around the cut, mixing valid multi-byte
+    /// chars, stray continuation bytes and invalid lead bytes.
+    #[test]
+    fn preview_text_is_the_cut_of_the_whole(
+        payload in prop::collection::vec(
+            prop_oneof![
+                Just(b'x'), Just(0xc3u8), Just(0xa9u8), Just(0xe2u8), Just(0x82u8),
+                Just(0xacu8), Just(0xf0u8), Just(0x9fu8), Just(0xffu8), any::<u8>()
+            ],
+            (MAX_TEXT - 8)..(MAX_TEXT + 64),
+        )
+    ) {
+        let (text, truncated) = preview_text(&payload);
+        let full = String::from_utf8_lossy(&payload);
+        let mut end = full.len().min(MAX_TEXT);
+        while !full.is_char_boundary(end) {
+            end -= 1;
+        }
+        prop_assert_eq!(&text, &full[..end]);
+        prop_assert_eq!(truncated, end < full.len());
+    }
 }

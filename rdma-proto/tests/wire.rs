@@ -258,3 +258,56 @@ fn peer_text_is_made_safe_to_print() {
     assert!(!shown.chars().any(char::is_control), "{shown:?}");
     assert!(shown.contains("try later"), "{shown}");
 }
+
+/// Every string a peer sends that an error message quotes (type, notify, mode, GID text, auth,
+/// an unknown error code, a result's reason) arrives escaped: a forged "\n[9] verified" line or
+/// an ANSI escape never reaches a log as such (issue 16, item 6).
+#[test]
+fn peer_strings_quoted_in_errors_are_escaped() {
+    let forged = r#"x\n[9] verified\u001b[31m"#;
+    let hello = |field: &str| {
+        let mut h = serde_json::json!({"type":"hello","v":1,"qpn":17,"psn":1,
+            "gid":"::ffff:10.0.0.2","lid":0,"mtu":1024,"length":5,"crc32c":1,"notify":"tcp"});
+        h[field] = serde_json::Value::String(String::new());
+        h.to_string().replace(r#""""#, &format!(r#""{forged}""#))
+    };
+    let mut bench = serde_json::json!({"type":"hello","v":1,"qpn":17,"psn":1,
+        "gid":"::ffff:10.0.0.2","lid":0,"mtu":1024,"length":8,"crc32c":1,"notify":"tcp",
+        "bench":{"mode":"","sizes":[8],"iters":1}})
+    .to_string();
+    bench = bench.replace(r#""mode":"""#, &format!(r#""mode":"{forged}""#));
+    let lines = [
+        format!(r#"{{"type":"{forged}","v":1}}"#),
+        hello("notify"),
+        hello("gid"),
+        bench,
+    ];
+    for line in &lines {
+        let err = ClientMessage::parse(line.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(!err.chars().any(char::is_control), "{line} -> {err:?}");
+        assert!(err.contains(r"\n[9] verified"), "{line} -> {err}");
+        assert!(err.contains(r"\u{1b}[31m"), "{line} -> {err}");
+    }
+    let server = [
+        format!(r#"{{"type":"{forged}","v":1}}"#),
+        format!(
+            r#"{{"type":"banner","v":1,"versions":[1],"program":"s","program_version":"1","features":[],"auth":"{forged}"}}"#
+        ),
+    ];
+    for line in &server {
+        let err = ServerMessage::parse(line.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(!err.chars().any(char::is_control), "{line} -> {err:?}");
+        assert!(err.contains(r"\n[9] verified"), "{line} -> {err}");
+    }
+    // An unknown error code is kept in the message, escaped.
+    let line = format!(r#"{{"type":"error","v":1,"code":"{forged}","message":"m"}}"#);
+    let ServerMessage::Error(e) = ServerMessage::parse(line.as_bytes()).unwrap() else {
+        panic!("not an error")
+    };
+    let shown = ProtoError::Remote(e).to_string();
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+}

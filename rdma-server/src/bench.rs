@@ -10,7 +10,7 @@
 
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdma_core_rs::{
     Access, CompletionQueue, ExposedRegion, MemoryRegion, QpCaps, QueuePair, RemoteBuffer, Rts,
@@ -30,6 +30,76 @@ use crate::session::{
 const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;
 /// Inline data asked for (rxe and most NICs offer at least this); 0 if the device refuses.
 const INLINE: u32 = 256;
+/// How long the lat loop spins flat out for a ping before it starts to sleep between looks.
+const SPIN_FOR: Duration = Duration::from_millis(1);
+/// The longest sleep between two looks for a ping once the spin is over.
+const MAX_NAP: Duration = Duration::from_millis(1);
+
+/// The deadlines of one bench session: `--bench-max-time` bounds the whole session from its
+/// accept (every ping, pong and the final `written`), `--timeout` each wait for a ping within
+/// it. A client pinging just under `--timeout` apart is cut off at the session's end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionClock {
+    /// When the session must be over.
+    pub end: Instant,
+    /// `--timeout`: the longest wait for one ping.
+    pub per_wait: Duration,
+    /// `--bench-max-time`, for messages.
+    pub max_time: Duration,
+}
+
+/// Which deadline a wait runs into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// `--timeout` for this wait.
+    Wait,
+    /// `--bench-max-time` for the whole session.
+    Session,
+}
+
+impl SessionClock {
+    pub fn new(start: Instant, per_wait: Duration, max_time: Duration) -> Self {
+        SessionClock {
+            end: start + max_time,
+            per_wait,
+            max_time,
+        }
+    }
+
+    /// The deadline of a wait that starts at `start`, and which limit it is.
+    pub fn wait_deadline(&self, start: Instant) -> (Instant, Limit) {
+        let wait = start + self.per_wait;
+        if wait < self.end {
+            (wait, Limit::Wait)
+        } else {
+            (self.end, Limit::Session)
+        }
+    }
+
+    /// The failure of a wait that ran into `limit`.
+    pub fn expired(&self, limit: Limit) -> Failure {
+        let message = match limit {
+            Limit::Wait => format!(
+                "bench lat: no ping arrived within {:?}; the client stopped",
+                self.per_wait
+            ),
+            Limit::Session => format!(
+                "bench: the session reached the server's --bench-max-time of {:?}; ask for fewer iterations or sizes",
+                self.max_time
+            ),
+        };
+        Failure::new(ErrorCode::Timeout, message)
+    }
+}
+
+/// How long to sleep before the next look for a ping, `waited` into the wait: nothing while
+/// the spin lasts ([`SPIN_FOR`]: a ping-pong in progress answers in microseconds), then naps
+/// that double up to [`MAX_NAP`], so a client that pings rarely costs a core nothing.
+pub(crate) fn nap(waited: Duration) -> Option<Duration> {
+    let over = waited.checked_sub(SPIN_FOR)?;
+    let micros = 10u64.saturating_mul(1 << (over.as_micros() / 100).min(10));
+    Some(Duration::from_micros(micros).min(MAX_NAP))
+}
 
 /// Runs one bench session after its hello was accepted by the handshake.
 pub(crate) fn session(
@@ -48,6 +118,14 @@ pub(crate) fn session(
     };
     let len = usize::try_from(hello.length)
         .map_err(|_| Failure::new(ErrorCode::TooLong, "bench buffer does not fit in memory"))?;
+    // Held until the session ends, after both buffers are gone.
+    let _pins = s
+        .pinned
+        .reserve(crate::budget::bench_session(
+            hello.length,
+            matches!(b.kind, BenchKind::Lat(_)),
+        ))
+        .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
     let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd
@@ -79,6 +157,7 @@ pub(crate) fn session(
         .to_init(local.port.num, Access::REMOTE_WRITE)
         .map_err(rdma)?;
     let qp = connect_and_accept(s, conn, hs, hello, qp, &mr, rdma)?;
+    let clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
     let h = &hello.endpoint;
     let mode = SessionNotify::from(b.mode());
     let path_mtu = qp.path_mtu().bytes();
@@ -105,13 +184,12 @@ pub(crate) fn session(
             remote,
             inline,
         };
-        pong.run(s, conn, hs, b, src)?;
+        pong.run(s, conn, hs, b, src, &clock)?;
     }
 
     // The client's `written` ends both modes: after its last pong (lat) or its last write
-    // completed (bw). The server-side cap bounds how long a client may hold the buffer.
-    let deadline = Instant::now() + s.timeout.max(s.bench_max_time);
-    let written = match next_event(conn, hs, deadline)? {
+    // completed (bw). The session's end bounds how long a client may hold the buffer.
+    let written = match next_event(conn, hs, clock.end)? {
         ServerEvent::Written(w) => w,
         other => return Err(out_of_order(&other)),
     };
@@ -164,6 +242,7 @@ impl Pong<'_> {
         hs: &mut ServerHandshake,
         b: &BenchParams,
         src: &mut MemoryRegion,
+        clock: &SessionClock,
     ) -> Result<(), Failure> {
         let failed = |e: rdma_core_rs::Error| {
             Failure::new(
@@ -184,7 +263,7 @@ impl Pong<'_> {
             };
             for n in 1..=b.iters {
                 let want = bench::counter(n);
-                self.wait_ping(s, conn, hs, last, want, &mut completed)?;
+                self.wait_ping(s, conn, hs, last, want, &mut completed, clock)?;
                 // A ping of the next size means the client read our last pong of the previous
                 // one: the byte that carried its counter goes back to the pattern.
                 if let Some(i) = restore.take() {
@@ -197,7 +276,8 @@ impl Pong<'_> {
                 }
                 // Keep the send queue from filling: reap until a slot is free.
                 while posted - completed >= u64::from(SQ_DEPTH) - 1 {
-                    let c = self.cq.poll(Instant::now() + s.timeout).map_err(failed)?;
+                    let (deadline, _) = clock.wait_deadline(Instant::now());
+                    let c = self.cq.poll(deadline).map_err(failed)?;
                     completed = c.wr_id + 1;
                 }
                 self.qp
@@ -210,7 +290,9 @@ impl Pong<'_> {
     }
 
     /// Spins on the last byte of the ping until it is `want`, reaping completions meanwhile;
-    /// a client that stops answering, or a server stopping, ends the wait.
+    /// a client that stops answering, the session's end, or a server stopping, ends the wait.
+    /// After a short spin the loop naps between looks (see [`nap`]).
+    #[allow(clippy::too_many_arguments)]
     fn wait_ping(
         &self,
         s: &SessionCtx,
@@ -219,18 +301,24 @@ impl Pong<'_> {
         last: usize,
         want: u8,
         completed: &mut u64,
+        clock: &SessionClock,
     ) -> Result<(), Failure> {
         // The clock is read only when a ping is slow to come (a read is costly under
-        // emulation), and the spin never pauses the CPU.
-        let mut start: Option<Instant> = None;
+        // emulation); the first SPIN_FOR never pauses the CPU.
+        let mut start: Option<(Instant, Instant, Limit)> = None;
         let mut spins: u32 = 0;
+        let mut napping = false;
         loop {
             if self.mr.volatile_byte(last) == Some(want) {
                 return Ok(());
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
-                let start = *start.get_or_insert_with(Instant::now);
+            if napping || spins % 1024 == 0 {
+                let (begun, deadline, limit) = *start.get_or_insert_with(|| {
+                    let now = Instant::now();
+                    let (deadline, limit) = clock.wait_deadline(now);
+                    (now, deadline, limit)
+                });
                 if let Some(c) = self.cq.try_poll().map_err(|e| {
                     Failure::new(
                         ErrorCode::WriteFailed,
@@ -239,19 +327,14 @@ impl Pong<'_> {
                 })? {
                     *completed = c.wr_id + 1;
                 }
-                if start.elapsed() > s.timeout {
-                    return Err(Failure::new(
-                        ErrorCode::Timeout,
-                        format!(
-                            "bench lat: no ping arrived within {:?}; the client stopped",
-                            s.timeout
-                        ),
-                    ));
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(clock.expired(limit));
                 }
                 // A client that closed or spoke mid-exchange ends the session now, not at the
-                // deadline (a syscall every ~64 Ki spins).
-                if spins % (64 * 1024) == 0 && client_spoke(conn) {
-                    let event = next_event(conn, hs, Instant::now() + s.timeout)?;
+                // deadline (a syscall every ~64 Ki spins, or every nap).
+                if (napping || spins % (64 * 1024) == 0) && client_spoke(conn) {
+                    let event = next_event(conn, hs, clock.wait_deadline(now).0)?;
                     return Err(out_of_order(&event));
                 }
                 if s.stopping.load(Ordering::Acquire) {
@@ -260,7 +343,71 @@ impl Pong<'_> {
                         "the server is shutting down",
                     ));
                 }
+                if let Some(d) = nap(now - begun) {
+                    napping = true;
+                    std::thread::sleep(d.min(deadline - now));
+                }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 16, item 2: a ping just under `--timeout` apart no longer holds the session
+    /// forever: every wait ends at the session's end at the latest.
+    #[test]
+    fn the_session_end_bounds_every_wait() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(10);
+        let max = Duration::from_secs(120);
+        let clock = SessionClock::new(t0, timeout, max);
+        let mut now = t0;
+        let mut pings = 0;
+        loop {
+            let (deadline, limit) = clock.wait_deadline(now);
+            assert!(deadline <= t0 + max);
+            if limit == Limit::Session {
+                break;
+            }
+            assert_eq!(deadline, now + timeout);
+            now += Duration::from_millis(9_900); // the ping lands just in time
+            pings += 1;
+        }
+        assert_eq!(
+            pings, 12,
+            "12 slow pings fit in 2 minutes, the 13th wait ends with it"
+        );
+        assert_eq!(
+            clock.wait_deadline(t0 + max * 2),
+            (t0 + max, Limit::Session)
+        );
+        let msg = clock.expired(Limit::Session).message().to_owned();
+        assert!(msg.contains("--bench-max-time of 120s"), "{msg}");
+        assert!(
+            clock
+                .expired(Limit::Wait)
+                .message()
+                .contains("no ping arrived within 10s")
+        );
+    }
+
+    /// The wait spins for SPIN_FOR, then sleeps between looks, never longer than MAX_NAP.
+    #[test]
+    fn the_spin_turns_into_naps() {
+        assert_eq!(nap(Duration::ZERO), None);
+        assert_eq!(nap(SPIN_FOR - Duration::from_micros(1)), None);
+        let first = nap(SPIN_FOR).unwrap();
+        assert!(first > Duration::ZERO && first <= MAX_NAP);
+        let later = nap(SPIN_FOR + Duration::from_secs(5)).unwrap();
+        assert_eq!(later, MAX_NAP);
+        let mut last = Duration::ZERO;
+        for ms in 1..50 {
+            let d = nap(Duration::from_millis(ms) + SPIN_FOR).unwrap();
+            assert!(d >= last && d <= MAX_NAP);
+            last = d;
         }
     }
 }

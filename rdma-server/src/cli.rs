@@ -9,6 +9,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The default of `--max-pinned`: 256 MiB.
+pub const DEFAULT_MAX_PINNED: u64 = 256 << 20;
+
 /// Register a buffer, let clients RDMA-Write into it, and verify what landed — with no CPU copy.
 ///
 /// One-shot by default (the classic demo): the server exits 0 after the first verified write;
@@ -38,6 +41,13 @@ pub struct Args {
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
     pub bench_max_bytes: u64,
 
+    /// Most bytes all live sessions together may pin (registered memory): each write session
+    /// pins its --buffer-size, a bench session its buffer, a bench lat session twice that. A
+    /// session that would go over is answered `busy`. Cut at start to what the locked-memory
+    /// limit (RLIMIT_MEMLOCK) allows, with a warning.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_PINNED, value_parser = clap::value_parser!(u64).range(4096..=1 << 40))]
+    pub max_pinned: u64,
+
     /// How long one bench session may last (e.g. 2m).
     #[arg(long, default_value = "2m", value_parser = app::parse_duration)]
     pub bench_max_time: Duration,
@@ -58,6 +68,11 @@ pub struct Args {
     /// Most clients served at once; one more gets a `busy` error.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_clients: u32,
+
+    /// Most connections at once from one address (one /64 for IPv6), under --max-clients: one
+    /// host cannot take every slot before sending a single line. One more gets `busy`.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_per_ip: u32,
 
     /// File holding the shared access token clients must present (or set RDMA_WRITE_TOKEN).
     /// Only its owner may read it (`chmod 600 FILE`), as ssh requires of a private key.

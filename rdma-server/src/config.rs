@@ -2,9 +2,10 @@
 //!
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
-//! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `timeout`, `max-clients`,
-//! `allow` (a list) and `token-file`. A flag given on the command line (or through its
-//! environment variable; `RDMA_WRITE_TOKEN` for the token) wins over the file.
+//! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
+//! `bench-max-time`, `max-pinned`, `timeout`, `max-clients`, `max-per-ip`, `allow` (a list) and
+//! `token-file`. A flag given on the command line (or through its environment variable;
+//! `RDMA_WRITE_TOKEN` for the token) wins over the file.
 //!
 //! The file's values go through the very parsers of the flags, so a value the command line
 //! refuses is refused from the file too, with the file, the line and the key named; so is a key
@@ -53,8 +54,12 @@ struct FileSettings {
     gid_index: Option<Spanned<u32>>,
     cq_mode: Option<Spanned<String>>,
     buffer_size: Option<Spanned<u64>>,
+    bench_max_bytes: Option<Spanned<u64>>,
+    bench_max_time: Option<Spanned<String>>,
+    max_pinned: Option<Spanned<u64>>,
     timeout: Option<Spanned<String>>,
     max_clients: Option<Spanned<u32>>,
+    max_per_ip: Option<Spanned<u32>>,
     allow: Option<Spanned<Vec<String>>>,
     token_file: Option<Spanned<PathBuf>>,
 }
@@ -93,8 +98,20 @@ impl FileSettings {
             one("gid-index", "gid_index", self.gid_index.as_ref()),
             one("cq-mode", "cq_mode", self.cq_mode.as_ref()),
             one("buffer-size", "buffer_size", self.buffer_size.as_ref()),
+            one(
+                "bench-max-bytes",
+                "bench_max_bytes",
+                self.bench_max_bytes.as_ref(),
+            ),
+            one(
+                "bench-max-time",
+                "bench_max_time",
+                self.bench_max_time.as_ref(),
+            ),
+            one("max-pinned", "max_pinned", self.max_pinned.as_ref()),
             one("timeout", "timeout", self.timeout.as_ref()),
             one("max-clients", "max_clients", self.max_clients.as_ref()),
+            one("max-per-ip", "max_per_ip", self.max_per_ip.as_ref()),
         ]
         .into_iter()
         .flatten()
@@ -260,8 +277,12 @@ listen = "10.0.0.1:7000"
 device = "rxe0"
 gid-index = 1
 buffer-size = 4096
+bench-max-bytes = 1048576
+bench-max-time = "30s"
+max-pinned = 67108864
 timeout = "3s"
 max-clients = 4
+max-per-ip = 2
 allow = ["10.0.0.0/24", "fd00::/8"]
 token-file = "/etc/rdma-server/token"
 "#;
@@ -274,8 +295,12 @@ token-file = "/etc/rdma-server/token"
         assert_eq!(a.local.gid_index, Some(1));
         assert_eq!(a.local.port, 1, "a key left out keeps the flag's default");
         assert_eq!(a.buffer_size, 4096);
+        assert_eq!(a.bench_max_bytes, 1 << 20);
+        assert_eq!(a.bench_max_time, Duration::from_secs(30));
+        assert_eq!(a.max_pinned, 64 << 20);
         assert_eq!(a.timeout, Duration::from_secs(3));
         assert_eq!(a.max_clients, 4);
+        assert_eq!(a.max_per_ip, 2);
         assert_eq!(a.allow.len(), 2);
         assert_eq!(
             a.token_file.as_deref(),
@@ -337,6 +362,18 @@ token-file = "/etc/rdma-server/token"
             ("allow = [\"10.0.0.0/33\"]\n", 1, "allow", "invalid value"),
             ("port = 300\n", 1, "port", ""),
             ("cq-mode = \"spin\"\n", 1, "cq-mode", "spin"),
+            (
+                "bench-max-bytes = 2147483648\n",
+                1,
+                "bench-max-bytes",
+                "not in 0..=1073741824",
+            ),
+            (
+                "bench-max-time = \"0s\"\n",
+                1,
+                "bench-max-time",
+                "longer than zero",
+            ),
         ];
         for (text, line, key, words) in cases {
             let err =
@@ -397,5 +434,39 @@ token-file = "/etc/rdma-server/token"
             Some(Path::new("/etc/rdma-server/token"))
         );
         assert_eq!(a.listen.port(), 7471);
+    }
+
+    /// Issue 16, item 4: the packaged unit's bounded lock limit covers the packaged
+    /// configuration's whole pinned-memory budget plus the queues, so the budget is never cut
+    /// under systemd; MemoryMax is above it and TasksMax above max-clients.
+    #[test]
+    fn the_packaged_unit_covers_the_packaged_budget() {
+        let text = include_str!("../pkg/rdma-server.toml").to_owned();
+        let a = resolve(&argv(&["--config", PACKAGED]), false, move |_| Ok(text)).unwrap();
+        let unit = include_str!("../pkg/debian/rdma-server.service");
+        let key = |k: &str| {
+            unit.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                .unwrap_or_else(|| panic!("the unit has no {k}="))
+                .trim()
+        };
+        let mib = |v: &str| -> u64 {
+            v.strip_suffix('M')
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(|n| n << 20)
+                .unwrap_or_else(|| panic!("not a size in M: {v}"))
+        };
+        let memlock = mib(key("LimitMEMLOCK"));
+        assert!(
+            memlock >= a.max_pinned + crate::budget::QUEUE_SLACK,
+            "LimitMEMLOCK {memlock} < max-pinned {} + queues",
+            a.max_pinned
+        );
+        assert!(mib(key("MemoryMax")) > memlock);
+        assert!(key("TasksMax").parse::<u32>().unwrap() > a.max_clients + 1);
+        assert!(
+            crate::budget::bench_session(a.bench_max_bytes, true) <= a.max_pinned,
+            "a lat session at the packaged bench cap must fit the packaged budget"
+        );
     }
 }

@@ -12,9 +12,9 @@ pub const SUCCESS: &str =
 pub const EXITS: Documented = &[
     (
         Exit::Usage,
-        "usage error: an unknown, missing or bad flag or value, an unreadable, empty or group/world-readable \
-         --token-file (or empty $RDMA_WRITE_TOKEN), an unreadable or invalid --config file, no such --device or \
-         --port, a --gid-index not in the GID table",
+        "usage error: an unknown, missing or bad flag or value, an unreadable, empty, short (< 16 characters) or group/world-readable \
+         --token-file (or empty or short $RDMA_WRITE_TOKEN), an unreadable or invalid --config file, a --max-pinned budget that cannot hold one \
+         --buffer-size session, no such --device or --port, a --gid-index not in the GID table",
     ),
     (
         Exit::Rdma,
@@ -49,7 +49,10 @@ pub enum ServerError {
 /// The exit for the error that ends the server, as documented in `--help`.
 pub fn classify(report: &color_eyre::Report) -> Exit {
     app::classify(report, EXITS, |cause| {
-        if cause.is::<AccessError>() || cause.is::<ConfigError>() {
+        if cause.is::<AccessError>()
+            || cause.is::<ConfigError>()
+            || cause.is::<crate::budget::TooSmall>()
+        {
             return Some(Exit::Usage);
         }
         cause

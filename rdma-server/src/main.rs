@@ -5,7 +5,9 @@
 //! binaries end. Everything else lives in the modules.
 
 mod access;
+mod admission;
 mod bench;
+mod budget;
 mod cli;
 mod config;
 mod exit;

@@ -2,6 +2,8 @@
 //! own thread, stop on the first verified write (one-shot) or on SIGINT/SIGTERM (`--serve`).
 
 use crate::access;
+use crate::admission::{Log, LogLimit, PerSource};
+use crate::budget;
 use crate::cli::Args;
 use crate::exit::ServerError;
 use crate::i18n::Lang;
@@ -28,18 +30,38 @@ struct Shared {
     active: AtomicUsize,
     /// Clones of the live sessions' sockets, to unblock their reads on shutdown.
     sockets: Mutex<HashMap<u64, TcpStream>>,
+    /// Live connections per source address (`--max-per-ip`).
+    per_source: Mutex<PerSource>,
+    /// How many refusals are logged (the accept loop's only).
+    refusal_log: Mutex<LogLimit>,
 }
 
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
     let args = crate::config::apply(args)?;
-    // Each session registers --buffer-size; at --max-clients at once that much is pinned.
-    let most = args.buffer_size.saturating_mul(u64::from(args.max_clients));
-    if let Err(e) = rdma_core_rs::memlock::check(most) {
-        tracing::warn!("{} clients at once would fail: {e}", args.max_clients);
+    let pinned = budget::size(
+        args.max_pinned,
+        args.buffer_size,
+        rdma_core_rs::memlock::MemlockBudget::current(),
+    )?;
+    if let Some(cut) = &pinned.cut {
+        tracing::warn!("pinned-memory budget cut to {} bytes: {cut}", pinned.total);
+    }
+    if let Some(warning) = budget::bench_warning(args.bench_max_bytes, pinned.total) {
+        tracing::warn!("{warning}");
     }
     let token = access::load_token(args.token_file.as_deref())?;
+    // Before the device is opened: a misconfiguration is named even where RDMA is missing.
+    if let Some(warning) = access::exposure_warning(
+        args.listen,
+        token.is_some(),
+        &args.allow,
+        args.bench_max_bytes,
+    ) {
+        eprintln!("{warning}");
+    }
     let local = args.local.open()?;
+    let (bind_gids, bench_max_len) = binding(&local, token.is_some(), args.bench_max_bytes);
 
     let listener = TcpListener::bind(args.listen).map_err(|source| ServerError::Listen {
         addr: args.listen,
@@ -63,7 +85,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
                 token,
                 program_version: env!("CARGO_PKG_VERSION").to_owned(),
                 features: ServerPolicy::default_features(),
-                bench_max_len: args.bench_max_bytes,
+                bench_max_len,
             },
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,
@@ -73,9 +95,13 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             stopping: AtomicBool::new(false),
             verified: AtomicU64::new(0),
             bench_max_time: args.bench_max_time,
+            pinned: budget::PinBudget::new(pinned.total),
+            bind_gids,
         },
         active: AtomicUsize::new(0),
         sockets: Mutex::new(HashMap::new()),
+        per_source: Mutex::new(PerSource::default()),
+        refusal_log: Mutex::new(LogLimit::new(Instant::now())),
         args,
     });
     let s = &shared;
@@ -162,6 +188,37 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     Ok(())
 }
 
+/// How hellos are bound to their connection on this port (see `rdma_proto::GidBinding`): on
+/// RoCE to the TCP peer (this port's GIDs, for loopback peers); on InfiniBand not at all, so
+/// there bench sessions (whose lat pongs the server RDMA-Writes wherever the hello says) are
+/// served only to clients with the token: without one they are turned off, with a warning.
+/// Returns the GIDs to bind to and the bench cap.
+fn binding(
+    local: &rdma_core_rs::LocalPort,
+    token: bool,
+    bench_max_bytes: u64,
+) -> (Option<Vec<rdma_proto::Gid>>, u64) {
+    if local.port.link_layer == rdma_core_rs::LinkLayer::Ethernet {
+        let gids = local
+            .ctx
+            .gid_table(local.port.num)
+            .map(|t| t.iter().map(|e| rdma_proto::Gid(e.gid.0)).collect())
+            .unwrap_or_else(|e| {
+                tracing::warn!("cannot read the GID table ({e}): loopback clients will be refused");
+                Vec::new()
+            });
+        return (Some(gids), bench_max_bytes);
+    }
+    if bench_max_bytes > 0 && !token {
+        tracing::warn!(
+            "bench sessions are off: on InfiniBand a hello's LID cannot be bound to its TCP \
+             address, so bench sessions need a token (--token-file); see SECURITY.md"
+        );
+        return (None, 0);
+    }
+    (None, bench_max_bytes)
+}
+
 /// Checks a new connection against `--allow` and `--max-clients`, then starts its session.
 fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Option<JoinHandle<()>> {
     let refusal = if !access::allowed(&s.args.allow, peer.ip()) {
@@ -180,25 +237,44 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
                 s.args.max_clients
             ),
         ))
+    } else if !lock(&s.per_source).take(peer.ip(), s.args.max_per_ip) {
+        Some((
+            ErrorCode::Busy,
+            format!(
+                "the server already serves {} connections from your address (--max-per-ip); close one or try again shortly",
+                s.args.max_per_ip
+            ),
+        ))
     } else {
         None
     };
     if let Some((code, message)) = refusal {
-        s.session.out.emit(
-            &Event::Refused {
-                peer: peer.to_string().into(),
-                code: code.as_str().into(),
-                message: message.as_str().into(),
-            },
-            || format!("refused {peer}: {message}"),
-        );
+        if let Log::Line { dropped } = lock(&s.refusal_log).refusal(Instant::now()) {
+            if dropped > 0 {
+                tracing::warn!(
+                    "{dropped} more refusal(s) not logged (at most {} a second)",
+                    crate::admission::LOG_BURST
+                );
+            }
+            s.session.out.emit(
+                &Event::Refused {
+                    peer: peer.to_string().into(),
+                    code: code.as_str().into(),
+                    message: message.as_str().into(),
+                },
+                || format!("refused {peer}: {message}"),
+            );
+        }
         refuse(stream, code, message);
         return None;
     }
+    // From here on the source's slot is held: the session's ActiveGuard gives it back, and
+    // every early return below.
 
     // The accepted socket may inherit non-blocking mode on some platforms: sessions block with deadlines.
     if let Err(e) = stream.set_nonblocking(false) {
         tracing::warn!("session {id}: {e}");
+        lock(&s.per_source).give_back(peer.ip());
         return None;
     }
     if let Ok(clone) = stream.try_clone()
@@ -214,6 +290,7 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
             let _guard = ActiveGuard {
                 shared: &shared,
                 id,
+                ip: peer.ip(),
             };
             session::serve(&shared.session, stream, peer, id);
         });
@@ -222,6 +299,7 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
         Err(e) => {
             tracing::error!("cannot start a thread for session {id}: {e}");
             s.active.fetch_sub(1, Ordering::AcqRel);
+            lock(&s.per_source).give_back(peer.ip());
             None
         }
     }
@@ -262,15 +340,23 @@ fn stop(s: &Arc<Shared>, threads: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Keeps the active-session count and socket registry right however a session ends.
+/// Keeps the active-session count, the per-source counts and socket registry right however a
+/// session ends.
 struct ActiveGuard<'a> {
     shared: &'a Shared,
     id: u64,
+    ip: std::net::IpAddr,
+}
+
+/// A lock that a panicked holder does not poison for the others (the data are counters).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
+        lock(&self.shared.per_source).give_back(self.ip);
         if let Ok(mut map) = self.shared.sockets.lock() {
             map.remove(&self.id);
         }

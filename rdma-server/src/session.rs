@@ -6,6 +6,7 @@
 //! every check of the handshake state machine (version, token, length). Every line the client
 //! sends, and every failed read, goes through that machine, which says what to answer.
 
+use crate::budget::{self, PinBudget};
 use crate::cli::Fault;
 use crate::i18n::Lang;
 use crate::output::{Event, Output, SessionNotify};
@@ -15,8 +16,8 @@ use rdma_core_rs::{
 };
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
-    ErrorCode, ErrorMsg, Hello, Notify, Outcome, ProtoError, ServerEvent, ServerHandshake,
-    ServerMessage, ServerPolicy,
+    ErrorCode, ErrorMsg, GidBinding, Hello, Notify, Outcome, ProtoError, ServerEvent,
+    ServerHandshake, ServerMessage, ServerPolicy,
 };
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,6 +49,24 @@ pub struct SessionCtx {
     pub verified: AtomicU64,
     /// How long a bench session may hold its buffer (`--bench-max-time`).
     pub bench_max_time: Duration,
+    /// What the live sessions may pin together (`--max-pinned`).
+    pub pinned: PinBudget,
+    /// On RoCE, this port's own GIDs: every hello's GID is bound to its TCP peer (a loopback
+    /// peer to one of these). `None` on InfiniBand, where nothing can be bound.
+    pub bind_gids: Option<Vec<rdma_proto::Gid>>,
+}
+
+impl SessionCtx {
+    /// What the hello of a connection from `peer` must announce (see [`GidBinding`]).
+    pub fn binding(&self, peer: SocketAddr) -> GidBinding {
+        match &self.bind_gids {
+            Some(local) => GidBinding::Peer {
+                peer: peer.ip(),
+                local: local.clone(),
+            },
+            None => GidBinding::Unbound,
+        }
+    }
 }
 
 /// Why a session ended without a verdict.
@@ -70,6 +89,12 @@ impl Failure {
             tell_peer: true,
             gone: false,
         }
+    }
+
+    /// What went wrong, as logged and told.
+    #[cfg(test)]
+    pub(crate) fn message(&self) -> &str {
+        &self.message
     }
 
     /// The code in the server's own log line.
@@ -123,7 +148,7 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     );
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, rdma_proto::DEFAULT_MAX_LINE);
-    let mut hs = ServerHandshake::new(s.policy.clone());
+    let mut hs = ServerHandshake::new(s.policy.clone()).bind(s.binding(peer));
     let failure = match session(s, &mut conn, &mut hs, id) {
         Ok(()) => return,
         Err(f) => f,
@@ -146,13 +171,7 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
             fatal: false,
             exit_code: None,
         },
-        || {
-            format!(
-                "[{id}] session failed ({}): {}; still serving",
-                failure.log_code(),
-                failure.message
-            )
-        },
+        || failed_line(id, failure.log_code(), &failure.message),
     );
     if failure.tell_peer {
         let line = ServerMessage::Error(ErrorMsg {
@@ -163,6 +182,16 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
         .to_line();
         let _ = conn.send_line(&line, Instant::now() + Duration::from_secs(1));
     }
+}
+
+/// The human log line of a failed session. Its message may quote what the client sent: it is
+/// escaped once more here ([`rdma_proto::printable`]), so that no failure, whatever built its
+/// text, can forge a log line or drive the operator's terminal.
+fn failed_line(id: u64, code: &str, message: &str) -> String {
+    format!(
+        "[{id}] session failed ({code}): {}; still serving",
+        rdma_proto::printable(message)
+    )
 }
 
 fn session(
@@ -199,6 +228,11 @@ fn session(
     };
     let buffer_size = usize::try_from(s.policy.buffer_size)
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
+    // Held until the session ends, after the buffer is gone.
+    let _pins = s
+        .pinned
+        .reserve(budget::write_session(s.policy.buffer_size))
+        .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
     let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd.register_exposed(buffer_size, mr_access).map_err(rdma)?;
@@ -495,4 +529,28 @@ pub(crate) fn report_verdict(
         },
         human,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client cannot forge a log line or send ANSI escapes through a failure's text: neither
+    /// through what the protocol quotes (its `type`) nor through any message (issue 16, item 6).
+    #[test]
+    fn failure_lines_escape_what_the_client_sent() {
+        let line = "[3] session failed (bad_json): x\n[9] verified: RDMA Write data landed\x1b[31m";
+        let shown = failed_line(3, "bad_json", line);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains(r"x\n[9] verified"), "{shown}");
+        assert!(shown.contains(r"\u{1b}[31m"), "{shown}");
+        let hostile = br#"{"type":"\n[9] verified\u001b[31m","v":1}"#;
+        let Err(e) = rdma_proto::ClientMessage::parse(hostile) else {
+            panic!("parsed a hostile type")
+        };
+        let f = Failure::from(e);
+        let shown = failed_line(3, f.log_code(), &f.message);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains(r"\n[9] verified\u{1b}[31m"), "{shown}");
+    }
 }

@@ -66,3 +66,63 @@ fn an_expected_failure_shows_advice_and_no_backtrace() {
 fn a_build_without_fault_injection_has_no_fault_flag() {
     server().assert_no_flag(&["--fault", "no-remote-write"], "--fault");
 }
+
+/// A guessable token is refused at start, as a usage error naming the minimum, from the
+/// variable as from a file (issue 16, item 7).
+#[test]
+fn a_short_token_is_a_usage_error() {
+    let args: Vec<String> = ["--listen", "127.0.0.1:0", "--lifetime", "10s"]
+        .map(String::from)
+        .to_vec();
+    let (exit, run) = server().check_expected_failure(&args, &[("RDMA_WRITE_TOKEN", "a")]);
+    assert_eq!(exit, Exit::Usage, "{run:?}");
+    assert!(run.stderr.contains("at least 16"), "{run:?}");
+}
+
+/// The seed's zero-config start still starts, and warns loudly on stderr when it listens
+/// beyond loopback with no token and no --allow; on loopback, or with a token, it does not
+/// (issue 16, item 3). The warning comes before the device is opened, so this runs anywhere.
+#[test]
+fn an_exposed_start_is_warned_about() {
+    let run = |listen: &str, env: &[(&str, &str)]| {
+        let args: Vec<String> = ["--listen", listen, "--lifetime", "1s"]
+            .map(String::from)
+            .to_vec();
+        server().run(&args, env)
+    };
+    let open = run("0.0.0.0:0", &[]);
+    assert!(
+        open.stderr
+            .lines()
+            .any(|l| l.starts_with("WARNING: listening on 0.0.0.0:0")),
+        "{open:?}"
+    );
+    let local = run("127.0.0.1:0", &[]);
+    assert!(!local.stderr.contains("WARNING"), "{local:?}");
+    let with_token = run("0.0.0.0:0", &[("RDMA_WRITE_TOKEN", "0123456789abcdef0123")]);
+    assert!(!with_token.stderr.contains("WARNING"), "{with_token:?}");
+}
+
+/// A pinned-memory budget that cannot hold one write session stops the server at start, as a
+/// usage error naming both settings (issue 16, item 4). Checked before the device is opened.
+#[test]
+fn a_budget_below_one_session_is_a_usage_error() {
+    let args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--lifetime",
+        "10s",
+        "--max-pinned",
+        "65536",
+        "--buffer-size",
+        "1048576",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (exit, run) = server().check_expected_failure(&args, &[]);
+    assert_eq!(exit, Exit::Usage, "{run:?}");
+    assert!(
+        run.stderr.contains("--max-pinned") && run.stderr.contains("--buffer-size 1048576"),
+        "{run:?}"
+    );
+}

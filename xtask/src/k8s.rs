@@ -128,9 +128,16 @@ mod tests {
         let tool = ensure_validator(&root.join("target/xtask/k8s-venv")).unwrap();
         let shipped = root.join("deploy/k8s");
         let files = validate_dir(&tool, &shipped).unwrap();
-        assert!(files.len() >= 3, "{files:?}");
+        assert!(files.len() >= 5, "{files:?}");
         let job = std::fs::read_to_string(shipped.join("job.yaml")).unwrap();
         assert!(job.contains("completionMode: Indexed") && job.contains("subdomain: fabric"));
+        // Issue 16, item 3: both containers take the token from the Secret, and a
+        // NetworkPolicy admits only the check's pods to the handshake port.
+        assert_eq!(job.matches("name: fabric-token").count(), 2, "{job}");
+        let secret = std::fs::read_to_string(shipped.join("secret.yaml")).unwrap();
+        assert!(secret.contains("kind: Secret") && secret.contains("name: fabric-token"));
+        let policy = std::fs::read_to_string(shipped.join("networkpolicy.yaml")).unwrap();
+        assert!(policy.contains("kind: NetworkPolicy") && policy.contains("port: 7471"));
 
         let broken = tempfile::tempdir().unwrap();
         // The field itself (the header comment names it too).

@@ -14,6 +14,7 @@ pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod table;
+pub mod validate;
 
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
@@ -214,17 +215,18 @@ fn plan(f: &FabricArgs, out: &Output) -> Result<()> {
 fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
     let mut pairs = Vec::new();
     let mut skipped = 0;
+    let mut seen = validate::Consistency::default();
     let stdin = [PathBuf::from("-")];
     for path in if files.is_empty() { &stdin[..] } else { files } {
         let (mut p, s) = if path.as_os_str() == "-" {
-            report::read(std::io::stdin().lock(), "stdin")?
+            report::read(std::io::stdin().lock(), "stdin", &mut seen)?
         } else {
             let name = path.display().to_string();
             let file = std::fs::File::open(path).map_err(|source| report::ReportError::Read {
                 name: name.clone(),
                 source,
             })?;
-            report::read(BufReader::new(file), &name)?
+            report::read(BufReader::new(file), &name, &mut seen)?
         };
         pairs.append(&mut p);
         skipped += s;

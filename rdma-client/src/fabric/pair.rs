@@ -4,3 +4,7 @@
 
 pub use rdma_proto::events::client::FABRIC_PAIR as TYPE;
 pub use rdma_proto::events::fabric::PairResult;
+
+/// The largest world a fabric check runs and `--fabric-report` merges: the report holds an
+/// N x N matrix, so N is bounded before anything is allocated by it.
+pub const MAX_WORLD: usize = 1024;

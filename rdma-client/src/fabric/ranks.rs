@@ -50,6 +50,11 @@ pub enum RankError {
     BadHostList { list: String, reason: String },
     #[error("the host list {list:?} names {n} node(s); a fabric check needs at least two")]
     TooFew { list: String, n: usize },
+    #[error(
+        "the host list {list:?} names {n} nodes; a fabric check takes at most {max}",
+        max = super::pair::MAX_WORLD
+    )]
+    TooMany { list: String, n: usize },
     #[error("rank {rank} is out of range: the host list has {n} nodes (ranks 0..={last})", last = n - 1)]
     RankOutOfRange { rank: usize, n: usize },
     #[error(
@@ -154,6 +159,12 @@ pub fn at_least_two(list: &str) -> Result<Vec<String>, RankError> {
     let hosts = expand(list)?;
     if hosts.len() < 2 {
         return Err(RankError::TooFew {
+            list: list.to_owned(),
+            n: hosts.len(),
+        });
+    }
+    if hosts.len() > super::pair::MAX_WORLD {
+        return Err(RankError::TooMany {
             list: list.to_owned(),
             n: hosts.len(),
         });
@@ -304,6 +315,12 @@ mod tests {
             assert!(e.contains(why), "{list}: {e}");
             assert!(e.contains(list), "{list}: {e}");
         }
+        let e = at_least_two("n[1-1025]").unwrap_err().to_string();
+        assert!(
+            e.contains("1025 nodes") && e.contains("at most 1024"),
+            "{e}"
+        );
+        assert_eq!(at_least_two("n[1-1024]").unwrap().len(), 1024);
         let e = at_least_two("node1").unwrap_err().to_string();
         assert!(e.contains("at least two"), "{e}");
     }

@@ -24,7 +24,8 @@
 //! the outliers not re-tested yet (`to_retest`, what `--retest-list` prints) and, for every
 //! pair that was, whether it stayed bad or cleared (`retests`).
 
-use super::pair::{self, PairResult};
+use super::pair::{self, MAX_WORLD, PairResult};
+use super::validate;
 use rdma_proto::Exit;
 pub use rdma_proto::events::fabric::{
     BadPair, Cell, LatencySource, PairRef, Report, Retest, Suspect, Thresholds,
@@ -39,7 +40,7 @@ pub enum ReportError {
         name: String,
         source: std::io::Error,
     },
-    #[error("{name} line {line}: a `fabric_pair` event that does not parse: {reason}")]
+    #[error("{name} line {line}: a `fabric_pair` event that cannot be used: {reason}")]
     BadPair {
         name: String,
         line: usize,
@@ -56,21 +57,37 @@ pub enum ReportError {
         "a `fabric_pair` event names rank {rank} in a world of {world}, or a pair of one node with itself"
     )]
     BadRank { rank: usize, world: usize },
+    #[error("a `fabric_pair` event has `world` {world}: out of range 2..={MAX_WORLD}")]
+    BadWorld { world: usize },
 }
 
 /// Reads the `fabric_pair` events of one input; returns them and how many lines were other
-/// things. A leading `N: ` (`srun --label`) or `HOST: ` (pdsh) is taken off first.
+/// things. A leading `N: ` (`srun --label`) or `HOST: ` (pdsh) is taken off first. Every
+/// event is checked on its own and against the lines before it, in this input and the ones
+/// read before with the same `seen` (see [`validate`]). A line longer than [`MAX_LINE`] is
+/// not buffered: no runner writes one, so it is skipped as other output.
 ///
 /// # Errors
-/// The input cannot be read, or a `fabric_pair` line is malformed.
-pub fn read(input: impl BufRead, name: &str) -> Result<(Vec<PairResult>, usize), ReportError> {
+/// The input cannot be read, or a `fabric_pair` line is malformed or contradicts another.
+pub fn read(
+    mut input: impl BufRead,
+    name: &str,
+    seen: &mut validate::Consistency,
+) -> Result<(Vec<PairResult>, usize), ReportError> {
     let mut pairs = Vec::new();
     let mut skipped = 0;
-    for (i, line) in input.lines().enumerate() {
-        let line = line.map_err(|source| ReportError::Read {
-            name: name.to_owned(),
-            source,
-        })?;
+    let mut buf = Vec::new();
+    let mut number = 0;
+    let unreadable = |source| ReportError::Read {
+        name: name.to_owned(),
+        source,
+    };
+    while let Some(fits) = next_line(&mut input, &mut buf).map_err(unreadable)? {
+        number += 1;
+        let Some(line) = fits.then(|| std::str::from_utf8(&buf).ok()).flatten() else {
+            skipped += 1;
+            continue;
+        };
         let text = strip_label(line.trim());
         let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
             skipped += 1;
@@ -80,14 +97,59 @@ pub fn read(input: impl BufRead, name: &str) -> Result<(Vec<PairResult>, usize),
             skipped += 1;
             continue;
         }
-        let p = serde_json::from_value(value).map_err(|e| ReportError::BadPair {
+        let bad = |reason: String| ReportError::BadPair {
             name: name.to_owned(),
-            line: i + 1,
-            reason: e.to_string(),
-        })?;
+            line: number,
+            reason,
+        };
+        let p: PairResult = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+        seen.check(&p, name, number).map_err(bad)?;
         pairs.push(p);
     }
     Ok((pairs, skipped))
+}
+
+/// The longest line `read` looks at, in bytes.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Reads the next line into `buf` (without its newline): `Some(true)`, or `Some(false)` for a
+/// line longer than [`MAX_LINE`] (the rest of it is read and dropped, never buffered); `None`
+/// at the end.
+fn next_line(input: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+    use std::io::Read as _;
+    buf.clear();
+    let n = input
+        .by_ref()
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        return Ok(Some(true));
+    }
+    if buf.len() <= MAX_LINE {
+        return Ok(Some(true)); // the last line, without a newline
+    }
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                input.consume(i + 1);
+                break;
+            }
+            None => {
+                let len = chunk.len();
+                input.consume(len);
+            }
+        }
+    }
+    buf.clear();
+    Ok(Some(false))
 }
 
 /// Takes off the `LABEL: ` that `srun --label` (`3: `) or pdsh (`node03: `) puts before a line.
@@ -115,6 +177,9 @@ pub fn analyze(
         skipped: skipped_lines,
     })?;
     let n = first.world;
+    if !(2..=MAX_WORLD).contains(&n) {
+        return Err(ReportError::BadWorld { world: n });
+    }
     let mut hosts: Vec<String> = (0..n).map(|r| format!("rank {r}")).collect();
     let mut latest: Vec<Option<&PairResult>> = vec![None; n * n];
     for p in results {
@@ -554,15 +619,63 @@ pub(crate) mod tests {
         let text = format!(
             "{line}\n1: {line}\nnode02: {line}\nsrun: job 7 queued\n{{\"type\":\"error\"}}\n"
         );
-        let (pairs, skipped) = read(text.as_bytes(), "x").unwrap();
+        let (pairs, skipped) = read(text.as_bytes(), "x", &mut Default::default()).unwrap();
         assert_eq!((pairs.len(), skipped), (3, 2));
         assert_eq!(pairs[0], ok(0, 1, 5.0, None));
         let bad = read(
             &b"{\"type\":\"fabric_pair\",\"round\":\"x\"}\n"[..],
             "f.jsonl",
+            &mut Default::default(),
         )
         .unwrap_err();
         assert!(bad.to_string().contains("f.jsonl line 1"), "{bad}");
+    }
+
+    /// The line that breaks a report is named, before anything is sized by it (issue 16,
+    /// item 8: `"world":200000` used to abort the report on an allocation failure).
+    #[test]
+    fn a_line_out_of_range_or_contradicting_another_is_named() {
+        let line = |p: &PairResult| {
+            serde_json::to_string(&crate::output::Event::FabricPair(
+                std::borrow::Cow::Borrowed(p),
+            ))
+            .unwrap()
+        };
+        let mut huge = ok(0, 1, 5.0, None);
+        huge.world = 200_000;
+        let text = format!("srun: chatter\n{}\n", line(&huge));
+        let e = read(text.as_bytes(), "f.jsonl", &mut Default::default()).unwrap_err();
+        assert!(e.to_string().contains("f.jsonl line 2"), "{e}");
+        assert!(e.to_string().contains("`world` 200000"), "{e}");
+        assert!(matches!(
+            analyze(&[huge], 0, TH),
+            Err(ReportError::BadWorld { world: 200_000 })
+        ));
+        // Across inputs: the second file's rank 0 has another name than the first file's.
+        let mut seen = validate::Consistency::default();
+        read(line(&ok(0, 1, 5.0, None)).as_bytes(), "a", &mut seen).unwrap();
+        let mut renamed = ok(1, 0, 5.0, None);
+        renamed.target_host = "other".into();
+        let text = format!("{}\n{}\n", line(&ok(1, 2, 5.0, None)), line(&renamed));
+        let e = read(text.as_bytes(), "b", &mut seen).unwrap_err();
+        assert!(e.to_string().contains("b line 2"), "{e}");
+        assert!(e.to_string().contains("a line 1 names it \"node1\""), "{e}");
+    }
+
+    /// A line longer than MAX_LINE is skipped without being held; the lines after it count.
+    #[test]
+    fn an_endless_line_is_skipped_unbuffered() {
+        let good = serde_json::to_string(&crate::output::Event::FabricPair(
+            std::borrow::Cow::Borrowed(&ok(0, 1, 5.0, None)),
+        ))
+        .unwrap();
+        let text = format!(
+            "{}\n{good}\n{}",
+            "x".repeat(3 * MAX_LINE),
+            "y".repeat(MAX_LINE + 1)
+        );
+        let (pairs, skipped) = read(text.as_bytes(), "x", &mut Default::default()).unwrap();
+        assert_eq!((pairs.len(), skipped), (1, 2));
     }
 
     #[test]

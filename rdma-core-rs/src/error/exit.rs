@@ -13,6 +13,11 @@ impl Error {
     pub fn exit(&self) -> Exit {
         match self {
             Error::DeviceNotFound { .. } | Error::GidIndexInvalid { .. } => Exit::Usage,
+            // The user named a device the address does not use, or must name one.
+            Error::NoRoute(
+                crate::route::NoChoice::DeviceMismatch { .. }
+                | crate::route::NoChoice::AmbiguousInfiniBand { .. },
+            ) => Exit::Usage,
             Error::Verb {
                 op: VerbOp::QueryPort,
                 errno: libc::EINVAL,
@@ -82,6 +87,28 @@ mod tests {
                 Exit::Rdma,
             ),
             (Error::NoUsableGid { port: 1, table }, Exit::Rdma),
+            (
+                Error::NoRoute(crate::route::NoChoice::DeviceMismatch {
+                    wanted: "rxe0".into(),
+                    addr: "10.0.1.2".parse().unwrap(),
+                    carrier: "rxe1 port 1".into(),
+                }),
+                Exit::Usage,
+            ),
+            (
+                Error::NoRoute(crate::route::NoChoice::AmbiguousInfiniBand {
+                    addr: "10.0.1.2".parse().unwrap(),
+                    ports: vec!["mlx5_0 port 1".into(), "mlx5_1 port 1".into()],
+                }),
+                Exit::Usage,
+            ),
+            (
+                Error::NoRoute(crate::route::NoChoice::NoGidFor {
+                    addr: "10.0.1.2".parse().unwrap(),
+                    seen: String::new(),
+                }),
+                Exit::Rdma,
+            ),
             (Error::verb(VerbOp::RegMr, "", libc::ENOMEM), Exit::Rdma),
             (
                 Error::Timeout {

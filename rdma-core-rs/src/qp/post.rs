@@ -122,6 +122,15 @@ fn check_write(mr_len: usize, local: &Range<usize>, remote: &RemoteBuffer) -> Re
     })
 }
 
+/// Where the SGE of a write from a region registered at `iova` whose buffer is at `va` starts:
+/// the device reads a gathered SGE through the MR, in its registered (IOVA) space; inline data
+/// is copied by the CPU at post time from the SGE's address as a pointer (the lkey is not used),
+/// so it must be the buffer's own address. Regions are registered at a random IOVA, so the two
+/// differ.
+fn source_addr(inline: bool, iova: u64, va: u64) -> u64 {
+    if inline { va } else { iova }
+}
+
 /// How [`QueuePair::post_write_with`] posts a write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteFlags {
@@ -230,8 +239,9 @@ impl QueuePair<Rts> {
             ));
         }
         let len = check_write(mr.len(), &local, &remote)?;
+        let start = source_addr(flags.inline, mr.addr(), mr.as_slice().as_ptr() as u64);
         let mut sge = ffi::ibv_sge {
-            addr: mr.addr() + local.start as u64,
+            addr: start + local.start as u64,
             length: len,
             lkey: mr.lkey(),
         };
@@ -318,6 +328,16 @@ mod tests {
             check_write(64, &(0..8), &edge),
             Err(Error::InvalidRange { .. })
         ));
+    }
+
+    /// Inline data is copied by the CPU from a pointer; a gathered SGE is read through the MR
+    /// at its IOVA. Posting inline from the IOVA faulted in the guests (the random IOVA is no
+    /// mapped address).
+    #[test]
+    fn inline_writes_read_from_the_buffer_gathered_ones_through_the_iova() {
+        let (iova, va) = (0x4a5e_0000_0000_0000, 0x7f00_1234_5000);
+        assert_eq!(source_addr(true, iova, va), va);
+        assert_eq!(source_addr(false, iova, va), iova);
     }
 
     #[test]

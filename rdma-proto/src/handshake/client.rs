@@ -316,9 +316,10 @@ impl ClientHandshake {
                 if !o.verified {
                     problems.push(format!(
                         "the server reports: {}",
-                        o.reason
-                            .as_deref()
-                            .unwrap_or("not verified (no reason given)")
+                        o.reason.as_deref().map_or_else(
+                            || "not verified (no reason given)".to_owned(),
+                            crate::printable
+                        )
                     ));
                 }
                 if o.length != self.req.length {

@@ -15,8 +15,10 @@
 //! Client: `AwaitBanner -banner-> NeedHello -hello()-> AwaitAccept -accept-> Writing
 //! -written()-> AwaitResult -result-> Done`.
 
+mod binding;
 mod client;
 mod server;
 
+pub use binding::{GidBinding, gid_of};
 pub use client::{ClientHandshake, ClientRequest, ClientState};
 pub use server::{ServerEvent, ServerHandshake, ServerPolicy, ServerState};

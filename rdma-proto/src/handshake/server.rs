@@ -4,6 +4,7 @@ use std::fmt;
 
 use subtle::{Choice, ConstantTimeEq};
 
+use super::binding::GidBinding;
 use crate::bench;
 use crate::error::{ErrorCode, ProtoError};
 use crate::framing::FrameError;
@@ -98,6 +99,7 @@ impl fmt::Display for ServerState {
 #[derive(Debug)]
 pub struct ServerHandshake {
     policy: ServerPolicy,
+    binding: GidBinding,
     state: ServerState,
     hello: Option<Hello>,
     written: Option<Written>,
@@ -108,10 +110,19 @@ impl ServerHandshake {
     pub fn new(policy: ServerPolicy) -> Self {
         ServerHandshake {
             policy,
+            binding: GidBinding::Unbound,
             state: ServerState::Start,
             hello: None,
             written: None,
         }
+    }
+
+    /// Requires the hello's GID to satisfy `binding` (see [`GidBinding`]); a fresh handshake
+    /// binds nothing. A real server binds every connection to its TCP peer.
+    #[must_use]
+    pub fn bind(mut self, binding: GidBinding) -> Self {
+        self.binding = binding;
+        self
     }
 
     /// The current state.
@@ -188,6 +199,7 @@ impl ServerHandshake {
                 self.check_token(h.token.as_deref())?;
                 // The secret has done its job; keep it out of events, logs and `hello()`.
                 h.token = None;
+                self.binding.check(h.endpoint.gid)?;
                 let max = if h.bench.is_some() {
                     if self.policy.bench_max_len == 0 {
                         return Err(ProtoError::invalid(

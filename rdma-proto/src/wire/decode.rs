@@ -482,13 +482,15 @@ fn summary(v: &Value) -> String {
     shorten(&s)
 }
 
-/// Cuts text to 40 chars for error messages (so a hostile peer cannot make us echo megabytes).
+/// Peer text quoted in an error message: cut to 40 chars (so a hostile peer cannot make us echo
+/// megabytes), then escaped by [`crate::printable`] (so it cannot forge log lines or drive a
+/// terminal: error messages end up in both binaries' human logs).
 pub(crate) fn shorten(s: &str) -> String {
     const MAX: usize = 40;
     if s.chars().count() <= MAX {
-        s.to_owned()
+        crate::printable(s)
     } else {
-        let mut out: String = s.chars().take(MAX).collect();
+        let mut out = crate::printable(&s.chars().take(MAX).collect::<String>());
         out.push('…');
         out
     }

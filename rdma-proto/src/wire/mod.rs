@@ -17,7 +17,8 @@ use serde_json::Value;
 use crate::PROTOCOL_VERSION;
 use crate::bench::BenchParams;
 use crate::error::{ErrorCode, ProtoError};
-use decode::{check_mtu, check_range, shorten};
+pub(crate) use decode::shorten;
+use decode::{check_mtu, check_range};
 
 /// Largest queue pair number / packet sequence number (both are 24-bit).
 pub const MAX_24BIT: u32 = 0x00FF_FFFF;

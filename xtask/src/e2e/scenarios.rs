@@ -25,6 +25,11 @@ pub const BASE_PORT: u16 = 7471;
 pub const ONE_MIB_FILE: &str = "payload-1mib.bin";
 /// Placeholder in argv for the 1 MiB payload file.
 pub const PAYLOAD: &str = "{payload}";
+/// The caps the `hostile-token` server runs with, told to its hostile peer as they are: 4
+/// connections per address (`per_ip`), 12 MiB pinned (`pinned_budget`: one 4 MiB lat session
+/// fits, two do not).
+const HOSTILE_CAPS: &[&str] = &["--max-per-ip", "4", "--max-pinned", "12582912"];
+
 /// Placeholder in argv for the file holding [`TOKEN`].
 pub const TOKEN_FILE: &str = "{token_file}";
 /// The shared access token of the `token` scenario.
@@ -727,11 +732,17 @@ pub fn all() -> Vec<Scenario> {
                 "3s",
                 "--token-file",
                 TOKEN_FILE,
-            ]),
+            ])
+            .into_iter()
+            .chain(strings(HOSTILE_CAPS))
+            .collect(),
             server_expect: vec![stopped_by(StopReason::Signal)],
             clients: vec![hostile(
                 "hostile peer with token",
-                &["--server-timeout", "3s", "--token-file", TOKEN_FILE],
+                &["--server-timeout", "3s", "--token-file", TOKEN_FILE]
+                    .into_iter()
+                    .chain(HOSTILE_CAPS.iter().copied())
+                    .collect::<Vec<_>>(),
             )],
             ..Scenario::new(
                 "hostile-token",

@@ -137,6 +137,13 @@ pub(super) fn check_accept(got: &Got, length: u64, buffer_size: u64) -> Result<u
     if addr == 0 {
         return Err(format!("accept offers address 0: {v}"));
     }
+    // The server registers at a random IOVA at or above 2^48: below that, `addr` could be (and
+    // used to be) a pointer into its heap.
+    if addr < MIN_IOVA {
+        return Err(format!(
+            "accept offers addr {addr:#x}, below 2^48: a user-space address, disclosing the server's heap layout (it must register at a random IOVA)"
+        ));
+    }
     if buf_len != buffer_size {
         return Err(format!(
             "accept offers buf_len {buf_len}, but the harness says --buffer-size {buffer_size}"
@@ -149,6 +156,9 @@ pub(super) fn check_accept(got: &Got, length: u64, buffer_size: u64) -> Result<u
     }
     Ok(rkey)
 }
+
+/// The lowest `accept.addr` the server may offer (see `rdma_core_rs`'s `IOVA_MIN`).
+pub(super) const MIN_IOVA: u64 = 1 << 48;
 
 /// The fields that must not appear in a line sent before a valid hello.
 pub(super) fn secrets_in(v: &Value) -> Vec<&'static str> {
@@ -241,9 +251,14 @@ mod tests {
                 "lid": 0, "mtu": 1024, "addr": addr, "rkey": 77, "buf_len": buf}),
             )
         };
-        assert_eq!(check_accept(&acc(0x7f00_0000_1000, 64), 17, 64), Ok(77));
+        assert_eq!(
+            check_accept(&acc(0x4a5e_0000_0000_1000, 64), 17, 64),
+            Ok(77)
+        );
         assert!(check_accept(&acc(0, 64), 17, 64).is_err());
-        assert!(check_accept(&acc(1, 32), 17, 64).is_err());
+        assert!(check_accept(&acc(MIN_IOVA, 32), 17, 64).is_err());
+        let heap = check_accept(&acc(0x7f00_0000_1000, 64), 17, 64).unwrap_err();
+        assert!(heap.contains("heap"), "{heap}");
         assert!(check_accept(&Got::Eof, 17, 64).is_err());
     }
 }

@@ -44,6 +44,15 @@ pub struct HostileArgs {
     #[arg(long)]
     pub max_clients: Option<u32>,
 
+    /// The server's --max-per-ip: enables `per_ip` (that many idle connections, then one more).
+    #[arg(long)]
+    pub max_per_ip: Option<u32>,
+
+    /// The server's --max-pinned: enables `pinned_budget` (two bench lat sessions that
+    /// together pin more; the server's --bench-max-bytes must allow a third of it).
+    #[arg(long)]
+    pub max_pinned: Option<u64>,
+
     /// The server's --allow list excludes this client: only `forbidden` runs, and every
     /// connection must be refused before any banner.
     #[arg(long)]
@@ -80,6 +89,8 @@ pub(super) struct Config {
     pub server_timeout: Duration,
     pub token: Option<String>,
     pub max_clients: Option<u32>,
+    pub max_per_ip: Option<u32>,
+    pub max_pinned: Option<u64>,
     pub expect_forbidden: bool,
     /// The GID announced in valid hellos.
     pub gid: String,
@@ -109,6 +120,8 @@ impl Config {
             server_timeout: args.server_timeout,
             token,
             max_clients: args.max_clients,
+            max_per_ip: args.max_per_ip,
+            max_pinned: args.max_pinned,
             expect_forbidden: args.expect_forbidden,
             gid: match &args.gid {
                 Some(g) => g.clone(),
@@ -131,6 +144,8 @@ impl Config {
             server_timeout: Duration::from_millis(800),
             token: None,
             max_clients: None,
+            max_per_ip: None,
+            max_pinned: None,
             expect_forbidden: false,
             gid: "::ffff:10.0.0.2".to_owned(),
             reply: Duration::from_secs(3),

@@ -67,6 +67,13 @@ pub enum Case {
     /// A valid bench lat hello (pointing at a buffer we do not have), the accept read (the
     /// server now spins on its buffer for our first ping), then we vanish.
     BenchVanish,
+    /// A write hello and a bench lat hello naming a victim's GID, not ours: `invalid_field`
+    /// naming `gid`, no accept (no reflection, no amplification).
+    VictimGid,
+    /// --max-per-ip idle connections from us, then one more: `busy` naming `--max-per-ip`.
+    PerIp,
+    /// Two bench lat sessions that together exceed --max-pinned: the second is `busy`.
+    PinnedBudget,
 }
 
 impl Case {
@@ -92,6 +99,12 @@ impl Case {
             }
             Case::Busy if cfg.max_clients.is_none() => {
                 Some("needs --max-clients (the server's value)")
+            }
+            Case::PerIp if cfg.max_per_ip.is_none() => {
+                Some("needs --max-per-ip (the server's value)")
+            }
+            Case::PinnedBudget if cfg.max_pinned.is_none() => {
+                Some("needs --max-pinned (the server's value)")
             }
             _ => None,
         }
@@ -137,6 +150,8 @@ mod tests {
             Case::Busy,
             Case::WrongToken,
             Case::MissingToken,
+            Case::PerIp,
+            Case::PinnedBudget,
         ] {
             assert!(!all.contains(&c), "{}", c.name());
         }
@@ -149,8 +164,8 @@ mod tests {
         let full = select(&[], &config(true, Some(4), false)).unwrap();
         assert_eq!(
             full.len(),
-            Case::value_variants().len() - 1,
-            "all but forbidden"
+            Case::value_variants().len() - 3,
+            "all but forbidden, per_ip and pinned_budget"
         );
         assert_eq!(
             select(&[], &config(true, Some(4), true)).unwrap(),

@@ -5,6 +5,8 @@ use super::args::Config;
 use super::case::Case;
 use super::conn::{CaseResult, Conn, is_timeout};
 use serde_json::{Value, json};
+
+mod weapon;
 use std::io::{self, Write as _};
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
@@ -125,6 +127,13 @@ impl Cx<'_> {
                 let h = self.bench_hello(1 << 40, json!({"mode": "bw", "sizes": [1u64 << 40], "iters": 10}));
                 self.line_case(&to_line(&h), &e("too_long"))
             }
+            Case::VictimGid => self.victim_gid(),
+            Case::PerIp => self.hold_then_one_more(
+                self.cfg.max_per_ip.unwrap_or(0) as usize,
+                "--max-per-ip",
+                "--max-per-ip",
+            ),
+            Case::PinnedBudget => self.pinned_budget(),
             Case::BenchVanish => {
                 let mut c = self.connect_banner()?;
                 let h = self.bench_hello(
@@ -493,47 +502,11 @@ impl Cx<'_> {
     }
 
     fn busy(&self) -> CaseResult {
-        let n = self.cfg.max_clients.unwrap_or(0) as usize;
-        let mut held = Vec::with_capacity(n);
-        let settle_until = Instant::now() + SETTLE;
-        while held.len() < n {
-            let mut c = self.connect()?;
-            match c.recv(self.deadline()) {
-                Got::Line(v) if v["type"] == "banner" => {
-                    check_banner(&v, self.cfg.token.is_some())?;
-                    held.push(c);
-                }
-                Got::Line(v) if v["code"] == "busy" && Instant::now() < settle_until => {
-                    // An earlier case's session may still be closing: give it a moment.
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                other => {
-                    return Err(format!(
-                        "connection {} of {n} (the server's --max-clients) got {} instead of a banner{}",
-                        held.len() + 1,
-                        other.describe(),
-                        if matches!(other, Got::Line(_)) {
-                            ": sessions leaked, or --max-clients is not the server's value"
-                        } else {
-                            ""
-                        }
-                    ));
-                }
-            }
-        }
-        let mut extra = self.connect()?;
-        let got = extra.recv(self.deadline());
-        let seen = check_answer(
-            &Answer::Error {
-                code: "busy",
-                mentions: None,
-            },
-            &got,
+        self.hold_then_one_more(
+            self.cfg.max_clients.unwrap_or(0) as usize,
+            "--max-clients",
+            "",
         )
-        .map_err(|e| format!("with {n} idle connections open, one more: {e}"))?;
-        extra.expect_closed(self.deadline())?;
-        drop(held);
-        Ok(format!("{n} idle connections held; the next got {seen}"))
     }
 }
 

@@ -7,13 +7,13 @@ use super::case::{Case, select};
 use super::report::print_verdict;
 use super::runner::{Verdict, run_case};
 use rdma_proto::{
-    DEFAULT_MAX_LINE, ErrorCode, ErrorMsg, FrameError, LineConn, QpEndpoint, ServerEvent,
-    ServerHandshake, ServerMessage, ServerPolicy,
+    DEFAULT_MAX_LINE, ErrorCode, ErrorMsg, FrameError, GidBinding, LineConn, QpEndpoint,
+    ServerEvent, ServerHandshake, ServerMessage, ServerPolicy,
 };
 use std::io::Write as _;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How the fake server behaves: the reference state machine, no RDMA.
@@ -21,6 +21,14 @@ use std::time::{Duration, Instant};
 struct Fake {
     timeout: Duration,
     max_clients: usize,
+    /// Connections at once from one address (all of ours are from 127.0.0.1).
+    max_per_ip: usize,
+    /// What bench sessions may pin together (a lat session twice its length).
+    max_pinned: Option<u64>,
+    /// Does not bind the hello's GID to the connection.
+    unbound: bool,
+    /// Offers a heap-like `addr` (the old, unrandomised registration).
+    heap_addr: bool,
     forbid: bool,
     leak_in_banner: bool,
     same_rkey: bool,
@@ -32,6 +40,10 @@ impl Default for Fake {
         Self {
             timeout: Duration::from_millis(800),
             max_clients: 64,
+            max_per_ip: 64,
+            max_pinned: None,
+            unbound: false,
+            heap_addr: false,
             forbid: false,
             leak_in_banner: false,
             same_rkey: false,
@@ -40,10 +52,10 @@ impl Default for Fake {
     }
 }
 
-fn refuse(mut s: TcpStream, code: ErrorCode) {
+fn refuse(mut s: TcpStream, code: ErrorCode, why: &str) {
     let line = ServerMessage::Error(ErrorMsg {
         code,
-        message: "refused by the fake".to_owned(),
+        message: format!("refused by the fake: {why}"),
         supported: None,
     })
     .to_line();
@@ -57,21 +69,28 @@ fn fake_server(f: Fake) -> SocketAddr {
     let addr = l.local_addr().unwrap();
     let active = Arc::new(AtomicUsize::new(0));
     let rkeys = Arc::new(AtomicU32::new(0x1000));
+    let pinned = Arc::new(AtomicU64::new(0));
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(s) = s else { continue };
             if f.forbid {
-                refuse(s, ErrorCode::Forbidden);
+                refuse(s, ErrorCode::Forbidden, "--allow");
                 continue;
             }
-            if active.load(Ordering::Acquire) >= f.max_clients {
-                refuse(s, ErrorCode::Busy);
+            let live = active.load(Ordering::Acquire);
+            if live >= f.max_clients {
+                refuse(s, ErrorCode::Busy, "--max-clients");
+                continue;
+            }
+            if live >= f.max_per_ip {
+                refuse(s, ErrorCode::Busy, "--max-per-ip");
                 continue;
             }
             active.fetch_add(1, Ordering::AcqRel);
-            let (active, rkeys) = (Arc::clone(&active), Arc::clone(&rkeys));
+            let (active, rkeys, pinned) =
+                (Arc::clone(&active), Arc::clone(&rkeys), Arc::clone(&pinned));
             std::thread::spawn(move || {
-                fake_session(s, f, &rkeys);
+                fake_session(s, f, &rkeys, &pinned);
                 active.fetch_sub(1, Ordering::AcqRel);
             });
         }
@@ -79,8 +98,9 @@ fn fake_server(f: Fake) -> SocketAddr {
     addr
 }
 
-fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
+fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32, pinned: &AtomicU64) {
     let soon = || Instant::now() + Duration::from_secs(1);
+    let peer = s.peer_addr().map(|a| a.ip());
     let mut conn = LineConn::new(s, DEFAULT_MAX_LINE);
     let mut hs = ServerHandshake::new(ServerPolicy {
         buffer_size: 64,
@@ -89,6 +109,15 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
         features: ServerPolicy::default_features(),
         bench_max_len: 8 << 20,
     });
+    if let (false, Ok(peer)) = (f.unbound, peer) {
+        // Our hellos come over loopback announcing Config::for_tests's GID: "this host's".
+        hs = hs.bind(GidBinding::Peer {
+            peer,
+            local: vec!["::ffff:10.0.0.2".parse().unwrap()],
+        });
+    }
+    // Given back when the session ends, however it ends.
+    let mut reserved: Vec<Reserved<'_>> = Vec::new();
     let mut banner = hs.banner().unwrap().to_line();
     if f.leak_in_banner {
         banner = banner.replacen("\"v\":1", "\"v\":1,\"rkey\":4660", 1);
@@ -106,7 +135,17 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
             Err(_) => return,
         };
         let reply = match hs.on_line(&line) {
-            Ok(ServerEvent::Hello(_)) => {
+            Ok(ServerEvent::Hello(h))
+                if h.bench.is_some()
+                    && reserve(f, pinned, &h).map(|r| reserved.push(r)).is_none() =>
+            {
+                ServerMessage::Error(ErrorMsg {
+                    code: ErrorCode::Busy,
+                    message: "the fake's pinned-memory budget is in use".to_owned(),
+                    supported: None,
+                })
+            }
+            Ok(ServerEvent::Hello(h)) => {
                 let rkey = if f.same_rkey {
                     0x1000
                 } else {
@@ -119,7 +158,13 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
                     lid: 0,
                     mtu: 1024,
                 };
-                match hs.accept(ep, 0x7f00_dead_b000, rkey, 64) {
+                let addr = if f.heap_addr {
+                    0x7f00_dead_b000
+                } else {
+                    0x4a5e_00d1_7000_0000
+                };
+                let buf_len = if h.bench.is_some() { h.length } else { 64 };
+                match hs.accept(ep, addr, rkey, buf_len) {
                     Ok(a) => a,
                     Err(e) => hs.fail(&e),
                 }
@@ -139,11 +184,44 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32) {
     }
 }
 
+/// A bench session's share of the fake's budget; `None` when it does not fit (no budget: a
+/// share of nothing).
+fn reserve<'a>(f: Fake, pinned: &'a AtomicU64, h: &rdma_proto::Hello) -> Option<Reserved<'a>> {
+    let lat = h
+        .bench
+        .as_ref()
+        .is_some_and(|b| b.mode() == rdma_proto::BenchMode::Lat);
+    let need = if f.max_pinned.is_none() {
+        0
+    } else if lat {
+        2 * h.length
+    } else {
+        h.length
+    };
+    let before = pinned.fetch_add(need, Ordering::AcqRel);
+    if f.max_pinned.is_some_and(|budget| before + need > budget) {
+        pinned.fetch_sub(need, Ordering::AcqRel);
+        return None;
+    }
+    Some(Reserved(pinned, need))
+}
+
+/// Bytes of the fake's budget, given back when dropped.
+struct Reserved<'a>(&'a AtomicU64, u64);
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::AcqRel);
+    }
+}
+
 fn config(server: SocketAddr, f: &Fake) -> Arc<Config> {
     Arc::new(Config {
         server_timeout: f.timeout,
         token: f.token.map(str::to_owned),
         max_clients: (f.max_clients < 64).then_some(f.max_clients as u32),
+        max_per_ip: (f.max_per_ip < 64).then_some(f.max_per_ip as u32),
+        max_pinned: f.max_pinned,
         expect_forbidden: f.forbid,
         ..Config::for_tests(server)
     })
@@ -196,6 +274,65 @@ fn token_and_busy_cases_pass_against_a_correct_server() {
         let v = run_case(&cfg, case, i as u64);
         assert!(v.pass, "{}: {}", case.name(), v.seen);
     }
+}
+
+/// Issue 16: the cases that keep the server from being a weapon pass against a server that
+/// binds GIDs, caps each source, budgets pinned memory and hides its heap...
+#[test]
+fn weapon_cases_pass_against_a_correct_server() {
+    let f = Fake {
+        max_per_ip: 3,
+        max_pinned: Some(3 << 20),
+        ..Fake::default()
+    };
+    let cfg = config(fake_server(f), &f);
+    for (i, case) in [
+        Case::VictimGid,
+        Case::PerIp,
+        Case::PinnedBudget,
+        Case::FreshRkey,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let v = run_case(&cfg, case, i as u64);
+        assert!(v.pass, "{}: {}", case.name(), v.seen);
+    }
+}
+
+/// ...and each fails against a server without its defence.
+#[test]
+fn weapon_cases_fail_against_a_server_without_the_defence() {
+    let unbound = Fake {
+        unbound: true,
+        ..Fake::default()
+    };
+    let v = run_case(&config(fake_server(unbound), &unbound), Case::VictimGid, 0);
+    assert!(!v.pass && v.seen.contains("victim GID"), "{}", v.seen);
+
+    let heap = Fake {
+        heap_addr: true,
+        ..Fake::default()
+    };
+    let v = run_case(&config(fake_server(heap), &heap), Case::FreshRkey, 0);
+    assert!(!v.pass && v.seen.contains("heap"), "{}", v.seen);
+
+    // The harness says --max-per-ip 3 and --max-pinned 3 MiB; the server has neither.
+    let open = Fake::default();
+    let cfg = Config {
+        max_per_ip: Some(3),
+        max_pinned: Some(3 << 20),
+        ..Arc::try_unwrap(config(fake_server(open), &open)).unwrap()
+    };
+    let cfg = Arc::new(cfg);
+    let v = run_case(&cfg, Case::PerIp, 0);
+    assert!(
+        !v.pass && v.seen.contains("expected error `busy`"),
+        "{}",
+        v.seen
+    );
+    let v = run_case(&cfg, Case::PinnedBudget, 1);
+    assert!(!v.pass && v.seen.contains("second"), "{}", v.seen);
 }
 
 #[test]

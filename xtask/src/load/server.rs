@@ -39,7 +39,7 @@ impl ServerGuard {
         let extra = &args.server_args;
         let mut command = Command::from(cmd!(
             sh,
-            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} {extra...}"
+            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} --max-per-ip {max_clients} {extra...}"
         ));
         let mut child = command
             .stdin(Stdio::null())

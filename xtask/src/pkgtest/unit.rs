@@ -148,7 +148,8 @@ mod tests {
             (s.user.as_str(), s.group.as_str()),
             ("rdma-server", "rdma-server")
         );
-        assert_eq!(s.limit_memlock, Some(None));
+        // Bounded (issue 16): the packaged 64 MiB --max-pinned plus the queues.
+        assert_eq!(s.limit_memlock, Some(Some(80 << 20)));
     }
 
     #[test]
