@@ -36,13 +36,15 @@ pub fn run(task: &WriteTask, out: &Output) -> Result<()> {
     let payload = task.payload.load()?;
     let token = task.session.token.load()?;
     // Local RDMA first: a machine without RDMA should hear about that, not about the network.
-    let local = task.device.open()?;
+    rdma_core_rs::devices()?;
     let target = Target::parse(&task.server)?;
+    let (local, chosen) = target.local_end(&task.device)?;
     let w = Write {
         target: &target,
         payload: &payload,
         notify: task.notify,
         token,
+        chosen: chosen.as_deref(),
     };
     w.run(&local, &task.session, Some(out)).map(|_| ())
 }
@@ -63,6 +65,8 @@ pub struct Write<'a> {
     pub payload: &'a [u8],
     pub notify: Notify,
     pub token: Option<String>,
+    /// Why the local end is what it is, when the route chose it (for the `connected` event).
+    pub chosen: Option<&'a str>,
 }
 
 impl Write<'_> {
@@ -86,18 +90,19 @@ impl Write<'_> {
             token: self.token,
         });
         let server = &self.target.name;
-        let mut session = Session::open(self.target, hs, local, opts, out, |banner| {
-            format!(
-                "connected to {} ({} {}); local {} port {} gid[{}] {}",
-                server,
-                rdma_proto::printable(&banner.program),
-                rdma_proto::printable(&banner.program_version),
-                ctx.name(),
-                port.num,
-                gid.index,
-                gid.gid
-            )
-        })?;
+        let mut session =
+            Session::open(self.target, hs, local, self.chosen, opts, out, |banner| {
+                format!(
+                    "connected to {} ({} {}); local {} port {} gid[{}] {}",
+                    server,
+                    rdma_proto::printable(&banner.program),
+                    rdma_proto::printable(&banner.program_version),
+                    ctx.name(),
+                    port.num,
+                    gid.index,
+                    gid.gid
+                )
+            })?;
 
         // Verbs objects: the source buffer needs no remote access at all.
         let pd = ctx.alloc_pd()?;

@@ -7,6 +7,7 @@ use crate::exit::ClientError;
 use crate::fault::{Faults, Stage};
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
+use rdma_core_rs::cli::DeviceArgs;
 use rdma_core_rs::{CqMode, Endpoint, Init, LocalPort, QueuePair, Rts};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
@@ -74,6 +75,31 @@ impl Target {
         })
     }
 
+    /// The local address this host's routing table sends traffic to the server from: a UDP
+    /// socket `connect`ed to it (which sends nothing) reports it. `None` where there is no
+    /// route; the TCP connect then says so.
+    #[must_use]
+    pub fn route_source(&self) -> Option<IpAddr> {
+        let any: SocketAddr = if self.addr.is_ipv4() {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let probe = std::net::UdpSocket::bind(any).ok()?;
+        probe.connect(self.addr).ok()?;
+        probe.local_addr().ok().map(|a| a.ip())
+    }
+
+    /// The local end for sessions with this server: the device, port and GID that carry
+    /// [`route_source`](Self::route_source) (see `DeviceArgs::open_for`), and why they were
+    /// chosen (`None` when the flags chose them).
+    pub fn local_end(&self, device: &DeviceArgs) -> Result<(LocalPort, Option<String>)> {
+        Ok(match self.route_source() {
+            Some(ip) => device.open_for(ip)?,
+            None => (device.open()?, None),
+        })
+    }
+
     /// `host` (a name or an IP literal, never with a port) at `port`: a fabric node's server.
     pub fn at(host: &str, port: u16) -> Result<Target> {
         let addr = match host.parse::<IpAddr>() {
@@ -113,6 +139,7 @@ impl<'a> Session<'a> {
         to: &Target,
         hs: ClientHandshake,
         local: &'a LocalPort,
+        chosen: Option<&str>,
         opts: &'a SessionOptions,
         out: Option<&'a Output>,
         human: impl FnOnce(&Banner) -> String,
@@ -137,8 +164,12 @@ impl<'a> Session<'a> {
                 port: local.port.num,
                 gid_index: local.gid.index,
                 gid: local.gid.gid.to_string().into(),
+                chosen: chosen.map(Into::into),
             },
-            || human(&banner),
+            || match chosen {
+                Some(why) => format!("{} (chosen: {why})", human(&banner)),
+                None => human(&banner),
+            },
         );
         Ok(s)
     }

@@ -104,7 +104,8 @@ pub mod cli {
     /// `--device`, `--port`, `--gid-index`, `--cq-mode`.
     #[derive(Debug, Clone, clap::Args)]
     pub struct DeviceArgs {
-        /// RDMA device to use (default: the first one; see `ibv_devices`).
+        /// RDMA device to use (default: the one whose GID table holds the connection's local
+        /// address, across all devices; see `ibv_devices`).
         #[arg(long, short)]
         pub device: Option<String>,
 
@@ -112,7 +113,8 @@ pub mod cli {
         #[arg(long, default_value_t = 1)]
         pub port: u8,
 
-        /// GID table index (default: the port's RoCE v2 IPv4-mapped GID; see `ibv_devinfo -v`).
+        /// GID table index (default: the GID of the connection's local address, RoCE v2 before
+        /// v1; see `ibv_devinfo -v`). Given, it pins --device (default the first) and --port.
         #[arg(long)]
         pub gid_index: Option<u32>,
 
@@ -128,6 +130,35 @@ pub mod cli {
         /// As [`super::LocalPort::open`].
         pub fn open(&self) -> crate::Result<super::LocalPort> {
             super::LocalPort::open(self.device.as_deref(), self.port, self.gid_index)
+        }
+
+        /// The local end for a connection whose local IP address is `local` (the client's
+        /// route to the server, the address a server's client came in on): with
+        /// `--gid-index`, exactly the flags (the user chose); else the device, port and GID
+        /// that carry that address ([`super::LocalPort::open_for`], within `--device` when
+        /// named); for a loopback or unspecified address, which no NIC carries, as
+        /// [`open`](Self::open). Returns why, when chosen by address.
+        ///
+        /// # Errors
+        /// As [`super::LocalPort::open`] and [`super::LocalPort::open_for`].
+        pub fn open_for(
+            &self,
+            local: std::net::IpAddr,
+        ) -> crate::Result<(super::LocalPort, Option<String>)> {
+            if !self.chooses_by(local) {
+                return Ok((self.open()?, None));
+            }
+            let ip = crate::route::canonical(local);
+            let (port, why) = super::LocalPort::open_for(ip, self.device.as_deref())?;
+            Ok((port, Some(why)))
+        }
+
+        /// Whether [`open_for`](Self::open_for) chooses by `local` (no `--gid-index`, an
+        /// address a NIC can carry) rather than by the flags alone.
+        #[must_use]
+        pub fn chooses_by(&self, local: std::net::IpAddr) -> bool {
+            let ip = crate::route::canonical(local);
+            self.gid_index.is_none() && !ip.is_loopback() && !ip.is_unspecified()
         }
     }
 }

@@ -112,10 +112,7 @@ pub fn gid_of(addr: IpAddr) -> Gid {
 /// `addr` with an IPv4-mapped IPv6 address shown as the IPv4 address it is.
 #[must_use]
 pub fn canonical(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
-        v4 @ IpAddr::V4(_) => v4,
-    }
+    addr.to_canonical()
 }
 
 fn name(c: &Candidate) -> String {

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdma_core_rs::{
-    Access, CompletionQueue, ExposedRegion, MemoryRegion, QpCaps, QueuePair, RemoteBuffer, Rts,
-    WriteFlags,
+    Access, CompletionQueue, ExposedRegion, LocalPort, MemoryRegion, QpCaps, QueuePair,
+    RemoteBuffer, Rts, WriteFlags,
 };
 use rdma_proto::bench::{self, BenchKind, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
@@ -104,6 +104,7 @@ pub(crate) fn nap(waited: Duration) -> Option<Duration> {
 /// Runs one bench session after its hello was accepted by the handshake.
 pub(crate) fn session(
     s: &SessionCtx,
+    local: &LocalPort,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
     id: u64,
@@ -126,7 +127,6 @@ pub(crate) fn session(
             matches!(b.kind, BenchKind::Lat(_)),
         ))
         .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
-    let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd
         .register_exposed(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
@@ -156,7 +156,7 @@ pub(crate) fn session(
     let qp = qp
         .to_init(local.port.num, Access::REMOTE_WRITE)
         .map_err(rdma)?;
-    let qp = connect_and_accept(s, conn, hs, hello, qp, &mr, rdma)?;
+    let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, rdma)?;
     let clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
     let h = &hello.endpoint;
     let mode = SessionNotify::from(b.mode());

@@ -19,8 +19,9 @@ pub const DEFAULT_MAX_PINNED: u64 = 256 << 20;
 #[derive(Debug, Parser)]
 #[command(version, about, after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS))]
 pub struct Args {
-    /// TCP address for the connection-info handshake.
-    #[arg(long, short, default_value = "0.0.0.0:7471")]
+    /// TCP address for the connection-info handshake. The default, `[::]:7471`, listens on
+    /// IPv6 and IPv4 at once (dual-stack; IPv4 only where the kernel has no IPv6).
+    #[arg(long, short, default_value = "[::]:7471")]
     pub listen: SocketAddr,
 
     /// The local RDMA device, port, GID and completion mode.

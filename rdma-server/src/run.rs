@@ -63,7 +63,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     let local = args.local.open()?;
     let (bind_gids, bench_max_len) = binding(&local, token.is_some(), args.bench_max_bytes);
 
-    let listener = TcpListener::bind(args.listen).map_err(|source| ServerError::Listen {
+    let listener = listen(args.listen).map_err(|source| ServerError::Listen {
         addr: args.listen,
         source,
     })?;
@@ -96,6 +96,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             verified: AtomicU64::new(0),
             bench_max_time: args.bench_max_time,
             pinned: budget::PinBudget::new(pinned.total),
+            device: args.local.clone(),
             bind_gids,
         },
         active: AtomicUsize::new(0),
@@ -163,6 +164,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         threads.retain(|t| !t.is_finished());
         match listener.accept() {
             Ok((stream, peer)) => {
+                let peer = canonical_peer(peer);
                 next_id += 1;
                 if let Some(t) = admit(s, stream, peer, next_id) {
                     threads.push(t);
@@ -186,6 +188,47 @@ pub fn run(args: Args, out: Output) -> Result<()> {
         || format!("stopped ({reason}) after {next_id} connection(s)"),
     );
     Ok(())
+}
+
+/// A listener on `addr`. `[::]` listens dual-stack (IPv4 clients arrive as `::ffff:a.b.c.d`,
+/// which [`canonical_peer`] turns back), whatever `net.ipv6.bindv6only` says; where the kernel
+/// has no IPv6 it falls back to `0.0.0.0` on the same port, with a warning.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let bind = |addr: SocketAddr| -> std::io::Result<TcpListener> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        if addr.is_ipv6() && addr.ip().is_unspecified() {
+            socket.set_only_v6(false)?;
+        }
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(128)?;
+        Ok(socket.into())
+    };
+    match bind(addr) {
+        Err(e) if addr.is_ipv6() && addr.ip().is_unspecified() && no_ipv6(&e) => {
+            let v4 = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, addr.port()));
+            tracing::warn!(
+                "cannot listen on {addr} ({e}): this kernel has no IPv6; listening on {v4}"
+            );
+            bind(v4)
+        }
+        other => other,
+    }
+}
+
+/// An error that means IPv6 is off in this kernel.
+fn no_ipv6(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL)
+    )
+}
+
+/// A client's address as people and allow-lists know it: an IPv4 client of a dual-stack
+/// listener (`::ffff:10.0.0.2`) is `10.0.0.2`.
+pub(crate) fn canonical_peer(peer: SocketAddr) -> SocketAddr {
+    SocketAddr::new(rdma_core_rs::route::canonical(peer.ip()), peer.port())
 }
 
 /// How hellos are bound to their connection on this port (see `rdma_proto::GidBinding`): on
@@ -360,5 +403,37 @@ impl Drop for ActiveGuard<'_> {
         if let Ok(mut map) = self.shared.sockets.lock() {
             map.remove(&self.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv6Addr, TcpStream};
+    use std::time::Duration;
+
+    #[test]
+    fn the_default_listener_takes_ipv4_and_ipv6_clients() {
+        let l = listen(SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))).unwrap();
+        let port = l.local_addr().unwrap().port();
+        for to in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+            let to: SocketAddr = to.parse().unwrap();
+            TcpStream::connect_timeout(&to, Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("{to}: {e}"));
+            let (_, peer) = l.accept().unwrap();
+            // An IPv4 client is seen as the IPv4 address it is, not as ::ffff:127.0.0.1.
+            assert_eq!(canonical_peer(peer).ip(), to.ip(), "{peer}");
+        }
+    }
+
+    #[test]
+    fn mapped_peers_are_canonical_and_others_unchanged() {
+        let mapped: SocketAddr = "[::ffff:10.0.0.2]:5000".parse().unwrap();
+        assert_eq!(canonical_peer(mapped), "10.0.0.2:5000".parse().unwrap());
+        let v6: SocketAddr = "[fd00::2]:5000".parse().unwrap();
+        assert_eq!(canonical_peer(v6), v6);
+        // So `--allow 10.0.0.0/24` admits the IPv4 client of a dual-stack listener.
+        let allow = ["10.0.0.0/24".parse().unwrap()];
+        assert!(crate::access::allowed(&allow, canonical_peer(mapped).ip()));
     }
 }

@@ -19,7 +19,7 @@ use rdma_proto::{
     ErrorCode, ErrorMsg, GidBinding, Hello, Notify, Outcome, ProtoError, ServerEvent,
     ServerHandshake, ServerMessage, ServerPolicy,
 };
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -51,12 +51,32 @@ pub struct SessionCtx {
     pub bench_max_time: Duration,
     /// What the live sessions may pin together (`--max-pinned`).
     pub pinned: PinBudget,
+    /// The device flags: without `--gid-index`, each session uses the device, port and GID
+    /// that carry the address its client came in on (`DeviceArgs::open_for`).
+    pub device: rdma_core_rs::cli::DeviceArgs,
     /// On RoCE, this port's own GIDs: every hello's GID is bound to its TCP peer (a loopback
     /// peer to one of these). `None` on InfiniBand, where nothing can be bound.
     pub bind_gids: Option<Vec<rdma_proto::Gid>>,
 }
 
 impl SessionCtx {
+    /// The local end of a session whose client came in on `local`: the port opened at start
+    /// where the flags fix it or the address is loopback, else the one that carries `local`
+    /// (and why).
+    fn local_for(&self, local: IpAddr) -> Result<(LocalPort, Option<String>), Failure> {
+        if !self.device.chooses_by(local) {
+            return Ok((self.local.clone(), None));
+        }
+        self.device.open_for(local).map_err(|e| {
+            Failure::new(
+                ErrorCode::RdmaSetup,
+                format!(
+                    "the server has no RDMA port for the address this client reached it at: {e}"
+                ),
+            )
+        })
+    }
+
     /// What the hello of a connection from `peer` must announce (see [`GidBinding`]).
     pub fn binding(&self, peer: SocketAddr) -> GidBinding {
         match &self.bind_gids {
@@ -149,7 +169,15 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, rdma_proto::DEFAULT_MAX_LINE);
     let mut hs = ServerHandshake::new(s.policy.clone()).bind(s.binding(peer));
-    let failure = match session(s, &mut conn, &mut hs, id) {
+    let local_ip = conn.get_ref().local_addr().map(|a| a.ip());
+    let chosen = local_ip
+        .map_or_else(|_| Ok((s.local.clone(), None)), |ip| s.local_for(ip))
+        .inspect(|(local, why)| {
+            if let Some(why) = why {
+                emit_port_chosen(s, id, local, why);
+            }
+        });
+    let failure = match chosen.and_then(|(local, _)| session(s, &local, &mut conn, &mut hs, id)) {
         Ok(()) => return,
         Err(f) => f,
     };
@@ -196,6 +224,7 @@ fn failed_line(id: u64, code: &str, message: &str) -> String {
 
 fn session(
     s: &SessionCtx,
+    local: &LocalPort,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
     id: u64,
@@ -208,7 +237,7 @@ fn session(
         other => return Err(out_of_order(&other)),
     };
     if let Some(b) = &hello.bench {
-        return crate::bench::session(s, conn, hs, id, &hello, b);
+        return crate::bench::session(s, local, conn, hs, id, &hello, b);
     }
 
     // A fresh PD, MR (fresh rkey) and QP for this client only; all released before the verdict.
@@ -233,7 +262,6 @@ fn session(
         .pinned
         .reserve(budget::write_session(s.policy.buffer_size))
         .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
-    let local = &s.local;
     let pd = local.ctx.alloc_pd().map_err(rdma)?;
     let mr = pd.register_exposed(buffer_size, mr_access).map_err(rdma)?;
     let cq = local.ctx.create_cq(4, s.cq_mode).map_err(rdma)?;
@@ -243,7 +271,7 @@ fn session(
         // Posted before the client can know our QP: the write-with-immediate finds it waiting.
         qp.post_recv(RECV_WR_ID).map_err(rdma)?;
     }
-    let qp = connect_and_accept(s, conn, hs, &hello, qp, &mr, rdma)?;
+    let qp = connect_and_accept(s, local, conn, hs, &hello, qp, &mr, rdma)?;
     let h = &hello.endpoint;
     let notify = SessionNotify::from(hello.notify);
     let path_mtu = qp.path_mtu().bytes();
@@ -321,8 +349,10 @@ fn session(
 /// Connects `qp` to the client's endpoint from its `hello` (with a fresh send PSN) and sends
 /// the accept: our endpoint and `mr`, the buffer the client may write. `rdma` words a failed
 /// verb.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn connect_and_accept(
     s: &SessionCtx,
+    local: &LocalPort,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
     hello: &Hello,
@@ -330,7 +360,6 @@ pub(crate) fn connect_and_accept(
     mr: &ExposedRegion,
     rdma: impl Fn(rdma_core_rs::Error) -> Failure,
 ) -> Result<QueuePair<Rts>, Failure> {
-    let local = &s.local;
     let psn = rdma_core_rs::random_psn().map_err(&rdma)?;
     let client = Endpoint::from(&hello.endpoint);
     let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;
@@ -356,6 +385,21 @@ pub(crate) fn revoke(qp: QueuePair<Rts>, mr: ExposedRegion) -> Result<OwnedBuffe
 /// Logs [`Event::QpReady`]: `qp` is in RTS towards the client's QP from `hello`; `notify` says
 /// how the session goes on (`imm`, `tcp`, `bench-lat`, `bench-bw`), `human` is the line
 /// without `--json`.
+/// Says which device, port and GID the session uses, and why (chosen by its address).
+fn emit_port_chosen(s: &SessionCtx, id: u64, local: &LocalPort, why: &str) {
+    s.out.emit(
+        &Event::PortChosen {
+            session: id,
+            device: local.ctx.name().into(),
+            port: local.port.num,
+            gid_index: local.gid.index,
+            gid: local.gid.gid.to_string().into(),
+            why: why.into(),
+        },
+        || format!("[{id}] RDMA on {why}"),
+    );
+}
+
 pub(crate) fn emit_qp_ready(
     s: &SessionCtx,
     id: u64,

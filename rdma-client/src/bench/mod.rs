@@ -152,13 +152,15 @@ pub fn run(task: &BenchTask, out: &Output) -> Result<()> {
     let t_start = Instant::now();
     let p = params(&task.bench, task.mode)?;
     let token = task.session.token.load()?;
-    let local = task.device.open()?;
+    rdma_core_rs::devices()?;
     let target = Target::parse(&task.server)?;
+    let (local, chosen) = target.local_end(&task.device)?;
     let m = Measure {
         target: &target,
         params: p,
         token,
         knobs: task.bench.knobs(),
+        chosen: chosen.as_deref(),
     };
     if task.bench.qps > 1 {
         return multi::run(&m, task.bench.qps as usize, &local, &task.session, out);
@@ -180,6 +182,8 @@ pub struct Measure<'a> {
     pub params: Sweep,
     pub token: Option<String>,
     pub knobs: Knobs,
+    /// Why the local end is what it is, when the route chose it (for the `connected` event).
+    pub chosen: Option<&'a str>,
 }
 
 impl Measure<'_> {
@@ -198,6 +202,7 @@ impl Measure<'_> {
             params: sweep,
             token,
             knobs: b,
+            chosen,
         } = self;
         let mode = sweep.mode;
         let max = sweep.sizes.last().copied().unwrap_or(1);
@@ -252,7 +257,7 @@ impl Measure<'_> {
             ClientRequest::for_payload(&fin, Notify::Tcp, token),
             p.clone(),
         );
-        let mut session = Session::open(target, hs, local, opts, out, |banner| {
+        let mut session = Session::open(target, hs, local, chosen, opts, out, |banner| {
             format!(
                 "connected to {} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
                 target.name,

@@ -128,6 +128,8 @@ impl Pair<'_> {
                 payload,
                 notify: self.task.notify,
                 token: token(),
+                // The fabric check prints one event per pair, not the sessions' own.
+                chosen: None,
             };
             w.run(self.local, opts, None)
         });
@@ -157,6 +159,7 @@ impl Pair<'_> {
                     params: p.clone(),
                     token: token(),
                     knobs: self.task.knobs,
+                    chosen: None,
                 };
                 m.run(self.local, opts, Instant::now(), None)
             });

@@ -20,6 +20,10 @@ pub enum Event<'a> {
         port: u8,
         gid_index: u32,
         gid: Cow<'a, str>,
+        /// Why this device, port and GID, when they were chosen by the route to the server
+        /// (absent when the flags chose them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chosen: Option<Cow<'a, str>>,
     },
     /// Our queue pair is in RTS, connected to the server's.
     QpReady {

@@ -26,6 +26,16 @@ pub enum Event<'a> {
     },
     /// A client connected (before any check).
     Connected { session: u64, peer: Cow<'a, str> },
+    /// The device, port and GID this session uses, chosen by the address the client came in
+    /// on (not emitted when the flags chose them).
+    PortChosen {
+        session: u64,
+        device: Cow<'a, str>,
+        port: u8,
+        gid_index: u32,
+        gid: Cow<'a, str>,
+        why: Cow<'a, str>,
+    },
     /// A client turned away before its session started (`forbidden`, `busy`).
     Refused {
         peer: Cow<'a, str>,

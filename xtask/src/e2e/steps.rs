@@ -64,7 +64,7 @@ pub(super) fn steps(
     for (i, s) in selected.iter().enumerate() {
         let port =
             scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
-        let mut args = vec!["--listen".to_owned(), format!("0.0.0.0:{port}")];
+        let mut args = vec!["--listen".to_owned(), format!("[::]:{port}")];
         args.extend(s.server_args.iter().map(|a| files.expand(a)));
         with_device(&mut args, device);
         let mut server = Step::new(server_step_name(s), &[]);
