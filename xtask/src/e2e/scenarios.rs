@@ -367,9 +367,23 @@ pub fn all() -> Vec<Scenario> {
                         }
                     )
                 }),
+                // No device flags: the session's port is the one that holds the address the
+                // client came in on, and the server says so.
+                server("port_chosen for the client's address", |e| {
+                    matches!(e, ServerEvent::PortChosen { why, gid, .. }
+                        if why.contains("holds ") && gid.starts_with("::ffff:"))
+                }),
                 server_verified(SEED_MESSAGE),
             ],
-            clients: vec![good_client("client", SEED_MESSAGE, &[])],
+            clients: vec![{
+                let mut c = good_client("client", SEED_MESSAGE, &[]);
+                c.expect
+                    .push(client("connected, port chosen by the route", |e| {
+                        matches!(e, ClientEvent::Connected { chosen: Some(why), .. }
+                        if why.contains("holds ::ffff:"))
+                    }));
+                c
+            }],
             quick: true,
             ..Scenario::new(
                 "seed-json",
