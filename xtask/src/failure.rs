@@ -10,7 +10,7 @@ use color_eyre::Report;
 /// The stderr text of the failure that ends xtask.
 #[must_use]
 pub fn render(report: &Report) -> String {
-    let mut chain = causes(report).into_iter();
+    let mut chain = rdma_proto::app::report::causes(report).into_iter();
     let mut text = format!("error: {}", chain.next().unwrap_or_default());
     for cause in chain {
         text.push_str("\n  caused by: ");
@@ -18,19 +18,6 @@ pub fn render(report: &Report) -> String {
         text.push_str(&cause.replace('\n', "\n    "));
     }
     text
-}
-
-/// The messages of `report`'s chain, outermost first, without a cause that the one before
-/// already quotes.
-fn causes(report: &Report) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for cause in report.chain() {
-        let text = cause.to_string();
-        if !out.last().is_some_and(|before| before.contains(&text)) {
-            out.push(text);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -57,9 +57,11 @@ pub fn message(report: &Report) -> String {
     causes(report).join(": ")
 }
 
-/// The messages of `report`'s chain, without a cause that the one before already quotes (an
-/// error type that prints its `source` in its own message).
-fn causes(report: &Report) -> Vec<String> {
+/// The messages of `report`'s chain, outermost first, without a cause that the one before
+/// already quotes (an error type that prints its `source` in its own message). xtask's
+/// failures read the same way.
+#[must_use]
+pub fn causes(report: &Report) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for cause in report.chain() {
         let text = cause.to_string();
