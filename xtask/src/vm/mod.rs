@@ -18,6 +18,7 @@ mod plans;
 mod qemu;
 pub mod run_cmd;
 mod rundir;
+pub mod siw;
 
 pub use plans::{PlanGuest, run_plans};
 
