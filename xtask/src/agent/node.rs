@@ -136,19 +136,23 @@ fn configure(nic: &Nic, result: &mut PlanResult) -> Result<()> {
         }
     }
     if nic.up {
-        setup_step(result, "ip link up", &["ip", "link", "set", iface, "up"])?;
+        setup_step(
+            result,
+            &format!("ip link up {iface}"),
+            &["ip", "link", "set", iface, "up"],
+        )?;
     }
     if let Some(ip) = &nic.ipv4 {
         setup_step(
             result,
-            "ip addr add",
+            &format!("ip addr add {iface}"),
             &["ip", "addr", "add", ip, "dev", iface],
         )?;
     }
     if let Some(ip) = &nic.ipv6 {
         setup_step(
             result,
-            "ip -6 addr add",
+            &format!("ip -6 addr add {iface}"),
             &["ip", "-6", "addr", "add", ip, "dev", iface],
         )?;
     }

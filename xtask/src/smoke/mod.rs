@@ -107,6 +107,57 @@ pub fn parse_bw_average(stdout: &str) -> Option<f64> {
     })
 }
 
+impl SmokeArgs {
+    /// Today's smoke: two guests, one NIC, rxe, 200 messages.
+    fn plain(vm: &vm::VmOptions) -> Self {
+        Self {
+            nodes: 2,
+            guests: vm::GuestFlags {
+                vm: vm.clone(),
+                timeout: 120,
+            },
+            iters: 200,
+            nics: 1,
+            dead_link: None,
+            down_link: None,
+            ipv6: false,
+            transport: LinkKind::Rxe,
+            capture: false,
+            prepare_only: false,
+        }
+    }
+}
+
+/// The guest infrastructure the later scenarios stand on, one `vm-smoke` each (10-20 s warm):
+/// two NICs with eth0's link cut, IPv6-only NICs, siw with rping, the RoCE v2 capture.
+/// What `cargo xtask test` runs as one phase.
+pub fn suite(vm: &vm::VmOptions) -> Result<()> {
+    let plain = || SmokeArgs::plain(vm);
+    let runs = [
+        SmokeArgs {
+            nics: 2,
+            dead_link: Some(0),
+            ..plain()
+        },
+        SmokeArgs {
+            ipv6: true,
+            ..plain()
+        },
+        SmokeArgs {
+            transport: LinkKind::Siw,
+            ..plain()
+        },
+        SmokeArgs {
+            capture: true,
+            ..plain()
+        },
+    ];
+    for a in &runs {
+        cmd(a)?;
+    }
+    Ok(())
+}
+
 /// Prepares what the guests boot (and siw.ko for siw); the modules a siw node loads.
 fn prepare(args: &SmokeArgs) -> Result<(vm::Prepared, Option<Modules>, f64)> {
     args.shape(None)?;
@@ -152,7 +203,7 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
         return Ok(());
     }
     let shape = args.shape(modules)?;
-    let net = vm::Net::new(shape.nics, shape.dead.as_slice())?;
+    let net = vm::Net::new(shape.total_nics(), shape.dead.as_slice())?;
     crate::deps::ensure(&[crate::deps::Group::Run])?;
     if shape.transport == LinkKind::Siw || shape.capture {
         crate::deps::ensure(&[crate::deps::Group::Transports])?;
@@ -200,12 +251,16 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
         ));
     }
     if problems.is_empty() {
+        let server_ok = |s: &crate::plan::StepResult| match shape.transport {
+            LinkKind::Rxe => s.ok,
+            LinkKind::Siw => plans::rping_verified(&s.stdout) == 3,
+        };
         let worked = match shape.transport {
             LinkKind::Rxe => bw.is_some(),
             LinkKind::Siw => pings == 3,
         };
         match (client, server) {
-            (Some(c), Some(s)) if c.ok && s.ok && worked => {}
+            (Some(c), Some(s)) if c.ok && server_ok(s) && worked => {}
             _ => problems.push(format!(
                 "the {} pair did not show its result (bandwidth / 3 verified pings): client {client:?}, server {:?}",
                 shape.transport.as_str(),
@@ -213,12 +268,21 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
             )),
         }
     }
+    let want_ip = if shape.ipv6 { 6 } else { 4 };
     let captured = if shape.capture {
         let path = run.guests.outcomes[0].share_dir.join(CAPTURE);
         match std::fs::read(&path)
             .map_err(|e| eyre!("{}: {e}", path.display()))
             .and_then(|b| crate::pcap::roce_packets(&b))
         {
+            Ok(p) if p.iter().any(|p| p.ip_version != want_ip) => {
+                problems.push(format!(
+                    "the capture {} holds RoCE v2 packets over IPv{} where all should be IPv{want_ip}",
+                    path.display(),
+                    if want_ip == 4 { 6 } else { 4 }
+                ));
+                None
+            }
             Ok(p) if !p.is_empty() => Some(p),
             Ok(_) => {
                 problems.push(format!(
@@ -325,7 +389,7 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
         ops.sort_unstable();
         ops.dedup();
         println!(
-            "  capture    {} RoCE v2 packets on UDP 4791 (tcpdump kept {CAPTURE_PACKETS}): traffic class {tcs:02x?}, BTH opcodes {ops:02x?}",
+            "  capture    {} RoCE v2 packets over IPv{want_ip} on UDP 4791 (tcpdump kept {CAPTURE_PACKETS}): traffic class {tcs:02x?}, BTH opcodes {ops:02x?}",
             p.len()
         );
     }
