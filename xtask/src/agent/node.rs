@@ -42,14 +42,20 @@ pub(super) fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Vec<Rxe
             result,
             &format!("{} {}", dev.kind.as_str(), dev.name),
             || {
-                RxeLink::create_of(dev.kind, &dev.name, &nic.iface, wait).map(|l| {
-                    let state = if nic.up {
-                        "ACTIVE"
-                    } else {
-                        "created, port down"
-                    };
-                    (format!("{} on {} {state}", l.name(), l.netdev()), l)
-                })
+                let l = RxeLink::create_of(dev.kind, &dev.name, &nic.iface, wait)?;
+                // As `rdma link` reports it (a NIC left down must leave its port DOWN).
+                let state = crate::rxe::links()?
+                    .into_iter()
+                    .find(|i| i.device == dev.name)
+                    .map_or_else(|| "not listed".to_owned(), |i| i.state);
+                if !nic.up && state == "ACTIVE" {
+                    return Err(eyre!(
+                        "{} is ACTIVE although {} was left down",
+                        dev.name,
+                        nic.iface
+                    ));
+                }
+                Ok((format!("{} on {} {state}", l.name(), l.netdev()), l))
             },
         )?;
         println!("guest-agent: {} on {} is up", link.name(), link.netdev());

@@ -52,6 +52,10 @@ pub struct SmokeArgs {
     /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
     #[arg(long)]
     pub prepare_only: bool,
+    /// Run the suite `cargo xtask test` runs (two NICs with eth0's link cut, IPv6-only, siw,
+    /// the capture), one after the other.
+    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "prepare_only"])]
+    pub suite: bool,
 }
 
 impl SmokeArgs {
@@ -124,6 +128,7 @@ impl SmokeArgs {
             transport: LinkKind::Rxe,
             capture: false,
             prepare_only: false,
+            suite: false,
         }
     }
 }
@@ -153,7 +158,7 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
         },
     ];
     for a in &runs {
-        cmd(a)?;
+        run(a)?;
     }
     Ok(())
 }
@@ -192,6 +197,17 @@ fn prepare(args: &SmokeArgs) -> Result<(vm::Prepared, Option<Modules>, f64)> {
 
 /// Entry point.
 pub fn cmd(args: &SmokeArgs) -> Result<()> {
+    if args.suite {
+        let t = Instant::now();
+        suite(&args.guests.vm)?;
+        println!("vm-smoke --suite: OK in {:.1} s", t.elapsed().as_secs_f64());
+        return Ok(());
+    }
+    run(args)
+}
+
+/// One shape.
+fn run(args: &SmokeArgs) -> Result<()> {
     let t0 = Instant::now();
     let (_, modules, siw_s) = prepare(args)?;
     if args.prepare_only {
@@ -302,11 +318,16 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
 
     let p = &run.guests.prepared;
     println!(
-        "vm-smoke ({} guest{}, {} NIC{} each{}, {}{}, {}):",
+        "vm-smoke ({} guest{}, {} NIC{} each{}{}, {}{}, {}):",
         nodes.len(),
         if nodes.len() > 1 { "s" } else { "" },
         shape.nics,
         if shape.nics > 1 { "s" } else { "" },
+        if shape.oob_nic() {
+            " + an IPv4 one for perftest's out-of-band exchange"
+        } else {
+            ""
+        },
         match (shape.dead, shape.down) {
             (Some(d), _) => format!(", link {d} cut"),
             (_, Some(d)) => format!(", eth{d} left down"),
