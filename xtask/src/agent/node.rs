@@ -58,7 +58,11 @@ pub(super) fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Vec<Rxe
                 Ok((format!("{} on {} {state}", l.name(), l.netdev()), l))
             },
         )?;
-        println!("guest-agent: {} on {} is up", link.name(), link.netdev());
+        println!(
+            "guest-agent: {} on {} is set up",
+            link.name(),
+            link.netdev()
+        );
         links.push(link);
         if let (Some(v6), true, LinkKind::Rxe) = (&nic.ipv6, nic.up, dev.kind) {
             let addr = gid::address_of(v6)?;
