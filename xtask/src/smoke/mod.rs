@@ -49,12 +49,16 @@ pub struct SmokeArgs {
     /// tcpdump on UDP 4791 in guest A during the pair; the capture must hold RoCE v2 packets.
     #[arg(long)]
     pub capture: bool,
+    /// rping through RDMA CM (modules configfs, ib_cm, iw_cm, rdma_cm, rdma_ucm loaded) instead
+    /// of perftest; implied by --transport siw.
+    #[arg(long)]
+    pub rdma_cm: bool,
     /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
     #[arg(long)]
     pub prepare_only: bool,
     /// Run the suite `cargo xtask test` runs (two NICs with eth0's link cut, IPv6-only, siw,
     /// the capture), one after the other.
-    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "prepare_only"])]
+    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "prepare_only"])]
     pub suite: bool,
 }
 
@@ -78,11 +82,13 @@ impl SmokeArgs {
                 bail!("there is no link {d}: the guests have NICs 0..{}", nics - 1);
             }
         }
-        if self.capture && self.transport != LinkKind::Rxe {
-            bail!("--capture records RoCE v2 (UDP 4791): use it with --transport rxe");
+        if self.capture && (self.transport != LinkKind::Rxe || self.rdma_cm) {
+            bail!(
+                "--capture records perftest's RoCE v2 (UDP 4791): use it with --transport rxe and no --rdma-cm"
+            );
         }
-        if self.transport == LinkKind::Siw && self.nodes < 2 {
-            bail!("--transport siw runs rping between two guests: use --nodes 2");
+        if (self.transport == LinkKind::Siw || self.rdma_cm) && self.nodes < 2 {
+            bail!("rping (--transport siw, --rdma-cm) runs between two guests: use --nodes 2");
         }
         vm::Net::new(nics, dead.as_slice())?;
         Ok(Shape {
@@ -93,6 +99,7 @@ impl SmokeArgs {
             ipv6: self.ipv6,
             transport: self.transport,
             capture: self.capture,
+            cm: self.rdma_cm,
             iters: self.iters,
             modules,
         })
@@ -127,6 +134,7 @@ impl SmokeArgs {
             ipv6: false,
             transport: LinkKind::Rxe,
             capture: false,
+            rdma_cm: false,
             prepare_only: false,
             suite: false,
         }
@@ -163,17 +171,33 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
     Ok(())
 }
 
-/// Prepares what the guests boot (and siw.ko for siw); the modules a siw node loads.
+/// Prepares what the guests boot (and siw.ko for siw); the modules a node loads (RDMA CM for
+/// rping, siw's dependency and siw.ko for siw).
 fn prepare(args: &SmokeArgs) -> Result<(vm::Prepared, Option<Modules>, f64)> {
     args.shape(None)?;
     let prepared = vm::prepare()?;
-    if args.transport != LinkKind::Siw {
+    let siw = args.transport == LinkKind::Siw;
+    if !siw && !args.rdma_cm {
         return Ok((prepared, None, 0.0));
     }
     let kernel = prepared
         .kernel
         .clone()
         .ok_or_else(|| eyre!("no kernel prepared"))?;
+    let path = |p: &std::path::Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+    };
+    let names = |l: &[&str]| l.iter().map(|m| (*m).to_owned()).collect::<Vec<_>>();
+    let mut modules = Modules {
+        root: path(&kernel.root)?,
+        modprobe: names(vm::siw::RDMA_CM),
+        insmod: Vec::new(),
+    };
+    if !siw {
+        return Ok((prepared, Some(modules), 0.0));
+    }
     let t = Instant::now();
     let (ko, built) = vm::siw::ensure_siw(&kernel, &vm::cache_dir())?;
     eprintln!(
@@ -182,16 +206,8 @@ fn prepare(args: &SmokeArgs) -> Result<(vm::Prepared, Option<Modules>, f64)> {
         ko.display(),
         t.elapsed().as_secs_f64()
     );
-    let path = |p: &std::path::Path| {
-        p.to_str()
-            .map(str::to_owned)
-            .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
-    };
-    let modules = Modules {
-        root: path(&kernel.root)?,
-        modprobe: vm::siw::SIW_DEPS.iter().map(|m| (*m).to_owned()).collect(),
-        insmod: vec![path(&ko)?],
-    };
+    modules.modprobe.splice(0..0, names(vm::siw::SIW_DEPS));
+    modules.insmod.push(path(&ko)?);
     Ok((prepared, Some(modules), t.elapsed().as_secs_f64()))
 }
 
@@ -221,7 +237,7 @@ fn run(args: &SmokeArgs) -> Result<()> {
     let shape = args.shape(modules)?;
     let net = vm::Net::new(shape.total_nics(), shape.dead.as_slice())?;
     crate::deps::ensure(&[crate::deps::Group::Run])?;
-    if shape.transport == LinkKind::Siw || shape.capture {
+    if shape.rping() || shape.capture {
         crate::deps::ensure(&[crate::deps::Group::Transports])?;
     }
     let nodes: Vec<PlanGuest> = plans::plans(&shape)
@@ -267,13 +283,17 @@ fn run(args: &SmokeArgs) -> Result<()> {
         ));
     }
     if problems.is_empty() {
-        let server_ok = |s: &crate::plan::StepResult| match shape.transport {
-            LinkKind::Rxe => s.ok,
-            LinkKind::Siw => plans::rping_verified(&s.stdout) == 3,
+        let server_ok = |s: &crate::plan::StepResult| {
+            if shape.rping() {
+                plans::rping_verified(&s.stdout) == 3
+            } else {
+                s.ok
+            }
         };
-        let worked = match shape.transport {
-            LinkKind::Rxe => bw.is_some(),
-            LinkKind::Siw => pings == 3,
+        let worked = if shape.rping() {
+            pings == 3
+        } else {
+            bw.is_some()
         };
         match (client, server) {
             (Some(c), Some(s)) if c.ok && server_ok(s) && worked => {}
@@ -337,7 +357,7 @@ fn run(args: &SmokeArgs) -> Result<()> {
         shape.transport.as_str(),
         p.accel_why
     );
-    if shape.modules.is_some() {
+    if shape.transport == LinkKind::Siw {
         println!("  siw.ko     {siw_s:>6.1} s");
     }
     println!(
@@ -396,10 +416,10 @@ fn run(args: &SmokeArgs) -> Result<()> {
             shape.dev(shape.traffic_link())
         );
     }
-    if shape.transport == LinkKind::Siw {
+    if shape.rping() {
         println!(
-            "  rping over siw{}: {pings} of 3 pings verified",
-            shape.traffic_link()
+            "  rping over {} (RDMA CM): {pings} of 3 pings verified",
+            shape.dev(shape.traffic_link())
         );
     }
     if let Some(p) = &captured {

@@ -25,6 +25,8 @@ pub struct Shape {
     pub transport: LinkKind,
     /// tcpdump on UDP 4791 in guest A during the perftest pair.
     pub capture: bool,
+    /// rping through RDMA CM instead of perftest (always with siw).
+    pub cm: bool,
     pub iters: u32,
     /// Modules the guests load (siw and RDMA CM for `--transport siw`).
     pub modules: Option<Modules>,
@@ -57,7 +59,12 @@ impl Shape {
     /// out-of-band TCP exchange is IPv4 only ("Address family for hostname not supported for
     /// fd00::1", `--ipv6` or not), so an IPv6-only RoCE pair needs it. rping (RDMA CM) does not.
     pub fn oob_nic(&self) -> bool {
-        self.ipv6 && self.transport == LinkKind::Rxe
+        self.ipv6 && !self.rping()
+    }
+
+    /// Whether the pair is rping (RDMA CM) rather than perftest.
+    pub fn rping(&self) -> bool {
+        self.cm || self.transport == LinkKind::Siw
     }
 
     /// NICs per guest, the out-of-band one included.
@@ -143,9 +150,10 @@ fn rping(shape: &Shape, server: bool) -> Vec<String> {
 }
 
 fn server_step(shape: &Shape) -> Step {
-    let argv = match shape.transport {
-        LinkKind::Rxe => perftest(shape, 1, None),
-        LinkKind::Siw => rping(shape, true),
+    let argv = if shape.rping() {
+        rping(shape, true)
+    } else {
+        perftest(shape, 1, None)
     };
     let mut s = Step {
         argv,
@@ -159,9 +167,10 @@ fn server_step(shape: &Shape) -> Step {
 
 fn client_step(shape: &Shape, me: u8) -> Step {
     let server = shape.server_addr();
-    let argv = match shape.transport {
-        LinkKind::Rxe => perftest(shape, me, Some(&server)),
-        LinkKind::Siw => rping(shape, false),
+    let argv = if shape.rping() {
+        rping(shape, false)
+    } else {
+        perftest(shape, me, Some(&server))
     };
     let mut c = Step {
         argv,
@@ -247,7 +256,7 @@ pub fn plans(shape: &Shape) -> Vec<(String, Plan)> {
         a_steps.push(capture_step(shape));
     }
     let mut server = server_step(shape);
-    if shape.transport == LinkKind::Siw {
+    if shape.rping() {
         // rping's server may outlive its client: stopped once the client is done, and judged
         // by the pings it printed (vm-smoke), not by how it ended.
         server.stop_when_file = Some("client-done".into());
@@ -300,6 +309,7 @@ mod tests {
             ipv6: false,
             transport: LinkKind::Rxe,
             capture: false,
+            cm: false,
             iters: 200,
             modules: None,
         }
@@ -423,6 +433,14 @@ mod tests {
             step(&p[1].1, "client").argv.join(" "),
             "rping -c -a 10.0.0.1 -C 3 -v -V"
         );
+        // RDMA CM on rxe: rping too, on rxe0.
+        let cm = Shape {
+            cm: true,
+            ..shape()
+        };
+        let p = plans(&cm);
+        assert_eq!(p[0].1.node.nics[0].rdma, Some(RdmaDev::rxe("rxe0")));
+        assert_eq!(step(&p[0].1, "server").argv[0], "rping");
         let c = Shape {
             capture: true,
             ..shape()

@@ -17,19 +17,13 @@ use super::kernel::{self, Kernel};
 use crate::deps::{self, Group};
 use crate::exec;
 
-/// The kernel modules a siw node loads before `siw.ko` (from the guest kernel's tree, with
-/// `modprobe -d`): siw's own dependency (libcrc32c, whose crc32c it needs at run time from
-/// crc32c_generic) and RDMA CM, which iWARP cannot do without (rping, librdmacm: without
-/// rdma_ucm, "failed to create RDMA CM event channel").
-pub const SIW_DEPS: &[&str] = &[
-    "libcrc32c",
-    "crc32c_generic",
-    "configfs",
-    "ib_cm",
-    "iw_cm",
-    "rdma_cm",
-    "rdma_ucm",
-];
+/// siw's own dependency, loaded before `siw.ko` from the guest kernel's tree (`modprobe -d`):
+/// libcrc32c, whose crc32c it needs at run time from crc32c_generic.
+pub const SIW_DEPS: &[&str] = &["libcrc32c", "crc32c_generic"];
+
+/// RDMA CM (librdmacm's kernel side), which iWARP cannot do without and RoCE may use (rping;
+/// without rdma_ucm: "failed to create RDMA CM event channel").
+pub const RDMA_CM: &[&str] = &["configfs", "ib_cm", "iw_cm", "rdma_cm", "rdma_ucm"];
 
 /// Where the siw module for `release` is cached.
 pub fn cached_path(cache: &Path, release: &str) -> PathBuf {
