@@ -16,6 +16,7 @@ mod fuzz;
 mod hostile;
 mod k8s;
 mod load;
+mod pcap;
 mod pkgtest;
 mod plan;
 mod rxe;

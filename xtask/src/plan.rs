@@ -32,18 +32,85 @@ pub struct Plan {
     pub sync_dir: String,
 }
 
-/// Network + RDMA setup.
+/// Network + RDMA setup: the NICs (eth0 first), and kernel modules to load before them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Node {
-    /// IPv4 address with prefix, e.g. `10.0.0.1/24`.
-    pub ip: String,
-    /// Network interface to configure and put rxe on.
-    #[serde(default = "default_iface")]
+    /// Each NIC: addresses, up or left down, the RDMA device on it.
+    pub nics: Vec<Nic>,
+    /// Modules beyond the initramfs's (siw and RDMA CM), loaded before the NICs are set up.
+    #[serde(default)]
+    pub modules: Option<Modules>,
+}
+
+/// One network interface of a guest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nic {
+    /// Interface name (`eth0`).
     pub iface: String,
-    /// Name of the rxe device to create; `None` to skip RDMA setup.
-    #[serde(default = "default_rxe")]
-    pub rxe: Option<String>,
+    /// The MAC it must have (the agent checks: it proves which QEMU NIC became which
+    /// interface); `None` to skip the check.
+    #[serde(default)]
+    pub mac: Option<String>,
+    /// IPv4 address with prefix, e.g. `10.0.0.1/24`; `None` for an IPv6-only NIC.
+    #[serde(default)]
+    pub ipv4: Option<String>,
+    /// IPv6 address with prefix, e.g. `fd00::1/64`; the agent waits until its duplicate
+    /// address detection is over (no longer `tentative`).
+    #[serde(default)]
+    pub ipv6: Option<String>,
+    /// Bring it up (and wait for carrier); `false` leaves it administratively down, with its
+    /// addresses and RDMA device (whose port then stays DOWN).
+    #[serde(default = "yes")]
+    pub up: bool,
+    /// The RDMA device to create on it; `None` for none.
+    #[serde(default)]
+    pub rdma: Option<RdmaDev>,
+}
+
+/// A software RDMA device on a NIC (`rdma link add NAME type KIND netdev IFACE`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RdmaDev {
+    pub name: String,
+    pub kind: LinkKind,
+}
+
+/// Soft-RoCE or Soft-iWARP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    /// Soft-RoCE (RoCE v2 over UDP 4791).
+    Rxe,
+    /// Soft-iWARP (iWARP over TCP; needs RDMA CM).
+    Siw,
+}
+
+impl LinkKind {
+    /// The `type` of `rdma link add`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkKind::Rxe => "rxe",
+            LinkKind::Siw => "siw",
+        }
+    }
+}
+
+/// Kernel modules the agent loads: `modprobe -d ROOT` for the guest kernel's own (its
+/// unpacked package, visible in the guest through the host root), then `insmod` for
+/// out-of-tree ones (siw.ko).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Modules {
+    /// The directory holding `lib/modules/RELEASE` (with its modules.dep).
+    pub root: String,
+    /// Module names, loaded in order with their dependencies.
+    #[serde(default)]
+    pub modprobe: Vec<String>,
+    /// Paths of `.ko` files, loaded in order after those.
+    #[serde(default)]
+    pub insmod: Vec<String>,
 }
 
 impl Node {
@@ -51,9 +118,52 @@ impl Node {
     /// when `rxe` (the agent then creates it).
     pub fn guest(ip: &str, rxe: bool) -> Self {
         Self {
-            ip: format!("{ip}/24"),
-            iface: default_iface(),
-            rxe: rxe.then(|| "rxe0".to_owned()),
+            nics: vec![Nic::v4("eth0", ip, rxe.then(|| RdmaDev::rxe("rxe0")))],
+            modules: None,
+        }
+    }
+}
+
+impl Nic {
+    /// `iface` up with `ip`/24, and `rdma` on it.
+    pub fn v4(iface: &str, ip: &str, rdma: Option<RdmaDev>) -> Self {
+        Self {
+            iface: iface.to_owned(),
+            mac: None,
+            ipv4: Some(format!("{ip}/24")),
+            ipv6: None,
+            up: true,
+            rdma,
+        }
+    }
+
+    /// `iface` up with only `ip`/64 (IPv6), and `rdma` on it.
+    pub fn v6(iface: &str, ip: &str, rdma: Option<RdmaDev>) -> Self {
+        Self {
+            iface: iface.to_owned(),
+            mac: None,
+            ipv4: None,
+            ipv6: Some(format!("{ip}/64")),
+            up: true,
+            rdma,
+        }
+    }
+}
+
+impl RdmaDev {
+    /// Soft-RoCE device `name`.
+    pub fn rxe(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind: LinkKind::Rxe,
+        }
+    }
+
+    /// Soft-iWARP device `name`.
+    pub fn siw(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind: LinkKind::Siw,
         }
     }
 }
@@ -130,12 +240,8 @@ impl Step {
 fn default_sync_dir() -> String {
     GUEST_SYNC.to_owned()
 }
-fn default_iface() -> String {
-    "eth0".to_owned()
-}
-#[allow(clippy::unnecessary_wraps)]
-fn default_rxe() -> Option<String> {
-    Some("rxe0".to_owned())
+fn yes() -> bool {
+    true
 }
 fn default_timeout() -> f64 {
     60.0
@@ -207,17 +313,52 @@ mod tests {
     #[test]
     fn minimal_plan_gets_defaults() {
         let p: Plan = serde_json::from_str(
-            r#"{"node":{"ip":"10.0.0.1/24"},"steps":[{"name":"info","argv":["ibv_devinfo"]}]}"#,
+            r#"{"node":{"nics":[{"iface":"eth0","ipv4":"10.0.0.1/24","rdma":{"name":"rxe0","kind":"rxe"}}]},
+                "steps":[{"name":"info","argv":["ibv_devinfo"]}]}"#,
         )
         .unwrap();
-        assert_eq!(p.node.iface, "eth0");
-        assert_eq!(p.node.rxe.as_deref(), Some("rxe0"));
+        let nic = &p.node.nics[0];
+        assert!(nic.up && nic.ipv6.is_none() && nic.mac.is_none());
+        assert_eq!(p.node.modules, None);
         assert_eq!(p.sync_dir, GUEST_SYNC);
         assert_eq!(p.steps[0].timeout(), Duration::from_secs(60));
         assert!(!p.steps[0].background);
         assert_eq!(p.steps[0], Step::new("info", &["ibv_devinfo"]));
         assert_eq!(p.node, Node::guest("10.0.0.1", true));
-        assert_eq!(Node::guest("10.0.0.2", false).rxe, None);
+        assert_eq!(Node::guest("10.0.0.2", false).nics[0].rdma, None);
+        // Today's guests: one NIC, eth0, IPv4 /24, rxe0.
+        let g = Node::guest("10.0.0.2", true);
+        assert_eq!(g.nics.len(), 1);
+        assert_eq!(g.nics[0].iface, "eth0");
+        assert_eq!(g.nics[0].ipv4.as_deref(), Some("10.0.0.2/24"));
+        assert_eq!(g.nics[0].rdma, Some(RdmaDev::rxe("rxe0")));
+    }
+
+    #[test]
+    fn nics_ipv6_down_links_siw_and_modules_round_trip() {
+        let mut down = Nic::v4("eth1", "10.0.1.1", Some(RdmaDev::rxe("rxe1")));
+        down.up = false;
+        let node = Node {
+            nics: vec![Nic::v6("eth0", "fd00::1", Some(RdmaDev::siw("siw0"))), down],
+            modules: Some(Modules {
+                root: "/k".into(),
+                modprobe: vec!["rdma_ucm".into()],
+                insmod: vec!["/c/siw.ko".into()],
+            }),
+        };
+        assert_eq!(node.nics[0].ipv4, None);
+        assert_eq!(node.nics[0].ipv6.as_deref(), Some("fd00::1/64"));
+        let json = serde_json::to_string(&node).unwrap();
+        assert!(json.contains(r#""kind":"siw""#), "{json}");
+        assert!(json.contains(r#""up":false"#), "{json}");
+        assert_eq!(serde_json::from_str::<Node>(&json).unwrap(), node);
+        assert_eq!(LinkKind::Siw.as_str(), "siw");
+        // A typo'd kind or field is refused, not ignored.
+        assert!(
+            serde_json::from_str::<Nic>(r#"{"iface":"eth0","rdma":{"name":"x","kind":"roce"}}"#)
+                .is_err()
+        );
+        assert!(serde_json::from_str::<Nic>(r#"{"iface":"eth0","ip":"10.0.0.1/24"}"#).is_err());
     }
 
     #[test]
@@ -226,18 +367,13 @@ mod tests {
         s.background = true;
         s.create_file_when_started = Some("server-started".into());
         let p = Plan {
-            node: Node {
-                ip: "10.0.0.1/24".into(),
-                iface: "eth0".into(),
-                rxe: None,
-            },
+            node: Node::guest("10.0.0.1", false),
             steps: vec![s],
             sync_dir: "/x".into(),
         };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), p);
-        let bad =
-            r#"{"node":{"ip":"10.0.0.1/24"},"steps":[{"name":"a","argv":["x"],"backgrund":true}]}"#;
+        let bad = r#"{"node":{"nics":[]},"steps":[{"name":"a","argv":["x"],"backgrund":true}]}"#;
         assert!(serde_json::from_str::<Plan>(bad).is_err());
     }
 

@@ -1,5 +1,5 @@
-//! Soft-RoCE links: `rdma link add NAME type rxe netdev IF`, wait until ACTIVE, and a guard
-//! that removes only the link it created.
+//! Soft-RoCE (and Soft-iWARP) links: `rdma link add NAME type rxe|siw netdev IF`, wait until
+//! ACTIVE, and a guard that removes only the link it created.
 
 use std::time::{Duration, Instant};
 
@@ -7,6 +7,7 @@ use color_eyre::eyre::{Result, bail, eyre};
 use xshell::{Shell, cmd};
 
 use crate::exec;
+use crate::plan::LinkKind;
 
 /// One line of `rdma link show`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,9 +80,9 @@ pub fn load_module() -> Result<()> {
 }
 
 /// Turns the stderr of a failed `rdma link add` into advice.
-pub fn explain_add_failure(netdev: &str, stderr: &str) -> String {
+pub fn explain_add_failure(kind: LinkKind, netdev: &str, stderr: &str) -> String {
     let mut msg = format!(
-        "`rdma link add ... type rxe netdev {netdev}` failed: {}",
+        "`rdma link add ... netdev {netdev}` failed: {}",
         stderr.trim()
     );
     if stderr.contains("No such file or directory") {
@@ -91,13 +92,21 @@ pub fn explain_add_failure(netdev: &str, stderr: &str) -> String {
              with a bare ENOENT: load crc32_generic first",
         );
     }
+    if kind == LinkKind::Siw {
+        msg.push_str(
+            "\nhint: for `type siw` the siw module must be loaded first (Debian's kernels do \
+             not ship it: cargo xtask vm-smoke --transport siw builds it for the guests)",
+        );
+    }
     if netdev == "lo" || stderr.contains("failed to add lo") {
         msg.push_str("\nhint: rxe refuses the loopback device `lo`; use a real netdev (virtio-net, veth, dummy)");
     }
     if stderr.contains("Operation not permitted") {
         msg.push_str("\nhint: creating rxe links needs root (CAP_NET_ADMIN)");
     }
-    if stderr.contains("NETLINK_RDMA") || stderr.contains("Unknown device type") {
+    if kind == LinkKind::Rxe
+        && (stderr.contains("NETLINK_RDMA") || stderr.contains("Unknown device type"))
+    {
         msg.push_str("\nhint: this kernel has no RDMA netlink / rdma_rxe; load the rdma_rxe module or use --backend vm");
     }
     msg
@@ -115,7 +124,18 @@ impl RxeLink {
     /// Creates rxe device `name` on `netdev` (or adopts an existing one on the same netdev,
     /// which it will then leave alone), and waits until its port is ACTIVE.
     pub fn create(name: &str, netdev: &str, timeout: Duration) -> Result<Self> {
-        let deadline = Instant::now() + timeout;
+        Self::create_of(LinkKind::Rxe, name, netdev, Some(timeout))
+    }
+
+    /// [`create`](Self::create) for either kind (siw's module must already be loaded);
+    /// `wait: None` does not wait for ACTIVE (the netdev was left down on purpose).
+    pub fn create_of(
+        kind: LinkKind,
+        name: &str,
+        netdev: &str,
+        wait: Option<Duration>,
+    ) -> Result<Self> {
+        let deadline = Instant::now() + wait.unwrap_or(Duration::from_secs(20));
         if let Some(existing) = links()?.into_iter().find(|l| l.device == name) {
             if existing.netdev.as_deref() != Some(netdev) {
                 bail!(
@@ -128,14 +148,20 @@ impl RxeLink {
                 netdev: netdev.to_owned(),
                 created: false,
             };
-            link.wait_active(deadline)?;
+            if wait.is_some() {
+                link.wait_active(deadline)?;
+            }
             return Ok(link);
         }
-        load_module()?;
+        if kind == LinkKind::Rxe {
+            load_module()?;
+        }
         let sh = Shell::new()?;
-        let out = exec::output(cmd!(sh, "rdma link add {name} type rxe netdev {netdev}"))?;
+        let ty = kind.as_str();
+        let out = exec::output(cmd!(sh, "rdma link add {name} type {ty} netdev {netdev}"))?;
         if !out.status.success() {
             bail!(explain_add_failure(
+                kind,
                 netdev,
                 &String::from_utf8_lossy(&out.stderr)
             ));
@@ -145,7 +171,9 @@ impl RxeLink {
             netdev: netdev.to_owned(),
             created: true,
         };
-        link.wait_active(deadline)?;
+        if wait.is_some() {
+            link.wait_active(deadline)?;
+        }
         Ok(link)
     }
 
@@ -175,7 +203,7 @@ impl RxeLink {
                     |l| format!("state {} physical_state {}", l.state, l.physical_state),
                 );
                 return Err(eyre!(
-                    "rxe device {} on {} did not become ACTIVE in time ({seen}); is {} up with carrier?",
+                    "RDMA device {} on {} did not become ACTIVE in time ({seen}); is {} up with carrier?",
                     self.name,
                     self.netdev,
                     self.netdev
@@ -231,10 +259,13 @@ mod tests {
 
     #[test]
     fn explains_crc32_and_lo() {
-        let m = explain_add_failure("eth0", "error: No such file or directory\n");
+        let m = explain_add_failure(LinkKind::Rxe, "eth0", "error: No such file or directory\n");
         assert!(m.contains("crc32_generic"), "{m}");
-        let m = explain_add_failure("lo", "error: Invalid argument");
+        let m = explain_add_failure(LinkKind::Rxe, "lo", "error: Invalid argument");
         assert!(m.contains("refuses the loopback"), "{m}");
         assert!(!m.contains("crc32"), "{m}");
+        let m = explain_add_failure(LinkKind::Siw, "eth0", "error: Unknown device type");
+        assert!(m.contains("siw module must be loaded"), "{m}");
+        assert!(!m.contains("rdma_rxe"), "{m}");
     }
 }

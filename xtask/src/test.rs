@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the whole suite, exactly what CI runs (`.ci/run`).
 //!
 //! fmt check, clippy with `-D warnings`, every workspace test, a short fuzz run of the protocol
-//! parser, then the end-to-end scenarios in the guests: all of them across two guests, the
+//! parser, then the guests' infrastructure (`vm-smoke`: two NICs with a link cut, IPv6-only,
+//! siw, a capture), the end-to-end scenarios in the guests: all of them across two guests, the
 //! README's first command on a new machine of this kind (`xtask fresh-root`: a debootstrap
 //! root in which `cargo xtask e2e` installs, builds and runs the seed write), the fabric
 //! check through Slurm in three guests (`xtask fabric-e2e`), then all
@@ -38,6 +39,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         Group::Vm,
         Group::K8s,
         Group::FreshRoot,
+        Group::Transports,
     ])?;
     let sh = Shell::new()?;
     let mut phases: Vec<(&str, Duration)> = Vec::new();
@@ -106,6 +108,10 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             selftest: false,
             load: false,
         };
+        phase(
+            "guests: two NICs with a link cut, IPv6-only NICs, siw + rping, a RoCE v2 capture (vm-smoke)",
+            &mut || crate::smoke::suite(&base.vm),
+        )?;
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
         phase(
             "fresh root: the README's first command, `cargo xtask e2e`, on a new machine of this kind (debootstrap minbase + its image's packages)",

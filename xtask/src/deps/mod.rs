@@ -35,6 +35,11 @@ pub enum Group {
     K8s,
     /// `cargo xtask fresh-root`: debootstrap (the new machine) and git (which files to copy).
     FreshRoot,
+    /// Guests beyond one RoCE NIC (`cargo xtask vm-smoke --transport siw`, `--capture`): the
+    /// out-of-tree soft-iWARP build for the guest kernel (gcc, make, xz-utils for its source
+    /// tarball; the kernel's own `linux-headers-RELEASE` is installed by that build, as its
+    /// name follows the guest kernel), rping (rdmacm-utils) and tcpdump in the guests.
+    Transports,
 }
 
 /// A cargo subcommand installed with `cargo install --locked`.
@@ -59,7 +64,7 @@ pub const CARGO_FUZZ: CargoTool = CargoTool {
 
 impl Group {
     /// Every group.
-    pub const ALL: [Group; 8] = [
+    pub const ALL: [Group; 9] = [
         Group::Build,
         Group::Run,
         Group::Vm,
@@ -68,6 +73,7 @@ impl Group {
         Group::Bench,
         Group::K8s,
         Group::FreshRoot,
+        Group::Transports,
     ];
 
     /// Debian package names.
@@ -105,6 +111,7 @@ impl Group {
             Group::Bench => &["fonts-dejavu-core"],
             Group::K8s => &["python3", "python3-venv"],
             Group::FreshRoot => &["debootstrap", "git"],
+            Group::Transports => &["gcc", "make", "xz-utils", "rdmacm-utils", "tcpdump"],
         }
     }
 
@@ -118,7 +125,8 @@ impl Group {
             | Group::Slurm
             | Group::Bench
             | Group::K8s
-            | Group::FreshRoot => &[],
+            | Group::FreshRoot
+            | Group::Transports => &[],
         }
     }
 

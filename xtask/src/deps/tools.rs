@@ -37,6 +37,12 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("xz", "xz-utils"),
     ("zstd", "zstd"),
     ("gzip", "gzip"),
+    // Guests beyond RoCE: siw.ko built out of tree (tar pulls its folder from the source
+    // package; make runs the kernel's kbuild), loaded with insmod; rping; captures.
+    ("tar", "tar"),
+    ("insmod", "kmod"),
+    ("rping", "rdmacm-utils"),
+    ("tcpdump", "tcpdump"),
     // Packages: cargo-deb needs dpkg-shlibdeps; the unit is checked with systemd-analyze.
     ("dpkg-shlibdeps", "dpkg-dev"),
     ("systemd-analyze", "systemd"),
@@ -77,6 +83,7 @@ pub const BASE: &[&str] = &[
     "dpkg",
     "apt",
     "gzip",
+    "tar",
 ];
 
 /// Programs that are not Debian packages: the Rust toolchain (rustup) and the cargo tools

@@ -134,7 +134,7 @@ mod tests {
         let g = guests(one, &all[..2], &bins, &files);
         assert_eq!(g.len(), 1);
         assert_eq!(
-            g[0].plan.node.rxe, None,
+            g[0].plan.node.nics[0].rdma, None,
             "the nested e2e brings up rxe itself"
         );
         let argv = &g[0].plan.steps[0].argv;
@@ -161,7 +161,7 @@ mod tests {
             "10.1.2.3",
             "/s".into(),
         );
-        assert_eq!(p.node.rxe, None);
+        assert_eq!(p.node.nics[0].rdma, None);
         let first_client = p.steps.iter().position(|s| !s.background).unwrap();
         assert!(p.steps[..first_client].iter().all(|s| s.background));
         assert!(

@@ -237,8 +237,7 @@ mod tests {
     #[test]
     fn node1_runs_the_check_and_the_others_wait_for_it() {
         let p = plan(0, "node1", "/f");
-        assert_eq!(p.node.ip, "10.0.0.1/24");
-        assert_eq!(p.node.rxe.as_deref(), Some("rxe0"));
+        assert_eq!(p.node, Node::guest("10.0.0.1", true));
         let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["slurm-up", "fabric", "done"]);
         assert_eq!(p.steps[0].argv, ["/bin/sh", "/f/up.sh", "node1"]);
@@ -247,7 +246,7 @@ mod tests {
             Some("fabric-done")
         );
         let p = plan(2, "node3", "/f");
-        assert_eq!(p.node.ip, "10.0.0.3/24");
+        assert_eq!(p.node, Node::guest("10.0.0.3", true));
         assert_eq!(p.steps[1].wait_for_file.as_deref(), Some("fabric-done"));
     }
 }

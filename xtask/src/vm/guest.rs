@@ -5,8 +5,7 @@ use super::console::Console;
 use super::qemu::{self, Link, Qemu};
 use super::{GuestOutcome, GuestSpec};
 use crate::backend::Accel;
-use crate::exec;
-use color_eyre::eyre::{Result, WrapErr, bail};
+use color_eyre::eyre::{Result, WrapErr};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -18,12 +17,6 @@ pub(super) struct Boot<'a> {
     pub vmlinuz: &'a Path,
     pub initrd: &'a Path,
     pub accel: Accel,
-    /// The link's port on 127.0.0.1 (the first guest listens on it).
-    pub port: u16,
-    /// With exactly two guests: their UDP ports on 127.0.0.1 (first, second) instead.
-    pub udp: Option<[u16; 2]>,
-    /// With three or more guests: the multicast group's port (one segment for all) instead.
-    pub mcast: Option<u16>,
     /// The run directory: one share per guest in it, and the console logs.
     pub run_dir: &'a Path,
     pub sync_dir: &'a Path,
@@ -56,9 +49,8 @@ impl Drop for Guest {
 }
 
 impl Guest {
-    /// Writes the guest's files into its share and starts its QEMU (the first guest listens
-    /// on the link, the others connect).
-    pub fn start(spec: &GuestSpec, first: bool, boot: &Boot<'_>) -> Result<Self> {
+    /// Writes the guest's files into its share and starts its QEMU, NIC `k` on `links[k]`.
+    pub fn start(spec: &GuestSpec, links: &[Link], boot: &Boot<'_>) -> Result<Self> {
         let share = boot.run_dir.join(&spec.name);
         std::fs::create_dir_all(&share)?;
         for (name, bytes) in &spec.files {
@@ -71,14 +63,11 @@ impl Guest {
             vmlinuz: boot.vmlinuz,
             initrd: boot.initrd,
             cmdline: qemu::kernel_cmdline(&spec.name, &spec.argv, boot.verbose),
-            link: match (boot.mcast, boot.udp, first) {
-                (Some(port), _, _) => Link::Mcast(port),
-                (None, Some([a, b]), true) => Link::Udp { local: a, peer: b },
-                (None, Some([a, b]), false) => Link::Udp { local: b, peer: a },
-                (None, None, true) => Link::Listen(boot.port),
-                (None, None, false) => Link::Connect(boot.port),
-            },
-            mac: &spec.mac,
+            nics: links
+                .iter()
+                .copied()
+                .zip(spec.macs.iter().map(String::as_str))
+                .collect(),
             share: &share,
             sync: boot.sync_dir,
         });
@@ -180,33 +169,6 @@ impl Guest {
             elapsed,
         }
     }
-
-    /// Waits until QEMU listens on `port` (read from /proc/net/tcp: a probe connection would
-    /// be taken as the peer by `-netdev socket,listen`).
-    pub fn wait_listening(&mut self, port: u16, deadline: Instant) -> Result<()> {
-        loop {
-            let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-            if is_listening(&tcp, port) {
-                return Ok(());
-            }
-            if let Some(c) = self.child.as_mut()
-                && let Some(st) = c.try_wait()?
-            {
-                bail!(
-                    "QEMU of {} exited ({st}) before listening on 127.0.0.1:{port}:\n{}",
-                    self.spec.name,
-                    self.console.tail()
-                );
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "QEMU of {} did not listen on 127.0.0.1:{port} in time",
-                    self.spec.name
-                );
-            }
-            exec::sleep(Duration::from_millis(20))?;
-        }
-    }
 }
 
 /// The exit code the guest's /init wrote into its share, if it got that far.
@@ -218,47 +180,9 @@ fn read_exit_code(share: &Path) -> Option<i32> {
         .ok()
 }
 
-/// Two different free UDP ports on 127.0.0.1 (bound together, released; QEMU binds them
-/// right after).
-pub(super) fn free_udp_ports() -> Result<[u16; 2]> {
-    let bind = || {
-        std::net::UdpSocket::bind("127.0.0.1:0")
-            .wrap_err("binding UDP 127.0.0.1:0 to find a free port")
-    };
-    let (a, b) = (bind()?, bind()?);
-    Ok([a.local_addr()?.port(), b.local_addr()?.port()])
-}
-
-/// A free TCP port on 127.0.0.1 (bound and released; QEMU binds it right after).
-pub(super) fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .wrap_err("binding 127.0.0.1:0 to find a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
-/// True when /proc/net/tcp has a LISTEN socket on 127.0.0.1:`port`.
-pub(super) fn is_listening(proc_net_tcp: &str, port: u16) -> bool {
-    let want = format!("0100007F:{port:04X}");
-    proc_net_tcp.lines().skip(1).any(|l| {
-        let mut f = l.split_whitespace();
-        let (_, local, _, state) = (f.next(), f.next(), f.next(), f.next());
-        local == Some(want.as_str()) && state == Some("0A")
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_net_tcp_listen() {
-        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0\n\
-   1: 0100007F:1F91 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 100 0 0 10 0\n";
-        assert!(is_listening(tcp, 8080));
-        assert!(!is_listening(tcp, 8081));
-        assert!(!is_listening(tcp, 80));
-    }
 
     #[test]
     fn the_exit_code_comes_from_the_share() {

@@ -114,7 +114,7 @@ fn try_kernel(cache: &Path) -> Result<Kernel> {
     std::fs::create_dir_all(&kernels)
         .wrap_err_with(|| format!("creating {}", kernels.display()))?;
     let downloads = cache.join("downloads");
-    let deb = download(&pkg, &downloads)?;
+    let deb = download(&pkg, None, &downloads)?;
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".unpack-{release}-"))
         .tempdir_in(&kernels)
@@ -189,11 +189,31 @@ fn spinner(msg: String) -> ProgressBar {
     pb
 }
 
-/// `apt-get download PKG` into `dir`, with a byte progress bar; returns the .deb.
-fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
+/// The `Version:` of `pkg` that apt would install (`apt-cache show --no-all-versions`).
+pub fn candidate_version(pkg: &str) -> Result<String> {
+    let sh = Shell::new()?;
+    let out = exec::run(cmd!(sh, "apt-cache show --no-all-versions {pkg}"))?;
+    parse_version(&out).ok_or_else(|| eyre!("`apt-cache show {pkg}` names no Version"))
+}
+
+/// From `apt-cache show`: the first `Version:` field.
+pub fn parse_version(out: &str) -> Option<String> {
+    out.lines()
+        .find_map(|l| l.strip_prefix("Version:"))
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// `apt-get download PKG` (or `PKG=VERSION`) into `dir`, with a byte progress bar; returns the
+/// .deb.
+pub(super) fn download(pkg: &str, version: Option<&str>, dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
     let sh = Shell::new()?;
-    let size = exec::run(cmd!(sh, "apt-cache show --no-all-versions {pkg}"))
+    let spec = match version {
+        Some(v) => format!("{pkg}={v}"),
+        None => pkg.to_owned(),
+    };
+    let size = exec::run(cmd!(sh, "apt-cache show --no-all-versions {spec}"))
         .ok()
         .and_then(|o| parse_size(&o));
     let pb = match size {
@@ -225,9 +245,9 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
     for stale in debs(dir) {
         let _ = std::fs::remove_file(stale);
     }
-    let mut command = std::process::Command::from(cmd!(sh, "apt-get download -q {pkg}"));
+    let mut command = std::process::Command::from(cmd!(sh, "apt-get download -q {spec}"));
     command.current_dir(dir);
-    let child = exec::Captured::spawn_command(command, format!("apt-get download {pkg}"), None)?;
+    let child = exec::Captured::spawn_command(command, format!("apt-get download {spec}"), None)?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(15 * 60);
     let mut child = Some(child);
@@ -249,12 +269,12 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
     let f = finished.ok_or_else(|| eyre!("apt-get download vanished"))?;
     if f.timed_out {
         bail!(
-            "`apt-get download {pkg}` did not finish within 15 minutes; check the network / apt sources"
+            "`apt-get download {spec}` did not finish within 15 minutes; check the network / apt sources"
         );
     }
     if f.code != Some(0) {
         bail!(
-            "`apt-get download {pkg}` failed ({:?}): {}",
+            "`apt-get download {spec}` failed ({:?}): {}",
             f.code,
             crate::text::tail(f.stderr.trim(), 2000)
         );
@@ -265,7 +285,7 @@ fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
     match found.as_slice() {
         [deb] if deb.extension().is_some_and(|e| e == "deb") => Ok(deb.clone()),
         _ => bail!(
-            "`apt-get download {pkg}` succeeded but left {found:?} in {}",
+            "`apt-get download {spec}` succeeded but left {found:?} in {}",
             dir.display()
         ),
     }
@@ -295,5 +315,7 @@ mod tests {
         let out = "Package: linux-image-6.1.0-56-amd64\nVersion: 6.1.192-2\nInstalled-Size: 400000\nSize: 70550672\n";
         assert_eq!(parse_size(out), Some(70_550_672));
         assert_eq!(parse_size("Package: x\n"), None);
+        assert_eq!(parse_version(out).as_deref(), Some("6.1.192-2"));
+        assert_eq!(parse_version("Package: x\nVersion: \n"), None);
     }
 }

@@ -18,8 +18,11 @@ mod plans;
 mod qemu;
 pub mod run_cmd;
 mod rundir;
+pub mod siw;
+mod wire;
 
-pub use plans::{PlanGuest, run_plans};
+pub use plans::{PlanGuest, run_plans, run_plans_on};
+pub use wire::{Net, mac};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -38,8 +41,9 @@ use rundir::RunDir;
 pub struct GuestSpec {
     /// Short name (hostname, console prefix, share directory name).
     pub name: String,
-    /// MAC of its virtio-net NIC, e.g. `52:54:00:12:34:01`.
-    pub mac: String,
+    /// MAC of each virtio-net NIC (eth0 first), e.g. `52:54:00:12:34:01`; as many as the
+    /// run's [`Net`] has NICs.
+    pub macs: Vec<String>,
     /// The command /init runs in the chroot (absolute program path; no spaces or commas).
     pub argv: Vec<String>,
     /// Guest memory.
@@ -51,11 +55,16 @@ pub struct GuestSpec {
 }
 
 impl GuestSpec {
-    /// A guest named `name` whose NIC's MAC ends in `index` (1-based), 1 GiB, 120 s.
+    /// A guest named `name` with one NIC whose MAC ends in `index` (1-based), 1 GiB, 120 s.
     pub fn new(name: &str, index: u8, argv: Vec<String>) -> Self {
+        Self::with_nics(name, index, 1, argv)
+    }
+
+    /// [`new`](Self::new) with `nics` NICs (MACs from [`mac`]).
+    pub fn with_nics(name: &str, index: u8, nics: usize, argv: Vec<String>) -> Self {
         Self {
             name: name.to_owned(),
-            mac: format!("52:54:00:12:34:{index:02x}"),
+            macs: (0..nics).map(|k| mac(index, k)).collect(),
             argv,
             mem_mb: 1024,
             timeout: Duration::from_secs(120),
@@ -211,15 +220,31 @@ fn check_name(name: &str) -> Result<()> {
 
 /// Boots `specs` together on one L2 link, waits for all (each up to its deadline), and
 /// returns what each did. Two guests share a UDP link, three or more a multicast segment
-/// (both on 127.0.0.1); otherwise the first guest listens on a free port, the others connect.
+/// (both on 127.0.0.1); one guest alone listens on a free port.
 pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
+    run_guests_on(specs, &Net::default(), opts)
+}
+
+/// [`run_guests`] on `net`: every guest has `net.nics` NICs, NIC `k` on link `k` (see
+/// [`wire`]), the links in `net.dead` cut.
+pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result<GuestRun> {
     if specs.is_empty() {
         bail!("no guests to run");
     }
     for s in specs {
         check_name(&s.name)?;
         check_argv(&s.argv).wrap_err_with(|| format!("guest {}", s.name))?;
+        if s.macs.len() != net.nics {
+            bail!(
+                "guest {} has {} MACs for {} NICs",
+                s.name,
+                s.macs.len(),
+                net.nics
+            );
+        }
     }
+    let ports = wire::free_ports(wire::ports_needed(specs.len(), net), specs.len() == 1)?;
+    let links = wire::wire(specs.len(), net, &ports)?;
     let prepared = prepare()?;
     let kernel = prepared
         .kernel
@@ -239,19 +264,6 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         vmlinuz: &kernel.vmlinuz,
         initrd: &prepared.initramfs,
         accel: prepared.accel.unwrap_or(Accel::Tcg),
-        port: guest::free_port()?,
-        // Two guests: a UDP link (see qemu::Link::Udp for why not the TCP stream).
-        udp: if specs.len() == 2 {
-            Some(guest::free_udp_ports()?)
-        } else {
-            None
-        },
-        // Three or more: one multicast segment (see qemu::Link::Mcast).
-        mcast: if specs.len() > 2 {
-            Some(guest::free_udp_ports()?[0])
-        } else {
-            None
-        },
         run_dir: &dir.path,
         sync_dir: &sync_dir,
         progress: &progress,
@@ -259,7 +271,7 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
         verbose: opts.verbose,
     };
     let t0 = Instant::now();
-    let mut guests = start_all(specs, &boot)?;
+    let mut guests = start_all(specs, &links, &boot)?;
     // Watch until every guest exited or hit its deadline.
     loop {
         exec::check_interrupted()?;
@@ -283,18 +295,18 @@ pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
     })
 }
 
-/// Starts every guest; with more than one, the others only once the first listens on the
-/// link. Guests already started are killed if a later one fails to start.
-fn start_all(specs: &[GuestSpec], boot: &Boot<'_>) -> Result<Vec<Guest>> {
-    let mut guests = Vec::with_capacity(specs.len());
-    for (i, spec) in specs.iter().enumerate() {
-        let mut g = Guest::start(spec, i == 0, boot)?;
-        if i == 0 && specs.len() > 1 && boot.udp.is_none() && boot.mcast.is_none() {
-            g.wait_listening(boot.port, Instant::now() + Duration::from_secs(20))?;
-        }
-        guests.push(g);
-    }
-    Ok(guests)
+/// Starts every guest on its links (`links[i]` for guest `i`). Guests already started are
+/// killed if a later one fails to start.
+fn start_all(
+    specs: &[GuestSpec],
+    links: &[Vec<qemu::Link>],
+    boot: &Boot<'_>,
+) -> Result<Vec<Guest>> {
+    specs
+        .iter()
+        .zip(links)
+        .map(|(spec, l)| Guest::start(spec, l, boot))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Guests that run a [`Plan`] each with `xtask guest-agent`, and the plans' results.
 
-use super::{GuestRun, GuestSpec, VmOptions, run_guests};
+use super::{GuestRun, GuestSpec, Net, VmOptions, run_guests_on};
 use crate::plan::{GUEST_SHARE, PLAN_FILE, Plan, PlanResult, RESULT_FILE};
 use color_eyre::eyre::{Result, eyre};
 use std::time::Duration;
@@ -24,15 +24,31 @@ pub struct PlanRun {
 
 /// Boots one guest per plan; each runs `xtask guest-agent` with its plan.
 pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
+    run_plans_on(nodes, &Net::default(), opts)
+}
+
+/// [`run_plans`] on `net`. Each plan NIC is told its MAC, so the agent proves which QEMU NIC
+/// became which interface; a plan may configure fewer NICs than the guests have.
+pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<PlanRun> {
     let exe = crate::exec::self_exe()?;
     let specs = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| {
             let idx = u8::try_from(i + 1).map_err(|_| eyre!("too many guests"))?;
-            let mut s = GuestSpec::new(
+            let mut plan = n.plan.clone();
+            if plan.node.nics.len() > net.nics {
+                return Err(eyre!(
+                    "{}'s plan sets up {} NICs; the guests have {}",
+                    n.name,
+                    plan.node.nics.len(),
+                    net.nics
+                ));
+            }
+            let mut s = GuestSpec::with_nics(
                 &n.name,
                 idx,
+                net.nics,
                 vec![
                     exe.clone(),
                     "guest-agent".into(),
@@ -42,12 +58,15 @@ pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
             );
             s.mem_mb = n.mem_mb;
             s.timeout = n.timeout;
+            for (nic, mac) in plan.node.nics.iter_mut().zip(&s.macs) {
+                nic.mac.get_or_insert_with(|| mac.clone());
+            }
             s.files
-                .push((PLAN_FILE.to_owned(), serde_json::to_vec_pretty(&n.plan)?));
+                .push((PLAN_FILE.to_owned(), serde_json::to_vec_pretty(&plan)?));
             Ok(s)
         })
         .collect::<Result<Vec<_>>>()?;
-    let guests = run_guests(&specs, opts)?;
+    let guests = run_guests_on(&specs, net, opts)?;
     let results = guests
         .outcomes
         .iter()

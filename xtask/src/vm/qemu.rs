@@ -9,13 +9,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use xshell::{Shell, cmd};
 
-/// The guest's side of the virtual link (`-netdev socket` over 127.0.0.1).
+/// The guest's side of a virtual link (`-netdev socket` over 127.0.0.1; see `wire`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Link {
-    /// The first guest listens on this port.
+    /// A guest alone: it listens on this TCP port, and nobody joins.
     Listen(u16),
-    /// The others connect to it.
-    Connect(u16),
     /// Exactly two guests: one UDP datagram per frame, from our port to the peer's. Preferred
     /// over the TCP stream: there, Nagle holds a frame sent right behind another (rxe's ACK
     /// then the next RDMA Write) until the peer QEMU's delayed ACK, ~20 ms per exchange.
@@ -35,8 +33,8 @@ pub(super) struct Qemu<'a> {
     pub initrd: &'a Path,
     /// The kernel command line ([`kernel_cmdline`]).
     pub cmdline: String,
-    pub link: Link,
-    pub mac: &'a str,
+    /// Each NIC (eth0 first): its side of its link and its MAC.
+    pub nics: Vec<(Link, &'a str)>,
     /// The guest's own writable share (plan, results, exit code).
     pub share: &'a Path,
     /// The share every guest of the run sees (markers).
@@ -53,18 +51,23 @@ pub(super) fn kernel_cmdline(name: &str, argv: &[String], verbose: bool) -> Stri
     )
 }
 
-/// The arguments of `qemu-system-x86_64`: one vCPU, no devices but the serial console, the
-/// kernel and initramfs, one virtio NIC on the link, the host root read-only over 9p, the
-/// guest's share and the run's sync share writable.
-pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
-    let net = match q.link {
-        Link::Listen(port) => format!("socket,id=n0,listen=127.0.0.1:{port}"),
-        Link::Connect(port) => format!("socket,id=n0,connect=127.0.0.1:{port}"),
+/// `-netdev` of NIC `k` on `link`.
+fn netdev(k: usize, link: Link) -> String {
+    match link {
+        Link::Listen(port) => format!("socket,id=n{k},listen=127.0.0.1:{port}"),
         Link::Udp { local, peer } => {
-            format!("socket,id=n0,udp=127.0.0.1:{peer},localaddr=127.0.0.1:{local}")
+            format!("socket,id=n{k},udp=127.0.0.1:{peer},localaddr=127.0.0.1:{local}")
         }
-        Link::Mcast(port) => format!("socket,id=n0,mcast=230.0.0.1:{port},localaddr=127.0.0.1"),
-    };
+        Link::Mcast(port) => {
+            format!("socket,id=n{k},mcast=230.0.0.1:{port},localaddr=127.0.0.1")
+        }
+    }
+}
+
+/// The arguments of `qemu-system-x86_64`: one vCPU, no devices but the serial console, the
+/// kernel and initramfs, a virtio NIC on each link (in order: the first is eth0), the host
+/// root read-only over 9p, the guest's share and the run's sync share writable.
+pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec!["-name".into(), q.name.into()];
     v.extend(q.accel.qemu_args().map(OsString::from));
     v.extend(
@@ -90,10 +93,16 @@ pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
         q.initrd.into(),
         "-append".into(),
         q.cmdline.clone().into(),
-        "-netdev".into(),
-        net.into(),
-        "-device".into(),
-        format!("virtio-net-pci,netdev=n0,mac={}", q.mac).into(),
+    ]);
+    for (k, (link, mac)) in q.nics.iter().enumerate() {
+        v.extend([
+            "-netdev".into(),
+            netdev(k, *link).into(),
+            "-device".into(),
+            format!("virtio-net-pci,netdev=n{k},mac={mac}").into(),
+        ]);
+    }
+    v.extend([
         "-virtfs".into(),
         "local,path=/,mount_tag=hostroot,readonly=on,security_model=none,multidevs=remap".into(),
         "-virtfs".into(),
@@ -158,8 +167,7 @@ mod tests {
             vmlinuz: Path::new("/k/vmlinuz"),
             initrd: Path::new("/k/initrd.cpio"),
             cmdline: kernel_cmdline("A", &["/bin/xtask".into(), "guest-agent".into()], false),
-            link,
-            mac: "52:54:00:12:34:01",
+            nics: vec![(link, "52:54:00:12:34:01")],
             share: Path::new("/run/A"),
             sync: Path::new("/run/sync"),
         }
@@ -244,15 +252,44 @@ mod tests {
     }
 
     #[test]
-    fn other_guests_connect_and_verbose_raises_the_loglevel() {
-        let v = strings(&argv(&qemu(Link::Connect(4000))));
+    fn each_nic_gets_its_own_netdev_and_device_in_order() {
+        let mut q = qemu(Link::Udp { local: 1, peer: 2 });
+        q.nics
+            .push((Link::Udp { local: 3, peer: 4 }, "52:54:00:12:35:01"));
+        let v = strings(&argv(&q));
+        let pairs = |flag: &str| -> Vec<String> {
+            v.windows(2)
+                .filter(|w| w[0] == flag)
+                .map(|w| w[1].clone())
+                .collect()
+        };
         assert_eq!(
-            after(&v, "-netdev"),
-            Some("socket,id=n0,connect=127.0.0.1:4000")
+            pairs("-netdev"),
+            [
+                "socket,id=n0,udp=127.0.0.1:2,localaddr=127.0.0.1:1",
+                "socket,id=n1,udp=127.0.0.1:4,localaddr=127.0.0.1:3"
+            ]
         );
+        assert_eq!(
+            pairs("-device"),
+            [
+                "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:01",
+                "virtio-net-pci,netdev=n1,mac=52:54:00:12:35:01"
+            ]
+        );
+        // eth0's pair comes before eth1's: the guest names them in PCI order.
+        let first = |s: &str| v.iter().position(|a| a == s).unwrap();
+        assert!(
+            first("virtio-net-pci,netdev=n0,mac=52:54:00:12:34:01")
+                < first("socket,id=n1,udp=127.0.0.1:4,localaddr=127.0.0.1:3")
+        );
+    }
+
+    #[test]
+    fn kvm_and_verbose_raise_the_loglevel() {
         let kvm = Qemu {
             accel: Accel::Kvm,
-            ..qemu(Link::Connect(1))
+            ..qemu(Link::Listen(1))
         };
         let v = strings(&argv(&kvm));
         assert_eq!(after(&v, "-accel"), Some("kvm"));

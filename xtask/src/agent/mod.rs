@@ -1,5 +1,9 @@
 //! `cargo xtask guest-agent --plan FILE` (hidden): runs inside a guest, started by /init.
-//! Configures the node (IP, rxe), runs the plan's steps and writes `result.json`.
+//! Configures the node ([`node`]: modules, NICs, IPv4/IPv6, rxe/siw), runs the plan's steps
+//! (argv placeholders such as a GID index resolved by [`gid`]) and writes `result.json`.
+
+mod gid;
+mod node;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,7 +13,6 @@ use color_eyre::eyre::{Result, WrapErr, eyre};
 
 use crate::exec::{self, Captured, Finished};
 use crate::plan::{Diagnostics, Plan, PlanResult, RESULT_FILE, Step, StepResult};
-use crate::rxe::RxeLink;
 use crate::text;
 
 /// Arguments of `guest-agent`.
@@ -100,7 +103,7 @@ fn fill(r: &mut StepResult, f: &Finished, expect: i32) {
 }
 
 fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
-    match setup_node(plan, result) {
+    match node::setup_node(plan, result) {
         Ok(rxe) => {
             let out = run_steps(plan, result);
             // Always, and while the rxe device still exists: steps may be allowed to fail,
@@ -131,78 +134,6 @@ pub fn run_local(plan: &Plan) -> PlanResult {
     result
 }
 
-/// Waits until the kernel reports `iface` as up with carrier: `ip link set up` returns before
-/// linkwatch sets the operstate, and whatever runs next (rxe, or `e2e --backend rxe` picking
-/// a netdev that is up) must not race it.
-fn wait_link_up(iface: &str, deadline: Instant) -> Result<()> {
-    let dir = Path::new("/sys/class/net").join(iface);
-    loop {
-        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-        let (oper, carrier) = (read("operstate"), read("carrier"));
-        if link_is_up(oper.trim(), carrier.trim()) {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(eyre!(
-                "{iface} is not up after `ip link set {iface} up` (operstate {:?}, carrier {:?}): \
-                 check the guest's virtio-net link",
-                oper.trim(),
-                carrier.trim()
-            ));
-        }
-        exec::sleep(Duration::from_millis(20))?;
-    }
-}
-
-/// `operstate` / `carrier` as sysfs reports them: up, or unknown (drivers without operstate
-/// reporting) with carrier.
-fn link_is_up(operstate: &str, carrier: &str) -> bool {
-    operstate == "up" || (operstate == "unknown" && carrier == "1")
-}
-
-/// Brings the interface up with its address and creates the rxe device (kept until drop).
-fn setup_node(plan: &Plan, result: &mut PlanResult) -> Result<Option<RxeLink>> {
-    let iface = plan.node.iface.as_str();
-    setup_step(result, "ip link up", &["ip", "link", "set", iface, "up"])?;
-    setup_step(
-        result,
-        "ip addr add",
-        &["ip", "addr", "add", &plan.node.ip, "dev", iface],
-    )?;
-    wait_link_up(iface, Instant::now() + Duration::from_secs(10))?;
-    Ok(match &plan.node.rxe {
-        Some(name) => {
-            let t = Instant::now();
-            let link = RxeLink::create(name, iface, Duration::from_secs(20));
-            result.setup.push(StepResult {
-                name: "rxe".into(),
-                argv: vec![
-                    "rdma".into(),
-                    "link".into(),
-                    "add".into(),
-                    name.clone(),
-                    "type".into(),
-                    "rxe".into(),
-                ],
-                ok: link.is_ok(),
-                exit_code: Some(i32::from(link.is_err())),
-                attempts: 1,
-                elapsed_s: t.elapsed().as_secs_f64(),
-                error: link.as_ref().err().map(|e| format!("{e:#}")),
-                ..Default::default()
-            });
-            let link = link?;
-            println!(
-                "guest-agent: {} on {} is ACTIVE",
-                link.name(),
-                link.netdev()
-            );
-            Some(link)
-        }
-        None => None,
-    })
-}
-
 /// Runs the steps (foreground in order, background collected at the end).
 fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     let sync = PathBuf::from(&plan.sync_dir);
@@ -210,6 +141,24 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     let mut first_error: Option<String> = None;
     for step in &plan.steps {
         let idx = result.steps.len();
+        let resolved = gid::resolve_step(step);
+        let step = match &resolved {
+            Ok(s) => s,
+            Err(e) => {
+                let r = StepResult {
+                    name: step.name.clone(),
+                    argv: step.argv.clone(),
+                    error: Some(format!("{e:#}")),
+                    ..Default::default()
+                };
+                first_error.get_or_insert_with(|| describe_failure(&r));
+                result.steps.push(r);
+                if step.allow_failure {
+                    continue;
+                }
+                break;
+            }
+        };
         let mut r = StepResult {
             name: step.name.clone(),
             argv: step.argv.clone(),
@@ -402,20 +351,6 @@ mod tests {
     use crate::plan::Node;
 
     #[test]
-    fn a_link_is_up_with_operstate_up_or_unknown_with_carrier() {
-        assert!(link_is_up("up", "1"));
-        assert!(link_is_up("unknown", "1"));
-        assert!(!link_is_up("unknown", "0"));
-        assert!(!link_is_up("down", "0"));
-        assert!(!link_is_up("dormant", "1"));
-        // Unreadable sysfs files read as empty: not up.
-        assert!(!link_is_up("", ""));
-        // An interface that does not exist times out with its name in the error.
-        let e = wait_link_up("nosuch0", Instant::now()).unwrap_err();
-        assert!(format!("{e}").contains("nosuch0 is not up"), "{e}");
-    }
-
-    #[test]
     fn dmesg_filter() {
         let d = "[1.0] virtio_net ok\n[2.0] RDMA_RXE: loaded\n[3.0] rdma_rxe: failed to add eth0\n[4.0] ib_core x\n[5.0] other";
         assert_eq!(
@@ -426,11 +361,7 @@ mod tests {
 
     fn plan_in(dir: &Path, steps: Vec<Step>) -> Plan {
         Plan {
-            node: Node {
-                ip: "10.0.0.1/24".into(),
-                iface: "eth0".into(),
-                rxe: None,
-            },
+            node: Node::guest("10.0.0.1", false),
             steps,
             sync_dir: dir.to_string_lossy().into_owned(),
         }

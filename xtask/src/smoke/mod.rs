@@ -1,0 +1,460 @@
+//! `cargo xtask vm-smoke`: proves the VM infrastructure: guests boot, their RDMA devices come
+//! up, and a perftest pair (`ib_write_bw`) runs across the virtual link (or inside one guest).
+//! Options prove each capability of the guests: two NICs with one link cut (`--nics 2
+//! --dead-link 0`), IPv6-only NICs (`--ipv6`), Soft-iWARP with RDMA CM (`--transport siw`:
+//! rping), and a capture of the RoCE v2 packets (`--capture`). [`plans`] holds what each guest
+//! does.
+
+mod plans;
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use color_eyre::eyre::{Result, bail, eyre};
+
+use crate::plan::{LinkKind, Modules, PlanResult};
+use crate::vm::{self, PlanGuest};
+use plans::{CAPTURE, CAPTURE_PACKETS, Shape};
+
+/// Arguments of `cargo xtask vm-smoke`.
+#[derive(Debug, Args)]
+pub struct SmokeArgs {
+    /// 2: server in guest A, client in guest B; 1: both in one guest.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub nodes: u8,
+    #[command(flatten)]
+    pub guests: vm::GuestFlags,
+    /// Messages the perftest pair sends.
+    #[arg(long, default_value_t = 200)]
+    pub iters: u32,
+    /// NICs per guest (eth0, eth1), each on its own link, an RDMA device on each (rxe0, rxe1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub nics: u8,
+    /// Cut this link's wire (NIC index): the NICs stay up with their addresses, nothing
+    /// crosses; the pair runs over the other link, and B proves the cut link dead (ping).
+    #[arg(long)]
+    pub dead_link: Option<u8>,
+    /// Leave this NIC (index) administratively down in both guests (its addresses and RDMA
+    /// device set, the device's port DOWN); the pair runs over the other link.
+    #[arg(long)]
+    pub down_link: Option<u8>,
+    /// IPv6-only NICs (fd00::X/64 on eth0, fd00:1::X/64 on eth1): DAD waited for, the RDMA
+    /// device's IPv6 GID checked, perftest on that GID.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// The RDMA transport: rxe (Soft-RoCE, perftest) or siw (Soft-iWARP, built for the guest
+    /// kernel once; rping through RDMA CM).
+    #[arg(long, value_enum, default_value_t = LinkKind::Rxe)]
+    pub transport: LinkKind,
+    /// tcpdump on UDP 4791 in guest A during the pair; the capture must hold RoCE v2 packets.
+    #[arg(long)]
+    pub capture: bool,
+    /// rping through RDMA CM (modules configfs, ib_cm, iw_cm, rdma_cm, rdma_ucm loaded) instead
+    /// of perftest; implied by --transport siw.
+    #[arg(long)]
+    pub rdma_cm: bool,
+    /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
+    #[arg(long)]
+    pub prepare_only: bool,
+    /// Run the suite `cargo xtask test` runs (two NICs with eth0's link cut, IPv6-only, siw,
+    /// the capture), one after the other.
+    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "prepare_only"])]
+    pub suite: bool,
+}
+
+impl SmokeArgs {
+    /// The run's shape, or why the flags do not make one.
+    fn shape(&self, modules: Option<Modules>) -> Result<Shape> {
+        let nics = usize::from(self.nics);
+        let dead = self.dead_link.map(usize::from);
+        let down = self.down_link.map(usize::from);
+        if dead.is_some() && down.is_some() {
+            bail!("--dead-link and --down-link together leave the pair no link");
+        }
+        if let Some(d) = dead.or(down) {
+            if self.nodes < 2 {
+                bail!("--dead-link / --down-link need --nodes 2: a peer proves the link unusable");
+            }
+            if nics < 2 {
+                bail!("--dead-link / --down-link {d} need --nics 2: the pair needs a live link");
+            }
+            if d >= nics {
+                bail!("there is no link {d}: the guests have NICs 0..{}", nics - 1);
+            }
+        }
+        if self.capture && (self.transport != LinkKind::Rxe || self.rdma_cm) {
+            bail!(
+                "--capture records perftest's RoCE v2 (UDP 4791): use it with --transport rxe and no --rdma-cm"
+            );
+        }
+        if (self.transport == LinkKind::Siw || self.rdma_cm) && self.nodes < 2 {
+            bail!("rping (--transport siw, --rdma-cm) runs between two guests: use --nodes 2");
+        }
+        vm::Net::new(nics, dead.as_slice())?;
+        Ok(Shape {
+            nodes: self.nodes,
+            nics,
+            dead,
+            down,
+            ipv6: self.ipv6,
+            transport: self.transport,
+            capture: self.capture,
+            cm: self.rdma_cm,
+            iters: self.iters,
+            modules,
+        })
+    }
+}
+
+/// The `BW average[MB/sec]` of an `ib_write_bw` report (the data line after the header).
+pub fn parse_bw_average(stdout: &str) -> Option<f64> {
+    let mut lines = stdout.lines().skip_while(|l| !l.contains("BW average"));
+    lines.next()?;
+    lines.find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 4 && f[0].parse::<u64>().is_ok())
+            .then(|| f[3].parse().ok())
+            .flatten()
+    })
+}
+
+impl SmokeArgs {
+    /// Today's smoke: two guests, one NIC, rxe, 200 messages.
+    fn plain(vm: &vm::VmOptions) -> Self {
+        Self {
+            nodes: 2,
+            guests: vm::GuestFlags {
+                vm: vm.clone(),
+                timeout: 120,
+            },
+            iters: 200,
+            nics: 1,
+            dead_link: None,
+            down_link: None,
+            ipv6: false,
+            transport: LinkKind::Rxe,
+            capture: false,
+            rdma_cm: false,
+            prepare_only: false,
+            suite: false,
+        }
+    }
+}
+
+/// The guest infrastructure the later scenarios stand on, one `vm-smoke` each (10-20 s warm):
+/// two NICs with eth0's link cut, IPv6-only NICs, siw with rping, the RoCE v2 capture.
+/// What `cargo xtask test` runs as one phase.
+pub fn suite(vm: &vm::VmOptions) -> Result<()> {
+    let plain = || SmokeArgs::plain(vm);
+    let runs = [
+        SmokeArgs {
+            nics: 2,
+            dead_link: Some(0),
+            ..plain()
+        },
+        SmokeArgs {
+            ipv6: true,
+            ..plain()
+        },
+        SmokeArgs {
+            transport: LinkKind::Siw,
+            ..plain()
+        },
+        SmokeArgs {
+            capture: true,
+            ..plain()
+        },
+    ];
+    for a in &runs {
+        run(a)?;
+    }
+    Ok(())
+}
+
+/// Prepares what the guests boot (and siw.ko for siw); the modules a node loads (RDMA CM for
+/// rping, siw's dependency and siw.ko for siw).
+fn prepare(args: &SmokeArgs) -> Result<(vm::Prepared, Option<Modules>, f64)> {
+    args.shape(None)?;
+    let prepared = vm::prepare()?;
+    let siw = args.transport == LinkKind::Siw;
+    if !siw && !args.rdma_cm {
+        return Ok((prepared, None, 0.0));
+    }
+    let kernel = prepared
+        .kernel
+        .clone()
+        .ok_or_else(|| eyre!("no kernel prepared"))?;
+    let path = |p: &std::path::Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+    };
+    let names = |l: &[&str]| l.iter().map(|m| (*m).to_owned()).collect::<Vec<_>>();
+    let mut modules = Modules {
+        root: path(&kernel.root)?,
+        modprobe: names(vm::siw::RDMA_CM),
+        insmod: Vec::new(),
+    };
+    if !siw {
+        return Ok((prepared, Some(modules), 0.0));
+    }
+    let t = Instant::now();
+    let (ko, built) = vm::siw::ensure_siw(&kernel, &vm::cache_dir())?;
+    eprintln!(
+        "siw: {} {} ({:.1} s)",
+        if built { "built" } else { "cached" },
+        ko.display(),
+        t.elapsed().as_secs_f64()
+    );
+    modules.modprobe.splice(0..0, names(vm::siw::SIW_DEPS));
+    modules.insmod.push(path(&ko)?);
+    Ok((prepared, Some(modules), t.elapsed().as_secs_f64()))
+}
+
+/// Entry point.
+pub fn cmd(args: &SmokeArgs) -> Result<()> {
+    if args.suite {
+        let t = Instant::now();
+        suite(&args.guests.vm)?;
+        println!("vm-smoke --suite: OK in {:.1} s", t.elapsed().as_secs_f64());
+        return Ok(());
+    }
+    run(args)
+}
+
+/// One shape.
+fn run(args: &SmokeArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let (_, modules, siw_s) = prepare(args)?;
+    if args.prepare_only {
+        println!(
+            "vm-smoke: prepared in {:.1} s (kernel, initramfs{})",
+            t0.elapsed().as_secs_f64(),
+            if modules.is_some() { ", siw.ko" } else { "" }
+        );
+        return Ok(());
+    }
+    let shape = args.shape(modules)?;
+    let net = vm::Net::new(shape.total_nics(), shape.dead.as_slice())?;
+    crate::deps::ensure(&[crate::deps::Group::Run])?;
+    if shape.rping() || shape.capture {
+        crate::deps::ensure(&[crate::deps::Group::Transports])?;
+    }
+    let nodes: Vec<PlanGuest> = plans::plans(&shape)
+        .into_iter()
+        .map(|(name, plan)| PlanGuest {
+            name,
+            plan,
+            mem_mb: 1024,
+            timeout: Duration::from_secs(args.guests.timeout),
+        })
+        .collect();
+    let run = vm::run_plans_on(&nodes, &net, &args.guests.vm)?;
+    let mut problems = Vec::new();
+    let mut results: Vec<Option<&PlanResult>> = Vec::new();
+    for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
+        match r {
+            Ok(r) if r.ok => results.push(Some(r)),
+            Ok(r) => {
+                problems.push(format!(
+                    "{}: plan failed: {}\n  diagnostics: {}",
+                    o.name,
+                    r.error.as_deref().unwrap_or("?"),
+                    serde_json::to_string_pretty(&r.diagnostics).unwrap_or_default()
+                ));
+                results.push(Some(r));
+            }
+            Err(e) => {
+                problems.push(e.clone());
+                results.push(None);
+            }
+        }
+    }
+    let client = results.iter().flatten().find_map(|r| r.step("client"));
+    let server = results.iter().flatten().find_map(|r| r.step("server"));
+    let bw = client.and_then(|c| parse_bw_average(&c.stdout));
+    let pings = client.map_or(0, |c| plans::rping_verified(&c.stdout));
+    // The marker crossed from guest A to the host (and to B) through the 9p sync share.
+    if !run.guests.sync_dir.join(plans::MARKER).exists() {
+        problems.push(format!(
+            "marker {} is missing from the sync dir {}",
+            plans::MARKER,
+            run.guests.sync_dir.display()
+        ));
+    }
+    if problems.is_empty() {
+        let server_ok = |s: &crate::plan::StepResult| {
+            if shape.rping() {
+                plans::rping_verified(&s.stdout) == 3
+            } else {
+                s.ok
+            }
+        };
+        let worked = if shape.rping() {
+            pings == 3
+        } else {
+            bw.is_some()
+        };
+        match (client, server) {
+            (Some(c), Some(s)) if c.ok && server_ok(s) && worked => {}
+            _ => problems.push(format!(
+                "the {} pair did not show its result (bandwidth / 3 verified pings): client {client:?}, server {:?}",
+                shape.transport.as_str(),
+                server.map(|s| (&s.exit_code, &s.stdout, &s.stderr))
+            )),
+        }
+    }
+    let want_ip = if shape.ipv6 { 6 } else { 4 };
+    let captured = if shape.capture {
+        let path = run.guests.outcomes[0].share_dir.join(CAPTURE);
+        match std::fs::read(&path)
+            .map_err(|e| eyre!("{}: {e}", path.display()))
+            .and_then(|b| crate::pcap::roce_packets(&b))
+        {
+            Ok(p) if p.iter().any(|p| p.ip_version != want_ip) => {
+                problems.push(format!(
+                    "the capture {} holds RoCE v2 packets over IPv{} where all should be IPv{want_ip}",
+                    path.display(),
+                    if want_ip == 4 { 6 } else { 4 }
+                ));
+                None
+            }
+            Ok(p) if !p.is_empty() => Some(p),
+            Ok(_) => {
+                problems.push(format!(
+                    "the capture {} holds no RoCE v2 packet",
+                    path.display()
+                ));
+                None
+            }
+            Err(e) => {
+                problems.push(format!("no capture to read: {e:#}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+
+    let p = &run.guests.prepared;
+    println!(
+        "vm-smoke ({} guest{}, {} NIC{} each{}{}, {}{}, {}):",
+        nodes.len(),
+        if nodes.len() > 1 { "s" } else { "" },
+        shape.nics,
+        if shape.nics > 1 { "s" } else { "" },
+        if shape.oob_nic() {
+            " + an IPv4 one for perftest's out-of-band exchange"
+        } else {
+            ""
+        },
+        match (shape.dead, shape.down) {
+            (Some(d), _) => format!(", link {d} cut"),
+            (_, Some(d)) => format!(", eth{d} left down"),
+            _ => String::new(),
+        },
+        if shape.ipv6 { "IPv6-only, " } else { "" },
+        shape.transport.as_str(),
+        p.accel_why
+    );
+    if shape.transport == LinkKind::Siw {
+        println!("  siw.ko     {siw_s:>6.1} s");
+    }
+    println!(
+        "  kernel     {:>6.1} s  ({})",
+        p.kernel_time.as_secs_f64(),
+        match &p.kernel {
+            Some(k) if k.fresh => format!("downloaded + unpacked {}", k.release),
+            Some(k) => format!("cached {}", k.release),
+            None => "?".into(),
+        }
+    );
+    println!(
+        "  initramfs  {:>6.1} s  ({})",
+        p.initramfs_time.as_secs_f64(),
+        if p.initramfs_built { "built" } else { "cached" }
+    );
+    for (o, r) in run.guests.outcomes.iter().zip(&results) {
+        let boot = o
+            .boot
+            .map_or("?".to_owned(), |b| format!("{:.1} s", b.as_secs_f64()));
+        let steps = r.map_or("?".to_owned(), |r| format!("{:.1} s", r.elapsed_s));
+        println!(
+            "  guest {}    boot {boot}, plan {steps}, total {:.1} s, exit {:?}",
+            o.name,
+            o.elapsed.as_secs_f64(),
+            o.exit_code
+        );
+        if let Some(r) = r {
+            for s in r.setup.iter().chain(&r.steps) {
+                let wait = if s.waited_s > 0.0 {
+                    format!(", waited {:.2} s for marker", s.waited_s)
+                } else {
+                    String::new()
+                };
+                let said = s.stdout.lines().next().filter(|_| s.argv.is_empty());
+                println!(
+                    "      {:<16} {:>5.2} s  attempts {} exit {:?}{wait}{}",
+                    s.name,
+                    s.elapsed_s,
+                    s.attempts,
+                    s.exit_code,
+                    said.map(|l| format!("  ({l})")).unwrap_or_default()
+                );
+            }
+        }
+    }
+    println!(
+        "  guests     {:>6.1} s wall",
+        run.guests.guests_time.as_secs_f64()
+    );
+    println!("  total      {:>6.1} s", t0.elapsed().as_secs_f64());
+    if let Some(bw) = bw {
+        println!(
+            "  ib_write_bw 4096 B x {} over {}: BW average {bw:.2} MB/sec (TCG: only ratios mean anything)",
+            args.iters,
+            shape.dev(shape.traffic_link())
+        );
+    }
+    if shape.rping() {
+        println!(
+            "  rping over {} (RDMA CM): {pings} of 3 pings verified",
+            shape.dev(shape.traffic_link())
+        );
+    }
+    if let Some(p) = &captured {
+        let mut tcs: Vec<u8> = p.iter().map(|p| p.traffic_class).collect();
+        tcs.sort_unstable();
+        tcs.dedup();
+        let mut ops: Vec<u8> = p.iter().map(|p| p.opcode).collect();
+        ops.sort_unstable();
+        ops.dedup();
+        println!(
+            "  capture    {} RoCE v2 packets over IPv{want_ip} on UDP 4791 (tcpdump kept {CAPTURE_PACKETS}): traffic class {tcs:02x?}, BTH opcodes {ops:02x?}",
+            p.len()
+        );
+    }
+    if !problems.is_empty() {
+        bail!("vm-smoke failed:\n{}", problems.join("\n"));
+    }
+    println!("vm-smoke: OK");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bw_parsing() {
+        let out = "---------------------------------------------------------------------------------------\n \
+#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n \
+4096       200              12.34              11.56  \t\t   0.002960\n\
+---------------------------------------------------------------------------------------\n";
+        assert_eq!(parse_bw_average(out), Some(11.56));
+        assert_eq!(
+            parse_bw_average("Couldn't connect to 10.0.0.1:18515\n"),
+            None
+        );
+    }
+}

@@ -1,0 +1,463 @@
+//! What each guest of a `vm-smoke` run does, for each shape of run: one or two guests, one or
+//! two NICs (one link cut), IPv4 or IPv6-only, Soft-RoCE (perftest) or Soft-iWARP (rping), and
+//! a capture of the RoCE v2 traffic.
+
+use crate::plan::{GUEST_SHARE, GUEST_SYNC, LinkKind, Modules, Nic, Node, Plan, RdmaDev, Step};
+
+/// The marker guest A's server sets when it started.
+pub const MARKER: &str = "server-started";
+/// The capture guest A writes into its share (`--capture`).
+pub const CAPTURE: &str = "capture.pcap";
+/// Packets tcpdump keeps before it exits (a 4096-byte write is 4 RoCE packets at rxe's MTU).
+pub const CAPTURE_PACKETS: u32 = 40;
+
+/// The shape of a smoke run.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub nodes: u8,
+    pub nics: usize,
+    /// The link (NIC index) whose wire is cut.
+    pub dead: Option<usize>,
+    /// The NIC (index) both guests leave administratively down.
+    pub down: Option<usize>,
+    /// Every NIC IPv6-only.
+    pub ipv6: bool,
+    pub transport: LinkKind,
+    /// tcpdump on UDP 4791 in guest A during the perftest pair.
+    pub capture: bool,
+    /// rping through RDMA CM instead of perftest (always with siw).
+    pub cm: bool,
+    pub iters: u32,
+    /// Modules the guests load (siw and RDMA CM for `--transport siw`).
+    pub modules: Option<Modules>,
+}
+
+impl Shape {
+    /// Whether link `k` carries nothing (cut, or its NICs left down).
+    pub fn unusable(&self, k: usize) -> bool {
+        Some(k) == self.dead || Some(k) == self.down
+    }
+
+    /// The link the test traffic takes: the first usable one.
+    pub fn traffic_link(&self) -> usize {
+        (0..self.nics)
+            .find(|k| !self.unusable(*k))
+            .unwrap_or_default()
+    }
+
+    /// Guest `guest`'s (1-based) address on NIC `nic`: 10.0.NIC.GUEST, or fd00:NIC::GUEST
+    /// (fd00::GUEST on eth0) with `--ipv6`.
+    pub fn addr(&self, guest: u8, nic: usize) -> String {
+        match (self.ipv6, nic) {
+            (true, 0) => format!("fd00::{guest}"),
+            (true, k) => format!("fd00:{k}::{guest}"),
+            (false, k) => format!("10.0.{k}.{guest}"),
+        }
+    }
+
+    /// Whether the guests get one more NIC, the last, with IPv4 and no RDMA device: perftest's
+    /// out-of-band TCP exchange is IPv4 only ("Address family for hostname not supported for
+    /// fd00::1", `--ipv6` or not), so an IPv6-only RoCE pair needs it. rping (RDMA CM) does not.
+    pub fn oob_nic(&self) -> bool {
+        self.ipv6 && !self.rping()
+    }
+
+    /// Whether the pair is rping (RDMA CM) rather than perftest.
+    pub fn rping(&self) -> bool {
+        self.cm || self.transport == LinkKind::Siw
+    }
+
+    /// NICs per guest, the out-of-band one included.
+    pub fn total_nics(&self) -> usize {
+        self.nics + usize::from(self.oob_nic())
+    }
+
+    /// Where the client reaches guest A's server: its out-of-band IPv4 address, or its
+    /// address on the traffic link.
+    pub fn server_addr(&self) -> String {
+        if self.oob_nic() {
+            format!("10.0.{}.1", self.nics)
+        } else {
+            self.addr(1, self.traffic_link())
+        }
+    }
+
+    /// The RDMA device on NIC `nic` (`rxe1`, `siw0`).
+    pub fn dev(&self, nic: usize) -> String {
+        format!("{}{nic}", self.transport.as_str())
+    }
+
+    /// Guest `guest`'s node: every NIC addressed, an RDMA device on each.
+    pub fn node(&self, guest: u8) -> Node {
+        let mut nics: Vec<Nic> = (0..self.nics)
+            .map(|k| {
+                let name = self.dev(k);
+                let dev = Some(match self.transport {
+                    LinkKind::Rxe => RdmaDev::rxe(&name),
+                    LinkKind::Siw => RdmaDev::siw(&name),
+                });
+                let iface = format!("eth{k}");
+                let mut nic = if self.ipv6 {
+                    Nic::v6(&iface, &self.addr(guest, k), dev)
+                } else {
+                    Nic::v4(&iface, &self.addr(guest, k), dev)
+                };
+                nic.up = Some(k) != self.down;
+                nic
+            })
+            .collect();
+        if self.oob_nic() {
+            let k = self.nics;
+            nics.push(Nic::v4(
+                &format!("eth{k}"),
+                &format!("10.0.{k}.{guest}"),
+                None,
+            ));
+        }
+        Node {
+            nics,
+            modules: self.modules.clone(),
+        }
+    }
+}
+
+fn owned(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The perftest pair over the traffic link: `-d DEV -x INDEX` with the index of the GID of
+/// this guest's own address there (resolved in the guest), the server's address last.
+fn perftest(shape: &Shape, me: u8, server: Option<&str>) -> Vec<String> {
+    let k = shape.traffic_link();
+    let dev = shape.dev(k);
+    let mut v = owned(&["ib_write_bw", "-d", &dev, "-x"]);
+    v.push(format!("@gid-index:{dev}:{}", shape.addr(me, k)));
+    v.extend(owned(&["-s", "4096", "-n"]));
+    v.push(shape.iters.to_string());
+    v.extend(server.map(str::to_owned));
+    v
+}
+
+/// rping over the traffic link (RDMA CM; iWARP has no other way to connect a QP).
+fn rping(shape: &Shape, server: bool) -> Vec<String> {
+    let a = shape.addr(1, shape.traffic_link());
+    let role = if server { "-s" } else { "-c" };
+    let mut v = owned(&["rping", role, "-a", &a, "-C", "3", "-v"]);
+    if !server {
+        v.push("-V".into());
+    }
+    v
+}
+
+fn server_step(shape: &Shape) -> Step {
+    let argv = if shape.rping() {
+        rping(shape, true)
+    } else {
+        perftest(shape, 1, None)
+    };
+    let mut s = Step {
+        argv,
+        ..Step::new("server", &[])
+    };
+    s.background = true;
+    s.create_file_when_started = Some(MARKER.to_owned());
+    s.timeout_s = 90.0;
+    s
+}
+
+fn client_step(shape: &Shape, me: u8) -> Step {
+    let server = shape.server_addr();
+    let argv = if shape.rping() {
+        rping(shape, false)
+    } else {
+        perftest(shape, me, Some(&server))
+    };
+    let mut c = Step {
+        argv,
+        ..Step::new("client", &[])
+    };
+    c.wait_for_file = Some(MARKER.to_owned());
+    // The marker says the server process started, not that it listens yet: retry.
+    c.retries = 20;
+    c.retry_delay_s = 0.5;
+    c.timeout_s = 60.0;
+    c
+}
+
+/// tcpdump on the traffic link's UDP 4791 into guest A's share; exits after
+/// [`CAPTURE_PACKETS`] packets (`-U`: each written at once; `-Z root`: it keeps the right to
+/// write the share).
+fn capture_step(shape: &Shape) -> Step {
+    let iface = format!("eth{}", shape.traffic_link());
+    let file = format!("{GUEST_SHARE}/{CAPTURE}");
+    let count = CAPTURE_PACKETS.to_string();
+    let mut s = Step::new(
+        "tcpdump",
+        &[
+            "tcpdump", "-i", &iface, "-n", "-U", "-Z", "root", "-c", &count, "-w", &file, "udp",
+            "port", "4791",
+        ],
+    );
+    s.background = true;
+    s.timeout_s = 90.0;
+    s
+}
+
+/// `busybox ping` from B to A on link `k`: must answer on a live link, must not on a cut one
+/// or one whose NICs are down.
+fn ping_step(shape: &Shape, k: usize) -> Step {
+    let dead = shape.unusable(k);
+    let a = shape.addr(1, k);
+    let name = match (Some(k) == shape.down, dead) {
+        (true, _) => "ping-down-link",
+        (false, true) => "ping-dead-link",
+        (false, false) => "ping-live-link",
+    };
+    let mut s = Step::new(name, &["busybox", "ping", "-c", "2", "-W", "3", &a]);
+    s.expect_exit = i32::from(dead);
+    // A live link may need a moment for neighbour discovery.
+    if !dead {
+        s.retries = 3;
+    }
+    s.timeout_s = 20.0;
+    s
+}
+
+/// The plans, by guest name.
+pub fn plans(shape: &Shape) -> Vec<(String, Plan)> {
+    let info = Step::new("ibv_devinfo", &["ibv_devinfo"]);
+    let sync = GUEST_SYNC.to_owned();
+    if shape.nodes == 1 {
+        let mut steps = vec![info];
+        if shape.capture {
+            steps.push(capture_step(shape));
+        }
+        steps.extend([server_step(shape), client_step(shape, 1)]);
+        let plan = Plan {
+            node: shape.node(1),
+            steps,
+            sync_dir: sync,
+        };
+        return vec![("A".into(), plan)];
+    }
+    // Ping-pong through the sync share before the pair: B looks up "ping" before A creates it,
+    // so a stale (cached) negative lookup would show up as a timeout here.
+    let mut ping = Step::new("sync-ping", &["true"]);
+    ping.create_file_when_done = Some("ping".into());
+    let mut wait_pong = Step::new("sync-pong", &["true"]);
+    wait_pong.wait_for_file = Some("pong".into());
+    wait_pong.timeout_s = 30.0;
+    let mut pong = Step::new("sync-pong", &["true"]);
+    pong.wait_for_file = Some("ping".into());
+    pong.timeout_s = 30.0;
+    pong.create_file_when_done = Some("pong".into());
+    let mut a_steps = vec![info.clone(), ping, wait_pong];
+    if shape.capture {
+        a_steps.push(capture_step(shape));
+    }
+    let mut server = server_step(shape);
+    if shape.rping() {
+        // rping's server may outlive its client: stopped once the client is done, and judged
+        // by the pings it printed (vm-smoke), not by how it ended.
+        server.stop_when_file = Some("client-done".into());
+        server.allow_failure = true;
+    }
+    a_steps.push(server);
+    let mut b_steps = vec![info, pong];
+    b_steps.extend((0..shape.nics).map(|k| ping_step(shape, k)));
+    let mut client = client_step(shape, 2);
+    client.create_file_when_done = Some("client-done".into());
+    b_steps.push(client);
+    vec![
+        (
+            "A".into(),
+            Plan {
+                node: shape.node(1),
+                steps: a_steps,
+                sync_dir: sync.clone(),
+            },
+        ),
+        (
+            "B".into(),
+            Plan {
+                node: shape.node(2),
+                steps: b_steps,
+                sync_dir: sync,
+            },
+        ),
+    ]
+}
+
+/// How many `ping data:` lines a verified rping client printed.
+pub fn rping_verified(stdout: &str) -> usize {
+    stdout
+        .lines()
+        .filter(|l| l.contains("ping data: rdma-ping-"))
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn shape() -> Shape {
+        Shape {
+            nodes: 2,
+            nics: 1,
+            dead: None,
+            down: None,
+            ipv6: false,
+            transport: LinkKind::Rxe,
+            capture: false,
+            cm: false,
+            iters: 200,
+            modules: None,
+        }
+    }
+
+    fn step<'a>(p: &'a Plan, name: &str) -> &'a Step {
+        p.steps.iter().find(|s| s.name == name).unwrap()
+    }
+
+    #[test]
+    fn the_default_run_is_todays_pair_on_eth0() {
+        let two = plans(&shape());
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[0].1.node, Node::guest("10.0.0.1", true));
+        assert_eq!(two[1].1.node, Node::guest("10.0.0.2", true));
+        let server = step(&two[0].1, "server");
+        let client = step(&two[1].1, "client");
+        assert!(server.background);
+        assert_eq!(server.create_file_when_started.as_deref(), Some(MARKER));
+        assert_eq!(client.wait_for_file.as_deref(), Some(MARKER));
+        assert_eq!(
+            client.argv.join(" "),
+            "ib_write_bw -d rxe0 -x @gid-index:rxe0:10.0.0.2 -s 4096 -n 200 10.0.0.1"
+        );
+        assert_eq!(step(&two[1].1, "ping-live-link").expect_exit, 0);
+        let one = plans(&Shape {
+            nodes: 1,
+            ..shape()
+        });
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].1.steps.len(), 3);
+    }
+
+    #[test]
+    fn a_dead_eth0_sends_the_pair_over_rxe1() {
+        let s = Shape {
+            nics: 2,
+            dead: Some(0),
+            ..shape()
+        };
+        let p = plans(&s);
+        let b = &p[1].1;
+        assert_eq!(b.node.nics.len(), 2);
+        assert_eq!(b.node.nics[1].ipv4.as_deref(), Some("10.0.1.2/24"));
+        assert_eq!(b.node.nics[1].rdma, Some(RdmaDev::rxe("rxe1")));
+        assert_eq!(
+            step(b, "client").argv.join(" "),
+            "ib_write_bw -d rxe1 -x @gid-index:rxe1:10.0.1.2 -s 4096 -n 200 10.0.1.1"
+        );
+        // Both links are proven: the cut one does not answer, the live one does.
+        let dead = step(b, "ping-dead-link");
+        assert_eq!(
+            (dead.expect_exit, dead.argv.last().unwrap().as_str()),
+            (1, "10.0.0.1")
+        );
+        assert_eq!(step(b, "ping-live-link").argv.last().unwrap(), "10.0.1.1");
+        let other_way = Shape {
+            dead: Some(1),
+            ..s.clone()
+        };
+        assert_eq!(other_way.traffic_link(), 0);
+        // A NIC left down: both guests keep eth0 down, the pair takes rxe1.
+        let down = Shape {
+            dead: None,
+            down: Some(0),
+            ..s
+        };
+        let p = plans(&down);
+        assert!(!p[0].1.node.nics[0].up && p[0].1.node.nics[1].up);
+        assert_eq!(step(&p[1].1, "ping-down-link").expect_exit, 1);
+        assert_eq!(
+            step(&p[1].1, "ping-live-link").argv.last().unwrap(),
+            "10.0.1.1"
+        );
+        assert!(step(&p[1].1, "client").argv.contains(&"rxe1".to_owned()));
+    }
+
+    #[test]
+    fn ipv6_only_nics_and_the_v6_gid() {
+        let s = Shape {
+            ipv6: true,
+            nics: 2,
+            ..shape()
+        };
+        let n = s.node(2);
+        assert_eq!(n.nics[0].ipv4, None);
+        assert_eq!(n.nics[0].ipv6.as_deref(), Some("fd00::2/64"));
+        assert_eq!(n.nics[1].ipv6.as_deref(), Some("fd00:1::2/64"));
+        let p = plans(&s);
+        assert_eq!(
+            step(&p[1].1, "client").argv.join(" "),
+            "ib_write_bw -d rxe0 -x @gid-index:rxe0:fd00::2 -s 4096 -n 200 10.0.2.1"
+        );
+        // perftest's out-of-band exchange needs IPv4: a third NIC carries it, with no RDMA
+        // device (so the pair's GID is the IPv6 one on rxe0).
+        assert_eq!(s.total_nics(), 3);
+        assert_eq!(n.nics[2].ipv4.as_deref(), Some("10.0.2.2/24"));
+        assert_eq!(n.nics[2].rdma, None);
+        let siw = Shape {
+            transport: LinkKind::Siw,
+            ..s
+        };
+        assert_eq!(siw.total_nics(), 2);
+        assert_eq!(step(&plans(&siw)[1].1, "client").argv[3], "fd00::1");
+    }
+
+    #[test]
+    fn siw_runs_rping_through_rdma_cm_and_capture_runs_tcpdump() {
+        let s = Shape {
+            transport: LinkKind::Siw,
+            modules: Some(Modules::default()),
+            ..shape()
+        };
+        let p = plans(&s);
+        assert_eq!(p[0].1.node.nics[0].rdma, Some(RdmaDev::siw("siw0")));
+        assert!(p[0].1.node.modules.is_some());
+        let server = step(&p[0].1, "server");
+        assert_eq!(server.argv.join(" "), "rping -s -a 10.0.0.1 -C 3 -v");
+        assert_eq!(server.stop_when_file.as_deref(), Some("client-done"));
+        assert_eq!(
+            step(&p[1].1, "client").argv.join(" "),
+            "rping -c -a 10.0.0.1 -C 3 -v -V"
+        );
+        // RDMA CM on rxe: rping too, on rxe0.
+        let cm = Shape {
+            cm: true,
+            ..shape()
+        };
+        let p = plans(&cm);
+        assert_eq!(p[0].1.node.nics[0].rdma, Some(RdmaDev::rxe("rxe0")));
+        assert_eq!(step(&p[0].1, "server").argv[0], "rping");
+        let c = Shape {
+            capture: true,
+            ..shape()
+        };
+        let a = &plans(&c)[0].1;
+        let names: Vec<&str> = a.steps.iter().map(|s| s.name.as_str()).collect();
+        assert!(
+            names.iter().position(|n| *n == "tcpdump") < names.iter().position(|n| *n == "server")
+        );
+        assert!(
+            step(a, "tcpdump")
+                .argv
+                .ends_with(&owned(&["udp", "port", "4791"]))
+        );
+        assert_eq!(
+            rping_verified("ping data: rdma-ping-0: ABC\nping data: rdma-ping-1: BCD\nother\n"),
+            2
+        );
+    }
+}
