@@ -53,18 +53,22 @@ pub struct SmokeArgs {
     /// of perftest; implied by --transport siw.
     #[arg(long)]
     pub rdma_cm: bool,
+    /// Our own pair instead of perftest: rdma-server and rdma-client with no device, port or
+    /// GID flags; each must pick the traffic link's device itself and say so.
+    #[arg(long, conflicts_with_all = ["rdma_cm", "capture"])]
+    pub rdma_write: bool,
     /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
     #[arg(long)]
     pub prepare_only: bool,
     /// Run the suite `cargo xtask test` runs (two NICs with eth0's link cut, IPv6-only, siw,
     /// the capture), one after the other.
-    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "prepare_only"])]
+    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "rdma_write", "prepare_only"])]
     pub suite: bool,
 }
 
 impl SmokeArgs {
     /// The run's shape, or why the flags do not make one.
-    fn shape(&self, modules: Option<Modules>) -> Result<Shape> {
+    fn shape(&self, modules: Option<Modules>, ours: Option<(String, String)>) -> Result<Shape> {
         let nics = usize::from(self.nics);
         let dead = self.dead_link.map(usize::from);
         let down = self.down_link.map(usize::from);
@@ -87,6 +91,11 @@ impl SmokeArgs {
                 "--capture records perftest's RoCE v2 (UDP 4791): use it with --transport rxe and no --rdma-cm"
             );
         }
+        if self.rdma_write && self.transport != LinkKind::Rxe {
+            bail!(
+                "--rdma-write runs on rxe: iWARP needs RDMA CM, which rdma-write does not do yet"
+            );
+        }
         if (self.transport == LinkKind::Siw || self.rdma_cm) && self.nodes < 2 {
             bail!("rping (--transport siw, --rdma-cm) runs between two guests: use --nodes 2");
         }
@@ -102,7 +111,44 @@ impl SmokeArgs {
             cm: self.rdma_cm,
             iters: self.iters,
             modules,
+            ours,
         })
+    }
+}
+
+/// Our pair's verdict: the client's write verified, and both ends on the traffic link's device
+/// by their own choice (the client's `connected.chosen`, the server's `port_chosen`).
+fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
+    use rdma_proto::events::{client::Event as C, server::Event as S};
+    let dev = shape.dev(shape.traffic_link());
+    let mut chosen = None;
+    let mut verified = false;
+    for l in client.lines().filter(|l| l.starts_with('{')) {
+        match serde_json::from_str::<C<'static>>(l) {
+            Ok(C::Connected {
+                device, chosen: c, ..
+            }) => chosen = Some((device, c)),
+            Ok(C::Verified { verified: v, .. }) => verified = v,
+            Ok(_) => {}
+            Err(e) => return Err(format!("a client line that is no client event ({e}): {l}")),
+        }
+    }
+    let on =
+        server.lines().filter(|l| l.starts_with('{')).find_map(|l| {
+            match serde_json::from_str::<S<'static>>(l) {
+                Ok(S::PortChosen { device, why, .. }) => Some((device, why)),
+                _ => None,
+            }
+        });
+    match (chosen, on) {
+        (Some((d, Some(why))), Some((sd, swhy))) if d == dev && sd == dev && verified => {
+            println!("  client     chose {why}\n  server     chose {swhy}");
+            Ok(())
+        }
+        (c, s) => Err(format!(
+            "rdma-write with no device flags should run over {dev}, verified: client chose {c:?} \
+             (verified {verified}), server chose {s:?}"
+        )),
     }
 }
 
@@ -135,6 +181,7 @@ impl SmokeArgs {
             transport: LinkKind::Rxe,
             capture: false,
             rdma_cm: false,
+            rdma_write: false,
             prepare_only: false,
             suite: false,
         }
@@ -164,6 +211,24 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
             capture: true,
             ..plain()
         },
+        // rdma-write itself with no device flags: two NICs, each link dead in turn; IPv6-only.
+        SmokeArgs {
+            nics: 2,
+            dead_link: Some(0),
+            rdma_write: true,
+            ..plain()
+        },
+        SmokeArgs {
+            nics: 2,
+            dead_link: Some(1),
+            rdma_write: true,
+            ..plain()
+        },
+        SmokeArgs {
+            ipv6: true,
+            rdma_write: true,
+            ..plain()
+        },
     ];
     for a in &runs {
         run(a)?;
@@ -174,7 +239,7 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
 /// Prepares what the guests boot (and siw.ko for siw); the modules a node loads (RDMA CM for
 /// rping, siw's dependency and siw.ko for siw).
 fn prepare(args: &SmokeArgs) -> Result<(vm::Prepared, Option<Modules>, f64)> {
-    args.shape(None)?;
+    args.shape(None, None)?;
     let prepared = vm::prepare()?;
     let siw = args.transport == LinkKind::Siw;
     if !siw && !args.rdma_cm {
@@ -234,7 +299,14 @@ fn run(args: &SmokeArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let shape = args.shape(modules)?;
+    let ours = if args.rdma_write {
+        crate::e2e::build(false)?;
+        let b = crate::e2e::Bins::locate(false)?;
+        Some((b.server, b.client))
+    } else {
+        None
+    };
+    let shape = args.shape(modules, ours)?;
     let net = vm::Net::new(shape.total_nics(), shape.dead.as_slice())?;
     crate::deps::ensure(&[crate::deps::Group::Run])?;
     if shape.rping() || shape.capture {
@@ -290,7 +362,18 @@ fn run(args: &SmokeArgs) -> Result<()> {
                 s.ok
             }
         };
-        let worked = if shape.rping() {
+        let worked = if shape.ours.is_some() {
+            match (client, server) {
+                (Some(c), Some(s)) => match our_choice(&shape, &c.stdout, &s.stdout) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        problems.push(e);
+                        false
+                    }
+                },
+                _ => false,
+            }
+        } else if shape.rping() {
             pings == 3
         } else {
             bw.is_some()

@@ -30,6 +30,9 @@ pub struct Shape {
     pub iters: u32,
     /// Modules the guests load (siw and RDMA CM for `--transport siw`).
     pub modules: Option<Modules>,
+    /// Instead of perftest, our own pair with no device flags (`--rdma-write`): the paths of
+    /// rdma-server and rdma-client.
+    pub ours: Option<(String, String)>,
 }
 
 impl Shape {
@@ -59,7 +62,7 @@ impl Shape {
     /// out-of-band TCP exchange is IPv4 only ("Address family for hostname not supported for
     /// fd00::1", `--ipv6` or not), so an IPv6-only RoCE pair needs it. rping (RDMA CM) does not.
     pub fn oob_nic(&self) -> bool {
-        self.ipv6 && !self.rping()
+        self.ipv6 && !self.rping() && self.ours.is_none()
     }
 
     /// Whether the pair is rping (RDMA CM) rather than perftest.
@@ -149,8 +152,31 @@ fn rping(shape: &Shape, server: bool) -> Vec<String> {
     v
 }
 
+/// Our pair, with no device, port or GID flags: the server one-shot on its default dual-stack
+/// `[::]:7471`, the client to A's address on the traffic link; both must pick that link's
+/// device by themselves.
+fn ours(shape: &Shape, server: bool) -> Option<Vec<String>> {
+    let (srv, cli) = shape.ours.as_ref()?;
+    Some(if server {
+        owned(&[srv, "--json", "--timeout", "30s"])
+    } else {
+        owned(&[
+            cli,
+            "--json",
+            "--message",
+            OUR_MESSAGE,
+            &shape.server_addr(),
+        ])
+    })
+}
+
+/// What our client writes (`--rdma-write`).
+pub const OUR_MESSAGE: &str = "Hello RDMA Write!";
+
 fn server_step(shape: &Shape) -> Step {
-    let argv = if shape.rping() {
+    let argv = if let Some(v) = ours(shape, true) {
+        v
+    } else if shape.rping() {
         rping(shape, true)
     } else {
         perftest(shape, 1, None)
@@ -167,7 +193,9 @@ fn server_step(shape: &Shape) -> Step {
 
 fn client_step(shape: &Shape, me: u8) -> Step {
     let server = shape.server_addr();
-    let argv = if shape.rping() {
+    let argv = if let Some(v) = ours(shape, false) {
+        v
+    } else if shape.rping() {
         rping(shape, false)
     } else {
         perftest(shape, me, Some(&server))
@@ -312,6 +340,7 @@ mod tests {
             cm: false,
             iters: 200,
             modules: None,
+            ours: None,
         }
     }
 
@@ -414,6 +443,37 @@ mod tests {
         };
         assert_eq!(siw.total_nics(), 2);
         assert_eq!(step(&plans(&siw)[1].1, "client").argv[3], "fd00::1");
+    }
+
+    #[test]
+    fn our_pair_takes_no_device_flags_and_needs_no_ipv4_on_ipv6() {
+        let s = Shape {
+            nics: 2,
+            dead: Some(0),
+            ours: Some(("/t/rdma-server".into(), "/t/rdma-client".into())),
+            ..shape()
+        };
+        let p = plans(&s);
+        assert_eq!(
+            step(&p[0].1, "server").argv.join(" "),
+            "/t/rdma-server --json --timeout 30s"
+        );
+        assert_eq!(
+            step(&p[1].1, "client").argv.join(" "),
+            "/t/rdma-client --json --message Hello RDMA Write! 10.0.1.1"
+        );
+        let v6 = Shape {
+            nics: 1,
+            dead: None,
+            ipv6: true,
+            ..s
+        };
+        // Our handshake runs over IPv6 itself: no out-of-band IPv4 NIC.
+        assert_eq!(v6.total_nics(), 1);
+        assert_eq!(
+            step(&plans(&v6)[1].1, "client").argv.last().unwrap(),
+            "fd00::1"
+        );
     }
 
     #[test]
