@@ -230,6 +230,15 @@ mod tests {
                 auth: AuthMode::None,
                 timeout_ms: 10_000,
             }),
+            line(&ServerEvent::PortChosen {
+                session: 1,
+                device: "rxe0".into(),
+                port: 1,
+                gid_index: 1,
+                gid: "::ffff:10.0.0.1".into(),
+                why: "rxe0 port 1 for 10.0.0.1: holds ::ffff:10.0.0.1 (RoCE v2) at GID index 1"
+                    .into(),
+            }),
             line(&ServerEvent::QpReady {
                 session: 1,
                 local_qpn: 17,
@@ -250,6 +259,19 @@ mod tests {
         ]
         .concat();
         let client_ok = [
+            line(&ClientEvent::Connected {
+                server: "10.0.0.1".into(),
+                program: "rdma-server".into(),
+                program_version: "0.1.0".into(),
+                device: "rxe0".into(),
+                port: 1,
+                gid_index: 1,
+                gid: "::ffff:10.0.0.2".into(),
+                chosen: Some(
+                    "rxe0 port 1 for 10.0.0.2: holds ::ffff:10.0.0.2 (RoCE v2) at GID index 1"
+                        .into(),
+                ),
+            }),
             line(&ClientEvent::QpReady {
                 local_qpn: 18,
                 remote_qpn: 17,
