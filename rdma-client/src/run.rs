@@ -82,7 +82,7 @@ impl Write<'_> {
         let payload = self.payload;
         let crc = rdma_proto::crc32c(payload);
         let timeout = opts.timeout;
-        let LocalPort { ctx, port, gid } = local;
+        let LocalPort { ctx, port, gid, .. } = local;
         let hs = ClientHandshake::new(ClientRequest {
             length: payload.len() as u64,
             notify: self.notify,

@@ -82,8 +82,8 @@ pub use local::LocalPort;
 pub use local::cli;
 pub use pd::{ExposedRegion, MemoryRegion, OwnedBuffer, ProtectionDomain};
 pub use qp::{
-    Endpoint, Init, MAX_PSN, MAX_WRITE_LEN, QpCaps, QueuePair, RemoteBuffer, RemoteQp, Reset, Rtr,
-    RtrParams, Rts, RtsParams, WriteFlags,
+    Endpoint, Init, MAX_PSN, MAX_WRITE_LEN, PathClass, QpCaps, QueuePair, RemoteBuffer, RemoteQp,
+    Reset, Rtr, RtrParams, Rts, RtsParams, WriteFlags,
 };
 pub use types::{
     Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, WcOpcode,

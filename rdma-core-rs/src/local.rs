@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use crate::route::{self, Candidate};
-use crate::{Context, Endpoint, GidEntry, PortInfo, QueuePair, Result, devices};
+use crate::{Context, Endpoint, GidEntry, PathClass, PortInfo, QueuePair, Result, devices};
 
 /// An open device with a checked port and a selected GID.
 #[derive(Clone, Debug)]
@@ -16,6 +16,8 @@ pub struct LocalPort {
     pub port: PortInfo,
     /// The GID that goes into the address vector (and to the peer).
     pub gid: GidEntry,
+    /// How this end's queue pairs mark their packets (`--tclass`, `--hop-limit`, `--sl`).
+    pub class: PathClass,
 }
 
 impl LocalPort {
@@ -28,7 +30,12 @@ impl LocalPort {
         let ctx = Context::open(device)?;
         let port = ctx.require_active_port(port)?;
         let gid = ctx.select_gid(&port, gid_index)?;
-        Ok(Self { ctx, port, gid })
+        Ok(Self {
+            ctx,
+            port,
+            gid,
+            class: PathClass::default(),
+        })
     }
 
     /// Opens the device and port that carry `local`, the local IP address of the connection
@@ -77,6 +84,7 @@ impl LocalPort {
                 ctx: opened.swap_remove(choice.candidate),
                 port: c.port,
                 gid: choice.gid,
+                class: PathClass::default(),
             },
             why,
         ))
@@ -118,6 +126,19 @@ pub mod cli {
         #[arg(long)]
         pub gid_index: Option<u32>,
 
+        /// RoCE traffic class of this end's packets: the IP header's TOS byte (DSCP << 2 | ECN;
+        /// e.g. 106 = DSCP 26, ECN capable), what lossless RoCE fabrics classify on. 0-255.
+        #[arg(long, default_value_t = 0, value_name = "TOS")]
+        pub tclass: u8,
+
+        /// RoCE hop limit of this end's packets (the IP TTL / hop limit). 1-255.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u8).range(1..))]
+        pub hop_limit: u8,
+
+        /// InfiniBand service level of this end's packets. 0-15.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
+        pub sl: u8,
+
         /// Wait for completions by busy polling (lowest latency) or on a completion channel.
         #[arg(long, default_value = "event", value_name = "poll|event")]
         pub cq_mode: CqMode,
@@ -129,7 +150,20 @@ pub mod cli {
         /// # Errors
         /// As [`super::LocalPort::open`].
         pub fn open(&self) -> crate::Result<super::LocalPort> {
-            super::LocalPort::open(self.device.as_deref(), self.port, self.gid_index)
+            let mut local =
+                super::LocalPort::open(self.device.as_deref(), self.port, self.gid_index)?;
+            local.class = self.class();
+            Ok(local)
+        }
+
+        /// How this end marks its packets, from `--tclass`, `--hop-limit` and `--sl`.
+        #[must_use]
+        pub fn class(&self) -> crate::PathClass {
+            crate::PathClass {
+                traffic_class: self.tclass,
+                hop_limit: self.hop_limit,
+                sl: self.sl,
+            }
         }
 
         /// The local end for a connection whose local IP address is `local` (the client's
@@ -149,7 +183,8 @@ pub mod cli {
                 return Ok((self.open()?, None));
             }
             let ip = crate::route::canonical(local);
-            let (port, why) = super::LocalPort::open_for(ip, self.device.as_deref())?;
+            let (mut port, why) = super::LocalPort::open_for(ip, self.device.as_deref())?;
+            port.class = self.class();
             Ok((port, Some(why)))
         }
 

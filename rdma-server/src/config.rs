@@ -52,6 +52,9 @@ struct FileSettings {
     device: Option<Spanned<String>>,
     port: Option<Spanned<u8>>,
     gid_index: Option<Spanned<u32>>,
+    tclass: Option<Spanned<u8>>,
+    hop_limit: Option<Spanned<u8>>,
+    sl: Option<Spanned<u8>>,
     cq_mode: Option<Spanned<String>>,
     buffer_size: Option<Spanned<u64>>,
     bench_max_bytes: Option<Spanned<u64>>,
@@ -96,6 +99,9 @@ impl FileSettings {
             one("device", "device", self.device.as_ref()),
             one("port", "port", self.port.as_ref()),
             one("gid-index", "gid_index", self.gid_index.as_ref()),
+            one("tclass", "tclass", self.tclass.as_ref()),
+            one("hop-limit", "hop_limit", self.hop_limit.as_ref()),
+            one("sl", "sl", self.sl.as_ref()),
             one("cq-mode", "cq_mode", self.cq_mode.as_ref()),
             one("buffer-size", "buffer_size", self.buffer_size.as_ref()),
             one(
@@ -276,6 +282,8 @@ mod tests {
 listen = "10.0.0.1:7000"
 device = "rxe0"
 gid-index = 1
+tclass = 106
+hop-limit = 8
 buffer-size = 4096
 bench-max-bytes = 1048576
 bench-max-time = "30s"
@@ -294,6 +302,7 @@ token-file = "/etc/rdma-server/token"
         assert_eq!(a.local.device.as_deref(), Some("rxe0"));
         assert_eq!(a.local.gid_index, Some(1));
         assert_eq!(a.local.port, 1, "a key left out keeps the flag's default");
+        assert_eq!((a.local.tclass, a.local.hop_limit, a.local.sl), (106, 8, 0));
         assert_eq!(a.buffer_size, 4096);
         assert_eq!(a.bench_max_bytes, 1 << 20);
         assert_eq!(a.bench_max_time, Duration::from_secs(30));

@@ -52,10 +52,10 @@ impl Endpoint {
 }
 
 impl QueuePair<Init> {
-    /// INIT -> RTR -> RTS towards `peer`, on `local`'s port and GID: the path MTU is the smaller
-    /// of both ports' active MTUs, our send PSN is `sq_psn` (the one sent to the peer with
-    /// [`LocalPort::endpoint`]), every other attribute is the [`RtrParams`] / [`RtsParams`]
-    /// default.
+    /// INIT -> RTR -> RTS towards `peer`, on `local`'s port and GID, marked with its
+    /// [`PathClass`](super::PathClass): the path MTU is the smaller of both ports' active
+    /// MTUs, our send PSN is `sq_psn` (the one sent to the peer with [`LocalPort::endpoint`]),
+    /// every other attribute is the [`RtrParams`] / [`RtsParams`] default.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an out-of-range peer (MTU, QPN, PSN, zero GID on RoCE, LID
@@ -70,7 +70,10 @@ impl QueuePair<Init> {
         peer: &Endpoint,
         sq_psn: u32,
     ) -> Result<QueuePair<Rts>> {
-        let rtr = rtr_params_towards(&local.port, local.gid.index, peer)?;
+        let rtr = RtrParams {
+            class: local.class,
+            ..rtr_params_towards(&local.port, local.gid.index, peer)?
+        };
         self.to_rtr(&rtr)?.to_rts(&RtsParams::new(sq_psn))
     }
 }

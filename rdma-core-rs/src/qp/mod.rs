@@ -100,6 +100,32 @@ pub struct RtrParams {
     pub max_dest_rd_atomic: u8,
     /// RNR NAK timer code (default 12 = 0.64 ms).
     pub min_rnr_timer: u8,
+    /// How the path's packets are marked: traffic class and hop limit (RoCE's GRH, the IP
+    /// header's DSCP/ECN and TTL) and service level (InfiniBand).
+    pub class: PathClass,
+}
+
+/// How a queue pair's packets are marked on the path (default: traffic class 0, hop limit 64,
+/// SL 0, what verbs users get without asking).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathClass {
+    /// RoCE: the GRH traffic class, i.e. the IP header's TOS byte (DSCP << 2 | ECN). Lossless
+    /// RoCE fabrics classify on it (PFC/ETS).
+    pub traffic_class: u8,
+    /// RoCE: the GRH hop limit, the IP header's TTL / hop limit (1..=255).
+    pub hop_limit: u8,
+    /// InfiniBand: the service level (0..=15), which the subnet maps to a virtual lane.
+    pub sl: u8,
+}
+
+impl Default for PathClass {
+    fn default() -> PathClass {
+        PathClass {
+            traffic_class: 0,
+            hop_limit: 64,
+            sl: 0,
+        }
+    }
 }
 
 impl RtrParams {
@@ -120,6 +146,7 @@ impl RtrParams {
             link_layer,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
+            class: PathClass::default(),
         }
     }
 }
@@ -381,8 +408,8 @@ fn rtr_attr(p: &RtrParams) -> Result<(ffi::ibv_qp_attr, M)> {
                 dgid: p.remote.gid.to_ffi(),
                 flow_label: 0,
                 sgid_index,
-                hop_limit: 64,
-                traffic_class: 0,
+                hop_limit: p.class.hop_limit,
+                traffic_class: p.class.traffic_class,
             };
             (1, grh)
         }
@@ -406,7 +433,7 @@ fn rtr_attr(p: &RtrParams) -> Result<(ffi::ibv_qp_attr, M)> {
         ah_attr: ffi::ibv_ah_attr {
             grh,
             dlid: p.remote.lid,
-            sl: 0,
+            sl: p.class.sl,
             src_path_bits: 0,
             static_rate: 0,
             is_global,
@@ -529,6 +556,38 @@ mod tests {
             gid: "::ffff:10.0.0.2".parse().unwrap(),
             lid: 0,
         }
+    }
+
+    #[test]
+    fn the_path_class_marks_the_address_vector() {
+        let p = RtrParams {
+            class: PathClass {
+                traffic_class: 106,
+                hop_limit: 9,
+                sl: 3,
+            },
+            ..RtrParams::new(remote_qp(), Mtu::M1024, 1, 1, LinkLayer::Ethernet)
+        };
+        let (a, _) = rtr_attr(&p).unwrap();
+        assert_eq!(
+            (
+                a.ah_attr.grh.traffic_class,
+                a.ah_attr.grh.hop_limit,
+                a.ah_attr.sl
+            ),
+            (106, 9, 3)
+        );
+        // InfiniBand: no GRH, but the service level.
+        let ib = RtrParams {
+            link_layer: LinkLayer::InfiniBand,
+            remote: RemoteQp {
+                lid: 7,
+                ..remote_qp()
+            },
+            ..p
+        };
+        let (a, _) = rtr_attr(&ib).unwrap();
+        assert_eq!((a.ah_attr.is_global, a.ah_attr.sl), (0, 3));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use color_eyre::eyre::{Result, bail, eyre};
 
 use crate::plan::{LinkKind, Modules, PlanResult};
 use crate::vm::{self, PlanGuest};
-use plans::{CAPTURE, CAPTURE_PACKETS, Shape};
+use plans::{CAPTURE, Shape};
 
 /// Arguments of `cargo xtask vm-smoke`.
 #[derive(Debug, Args)]
@@ -55,14 +55,18 @@ pub struct SmokeArgs {
     pub rdma_cm: bool,
     /// Our own pair instead of perftest: rdma-server and rdma-client with no device, port or
     /// GID flags; each must pick the traffic link's device itself and say so.
-    #[arg(long, conflicts_with_all = ["rdma_cm", "capture"])]
+    #[arg(long, conflicts_with = "rdma_cm")]
     pub rdma_write: bool,
+    /// With --rdma-write: both ends mark their packets with this RoCE traffic class
+    /// (`--tclass`); with --capture every captured packet must carry it in its IP header.
+    #[arg(long, requires = "rdma_write", value_name = "TOS")]
+    pub tclass: Option<u8>,
     /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
     #[arg(long)]
     pub prepare_only: bool,
     /// Run the suite `cargo xtask test` runs (two NICs with eth0's link cut, IPv6-only, siw,
     /// the capture), one after the other.
-    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "rdma_write", "prepare_only"])]
+    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "rdma_write", "tclass", "prepare_only"])]
     pub suite: bool,
 }
 
@@ -112,6 +116,7 @@ impl SmokeArgs {
             iters: self.iters,
             modules,
             ours,
+            tclass: self.tclass,
         })
     }
 }
@@ -182,6 +187,7 @@ impl SmokeArgs {
             capture: false,
             rdma_cm: false,
             rdma_write: false,
+            tclass: None,
             prepare_only: false,
             suite: false,
         }
@@ -227,6 +233,13 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
         SmokeArgs {
             ipv6: true,
             rdma_write: true,
+            ..plain()
+        },
+        // --tclass reaches the IP header: DSCP 26 with ECN capable (0x6a), on every packet.
+        SmokeArgs {
+            rdma_write: true,
+            tclass: Some(0x6a),
+            capture: true,
             ..plain()
         },
     ];
@@ -402,6 +415,20 @@ fn run(args: &SmokeArgs) -> Result<()> {
                 ));
                 None
             }
+            Ok(p)
+                if shape
+                    .tclass
+                    .is_some_and(|tc| p.iter().any(|p| p.traffic_class != tc)) =>
+            {
+                let seen: std::collections::BTreeSet<u8> =
+                    p.iter().map(|p| p.traffic_class).collect();
+                problems.push(format!(
+                    "--tclass {:#04x} should mark every RoCE v2 packet; the capture {} has traffic classes {seen:02x?}",
+                    shape.tclass.unwrap_or_default(),
+                    path.display()
+                ));
+                None
+            }
             Ok(p) if !p.is_empty() => Some(p),
             Ok(_) => {
                 problems.push(format!(
@@ -513,8 +540,9 @@ fn run(args: &SmokeArgs) -> Result<()> {
         ops.sort_unstable();
         ops.dedup();
         println!(
-            "  capture    {} RoCE v2 packets over IPv{want_ip} on UDP 4791 (tcpdump kept {CAPTURE_PACKETS}): traffic class {tcs:02x?}, BTH opcodes {ops:02x?}",
-            p.len()
+            "  capture    {} RoCE v2 packets over IPv{want_ip} on UDP 4791 (tcpdump kept {}): traffic class {tcs:02x?}, BTH opcodes {ops:02x?}",
+            p.len(),
+            shape.capture_packets()
         );
     }
     if !problems.is_empty() {

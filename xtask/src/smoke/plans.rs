@@ -10,6 +10,8 @@ pub const MARKER: &str = "server-started";
 pub const CAPTURE: &str = "capture.pcap";
 /// Packets tcpdump keeps before it exits (a 4096-byte write is 4 RoCE packets at rxe's MTU).
 pub const CAPTURE_PACKETS: u32 = 40;
+/// With our pair (one short write-with-immediate): the client's write and the server's ACK.
+pub const OUR_CAPTURE_PACKETS: u32 = 2;
 
 /// The shape of a smoke run.
 #[derive(Clone, Debug)]
@@ -33,6 +35,8 @@ pub struct Shape {
     /// Instead of perftest, our own pair with no device flags (`--rdma-write`): the paths of
     /// rdma-server and rdma-client.
     pub ours: Option<(String, String)>,
+    /// `--tclass` for both ends of our pair.
+    pub tclass: Option<u8>,
 }
 
 impl Shape {
@@ -63,6 +67,16 @@ impl Shape {
     /// fd00::1", `--ipv6` or not), so an IPv6-only RoCE pair needs it. rping (RDMA CM) does not.
     pub fn oob_nic(&self) -> bool {
         self.ipv6 && !self.rping() && self.ours.is_none()
+    }
+
+    /// How many packets the capture keeps: enough of the pair's traffic, and no more than it
+    /// sends (tcpdump exits when it has them).
+    pub fn capture_packets(&self) -> u32 {
+        if self.ours.is_some() {
+            OUR_CAPTURE_PACKETS
+        } else {
+            CAPTURE_PACKETS
+        }
     }
 
     /// Whether the pair is rping (RDMA CM) rather than perftest.
@@ -218,7 +232,7 @@ fn client_step(shape: &Shape, me: u8) -> Step {
 fn capture_step(shape: &Shape) -> Step {
     let iface = format!("eth{}", shape.traffic_link());
     let file = format!("{GUEST_SHARE}/{CAPTURE}");
-    let count = CAPTURE_PACKETS.to_string();
+    let count = shape.capture_packets().to_string();
     let mut s = Step::new(
         "tcpdump",
         &[
@@ -341,6 +355,7 @@ mod tests {
             iters: 200,
             modules: None,
             ours: None,
+            tclass: None,
         }
     }
 
