@@ -171,7 +171,7 @@ fn rping(shape: &Shape, server: bool) -> Vec<String> {
 /// device by themselves.
 fn ours(shape: &Shape, server: bool) -> Option<Vec<String>> {
     let (srv, cli) = shape.ours.as_ref()?;
-    Some(if server {
+    let mut v = if server {
         owned(&[srv, "--json", "--timeout", "30s"])
     } else {
         owned(&[
@@ -181,7 +181,11 @@ fn ours(shape: &Shape, server: bool) -> Option<Vec<String>> {
             OUR_MESSAGE,
             &shape.server_addr(),
         ])
-    })
+    };
+    if let Some(tc) = shape.tclass {
+        v.extend(["--tclass".to_owned(), tc.to_string()]);
+    }
+    Some(v)
 }
 
 /// What our client writes (`--rdma-write`).
@@ -489,6 +493,19 @@ mod tests {
             step(&plans(&v6)[1].1, "client").argv.last().unwrap(),
             "fd00::1"
         );
+        // --tclass goes to both ends (the server's ACKs are marked too).
+        let tc = Shape {
+            tclass: Some(106),
+            ..v6
+        };
+        let p = plans(&tc);
+        for (guest, name) in [(0, "server"), (1, "client")] {
+            assert!(
+                step(&p[guest].1, name)
+                    .argv
+                    .ends_with(&owned(&["--tclass", "106"]))
+            );
+        }
     }
 
     #[test]
