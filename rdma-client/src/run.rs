@@ -35,10 +35,7 @@ pub struct WriteTask {
 pub fn run(task: &WriteTask, out: &Output) -> Result<()> {
     let payload = task.payload.load()?;
     let token = task.session.token.load()?;
-    // Local RDMA first: a machine without RDMA should hear about that, not about the network.
-    rdma_core_rs::devices()?;
-    let target = Target::parse(&task.server)?;
-    let (local, chosen) = target.local_end(&task.device)?;
+    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
     let w = Write {
         target: &target,
         payload: &payload,

@@ -100,6 +100,19 @@ impl Target {
         })
     }
 
+    /// The server and our end for a task's sessions, in the order a user wants to hear about
+    /// problems: RDMA on this machine first (no RDMA is not a network problem), then the
+    /// server's address, then the local end that reaches it ([`local_end`](Self::local_end)).
+    pub fn with_local_end(
+        server: &str,
+        device: &DeviceArgs,
+    ) -> Result<(Target, LocalPort, Option<String>)> {
+        rdma_core_rs::devices()?;
+        let target = Target::parse(server)?;
+        let (local, chosen) = target.local_end(device)?;
+        Ok((target, local, chosen))
+    }
+
     /// `host` (a name or an IP literal, never with a port) at `port`: a fabric node's server.
     pub fn at(host: &str, port: u16) -> Result<Target> {
         let addr = match host.parse::<IpAddr>() {

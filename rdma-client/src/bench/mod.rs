@@ -152,9 +152,7 @@ pub fn run(task: &BenchTask, out: &Output) -> Result<()> {
     let t_start = Instant::now();
     let p = params(&task.bench, task.mode)?;
     let token = task.session.token.load()?;
-    rdma_core_rs::devices()?;
-    let target = Target::parse(&task.server)?;
-    let (local, chosen) = target.local_end(&task.device)?;
+    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
     let m = Measure {
         target: &target,
         params: p,
