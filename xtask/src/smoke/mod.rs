@@ -138,13 +138,14 @@ fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
             Err(e) => return Err(format!("a client line that is no client event ({e}): {l}")),
         }
     }
-    let on =
-        server.lines().filter(|l| l.starts_with('{')).find_map(|l| {
-            match serde_json::from_str::<S<'static>>(l) {
-                Ok(S::PortChosen { device, why, .. }) => Some((device, why)),
-                _ => None,
-            }
-        });
+    let mut on = None;
+    for l in server.lines().filter(|l| l.starts_with('{')) {
+        match serde_json::from_str::<S<'static>>(l) {
+            Ok(S::PortChosen { device, why, .. }) => on = Some((device, why)),
+            Ok(_) => {}
+            Err(e) => return Err(format!("a server line that is no server event ({e}): {l}")),
+        }
+    }
     match (chosen, on) {
         (Some((d, Some(why))), Some((sd, swhy))) if d == dev && sd == dev && verified => {
             println!("  client     chose {why}\n  server     chose {swhy}");
