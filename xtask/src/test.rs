@@ -2,7 +2,8 @@
 //!
 //! fmt check, clippy with `-D warnings`, every workspace test, a short fuzz run of the protocol
 //! parser, then the guests' infrastructure (`vm-smoke`: two NICs with a link cut, IPv6-only,
-//! siw, a capture), the end-to-end scenarios in the guests: all of them across two guests, the
+//! siw, a capture; and rdma-write itself with no device flags on those, `--tclass` captured),
+//! the end-to-end scenarios in the guests: all of them across two guests, the
 //! README's first command on a new machine of this kind (`xtask fresh-root`: a debootstrap
 //! root in which `cargo xtask e2e` installs, builds and runs the seed write), the fabric
 //! check through Slurm in three guests (`xtask fabric-e2e`), then all
@@ -109,7 +110,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             load: false,
         };
         phase(
-            "guests: two NICs with a link cut, IPv6-only NICs, siw + rping, a RoCE v2 capture (vm-smoke)",
+            "guests: two NICs with a link cut, IPv6-only NICs, siw + rping, a RoCE v2 capture; rdma-write with no device flags on two NICs (each link cut) and IPv6-only, --tclass in the IP header (vm-smoke)",
             &mut || crate::smoke::suite(&base.vm),
         )?;
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
