@@ -58,6 +58,15 @@ pub enum NoChoice {
         /// The device and port that hold it.
         carrier: String,
     },
+    /// The port that holds the address is not ACTIVE (its link is down).
+    HolderNotActive {
+        /// The local address.
+        addr: IpAddr,
+        /// The device and port that hold it.
+        holder: String,
+        /// Its state.
+        state: PortState,
+    },
     /// Only InfiniBand ports are ACTIVE, several of them: an IP address does not say which.
     AmbiguousInfiniBand {
         /// The local address.
@@ -86,6 +95,15 @@ impl fmt::Display for NoChoice {
                 "--device {wanted} does not carry {addr} (the local address of this \
                  connection), {carrier} does: drop --device, pass --device with that one, or \
                  connect through an address of {wanted}"
+            ),
+            NoChoice::HolderNotActive {
+                addr,
+                holder,
+                state,
+            } => write!(
+                f,
+                "{holder} holds {addr} (the local address of this connection) but is not ACTIVE \
+                 (state {state}): check `rdma link` / `ibv_devinfo`; the netdev must be up"
             ),
             NoChoice::AmbiguousInfiniBand { addr, ports } => write!(
                 f,
@@ -158,6 +176,21 @@ pub fn choose(
                 "holds {} ({}) at GID index {}",
                 gid.gid, gid.kind, gid.index
             ),
+        });
+    }
+    // Held, but only by a port that is down: that is what the user must hear.
+    let down = candidates.iter().find(|c| {
+        c.port.state != PortState::Active
+            && in_device(c)
+            && c.table
+                .iter()
+                .any(|e| e.gid == want && matches!(e.kind, GidKind::RoceV2 | GidKind::RoceV1))
+    });
+    if let Some(c) = down {
+        return Err(NoChoice::HolderNotActive {
+            addr,
+            holder: name(c),
+            state: c.port.state,
         });
     }
     if let (Some(wanted), Some((i, _))) = (device, holder(&|_| true)) {
@@ -355,13 +388,35 @@ mod tests {
     }
 
     #[test]
-    fn an_address_no_port_holds_lists_what_was_seen() {
+    fn an_address_held_only_by_a_down_port_says_the_port_is_down() {
         let mut c = two_rails();
         c[1].port.state = PortState::Down;
         let err = choose(&c, "10.0.1.2".parse().unwrap(), None).unwrap_err();
+        assert!(
+            matches!(err, NoChoice::HolderNotActive { ref holder, .. } if holder == "rxe1 port 1")
+        );
+        assert!(
+            err.to_string().contains("is not ACTIVE (state DOWN)"),
+            "{err}"
+        );
+        // An ACTIVE holder elsewhere is still chosen first.
+        c[0].table.push(e(2, "::ffff:10.0.1.2", GidKind::RoceV2));
+        assert_eq!(
+            choose(&c, "10.0.1.2".parse().unwrap(), None)
+                .unwrap()
+                .candidate,
+            0
+        );
+    }
+
+    #[test]
+    fn an_address_no_port_holds_lists_what_was_seen() {
+        let mut c = two_rails();
+        c[1].port.state = PortState::Down;
+        let err = choose(&c, "10.0.9.2".parse().unwrap(), None).unwrap_err();
         let text = err.to_string();
         assert!(
-            text.starts_with("no ACTIVE RDMA port has a GID for 10.0.1.2"),
+            text.starts_with("no ACTIVE RDMA port has a GID for 10.0.9.2"),
             "{text}"
         );
         assert!(text.contains("rxe1 port 1 (DOWN, Ethernet)"), "{text}");

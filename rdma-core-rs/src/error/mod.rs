@@ -347,7 +347,10 @@ impl Error {
             }
             Error::Verb { op, .. } => op.kind(),
             Error::PortNotActive { .. } | Error::NoUsableGid { .. } => ErrorKind::Port,
-            Error::NoRoute(crate::route::NoChoice::NoGidFor { .. }) => ErrorKind::Port,
+            Error::NoRoute(
+                crate::route::NoChoice::NoGidFor { .. }
+                | crate::route::NoChoice::HolderNotActive { .. },
+            ) => ErrorKind::Port,
             Error::NoRoute(_) => ErrorKind::Usage,
             Error::GidIndexInvalid { .. }
             | Error::InvalidArgument { .. }
