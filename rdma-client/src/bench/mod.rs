@@ -6,7 +6,7 @@
 //! final bytes, and exit 0 only when the server checked them. `stats` turns samples into
 //! perftest's figures and columns; `verbs` is the real link under the loops.
 
-mod hot;
+pub(crate) mod hot;
 mod multi;
 mod stats;
 mod verbs;
@@ -315,7 +315,14 @@ impl Measure<'_> {
             let size_us = usize::try_from(size)?;
             match mode {
                 BenchMode::Lat => {
-                    hot::ping_pong(&mut link, size_us, p.iters, wr_base, timeout, &mut samples)?;
+                    opts.faults.ping_pong(
+                        &mut link,
+                        size_us,
+                        p.iters,
+                        wr_base,
+                        timeout,
+                        &mut samples,
+                    )?;
                     let row = stats::lat_row(size, &mut samples);
                     session.emit(&Event::BenchLat(row), || stats::lat_line(&row));
                     rows.lat.push(row);

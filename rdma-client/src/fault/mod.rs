@@ -6,6 +6,7 @@
 #[cfg(feature = "fault-injection")]
 mod rewrite;
 
+use crate::bench::hot::{self, Link};
 use rdma_core_rs::{CompletionQueue, ProtectionDomain, QueuePair, RemoteBuffer, Rts};
 use rdma_proto::Outcome;
 use std::time::Duration;
@@ -27,6 +28,44 @@ pub enum Fault {
     /// After the write the server is told about, keep RDMA-Writing other bytes into its buffer;
     /// exit 0 only if the server's verdict describes bytes we wrote, consistently.
     RewriteAfterImm,
+    /// In a `--bench lat` session, wait a second before each ping: a peer that holds its
+    /// bench slot by pinging just often enough (the server must end it at --bench-max-time).
+    SlowPing,
+}
+
+/// How long `slow-ping` waits before each ping.
+#[cfg(feature = "fault-injection")]
+pub const SLOW_PING: Duration = Duration::from_secs(1);
+
+/// A [`Link`] whose pings go out [`SLOW_PING`] apart.
+#[cfg(feature = "fault-injection")]
+struct Paced<'a, L>(&'a mut L);
+
+#[cfg(feature = "fault-injection")]
+impl<L: Link> Link for Paced<'_, L> {
+    type Error = L::Error;
+    fn post(
+        &mut self,
+        size: usize,
+        last: Option<u8>,
+        signaled: bool,
+        wr_id: u64,
+    ) -> Result<(), L::Error> {
+        std::thread::sleep(SLOW_PING);
+        self.0.post(size, last, signaled, wr_id)
+    }
+    fn try_poll(&mut self) -> Result<Option<u64>, L::Error> {
+        self.0.try_poll()
+    }
+    fn poll(&mut self, deadline: std::time::Instant) -> Result<u64, L::Error> {
+        self.0.poll(deadline)
+    }
+    fn byte(&self, index: usize) -> u8 {
+        self.0.byte(index)
+    }
+    fn timeout(&self, what: &'static str, waited: Duration) -> L::Error {
+        self.0.timeout(what, waited)
+    }
 }
 
 /// Where a client can be told to die: right after this step.
@@ -73,6 +112,22 @@ impl Faults {
         }
     }
 
+    /// The lat ping-pong over `link`, its pings paced with `slow-ping`.
+    pub fn ping_pong<L: Link>(
+        &self,
+        link: &mut L,
+        size: usize,
+        iters: u64,
+        wr_base: u64,
+        timeout: Duration,
+        samples: &mut Vec<f64>,
+    ) -> Result<(), L::Error> {
+        if self.fault == Some(Fault::SlowPing) {
+            return hot::ping_pong(&mut Paced(link), size, iters, wr_base, timeout, samples);
+        }
+        hot::ping_pong(link, size, iters, wr_base, timeout, samples)
+    }
+
     /// Where the write goes: the server's buffer, or a corrupted rkey, or past its end.
     pub fn aim(&self, mut remote: RemoteBuffer) -> RemoteBuffer {
         match self.fault {
@@ -104,6 +159,19 @@ impl Faults {
 
 #[cfg(not(feature = "fault-injection"))]
 impl Faults {
+    /// No hooks in this build: the lat ping-pong as it is.
+    pub fn ping_pong<L: Link>(
+        &self,
+        link: &mut L,
+        size: usize,
+        iters: u64,
+        wr_base: u64,
+        timeout: Duration,
+        samples: &mut Vec<f64>,
+    ) -> Result<(), L::Error> {
+        hot::ping_pong(link, size, iters, wr_base, timeout, samples)
+    }
+
     /// No hooks in this build.
     pub fn kill_at(&self, _stage: Stage) {}
 

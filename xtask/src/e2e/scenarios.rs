@@ -568,6 +568,52 @@ pub fn all() -> Vec<Scenario> {
             )
         },
         Scenario {
+            // A ping every second keeps each wait under --timeout: only the session's own
+            // bound (--bench-max-time) can end it, long before its 20 pings are done.
+            server_args: strings(&[
+                "--json",
+                "--serve",
+                "--bench-max-time",
+                "3s",
+                "--timeout",
+                "2s",
+            ]),
+            server_expect: vec![
+                server("the slow bench session ended at --bench-max-time", |e| {
+                    matches!(e, ServerEvent::Error { code, message, .. }
+                        if code == ErrorCode::Timeout.as_str() && message.contains("--bench-max-time"))
+                }),
+                server_verified(SEED_MESSAGE),
+                stopped_after(1),
+            ],
+            clients: vec![
+                ClientRun {
+                    label: "bench lat pinging once a second",
+                    tool: Tool::RdmaClient,
+                    target: Target::Server,
+                    args: strings(&[
+                        "--json",
+                        "--bench",
+                        "lat",
+                        "--size",
+                        "64",
+                        "--iters",
+                        "20",
+                        "--fault",
+                        "slow-ping",
+                    ]),
+                    env: vec![],
+                    exit: Some(Exit::Timeout),
+                    expect: vec![],
+                },
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            ..Scenario::new(
+                "bench-time",
+                "a bench lat client that pings just often enough is cut off at --bench-max-time, and the server goes on serving",
+            )
+        },
+        Scenario {
             server_args: strings(&["--json", "--serve", "--fault", "no-remote-write"]),
             server_expect: vec![
                 server_error(ErrorCode::WriteFailed),
