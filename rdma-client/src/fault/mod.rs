@@ -93,6 +93,26 @@ pub const EXTRA_COMPLETIONS: u32 = 2 * rewrite::DEPTH as u32;
 #[cfg(not(feature = "fault-injection"))]
 pub const EXTRA_COMPLETIONS: u32 = 0;
 
+impl Faults {
+    /// The lat ping-pong over `link`; with `slow-ping` (fault-injection builds only) its pings
+    /// are paced a second apart (`SLOW_PING`).
+    pub fn ping_pong<L: Link>(
+        &self,
+        link: &mut L,
+        size: usize,
+        iters: u64,
+        wr_base: u64,
+        timeout: Duration,
+        samples: &mut Vec<f64>,
+    ) -> Result<(), L::Error> {
+        #[cfg(feature = "fault-injection")]
+        if self.fault == Some(Fault::SlowPing) {
+            return hot::ping_pong(&mut Paced(link), size, iters, wr_base, timeout, samples);
+        }
+        hot::ping_pong(link, size, iters, wr_base, timeout, samples)
+    }
+}
+
 #[cfg(feature = "fault-injection")]
 impl Faults {
     /// SIGKILLs the process, as a crash would, when told to die at `stage`.
@@ -110,22 +130,6 @@ impl Faults {
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
         }
-    }
-
-    /// The lat ping-pong over `link`, its pings paced with `slow-ping`.
-    pub fn ping_pong<L: Link>(
-        &self,
-        link: &mut L,
-        size: usize,
-        iters: u64,
-        wr_base: u64,
-        timeout: Duration,
-        samples: &mut Vec<f64>,
-    ) -> Result<(), L::Error> {
-        if self.fault == Some(Fault::SlowPing) {
-            return hot::ping_pong(&mut Paced(link), size, iters, wr_base, timeout, samples);
-        }
-        hot::ping_pong(link, size, iters, wr_base, timeout, samples)
     }
 
     /// Where the write goes: the server's buffer, or a corrupted rkey, or past its end.
@@ -159,19 +163,6 @@ impl Faults {
 
 #[cfg(not(feature = "fault-injection"))]
 impl Faults {
-    /// No hooks in this build: the lat ping-pong as it is.
-    pub fn ping_pong<L: Link>(
-        &self,
-        link: &mut L,
-        size: usize,
-        iters: u64,
-        wr_base: u64,
-        timeout: Duration,
-        samples: &mut Vec<f64>,
-    ) -> Result<(), L::Error> {
-        hot::ping_pong(link, size, iters, wr_base, timeout, samples)
-    }
-
     /// No hooks in this build.
     pub fn kill_at(&self, _stage: Stage) {}
 
