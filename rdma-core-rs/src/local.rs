@@ -50,7 +50,8 @@ impl LocalPort {
         let mut opened = Vec::new();
         let mut candidates = Vec::new();
         let names: Vec<String> = match device {
-            Some(d) => vec![Context::open(Some(d))?.name().to_owned()],
+            // Opened below: an unknown name fails there, listing the devices.
+            Some(d) => vec![d.to_owned()],
             None => devices()?.into_iter().map(|d| d.name).collect(),
         };
         if names.is_empty() {
@@ -76,7 +77,7 @@ impl LocalPort {
             "{} port {} for {}: {}",
             c.device,
             c.port.num,
-            route::canonical(local),
+            local.to_canonical(),
             choice.why
         );
         Ok((
@@ -182,7 +183,7 @@ pub mod cli {
             if !self.chooses_by(local) {
                 return Ok((self.open()?, None));
             }
-            let ip = crate::route::canonical(local);
+            let ip = local.to_canonical();
             let (mut port, why) = super::LocalPort::open_for(ip, self.device.as_deref())?;
             port.class = self.class();
             Ok((port, Some(why)))
@@ -192,7 +193,7 @@ pub mod cli {
         /// address a NIC can carry) rather than by the flags alone.
         #[must_use]
         pub fn chooses_by(&self, local: std::net::IpAddr) -> bool {
-            let ip = crate::route::canonical(local);
+            let ip = local.to_canonical();
             self.gid_index.is_none() && !ip.is_loopback() && !ip.is_unspecified()
         }
     }

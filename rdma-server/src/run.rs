@@ -228,7 +228,7 @@ fn no_ipv6(e: &std::io::Error) -> bool {
 /// A client's address as people and allow-lists know it: an IPv4 client of a dual-stack
 /// listener (`::ffff:10.0.0.2`) is `10.0.0.2`.
 pub(crate) fn canonical_peer(peer: SocketAddr) -> SocketAddr {
-    SocketAddr::new(rdma_core_rs::route::canonical(peer.ip()), peer.port())
+    SocketAddr::new(peer.ip().to_canonical(), peer.port())
 }
 
 /// How hellos are bound to their connection on this port (see `rdma_proto::GidBinding`): on
