@@ -29,6 +29,7 @@
 #[cfg(feature = "app")]
 pub mod app;
 pub mod bench;
+pub mod cm;
 pub mod error;
 pub mod events;
 pub mod exit;
@@ -37,6 +38,7 @@ pub mod handshake;
 pub mod wire;
 
 pub use bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
+pub use cm::CmOffer;
 pub use error::{ErrorCode, ProtoError, UnknownErrorCode};
 pub use exit::Exit;
 pub use framing::{Deadlined, FrameError, LineConn};

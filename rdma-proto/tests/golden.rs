@@ -269,3 +269,70 @@ fn bad_lines_give_their_codes() {
     }
     assert!(n >= 50, "only {n} bad lines");
 }
+
+/// RDMA CM connection mode (feature `cm`, iWARP's notify tcp): the hello asks with `cm`, whose
+/// GID (iWARP's, not an address) the server does not bind; the accept carries the CM port and
+/// the nonce the client's connection request must present.
+fn cm_transcript() -> String {
+    let mut out = String::new();
+    let mut features = ServerPolicy::default_features();
+    features.push(rdma_proto::cm::FEATURE.to_owned());
+    let mut server = ServerHandshake::new(ServerPolicy {
+        buffer_size: 64,
+        token: None,
+        program_version: "0.1.0".to_owned(),
+        features,
+        bench_max_len: 0,
+    })
+    .bind(GidBinding::Peer {
+        peer: "10.0.0.2".parse().unwrap(),
+        local: vec![],
+    });
+    let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
+    let banner = server.banner().unwrap().to_line();
+    out.push_str(&format!("S: {banner}"));
+    client
+        .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
+        .unwrap();
+    let iwarp = QpEndpoint {
+        gid: "5254:ff:fe12:3402::".parse().unwrap(),
+        ..client_ep()
+    };
+    let hello = client.hello_cm(iwarp, true).unwrap().to_line();
+    out.push_str(&format!("C: {hello}"));
+    let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
+        panic!("expected hello event")
+    };
+    assert!(h.cm);
+    let offer = CmOffer {
+        port: 40123,
+        nonce: *b"\x8f\x01\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff",
+    };
+    let accept = server
+        .accept_cm(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 64, Some(offer))
+        .unwrap()
+        .to_line();
+    out.push_str(&format!("S: {accept}"));
+    let a = client
+        .on_accept(ServerMessage::parse(accept.as_bytes()).unwrap())
+        .unwrap();
+    assert_eq!(a.cm, Some(offer));
+    // (RDMA CM connects the queue pairs, then the write happens here)
+    let w = client.written().unwrap().unwrap().to_line();
+    out.push_str(&format!("C: {w}"));
+    server.on_line(w.as_bytes()).unwrap();
+    let outcome = server.verify(PAYLOAD, None, None);
+    assert!(outcome.verified, "{outcome:?}");
+    let result = server.result(outcome).unwrap().to_line();
+    out.push_str(&format!("S: {result}"));
+    client
+        .on_result(ServerMessage::parse(result.as_bytes()).unwrap())
+        .unwrap();
+    assert_eq!(client.state(), ClientState::Done);
+    out
+}
+
+#[test]
+fn golden_handshake_cm() {
+    check_golden("handshake-cm.jsonl", &cm_transcript());
+}

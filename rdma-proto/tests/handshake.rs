@@ -34,6 +34,7 @@ fn hello(notify: Notify, length: u64, token: Option<&str>) -> ClientMessage {
         crc32c: Some(crc32c(PAYLOAD)),
         token: token.map(str::to_owned),
         bench: None,
+        cm: false,
     })
 }
 
@@ -556,6 +557,7 @@ fn verify_reports_each_failed_check() {
         crc32c: None,
         token: None,
         bench: None,
+        cm: false,
     }))
     .unwrap();
     assert!(s.verify(b"abc", Some(3), None).verified);
@@ -589,6 +591,7 @@ fn accept_msg(buf_len: u64) -> ServerMessage {
         addr: 0xffff_ffff_ffff_f000,
         rkey: 0xdead_beef,
         buf_len,
+        cm: None,
     })
 }
 
@@ -900,6 +903,7 @@ fn bench_hello(length: u64) -> ClientMessage {
         crc32c: None,
         token: None,
         bench: Some(bench_params(BenchMode::Bw, vec![length])),
+        cm: false,
     })
 }
 
@@ -959,4 +963,87 @@ fn a_bench_client_sends_nothing_to_a_server_without_the_feature() {
         s.on_message(ClientMessage::Hello(h)).unwrap(),
         ServerEvent::Hello(_)
     ));
+}
+
+/// RDMA CM mode is asked for only where offered, answered only where asked, and a CM hello is
+/// not held to the GID binding (its GID connects nothing) while a plain one still is.
+#[test]
+fn cm_mode_needs_the_feature_on_both_sides_and_skips_only_the_gid_binding() {
+    let policy = |cm: bool| {
+        let mut features = ServerPolicy::default_features();
+        if cm {
+            features.push(rdma_proto::cm::FEATURE.to_owned());
+        }
+        ServerPolicy {
+            buffer_size: 64,
+            token: None,
+            program_version: "0.1.0".into(),
+            features,
+            bench_max_len: 0,
+        }
+    };
+    let bound = GidBinding::Peer {
+        peer: "10.0.0.2".parse().unwrap(),
+        local: vec![],
+    };
+    let alien = QpEndpoint {
+        gid: "5254:ff:fe12:3402::".parse().unwrap(),
+        ..ep(17)
+    };
+    // The client refuses, sending nothing, when the banner has no `cm`.
+    let mut s = ServerHandshake::new(policy(false));
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(b"hi", Notify::Tcp, None));
+    c.on_banner(s.banner().unwrap()).unwrap();
+    let e = c.hello_cm(alien, true).unwrap_err();
+    assert!(e.to_string().contains("RDMA CM"), "{e}");
+    assert_eq!(c.state(), ClientState::Failed);
+    // A server without the feature refuses a cm hello that comes anyway.
+    let line = br#"{"type":"hello","v":1,"qpn":17,"psn":1,"gid":"::ffff:10.0.0.2","lid":0,"mtu":1024,"length":2,"notify":"tcp","cm":true}"#;
+    let e = s.on_line(line).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidField);
+    assert!(e.to_string().contains("`cm`"), "{e}");
+
+    // With the feature: the cm hello passes the binding its GID would fail...
+    let mut s = ServerHandshake::new(policy(true)).bind(bound.clone());
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(b"hi", Notify::Tcp, None));
+    c.on_banner(s.banner().unwrap()).unwrap();
+    let hello = c.hello_cm(alien, true).unwrap();
+    assert!(matches!(s.on_message(hello).unwrap(), ServerEvent::Hello(h) if h.cm));
+    // ... the server must answer with an offer (not without one) ...
+    assert!(s.accept(ep(18), 1, 2, 64).is_err());
+    let mut s = ServerHandshake::new(policy(true)).bind(bound.clone());
+    s.banner().unwrap();
+    s.on_message(c_hello(alien, true)).unwrap();
+    let offer = CmOffer {
+        port: 9,
+        nonce: [1; rdma_proto::cm::NONCE_LEN],
+    };
+    let accept = s.accept_cm(ep(18), 1, 2, 64, Some(offer)).unwrap();
+    // ... and the client takes an accept with its offer only.
+    assert_eq!(c.on_accept(accept).unwrap().cm, Some(offer));
+    let mut c2 = ClientHandshake::new(ClientRequest::for_payload(b"hi", Notify::Tcp, None));
+    c2.on_banner(ServerHandshake::new(policy(true)).banner().unwrap())
+        .unwrap();
+    c2.hello_cm(alien, true).unwrap();
+    let plain = ServerMessage::parse(br#"{"type":"accept","v":1,"qpn":18,"psn":1,"gid":"fe80::1","lid":0,"mtu":1024,"addr":1,"rkey":2,"buf_len":64}"#).unwrap();
+    let e = c2.on_accept(plain).unwrap_err();
+    assert!(e.to_string().contains("RDMA CM"), "{e}");
+
+    // A plain hello from the same peer is still bound: its GID is refused.
+    let mut s = ServerHandshake::new(policy(true)).bind(bound);
+    s.banner().unwrap();
+    let e = s.on_message(c_hello(alien, false)).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidField);
+}
+
+fn c_hello(endpoint: QpEndpoint, cm: bool) -> ClientMessage {
+    ClientMessage::Hello(Hello {
+        endpoint,
+        length: 2,
+        notify: Notify::Tcp,
+        crc32c: None,
+        token: None,
+        bench: None,
+        cm,
+    })
 }

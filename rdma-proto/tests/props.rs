@@ -63,6 +63,7 @@ fn hello() -> impl Strategy<Value = Hello> {
                 crc32c,
                 token,
                 bench: None,
+                cm: false,
             }
         })
 }
@@ -100,6 +101,7 @@ fn server_message() -> impl Strategy<Value = ServerMessage> {
                 addr,
                 rkey,
                 buf_len,
+                cm: None,
             })
         },
     );

@@ -84,6 +84,8 @@ impl fmt::Display for ClientState {
 pub struct ClientHandshake {
     req: ClientRequest,
     bench: Option<BenchParams>,
+    /// Whether the hello asked for RDMA CM.
+    cm: bool,
     state: ClientState,
     banner: Option<Banner>,
     accept: Option<Accept>,
@@ -96,6 +98,7 @@ impl ClientHandshake {
         ClientHandshake {
             req,
             bench: None,
+            cm: false,
             state: ClientState::AwaitBanner,
             banner: None,
             accept: None,
@@ -186,11 +189,20 @@ impl ClientHandshake {
     /// The token is only sent if the banner said `auth: token` (a secret is never offered to a
     /// server that did not ask for it).
     pub fn hello(&mut self, local: QpEndpoint) -> Result<ClientMessage, ProtoError> {
-        let r = self.hello_step(local);
+        self.hello_cm(local, false)
+    }
+
+    /// [`hello`](Self::hello), asking to connect the queue pairs through RDMA CM when `cm`
+    /// (see [`crate::cm`]): fails locally, sending nothing, if the server's banner does not
+    /// list the `cm` feature. The accept must then carry the server's [`CmOffer`].
+    ///
+    /// [`CmOffer`]: crate::cm::CmOffer
+    pub fn hello_cm(&mut self, local: QpEndpoint, cm: bool) -> Result<ClientMessage, ProtoError> {
+        let r = self.hello_step(local, cm);
         self.guard(r)
     }
 
-    fn hello_step(&mut self, local: QpEndpoint) -> Result<ClientMessage, ProtoError> {
+    fn hello_step(&mut self, local: QpEndpoint, cm: bool) -> Result<ClientMessage, ProtoError> {
         if self.state != ClientState::NeedHello {
             return Err(ProtoError::new(
                 ErrorCode::Internal,
@@ -219,6 +231,20 @@ impl ClientHandshake {
             ));
         }
         let wants_token = self.banner.as_ref().is_some_and(|b| b.auth == Auth::Token);
+        let banner = self.banner.as_ref();
+        if cm && !banner.is_some_and(|x| x.features.iter().any(|f| f == crate::cm::FEATURE)) {
+            return Err(ProtoError::new(
+                ErrorCode::InvalidField,
+                format!(
+                    "the server ({} {}) does not connect queue pairs through RDMA CM: its banner lists features [{}], not `{}`; iWARP needs it: upgrade the server, or leave out --cm on RoCE/InfiniBand",
+                    banner.map_or("?", |x| x.program.as_str()),
+                    banner.map_or("?", |x| x.program_version.as_str()),
+                    banner.map_or(String::new(), |x| x.features.join(", ")),
+                    crate::cm::FEATURE
+                ),
+            ));
+        }
+        self.cm = cm;
         if let Some(b) = &self.bench {
             let banner = self.banner.as_ref();
             if !banner.is_some_and(|x| x.features.iter().any(|f| f == bench::FEATURE)) {
@@ -255,6 +281,7 @@ impl ClientHandshake {
                 None
             },
             bench: self.bench.clone(),
+            cm,
         }))
     }
 
@@ -264,7 +291,17 @@ impl ClientHandshake {
         let r = match (self.state, msg) {
             (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
             (ClientState::AwaitAccept, ServerMessage::Accept(a)) => {
-                if a.buf_len < self.req.length {
+                if a.cm.is_some() != self.cm {
+                    Err(ProtoError::invalid(
+                        "accept",
+                        "cm",
+                        if self.cm {
+                            "is missing, though the hello asked to connect through RDMA CM"
+                        } else {
+                            "is present, though the hello did not ask for RDMA CM"
+                        },
+                    ))
+                } else if a.buf_len < self.req.length {
                     Err(ProtoError::TooLong {
                         length: self.req.length,
                         max: a.buf_len,

@@ -199,7 +199,19 @@ impl ServerHandshake {
                 self.check_token(h.token.as_deref())?;
                 // The secret has done its job; keep it out of events, logs and `hello()`.
                 h.token = None;
-                self.binding.check(h.endpoint.gid)?;
+                if h.cm {
+                    if !self.policy.features.iter().any(|f| f == crate::cm::FEATURE) {
+                        return Err(ProtoError::invalid(
+                            "hello",
+                            "cm",
+                            "this server does not connect queue pairs through RDMA CM (its banner has no `cm` feature); leave `cm` out",
+                        ));
+                    }
+                    // The hello's GID is not used: the client connects to the server's CM
+                    // listener from its own address, checked against its TCP peer's.
+                } else {
+                    self.binding.check(h.endpoint.gid)?;
+                }
                 let max = if h.bench.is_some() {
                     if self.policy.bench_max_len == 0 {
                         return Err(ProtoError::invalid(
@@ -279,12 +291,28 @@ impl ServerHandshake {
         rkey: u32,
         buf_len: u64,
     ) -> Result<ServerMessage, ProtoError> {
+        self.accept_cm(local, addr, rkey, buf_len, None)
+    }
+
+    /// [`accept`](Self::accept), with the RDMA CM listener the client connects to when its
+    /// hello asked for RDMA CM (`cm` must be `Some` exactly then).
+    pub fn accept_cm(
+        &mut self,
+        local: QpEndpoint,
+        addr: u64,
+        rkey: u32,
+        buf_len: u64,
+        cm: Option<crate::cm::CmOffer>,
+    ) -> Result<ServerMessage, ProtoError> {
         if self.state != ServerState::AwaitAccept {
             return Err(self.misuse("accept()"));
         }
         let Some(hello) = self.hello.as_ref() else {
             return Err(self.misuse("accept()"));
         };
+        if hello.cm != cm.is_some() {
+            return Err(self.misuse("accept() with an RDMA CM offer that the hello did not match"));
+        }
         let notify = hello.notify;
         let length = hello.length;
         let checked = match local.validate("accept") {
@@ -305,6 +333,7 @@ impl ServerHandshake {
             addr,
             rkey,
             buf_len,
+            cm,
         }))
     }
 

@@ -11,6 +11,7 @@ use super::{
     ServerMessage, VALID_MTUS, Written,
 };
 use crate::bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
+use crate::cm::CmOffer;
 use crate::error::{ErrorCode, ProtoError};
 use crate::{MAX_TEXT, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
 
@@ -207,7 +208,11 @@ impl Fields<'_> {
     }
 
     fn boolean(&self, name: &'static str) -> Result<bool, ProtoError> {
-        match self.req(name)? {
+        self.bool_value(name, self.req(name)?)
+    }
+
+    fn bool_value(&self, name: &'static str, v: &Value) -> Result<bool, ProtoError> {
+        match v {
             Value::Bool(b) => Ok(*b),
             other => Err(ProtoError::invalid(
                 self.msg,
@@ -215,6 +220,12 @@ impl Fields<'_> {
                 format!("{} is not true or false", summary(other)),
             )),
         }
+    }
+
+    fn opt_bool(&self, name: &'static str) -> Result<Option<bool>, ProtoError> {
+        self.get(name)
+            .map(|v| self.bool_value(name, v))
+            .transpose()
     }
 
     fn array<'b>(&'b self, name: &'static str) -> Result<&'b Vec<Value>, ProtoError> {
@@ -343,6 +354,7 @@ fn parse_hello(f: Fields<'_>) -> Result<Hello, ProtoError> {
         .get("bench")
         .map(|v| parse_bench(f, v, length, notify))
         .transpose()?;
+    let cm = f.opt_bool("cm")?.unwrap_or(false);
     Ok(Hello {
         endpoint,
         length,
@@ -350,7 +362,37 @@ fn parse_hello(f: Fields<'_>) -> Result<Hello, ProtoError> {
         crc32c,
         token,
         bench,
+        cm,
     })
+}
+
+/// `accept.cm`: the RDMA CM port and nonce.
+fn parse_cm_offer(f: Fields<'_>, v: &Value) -> Result<CmOffer, ProtoError> {
+    let Value::Object(obj) = v else {
+        return Err(ProtoError::invalid(
+            f.msg,
+            "cm",
+            format!("{} is not an object", summary(v)),
+        ));
+    };
+    let c = Fields {
+        obj,
+        msg: "accept.cm",
+    };
+    let port = u16::try_from(c.uint("port", 1..=u64::from(u16::MAX))?).unwrap_or(u16::MAX);
+    let text = c.string("nonce")?;
+    let nonce = CmOffer::parse_nonce(&text).ok_or_else(|| {
+        ProtoError::invalid(
+            "accept.cm",
+            "nonce",
+            format!(
+                "\"{}\" is not {} hex digits",
+                shorten(&text),
+                2 * crate::cm::NONCE_LEN
+            ),
+        )
+    })?;
+    Ok(CmOffer { port, nonce })
 }
 
 /// `hello.bench`: an object whose fields are checked like any message's, then together.
@@ -408,6 +450,7 @@ fn parse_accept(f: Fields<'_>) -> Result<Accept, ProtoError> {
         addr: f.uint("addr", 0..=u64::MAX)?,
         rkey: f.u32("rkey", 0..=u32::MAX)?,
         buf_len: f.uint("buf_len", 1..=u64::MAX)?,
+        cm: f.get("cm").map(|v| parse_cm_offer(f, v)).transpose()?,
     })
 }
 

@@ -258,6 +258,10 @@ pub struct Hello {
     /// `bench` feature; see [`crate::bench`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bench: Option<BenchParams>,
+    /// Connect the queue pairs through RDMA CM (only to a server whose banner lists the `cm`
+    /// feature; see [`crate::cm`]). `false` is not sent.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cm: bool,
 }
 
 /// `accept`: server -> client, the server's QP and the remote buffer.
@@ -272,6 +276,10 @@ pub struct Accept {
     pub rkey: u32,
     /// Buffer length in bytes (>= `hello.length`).
     pub buf_len: u64,
+    /// Where the client connects through RDMA CM: present exactly when `hello.cm` asked for it
+    /// (see [`crate::cm`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cm: Option<crate::cm::CmOffer>,
 }
 
 /// `written`: client -> server in notify=tcp, after the client's write completion.
