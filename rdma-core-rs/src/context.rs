@@ -9,7 +9,7 @@ use ibverbs_sys as ffi;
 
 use crate::error::{Error, Result, VerbOp};
 use crate::types::{
-    Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, describe_gid_table,
+    Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, Transport, describe_gid_table,
 };
 
 /// Where the kernel lists RDMA devices; missing means the kernel has no RDMA core loaded.
@@ -191,6 +191,14 @@ impl Context {
         self.0.guid
     }
 
+    /// How the device carries RDMA (InfiniBand/RoCE or iWARP).
+    #[must_use]
+    pub fn transport(&self) -> Transport {
+        // SAFETY: an open context points at its device, which outlives it.
+        let raw = unsafe { (*(*self.0.ctx).device).transport_type };
+        Transport::from_ibv(raw)
+    }
+
     pub(crate) fn raw(&self) -> *mut ffi::ibv_context {
         self.0.ctx
     }
@@ -333,6 +341,14 @@ impl Context {
     /// [`Error::GidIndexInvalid`], [`Error::NoUsableGid`], or a GID query failure.
     pub fn select_gid(&self, port: &PortInfo, index: Option<u32>) -> Result<GidEntry> {
         let table = self.gid_table(port.num)?;
+        if index.is_none() && self.transport() == Transport::Iwarp {
+            // iWARP addresses by IP through RDMA CM; its GID (the MAC, not an address) is only
+            // an identity, and the first one is as good as any.
+            return table.first().copied().ok_or_else(|| Error::NoUsableGid {
+                port: port.num,
+                table: describe_gid_table(&table),
+            });
+        }
         select_gid_in(&table, port.link_layer, port.num, index)
     }
 }

@@ -64,6 +64,7 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+pub mod cm;
 mod context;
 mod cq;
 pub mod error;
@@ -86,8 +87,8 @@ pub use qp::{
     Reset, Rtr, RtrParams, Rts, RtsParams, WriteFlags,
 };
 pub use types::{
-    Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, WcOpcode,
-    WcStatus, describe_gid_table,
+    Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, Transport,
+    WcOpcode, WcStatus, describe_gid_table,
 };
 
 /// A random 24-bit initial packet sequence number from the OS CSPRNG.

@@ -4,7 +4,9 @@
 use std::net::IpAddr;
 
 use crate::route::{self, Candidate};
-use crate::{Context, Endpoint, GidEntry, PathClass, PortInfo, QueuePair, Result, devices};
+use crate::{
+    Context, Endpoint, GidEntry, PathClass, PortInfo, QueuePair, Result, Transport, devices,
+};
 
 /// An open device with a checked port and a selected GID.
 #[derive(Clone, Debug)]
@@ -71,7 +73,10 @@ impl LocalPort {
                 opened.push(ctx.clone());
             }
         }
-        let choice = route::choose(&candidates, local, device)?;
+        let choice = match route::choose(&candidates, local, device) {
+            Ok(choice) => choice,
+            Err(no) => return Self::iwarp_for(local, device).ok_or(no.into()),
+        };
         let c = &candidates[choice.candidate];
         let why = format!(
             "{} port {} for {}: {}",
@@ -85,6 +90,36 @@ impl LocalPort {
                 ctx: opened.swap_remove(choice.candidate),
                 port: c.port,
                 gid: choice.gid,
+                class: PathClass::default(),
+            },
+            why,
+        ))
+    }
+
+    /// The iWARP port that carries `local`, where no GID table holds it (iWARP's GIDs are not
+    /// addresses): the device RDMA CM binds the address to, if that is an iWARP device (and
+    /// `device`, when named), with an ACTIVE port.
+    fn iwarp_for(local: IpAddr, device: Option<&str>) -> Option<(Self, String)> {
+        let (name, num) = crate::cm::device_for(local).ok()?;
+        if device.is_some_and(|d| d != name) {
+            return None;
+        }
+        let ctx = Context::open(Some(&name)).ok()?;
+        if ctx.transport() != Transport::Iwarp {
+            return None;
+        }
+        let port = ctx.require_active_port(num).ok()?;
+        let gid = ctx.select_gid(&port, None).ok()?;
+        let why = format!(
+            "{name} port {num} for {}: the iWARP device RDMA CM binds the address to (iWARP \
+             GIDs are not addresses)",
+            local.to_canonical()
+        );
+        Some((
+            Self {
+                ctx,
+                port,
+                gid,
                 class: PathClass::default(),
             },
             why,

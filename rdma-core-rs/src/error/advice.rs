@@ -78,6 +78,27 @@ pub fn advice_for(op: VerbOp, errno: i32) -> String {
              limit the region size (max_mr_size in `ibv_devinfo -v`)"
         }
         (V::RegMr, _) => "memory registration failed; check `ibv_devinfo -v` limits",
+        (V::CmChannel, _) => {
+            "RDMA CM is not available: load its kernel modules (`modprobe rdma_ucm`, which \
+             brings rdma_cm, iw_cm and ib_cm) and check that /dev/infiniband/rdma_cm exists"
+        }
+        (V::CmBindAddr, libc::EADDRNOTAVAIL | libc::ENODEV) => {
+            "no RDMA device carries this address: check `rdma link` and `ip addr`"
+        }
+        (V::CmResolveAddr | V::CmResolveRoute, _) => {
+            "RDMA CM found no RDMA path to the peer: its address must be reachable through an \
+             RDMA netdev (check `rdma link`, `ip route`, `ip neigh`)"
+        }
+        (
+            V::CmCreateId
+            | V::CmBindAddr
+            | V::CmListen
+            | V::CmConnect
+            | V::CmAccept
+            | V::CmInitQpAttr
+            | V::CmEvent,
+            _,
+        ) => "the RDMA CM step failed; check `rdma link`, `rdma resource` and `dmesg`",
         (V::DeregMr, _) => {
             "the memory region could not be deregistered (see `dmesg`); its buffer is kept \
              allocated (leaked), so that the device can never write freed memory"

@@ -87,6 +87,26 @@ pub enum VerbOp {
     ReqNotifyCq,
     /// `poll(2)` on the completion channel, or `ibv_get_cq_event`.
     WaitCqEvent,
+    /// `rdma_create_event_channel` (or making its fd non-blocking).
+    CmChannel,
+    /// `rdma_create_id`.
+    CmCreateId,
+    /// `rdma_bind_addr`.
+    CmBindAddr,
+    /// `rdma_listen`.
+    CmListen,
+    /// `rdma_resolve_addr`.
+    CmResolveAddr,
+    /// `rdma_resolve_route`.
+    CmResolveRoute,
+    /// `rdma_connect`.
+    CmConnect,
+    /// `rdma_accept` (or `rdma_establish`).
+    CmAccept,
+    /// `rdma_init_qp_attr`.
+    CmInitQpAttr,
+    /// `poll(2)` on the RDMA CM event channel, or `rdma_get_cm_event`.
+    CmEvent,
 }
 
 impl VerbOp {
@@ -114,6 +134,16 @@ impl VerbOp {
             VerbOp::PollCq => "polling the completion queue",
             VerbOp::ReqNotifyCq => "requesting a completion event",
             VerbOp::WaitCqEvent => "waiting for a completion event",
+            VerbOp::CmChannel => "opening RDMA CM",
+            VerbOp::CmCreateId => "creating an RDMA CM id",
+            VerbOp::CmBindAddr => "binding RDMA CM to the local address",
+            VerbOp::CmListen => "listening for RDMA CM connections",
+            VerbOp::CmResolveAddr => "resolving the peer's address through RDMA CM",
+            VerbOp::CmResolveRoute => "resolving the route through RDMA CM",
+            VerbOp::CmConnect => "connecting through RDMA CM",
+            VerbOp::CmAccept => "accepting the RDMA CM connection",
+            VerbOp::CmInitQpAttr => "reading the RDMA CM queue pair attributes",
+            VerbOp::CmEvent => "waiting for an RDMA CM event",
         }
     }
 
@@ -141,6 +171,16 @@ impl VerbOp {
             VerbOp::PollCq => "ibv_poll_cq",
             VerbOp::ReqNotifyCq => "ibv_req_notify_cq",
             VerbOp::WaitCqEvent => "ibv_get_cq_event",
+            VerbOp::CmChannel => "rdma_create_event_channel",
+            VerbOp::CmCreateId => "rdma_create_id",
+            VerbOp::CmBindAddr => "rdma_bind_addr",
+            VerbOp::CmListen => "rdma_listen",
+            VerbOp::CmResolveAddr => "rdma_resolve_addr",
+            VerbOp::CmResolveRoute => "rdma_resolve_route",
+            VerbOp::CmConnect => "rdma_connect",
+            VerbOp::CmAccept => "rdma_accept",
+            VerbOp::CmInitQpAttr => "rdma_init_qp_attr",
+            VerbOp::CmEvent => "rdma_get_cm_event",
         }
     }
 
@@ -301,6 +341,19 @@ pub enum Error {
         /// What to do.
         advice: String,
     },
+    /// RDMA CM answered a step with an event other than the one that lets it go on (a reject,
+    /// an unreachable peer, an address or route error), or with a failed status.
+    #[error("RDMA CM {step}: got {event} (status {status}): {advice}")]
+    CmFailed {
+        /// What was waited for, e.g. "connect".
+        step: &'static str,
+        /// The event's name (`rdma_event_str`).
+        event: String,
+        /// The event's status (a negative errno, or a reject reason).
+        status: i32,
+        /// What to do.
+        advice: String,
+    },
     /// The OS random number generator failed.
     #[error(
         "the OS random number generator failed ({0}); check that getrandom(2) / /dev/urandom works"
@@ -356,7 +409,10 @@ impl Error {
             | Error::InvalidArgument { .. }
             | Error::InvalidRange { .. }
             | Error::WriteTooLong { .. } => ErrorKind::Usage,
-            Error::Alloc { .. } | Error::Random(_) | Error::MemlockLimit { .. } => ErrorKind::Setup,
+            Error::Alloc { .. }
+            | Error::Random(_)
+            | Error::MemlockLimit { .. }
+            | Error::CmFailed { .. } => ErrorKind::Setup,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Completion { .. } => ErrorKind::Transfer,
         }
@@ -383,6 +439,7 @@ impl Error {
             }
             Error::Verb { advice, .. }
             | Error::InvalidArgument { advice, .. }
+            | Error::CmFailed { advice, .. }
             | Error::Completion { advice, .. } => Some(advice.clone()),
             Error::PortNotActive { .. } => {
                 Some("check `rdma link` / `ibv_devinfo`; the netdev must be up".to_owned())

@@ -218,6 +218,8 @@ struct QpHandle {
     path_mtu: Mtu,
     cq: CompletionQueue,
     pd: ProtectionDomain,
+    /// The RDMA CM connection, when the CM connected it: disconnected before the QP goes.
+    cm: Option<crate::cm::Link>,
 }
 
 // SAFETY: ibv_qp handles may be used from any thread; ibv_post_send / ibv_post_recv /
@@ -228,6 +230,7 @@ unsafe impl Sync for QpHandle {}
 
 impl Drop for QpHandle {
     fn drop(&mut self) {
+        drop(self.cm.take());
         // SAFETY: `qp` came from ibv_create_qp and is destroyed once; CQ and PD are still alive
         // (they are fields, dropped after this).
         let rc = unsafe { ffi::ibv_destroy_qp(self.qp) };
@@ -303,6 +306,7 @@ impl ProtectionDomain {
                 path_mtu: Mtu::M256,
                 cq: cq.clone(),
                 pd: self.clone(),
+                cm: None,
             },
             _state: PhantomData,
         })
@@ -505,6 +509,27 @@ impl QueuePair<Reset> {
 }
 
 impl QueuePair<Init> {
+    /// iWARP: RDMA CM established the connection and the kernel moved the queue pair to RTS
+    /// with it; checked here, the path MTU taken from `local`'s port.
+    pub(crate) fn established_by_cm(mut self, local: &crate::LocalPort) -> Result<QueuePair<Rts>> {
+        match self.query_state()? {
+            QpState::Rts => {
+                self.h.path_mtu = local.port.active_mtu;
+                Ok(QueuePair {
+                    h: self.h,
+                    _state: PhantomData,
+                })
+            }
+            other => Err(Error::invalid(
+                format!(
+                    "QP {} is in state {other:?} after RDMA CM connected it, not RTS",
+                    self.h.qpn
+                ),
+                "the device did not bring the queue pair up with the connection; see `dmesg`",
+            )),
+        }
+    }
+
     /// INIT -> RTR with an address vector built for the link layer.
     ///
     /// # Errors
@@ -536,6 +561,12 @@ impl QueuePair<Rtr> {
 }
 
 impl QueuePair<Rts> {
+    /// Hands the queue pair its RDMA CM connection, which it disconnects before it goes.
+    pub(crate) fn with_link(mut self, link: crate::cm::Link) -> Self {
+        self.h.cm = Some(link);
+        self
+    }
+
     /// The path MTU set by INIT -> RTR.
     #[must_use]
     pub fn path_mtu(&self) -> Mtu {

@@ -223,9 +223,7 @@ impl Fields<'_> {
     }
 
     fn opt_bool(&self, name: &'static str) -> Result<Option<bool>, ProtoError> {
-        self.get(name)
-            .map(|v| self.bool_value(name, v))
-            .transpose()
+        self.get(name).map(|v| self.bool_value(name, v)).transpose()
     }
 
     fn array<'b>(&'b self, name: &'static str) -> Result<&'b Vec<Value>, ProtoError> {
