@@ -49,8 +49,15 @@ pub struct Args {
 
     /// How the server learns that the write is complete: `imm` = RDMA Write with immediate (the
     /// server gets a completion), `tcp` = plain RDMA Write, then a `written` notice over TCP.
-    #[arg(long, default_value = "imm", value_name = "imm|tcp")]
-    pub notify: Notify,
+    /// Default: imm, or tcp on a device without write-with-immediate (iWARP), which is said.
+    #[arg(long, value_name = "imm|tcp")]
+    pub notify: Option<Notify>,
+
+    /// Connect the queue pairs through RDMA CM (librdmacm) instead of by the QP numbers and
+    /// GIDs the handshake exchanges; needs a server that offers it (banner feature `cm`).
+    /// Always on for iWARP devices, which have no other way.
+    #[arg(long)]
+    pub cm: bool,
 
     /// Shared access token, if the server requires one. Prefer --token-file or the
     /// RDMA_WRITE_TOKEN environment variable: a token given here shows in `ps` to every user.
@@ -124,6 +131,7 @@ impl Args {
                 #[cfg(feature = "fault-injection")]
                 fault: self.fault,
             },
+            cm: self.cm,
         };
         if self.fabric.asked() {
             return Ok(Task::Fabric(FabricTask {
@@ -165,7 +173,8 @@ mod tests {
         assert_eq!(a.server.as_deref(), Some("10.0.0.1"));
         assert_eq!(a.message, "Hello RDMA Write!");
         assert_eq!(a.local.port, 1);
-        assert_eq!(a.notify, Notify::Imm);
+        assert_eq!(a.notify, None);
+        assert!(!a.cm);
         assert_eq!(a.timeout, Duration::from_secs(10));
         assert!(Args::try_parse_from(["rdma-client", "h", "--timeout", "soon"]).is_err());
         assert!(Args::try_parse_from(["rdma-client", "h", "--timeout", "0s"]).is_err());
@@ -187,7 +196,7 @@ mod task_tests {
         let task = |argv: &[&str]| Args::try_parse_from(argv).unwrap().task().unwrap();
         assert!(matches!(
             task(&["rdma-client", "h", "--notify", "tcp"]),
-            Task::Write(WriteTask { ref server, notify: Notify::Tcp, .. }) if server == "h"
+            Task::Write(WriteTask { ref server, notify: Some(Notify::Tcp), .. }) if server == "h"
         ));
         assert!(matches!(
             task(&["rdma-client", "h", "--bench", "bw"]),

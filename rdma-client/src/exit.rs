@@ -68,6 +68,10 @@ pub enum ClientError {
     },
     #[error("the payload is empty: an RDMA Write needs at least one byte")]
     EmptyPayload,
+    #[error(
+        "--notify imm: {0} is iWARP, which has no RDMA Write with immediate; use --notify tcp, or leave --notify out (tcp is then chosen)"
+    )]
+    NoWriteWithImm(String),
 }
 
 /// The exit for the error that ends the run, as documented in `--help`.
@@ -101,7 +105,9 @@ fn own(cause: &(dyn StdError + 'static)) -> Option<Exit> {
             Exit::Timeout
         }
         ClientError::Connect { .. } | ClientError::BadAddress(_) => Exit::Network,
-        ClientError::ReadFile { .. } | ClientError::EmptyPayload => Exit::Usage,
+        ClientError::ReadFile { .. }
+        | ClientError::EmptyPayload
+        | ClientError::NoWriteWithImm(_) => Exit::Usage,
     })
 }
 

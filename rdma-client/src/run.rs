@@ -26,7 +26,8 @@ pub enum PayloadSource {
 pub struct WriteTask {
     pub server: String,
     pub payload: PayloadSource,
-    pub notify: Notify,
+    /// `--notify`; `None`: what the device has (see [`crate::session::notify_for`]).
+    pub notify: Option<Notify>,
     pub session: SessionOptions,
     pub device: rdma_core_rs::cli::DeviceArgs,
 }
@@ -36,10 +37,20 @@ pub fn run(task: &WriteTask, out: &Output) -> Result<()> {
     let payload = task.payload.load()?;
     let token = task.session.token.load()?;
     let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
+    let (notify, why) = crate::session::notify_for(task.notify, &local)?;
+    if let Some(why) = why {
+        out.emit(
+            &Event::NotifyChosen {
+                notify,
+                why: why.as_str().into(),
+            },
+            || why.clone(),
+        );
+    }
     let w = Write {
         target: &target,
         payload: &payload,
-        notify: task.notify,
+        notify,
         token,
         chosen: chosen.as_deref(),
     };
@@ -117,10 +128,10 @@ impl Write<'_> {
                 accept.addr,
                 accept.buf_len,
                 accept.rkey,
-                if port.link_layer == LinkLayer::Ethernet {
-                    ", RoCE"
-                } else {
-                    ""
+                match (accept.cm.is_some(), ctx.transport(), port.link_layer) {
+                    (true, t, _) => format!(", {t} via RDMA CM"),
+                    (false, _, LinkLayer::Ethernet) => ", RoCE".to_owned(),
+                    (false, _, _) => String::new(),
                 }
             )
         })?;

@@ -9,9 +9,10 @@ use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_core_rs::cli::DeviceArgs;
 use rdma_core_rs::{CqMode, Endpoint, Init, LocalPort, QueuePair, Rts};
+use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
-    Accept, Banner, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, Outcome, ServerMessage,
+    Accept, Banner, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, Outcome, ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::path::PathBuf;
@@ -30,6 +31,32 @@ pub struct SessionOptions {
     pub token: TokenSource,
     /// The test hooks asked for (none in a build without `fault-injection`).
     pub faults: Faults,
+    /// `--cm`: connect the queue pairs through RDMA CM (always on iWARP).
+    pub cm: bool,
+}
+
+/// The notify mode for `local`'s device: `asked` (`--notify`), else `imm` where the device has
+/// RDMA Write with immediate and `tcp` where it has not (iWARP), with why (for the
+/// `notify_chosen` event) when that is not the default.
+///
+/// # Errors
+/// `--notify imm` on a device without write-with-immediate.
+pub fn notify_for(asked: Option<Notify>, local: &LocalPort) -> Result<(Notify, Option<String>)> {
+    let transport = local.ctx.transport();
+    match asked {
+        Some(Notify::Imm) if !transport.has_write_with_imm() => {
+            Err(ClientError::NoWriteWithImm(local.ctx.name().to_owned()).into())
+        }
+        Some(n) => Ok((n, None)),
+        None if transport.has_write_with_imm() => Ok((Notify::Imm, None)),
+        None => Ok((
+            Notify::Tcp,
+            Some(format!(
+                "notify tcp: {} is {transport}, which has no RDMA Write with immediate",
+                local.ctx.name()
+            )),
+        )),
+    }
 }
 
 /// `--token-file`, else `--token` / `RDMA_WRITE_TOKEN`.
@@ -195,12 +222,27 @@ impl<'a> Session<'a> {
         human: impl FnOnce(&QueuePair<Rts>, &Accept) -> String,
     ) -> Result<(QueuePair<Rts>, Accept)> {
         let psn = rdma_core_rs::random_psn()?;
-        let hello = self.hs.hello(self.local.endpoint(&qp, psn).into())?;
+        let cm = self.opts.cm || self.local.ctx.transport().needs_cm();
+        let hello = self.hs.hello_cm(self.local.endpoint(&qp, psn).into(), cm)?;
         self.send(&hello.to_line())?;
         self.opts.faults.kill_at(Stage::Hello);
         let msg = self.recv()?;
         let accept = self.hs.on_accept(msg)?;
-        let qp = qp.connect_to(self.local, &Endpoint::from(&accept.endpoint), psn)?;
+        let qp = match accept.cm {
+            Some(offer) => {
+                let sock = self.conn.get_ref();
+                let (from, to) = (sock.local_addr()?, sock.peer_addr()?);
+                qp.connect_cm(
+                    self.local,
+                    Some(from.ip().to_canonical()),
+                    SocketAddr::new(to.ip().to_canonical(), offer.port),
+                    &offer.nonce,
+                    Instant::now() + self.opts.timeout,
+                )
+                .wrap_err("connecting the queue pair through RDMA CM")?
+            }
+            None => qp.connect_to(self.local, &Endpoint::from(&accept.endpoint), psn)?,
+        };
         self.emit(
             &Event::QpReady {
                 local_qpn: qp.qpn(),
@@ -209,6 +251,11 @@ impl<'a> Session<'a> {
                 remote_addr: accept.addr,
                 rkey: accept.rkey,
                 buf_len: accept.buf_len,
+                via: if accept.cm.is_some() {
+                    QpVia::Cm
+                } else {
+                    QpVia::Handshake
+                },
             },
             || human(&qp, &accept),
         );

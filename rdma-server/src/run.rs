@@ -37,6 +37,15 @@ struct Shared {
 }
 
 /// Runs the server until it is done; see the module docs.
+/// The banner's features: the protocol's, and `cm` where RDMA CM works here (rdma_ucm loaded).
+fn features() -> Vec<String> {
+    let mut f = ServerPolicy::default_features();
+    if rdma_core_rs::cm::available() {
+        f.push(rdma_proto::cm::FEATURE.to_owned());
+    }
+    f
+}
+
 pub fn run(args: Args, out: Output) -> Result<()> {
     let args = crate::config::apply(args)?;
     let pinned = budget::size(
@@ -84,7 +93,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
                 buffer_size: args.buffer_size,
                 token,
                 program_version: env!("CARGO_PKG_VERSION").to_owned(),
-                features: ServerPolicy::default_features(),
+                features: features(),
                 bench_max_len,
             },
             timeout: args.timeout,

@@ -14,9 +14,10 @@ use rdma_core_rs::{
     Access, Completion, CqMode, Endpoint, ErrorKind, ExposedRegion, Init, LocalPort, OwnedBuffer,
     QpCaps, QueuePair, Rts, WcOpcode,
 };
+use rdma_proto::events::QpVia;
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{
-    ErrorCode, ErrorMsg, GidBinding, Hello, Notify, Outcome, ProtoError, ServerEvent,
+    CmOffer, ErrorCode, ErrorMsg, GidBinding, Hello, Notify, Outcome, ProtoError, ServerEvent,
     ServerHandshake, ServerMessage, ServerPolicy,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -267,6 +268,15 @@ fn session(
     let cq = local.ctx.create_cq(4, s.cq_mode).map_err(rdma)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default()).map_err(rdma)?;
     let qp = qp.to_init(local.port.num, qp_access).map_err(rdma)?;
+    if hello.notify == Notify::Imm && !local.ctx.transport().has_write_with_imm() {
+        return Err(Failure::new(
+            ErrorCode::InvalidField,
+            format!(
+                "notify imm: this server's device {} is iWARP, which has no RDMA Write with immediate; use notify tcp",
+                local.ctx.name()
+            ),
+        ));
+    }
     if hello.notify == Notify::Imm {
         // Posted before the client can know our QP: the write-with-immediate finds it waiting.
         qp.post_recv(RECV_WR_ID).map_err(rdma)?;
@@ -361,12 +371,77 @@ pub(crate) fn connect_and_accept(
     rdma: impl Fn(rdma_core_rs::Error) -> Failure,
 ) -> Result<QueuePair<Rts>, Failure> {
     let psn = rdma_core_rs::random_psn().map_err(&rdma)?;
+    if hello.cm {
+        return accept_by_cm(s, local, conn, hs, qp, mr, psn, rdma);
+    }
     let client = Endpoint::from(&hello.endpoint);
     let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;
     let ours = local.endpoint(&qp, psn).into();
     let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     Ok(qp)
+}
+
+/// RDMA CM mode (the hello's `cm`): an RDMA CM listener of this session's own on the address
+/// the client came in on, offered in the accept with a fresh nonce; `qp` goes to RTS with the
+/// one connection request that carries the nonce and comes from the TCP peer's address
+/// (others are rejected), within the session's timeout.
+#[allow(clippy::too_many_arguments)]
+fn accept_by_cm(
+    s: &SessionCtx,
+    local: &LocalPort,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    qp: QueuePair<Init>,
+    mr: &ExposedRegion,
+    psn: u32,
+    rdma: impl Fn(rdma_core_rs::Error) -> Failure,
+) -> Result<QueuePair<Rts>, Failure> {
+    let sock = conn.get_ref();
+    let (ours_ip, peer_ip) = match (sock.local_addr(), sock.peer_addr()) {
+        (Ok(l), Ok(p)) => (l.ip().to_canonical(), p.ip().to_canonical()),
+        _ => {
+            return Err(Failure::new(
+                ErrorCode::Internal,
+                "the connection has no address",
+            ));
+        }
+    };
+    let listener = rdma_core_rs::cm::Listener::bind(ours_ip).map_err(&rdma)?;
+    let mut nonce = [0u8; rdma_proto::cm::NONCE_LEN];
+    getrandom::fill(&mut nonce)
+        .map_err(|e| Failure::new(ErrorCode::Internal, format!("no randomness: {e}")))?;
+    let offer = CmOffer {
+        port: listener.port(),
+        nonce,
+    };
+    let ours = local.endpoint(&qp, psn).into();
+    let accept = hs.accept_cm(ours, mr.addr(), mr.rkey(), mr.len() as u64, Some(offer))?;
+    conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
+    let admit = |r: &rdma_core_rs::cm::Request<'_>| -> Result<(), String> {
+        match r.peer.map(|p| p.ip().to_canonical()) {
+            Some(ip) if ip != peer_ip => {
+                return Err(format!("from {ip}, not the session's client {peer_ip}"));
+            }
+            None => return Err("from an unknown address".to_owned()),
+            Some(_) => {}
+        }
+        if offer.admits(r.private_data) {
+            Ok(())
+        } else {
+            Err("without the session's nonce".to_owned())
+        }
+    };
+    let conn = &*conn;
+    let cancel = || s.stopping.load(Ordering::Acquire) || client_spoke(conn);
+    listener
+        .accept(qp, local, &admit, Instant::now() + s.timeout, &cancel)
+        .map_err(|e| {
+            Failure::new(
+                ErrorCode::RdmaSetup,
+                format!("the client's queue pair did not connect through RDMA CM: {e}"),
+            )
+        })
 }
 
 /// The client could still write: its QP is connected and the rkey is live. Takes both away
@@ -416,6 +491,11 @@ pub(crate) fn emit_qp_ready(
             path_mtu: qp.path_mtu().bytes(),
             notify,
             length: hello.length,
+            via: if hello.cm {
+                QpVia::Cm
+            } else {
+                QpVia::Handshake
+            },
         },
         human,
     );

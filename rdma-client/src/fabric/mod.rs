@@ -150,7 +150,8 @@ pub struct FabricTask {
     pub fabric: FabricArgs,
     /// What each pair writes, and how the target learns it is done.
     pub payload: crate::run::PayloadSource,
-    pub notify: rdma_proto::Notify,
+    /// `--notify`; `None`: what the device has (see [`crate::session::notify_for`]).
+    pub notify: Option<rdma_proto::Notify>,
     /// How each pair's measurements post.
     pub knobs: crate::bench::Knobs,
     pub session: crate::session::SessionOptions,

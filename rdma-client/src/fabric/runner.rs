@@ -121,12 +121,16 @@ impl Pair<'_> {
             Ok(server) => server,
             Err(e) => return with_failure(r, &e, ""),
         };
+        let notify = match crate::session::notify_for(self.task.notify, self.local) {
+            Ok((notify, _)) => notify,
+            Err(e) => return with_failure(r, &e, ""),
+        };
         let token = || token.map(str::to_owned);
         let (written, waited) = wait_turn(deadline, || {
             let w = Write {
                 target: &server,
                 payload,
-                notify: self.task.notify,
+                notify,
                 token: token(),
                 // The fabric check prints one event per pair, not the sessions' own.
                 chosen: None,

@@ -34,7 +34,13 @@ pub enum Event<'a> {
         rkey: u32,
         /// The server's buffer (the accept's `buf_len`).
         buf_len: u64,
+        /// How the queue pair was connected (absent: by the handshake's QP numbers).
+        #[serde(default, skip_serializing_if = "super::QpVia::is_handshake")]
+        via: super::QpVia,
     },
+    /// The notify mode was chosen for the device, not as the default says (iWARP has no
+    /// RDMA Write with immediate: `tcp`).
+    NotifyChosen { notify: Notify, why: Cow<'a, str> },
     /// Our RDMA Write completed successfully on our side.
     Written {
         length: u64,

@@ -16,6 +16,26 @@ pub mod client;
 pub mod fabric;
 pub mod server;
 
+/// How a queue pair was connected (`qp_ready.via`): with the QP numbers, PSNs and GIDs the
+/// handshake exchanged (the default, not written), or through RDMA CM (PROTOCOL.md §3.8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QpVia {
+    /// `qpn`/`psn`/`gid` from the hello and the accept.
+    #[default]
+    Handshake,
+    /// RDMA CM (iWARP always; `--cm` elsewhere).
+    Cm,
+}
+
+impl QpVia {
+    /// Whether this is the default (not written to the event).
+    #[must_use]
+    pub fn is_handshake(&self) -> bool {
+        *self == QpVia::Handshake
+    }
+}
+
 /// Reads `line` as an event of `E`; the error names the line, so a reader that meets
 /// something it cannot parse says what it was instead of dropping it.
 ///

@@ -50,6 +50,9 @@ pub enum Event<'a> {
         path_mtu: u32,
         notify: SessionNotify,
         length: u64,
+        /// How the queue pair was connected (absent: by the handshake's QP numbers).
+        #[serde(default, skip_serializing_if = "super::QpVia::is_handshake")]
+        via: super::QpVia,
     },
     /// The server saw the write complete (immediate completion or `written` notice).
     Written {
@@ -196,6 +199,7 @@ mod tests {
             path_mtu: 1024,
             notify: SessionNotify::BenchLat,
             length: 8,
+            via: crate::events::QpVia::Handshake,
         };
         let line = serde_json::to_string(&qp).unwrap();
         assert_eq!(

@@ -246,6 +246,7 @@ mod tests {
                 path_mtu: 1024,
                 notify: SessionNotify::Imm,
                 length: 17,
+                via: rdma_proto::events::QpVia::Handshake,
             }),
             line(&ServerEvent::Verified {
                 session: 1,
@@ -279,6 +280,7 @@ mod tests {
                 remote_addr: 0x1000,
                 rkey: 7,
                 buf_len: 64,
+                via: rdma_proto::events::QpVia::Handshake,
             }),
             line(&ClientEvent::Written {
                 length: 17,

@@ -54,8 +54,10 @@ pub struct SmokeArgs {
     #[arg(long)]
     pub rdma_cm: bool,
     /// Our own pair instead of perftest: rdma-server and rdma-client with no device, port or
-    /// GID flags; each must pick the traffic link's device itself and say so.
-    #[arg(long, conflicts_with = "rdma_cm")]
+    /// GID flags; each must pick the traffic link's device itself and say so. With
+    /// --transport siw it connects through RDMA CM by itself (and takes notify tcp); with
+    /// --rdma-cm the client asks for RDMA CM on rxe (`--cm`).
+    #[arg(long)]
     pub rdma_write: bool,
     /// With --rdma-write: both ends mark their packets with this RoCE traffic class
     /// (`--tclass`); with --capture every captured packet must carry it in its IP header.
@@ -95,11 +97,6 @@ impl SmokeArgs {
                 "--capture records perftest's RoCE v2 (UDP 4791): use it with --transport rxe and no --rdma-cm"
             );
         }
-        if self.rdma_write && self.transport != LinkKind::Rxe {
-            bail!(
-                "--rdma-write runs on rxe: iWARP needs RDMA CM, which rdma-write does not do yet"
-            );
-        }
         if (self.transport == LinkKind::Siw || self.rdma_cm) && self.nodes < 2 {
             bail!("rping (--transport siw, --rdma-cm) runs between two guests: use --nodes 2");
         }
@@ -122,28 +119,58 @@ impl SmokeArgs {
 }
 
 /// Our pair's verdict: the client's write verified, and both ends on the traffic link's device
-/// by their own choice (the client's `connected.chosen`, the server's `port_chosen`).
+/// by their own choice (the client's `connected.chosen`, the server's `port_chosen`). Through
+/// RDMA CM (siw, or `--rdma-cm`) both queue pairs must say `via: cm`; on siw the client must
+/// also have said it took notify tcp (iWARP has no write-with-immediate).
 fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
-    use rdma_proto::events::{client::Event as C, server::Event as S};
+    use rdma_proto::events::{QpVia, client::Event as C, server::Event as S};
     let dev = shape.dev(shape.traffic_link());
     let mut chosen = None;
     let mut verified = false;
+    let mut client_via = None;
+    let mut notify = None;
     for l in client.lines().filter(|l| l.starts_with('{')) {
         match serde_json::from_str::<C<'static>>(l) {
             Ok(C::Connected {
                 device, chosen: c, ..
             }) => chosen = Some((device, c)),
+            Ok(C::QpReady { via, .. }) => client_via = Some(via),
+            Ok(C::NotifyChosen { notify: n, why }) => notify = Some((n, why)),
             Ok(C::Verified { verified: v, .. }) => verified = v,
             Ok(_) => {}
             Err(e) => return Err(format!("a client line that is no client event ({e}): {l}")),
         }
     }
     let mut on = None;
+    let mut server_via = None;
     for l in server.lines().filter(|l| l.starts_with('{')) {
         match serde_json::from_str::<S<'static>>(l) {
             Ok(S::PortChosen { device, why, .. }) => on = Some((device, why)),
+            Ok(S::QpReady { via, .. }) => server_via = Some(via),
             Ok(_) => {}
             Err(e) => return Err(format!("a server line that is no server event ({e}): {l}")),
+        }
+    }
+    let want_via = if shape.rping() {
+        QpVia::Cm
+    } else {
+        QpVia::Handshake
+    };
+    if client_via != Some(want_via) || server_via != Some(want_via) {
+        return Err(format!(
+            "the queue pairs should be connected via {want_via:?}: client said {client_via:?}, server {server_via:?}"
+        ));
+    }
+    let siw = shape.transport == LinkKind::Siw;
+    match &notify {
+        Some((rdma_proto::Notify::Tcp, why)) if siw => println!("  client     {why}"),
+        None if !siw => {}
+        other => {
+            return Err(format!(
+                "on {} the client should {}say it chose notify tcp; it said {other:?}",
+                shape.transport.as_str(),
+                if siw { "" } else { "not " }
+            ));
         }
     }
     match (chosen, on) {
@@ -158,7 +185,6 @@ fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
     }
 }
 
-/// The `BW average[MB/sec]` of an `ib_write_bw` report (the data line after the header).
 pub fn parse_bw_average(stdout: &str) -> Option<f64> {
     let mut lines = stdout.lines().skip_while(|l| !l.contains("BW average"));
     lines.next()?;
@@ -233,6 +259,17 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
         },
         SmokeArgs {
             ipv6: true,
+            rdma_write: true,
+            ..plain()
+        },
+        // Through RDMA CM: on Soft-iWARP by itself (notify tcp), on rxe with --cm.
+        SmokeArgs {
+            transport: LinkKind::Siw,
+            rdma_write: true,
+            ..plain()
+        },
+        SmokeArgs {
+            rdma_cm: true,
             rdma_write: true,
             ..plain()
         },
@@ -370,7 +407,7 @@ fn run(args: &SmokeArgs) -> Result<()> {
     }
     if problems.is_empty() {
         let server_ok = |s: &crate::plan::StepResult| {
-            if shape.rping() {
+            if shape.rping() && shape.ours.is_none() {
                 plans::rping_verified(&s.stdout) == 3
             } else {
                 s.ok

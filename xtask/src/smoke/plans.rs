@@ -185,6 +185,10 @@ fn ours(shape: &Shape, server: bool) -> Option<Vec<String>> {
     if let Some(tc) = shape.tclass {
         v.extend(["--tclass".to_owned(), tc.to_string()]);
     }
+    // RDMA CM on rxe is the client's request; on siw both ends take it by themselves.
+    if shape.cm && !server {
+        v.push("--cm".to_owned());
+    }
     Some(v)
 }
 
@@ -302,7 +306,7 @@ pub fn plans(shape: &Shape) -> Vec<(String, Plan)> {
         a_steps.push(capture_step(shape));
     }
     let mut server = server_step(shape);
-    if shape.rping() {
+    if shape.rping() && shape.ours.is_none() {
         // rping's server may outlive its client: stopped once the client is done, and judged
         // by the pings it printed (vm-smoke), not by how it ended.
         server.stop_when_file = Some("client-done".into());
