@@ -208,6 +208,10 @@ impl Context {
     /// # Errors
     /// [`Error::Verb`] ([`VerbOp::QueryDevice`]).
     pub fn port_count(&self) -> Result<u8> {
+        Ok(self.query_device()?.phys_port_cnt)
+    }
+
+    fn query_device(&self) -> Result<ffi::ibv_device_attr> {
         // SAFETY: ibv_device_attr is a plain C struct of integers and arrays of integers, for
         // which all-zero bytes are a valid value.
         let mut attr: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
@@ -216,7 +220,20 @@ impl Context {
         if rc != 0 {
             return Err(Error::verb(VerbOp::QueryDevice, self.name().to_owned(), rc));
         }
-        Ok(attr.phys_port_cnt)
+        Ok(attr)
+    }
+
+    /// Whether memory registered here is addressed by the IOVA it was registered at
+    /// (`ibv_reg_mr_iova2`). Soft-iWARP (siw, vendor 0x626d74) ignores the IOVA and addresses
+    /// a region by its virtual address, so it must be registered at that address.
+    #[must_use]
+    pub fn honors_iova(&self) -> bool {
+        /// siw's vendor id ("bmt").
+        const SIW_VENDOR: u32 = 0x0062_6d74;
+        !(self.transport() == Transport::Iwarp
+            && self
+                .query_device()
+                .is_ok_and(|a| a.vendor_id == SIW_VENDOR))
     }
 
     /// Queries a port (numbered from 1).

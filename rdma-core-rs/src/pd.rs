@@ -254,10 +254,15 @@ impl Region {
         // A low RLIMIT_MEMLOCK would fail ibv_reg_mr with a bare ENOMEM: say so first.
         crate::memlock::check(len as u64)?;
         let buf = OwnedBuffer::zeroed(len)?;
-        let iova = random_iova(getrandom::u64().map_err(Error::Random)?, page_size() as u64);
+        let iova = if pd.context().honors_iova() {
+            random_iova(getrandom::u64().map_err(Error::Random)?, page_size() as u64)
+        } else {
+            // The device addresses the region by its virtual address (siw): register it there.
+            buf.ptr.as_ptr() as u64
+        };
         // SAFETY: `buf` is a live allocation of `len` bytes, owned by the Region built below,
         // which deregisters before freeing it; the PD is valid. `iova` is page-aligned like the
-        // buffer and `iova + len` does not overflow (see `random_iova`).
+        // buffer (or is its address) and `iova + len` does not overflow (see `random_iova`).
         let mr = unsafe {
             ffi::ibv_reg_mr_iova2(pd.0.pd, buf.ptr.as_ptr().cast(), len, iova, access.bits())
         };

@@ -235,7 +235,7 @@ impl QueuePair<Init> {
         let ev = ch.next("connect", deadline, &never)?;
         let qp = match (ev.kind, ev.status) {
             // iWARP: the kernel moved the queue pair to RTS with the connection.
-            (T::RDMA_CM_EVENT_ESTABLISHED, 0) => self.established_by_cm(local)?,
+            (T::RDMA_CM_EVENT_ESTABLISHED, 0) => self.established_by_cm(local),
             // InfiniBand/RoCE: ours to move, then we tell the CM (RTU).
             (T::RDMA_CM_EVENT_CONNECT_RESPONSE, 0) => {
                 let qp = self.ready_by_cm(&id, local)?;
@@ -389,7 +389,7 @@ impl Listener {
         )?;
         let qp = match qp {
             Pending::Ready(rts) => rts,
-            Pending::Kernel(init) => init.established_by_cm(local)?,
+            Pending::Kernel(init) => init.established_by_cm(local),
         };
         let Listener { id, ch, .. } = self;
         Ok(qp.with_link(Link {

@@ -509,24 +509,14 @@ impl QueuePair<Reset> {
 }
 
 impl QueuePair<Init> {
-    /// iWARP: RDMA CM established the connection and the kernel moved the queue pair to RTS
-    /// with it; checked here, the path MTU taken from `local`'s port.
-    pub(crate) fn established_by_cm(mut self, local: &crate::LocalPort) -> Result<QueuePair<Rts>> {
-        match self.query_state()? {
-            QpState::Rts => {
-                self.h.path_mtu = local.port.active_mtu;
-                Ok(QueuePair {
-                    h: self.h,
-                    _state: PhantomData,
-                })
-            }
-            other => Err(Error::invalid(
-                format!(
-                    "QP {} is in state {other:?} after RDMA CM connected it, not RTS",
-                    self.h.qpn
-                ),
-                "the device did not bring the queue pair up with the connection; see `dmesg`",
-            )),
+    /// iWARP: RDMA CM established the connection (its ESTABLISHED event), and with it the
+    /// kernel moved the queue pair to RTS; the path MTU is `local`'s port's. (Not queried: siw
+    /// does not report a queue pair's state, `ibv_query_qp` says RESET.)
+    pub(crate) fn established_by_cm(mut self, local: &crate::LocalPort) -> QueuePair<Rts> {
+        self.h.path_mtu = local.port.active_mtu;
+        QueuePair {
+            h: self.h,
+            _state: PhantomData,
         }
     }
 

@@ -405,6 +405,17 @@ fn run(args: &SmokeArgs) -> Result<()> {
             run.guests.sync_dir.display()
         ));
     }
+    if !problems.is_empty() {
+        // What the pair itself printed (its last attempt), which the plan error leaves out.
+        for step in [server, client].into_iter().flatten() {
+            for (what, text) in [("stdout", &step.stdout), ("stderr", &step.stderr)] {
+                let tail = crate::text::tail(text, 2000);
+                if !tail.trim().is_empty() {
+                    problems.push(format!("{} {what} (tail):\n{tail}", step.name));
+                }
+            }
+        }
+    }
     if problems.is_empty() {
         let server_ok = |s: &crate::plan::StepResult| {
             if shape.rping() && shape.ours.is_none() {
@@ -564,7 +575,13 @@ fn run(args: &SmokeArgs) -> Result<()> {
             shape.dev(shape.traffic_link())
         );
     }
-    if shape.rping() {
+    if shape.ours.is_some() {
+        println!(
+            "  rdma-write over {}{}: verified, no device flags",
+            shape.dev(shape.traffic_link()),
+            if shape.rping() { " (RDMA CM)" } else { "" }
+        );
+    } else if shape.rping() {
         println!(
             "  rping over {} (RDMA CM): {pings} of 3 pings verified",
             shape.dev(shape.traffic_link())
