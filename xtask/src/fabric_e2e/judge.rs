@@ -253,6 +253,7 @@ mod tests {
             to_retest: vec![],
             retests: vec![],
             skipped_lines: 0,
+            rail: None,
         }
     }
 
