@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::{Cell, Report};
 
@@ -13,13 +13,19 @@ use rdma_proto::events::fabric::{Cell, Report};
 pub const THRESHOLDS: &[&str] = &["--lat-factor", "20", "--bw-fraction", "0.1"];
 
 /// The phases, in the order node1 runs them.
-pub const PHASES: [Phase; 3] = [Phase::Healthy, Phase::Slow, Phase::Down];
+pub const PHASES: [Phase; 4] = [Phase::Healthy, Phase::Rails, Phase::Slow, Phase::Down];
+
+/// Rails of every guest in the rails phase (`rxe0` on eth0, `rxe1` on eth1).
+pub const RAILS: usize = 2;
 
 /// One run of the fabric check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// Nothing wrong: every pair verified, nothing flagged, exit 0.
     Healthy,
+    /// `--rails auto` on the two-NIC guests, no device flags: one complete matrix per rail,
+    /// rail `k`'s pairs from every writer's `rxe{k}`, exit 0.
+    Rails,
     /// The last node's link delayed: exactly its pairs flagged slow, each still slow when
     /// re-tested alone (the delay still on), none left to re-test; it is the suspect.
     Slow,
@@ -31,6 +37,7 @@ impl Phase {
     pub fn name(self) -> &'static str {
         match self {
             Phase::Healthy => "healthy",
+            Phase::Rails => "rails",
             Phase::Slow => "slow",
             Phase::Down => "down",
         }
@@ -64,11 +71,22 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
         let (_, human, _) = super::report(client, &input, THRESHOLDS)?;
         std::fs::write(out.join(format!("{name}.txt")), &human)?;
         std::fs::write(out.join(format!("{name}.report.json")), &json)?;
-        let report = parse(&json).wrap_err_with(|| format!("{name}: report stderr: {err}"))?;
-        match check(phase, &report, srun_rc, report_rc, n) {
+        let reports = parse(&json).wrap_err_with(|| format!("{name}: report stderr: {err}"))?;
+        let verdict = if phase == Phase::Rails {
+            check_rails(&reports, srun_rc, report_rc, n)
+        } else {
+            match reports.as_slice() {
+                [report] => check(phase, report, srun_rc, report_rc, n),
+                _ => Err(format!(
+                    "{} `fabric_report` events, expected one (no --rails)",
+                    reports.len()
+                )),
+            }
+        };
+        match verdict {
             Ok(v) => {
                 verdicts.push(format!("fabric-e2e: {name}: {v}"));
-                if phase == Phase::Healthy {
+                if matches!(phase, Phase::Healthy | Phase::Rails) {
                     verdicts.push(human);
                 }
             }
@@ -81,16 +99,81 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
     Ok(verdicts)
 }
 
-/// The report of `--fabric-report --json` output (its `fabric_report` event; every line must
-/// be a client event, a line that is not is an error naming it).
-fn parse(json: &str) -> Result<Report> {
-    let mut found = None;
+/// The reports of `--fabric-report --json` output (its `fabric_report` events, one per rail
+/// with `--rails`; every line must be a client event, a line that is not is an error naming
+/// it).
+fn parse(json: &str) -> Result<Vec<Report>> {
+    let mut found = Vec::new();
     for line in json.lines().filter(|l| !l.trim().is_empty()) {
         if let Event::FabricReport(r) = rdma_proto::events::parse::<Event<'static>>(line)? {
-            found = Some(r.into_owned());
+            found.push(r.into_owned());
         }
     }
-    found.ok_or_else(|| eyre!("no `fabric_report` event in: {json}"))
+    if found.is_empty() {
+        bail!("no `fabric_report` event in: {json}");
+    }
+    Ok(found)
+}
+
+/// Judges the rails phase: one report per rail, in rail order, each of [`RAILS`]; every pair
+/// of each verified (pass, or slow by the guests' noise: still a result over that rail);
+/// every writer on rail `k` wrote from `rxe{k}`, the device of eth`k`, which it found itself;
+/// the clients' and the report's exit 0.
+pub fn check_rails(
+    reports: &[Report],
+    srun_rc: Option<i32>,
+    report_rc: Option<i32>,
+    n: usize,
+) -> std::result::Result<String, String> {
+    let mut wrong = Vec::new();
+    if reports.len() != RAILS {
+        wrong.push(format!(
+            "{} rail report(s), expected {RAILS}",
+            reports.len()
+        ));
+    }
+    let mut shown = Vec::new();
+    for (k, r) in reports.iter().enumerate() {
+        let Some(rail) = &r.rail else {
+            wrong.push(format!("report {k} is not a rail's"));
+            continue;
+        };
+        if (rail.index, rail.rails) != (k, RAILS) {
+            wrong.push(format!(
+                "report {k} is of rail {} of {}, expected {k} of {RAILS}",
+                rail.index, rail.rails
+            ));
+        }
+        let want = format!("rxe{k}");
+        for w in 0..n {
+            let got = rail.devices.get(w).cloned().flatten();
+            if got.as_deref() != Some(want.as_str()) {
+                wrong.push(format!(
+                    "rail {k}: rank {w} wrote from {got:?}, expected {want}"
+                ));
+            }
+            for t in (0..n).filter(|&t| t != w) {
+                let got = status(r, w, t);
+                if !matches!(got, "pass" | "slow") {
+                    wrong.push(format!("rail {k}: pair {w}->{t}: {got}, expected verified"));
+                }
+            }
+        }
+        shown.push(format!(
+            "rail {k} ({want}): {} pass, {} slow",
+            r.passed, r.slow
+        ));
+    }
+    if report_rc != Some(0) || srun_rc != Some(0) {
+        wrong.push(format!(
+            "srun exit {srun_rc:?}, report exit {report_rc:?}, expected 0 and 0"
+        ));
+    }
+    if wrong.is_empty() {
+        Ok(format!("{}; srun exit 0, report exit 0", shown.join("; ")))
+    } else {
+        Err(wrong.join("; "))
+    }
 }
 
 /// The status of the cell (writer row, target column): pass, slow, fail, missing.
@@ -118,7 +201,7 @@ pub fn check(
         for t in (0..n).filter(|&t| t != w) {
             let faulted = w == last || t == last;
             let want = match (phase, faulted) {
-                (Phase::Healthy, _) | (_, false) => "pass",
+                (Phase::Healthy | Phase::Rails, _) | (_, false) => "pass",
                 (Phase::Slow, true) => "slow",
                 (Phase::Down, true) => "fail",
             };
@@ -154,7 +237,7 @@ pub fn check(
     let suspects: Vec<&str> = report.suspects.iter().map(|s| s.host.as_str()).collect();
     let last_host = report.hosts.get(last).map_or("?", String::as_str);
     let want_suspects: Vec<&str> = match phase {
-        Phase::Healthy => vec![],
+        Phase::Healthy | Phase::Rails => vec![],
         Phase::Slow | Phase::Down => vec![last_host],
     };
     if suspects != want_suspects {
@@ -416,6 +499,44 @@ mod tests {
         );
     }
 
+    /// Rail `k`'s report, every writer on `rxe{k}` unless `device` says otherwise.
+    fn rail(k: usize, device: impl Fn(usize) -> &'static str) -> Report {
+        Report {
+            rail: Some(rdma_proto::events::fabric::RailMatrix {
+                index: k,
+                rails: RAILS,
+                devices: (0..3).map(|w| Some(device(w).to_owned())).collect(),
+            }),
+            ..report(|_, _| pass(), &[])
+        }
+    }
+
+    #[test]
+    fn rails_need_both_matrices_complete_and_each_rail_on_its_own_device() {
+        let good = [rail(0, |_| "rxe0"), rail(1, |_| "rxe1")];
+        check_rails(&good, Some(0), Some(0), 3).unwrap();
+        // Rail 1 of node2 ran over the first device: named.
+        let wrong = [
+            rail(0, |_| "rxe0"),
+            rail(1, |w| if w == 1 { "rxe0" } else { "rxe1" }),
+        ];
+        let e = check_rails(&wrong, Some(0), Some(0), 3).unwrap_err();
+        assert_eq!(e, "rail 1: rank 1 wrote from Some(\"rxe0\"), expected rxe1");
+        // One rail only, or a pair missing on rail 1, or a one-rail report.
+        assert!(check_rails(&good[..1], Some(0), Some(0), 3).is_err());
+        let mut holed = good.clone();
+        holed[1].matrix[2][0] = Some(Cell::Missing);
+        let e = check_rails(&holed, Some(0), Some(0), 3).unwrap_err();
+        assert_eq!(e, "rail 1: pair 2->0: missing, expected verified");
+        let plain = [report(|_, _| pass(), &[]), rail(1, |_| "rxe1")];
+        assert!(
+            check_rails(&plain, Some(0), Some(0), 3)
+                .unwrap_err()
+                .contains("not a rail's")
+        );
+        assert!(check_rails(&good, Some(8), Some(0), 3).is_err());
+    }
+
     #[test]
     fn the_report_is_read_from_its_event_and_other_lines_are_named() {
         let r = report(|_, _| pass(), &[]);
@@ -423,7 +544,7 @@ mod tests {
             serde_json::to_string(&Event::FabricReport(std::borrow::Cow::Borrowed(&r))).unwrap();
         let error =
             r#"{"type":"error","kind":"transfer","exit_code":8,"message":"2 pairs failed"}"#;
-        assert_eq!(parse(&format!("{line}\n{error}\n")).unwrap(), r);
+        assert_eq!(parse(&format!("{line}\n{error}\n")).unwrap(), [r]);
         assert!(parse(error).is_err(), "no report");
         let renamed = line.replace("\"suspects\"", "\"suspect\"");
         let err = parse(&renamed).unwrap_err();
