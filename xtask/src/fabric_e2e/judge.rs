@@ -73,7 +73,10 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
         std::fs::write(out.join(format!("{name}.report.json")), &json)?;
         let reports = parse(&json).wrap_err_with(|| format!("{name}: report stderr: {err}"))?;
         let verdict = if phase == Phase::Rails {
+            let lines = std::fs::read_to_string(&input)
+                .wrap_err_with(|| format!("reading {}", input.display()))?;
             check_rails(&reports, srun_rc, report_rc, n)
+                .and_then(|v| Ok(format!("{v}; {}", check_rail_lines(&lines, n)?)))
         } else {
             match reports.as_slice() {
                 [report] => check(phase, report, srun_rc, report_rc, n),
@@ -289,6 +292,55 @@ fn check_retests(retests: &[(usize, usize, bool)], last: usize, n: usize) -> Vec
         }
     }
     wrong
+}
+
+/// The rails phase's own lines (`srun --label`'s `N: ` before each): every pair once on each
+/// rail, rail `k`'s from the writer's `rxe{k}` and its address on eth`k` (`10.0.k.W`) to the
+/// target's (`10.0.k.T`): the connection, and so the server's device, was on that rail too.
+pub fn check_rail_lines(jsonl: &str, n: usize) -> std::result::Result<String, String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
+        let text = match line.split_once(": ") {
+            Some((label, rest)) if label.trim().bytes().all(|b| b.is_ascii_digit()) => rest,
+            _ => line,
+        };
+        let p = match rdma_proto::events::parse::<Event<'static>>(text) {
+            Ok(Event::FabricPair(p)) => p.into_owned(),
+            Ok(other) => return Err(format!("not a fabric_pair: {other:?}")),
+            Err(e) => return Err(e.to_string()),
+        };
+        let Some(r) = &p.rail else {
+            return Err(format!("pair {}->{} has no rail", p.writer, p.target));
+        };
+        let k = r.index;
+        let want = (
+            Some(format!("rxe{k}")),
+            Some(format!("10.0.{k}.{}", p.writer + 1)),
+            Some(format!("10.0.{k}.{}", p.target + 1)),
+        );
+        let got = (
+            r.device.clone(),
+            r.addr.map(|a| a.to_string()),
+            r.target_addr.map(|a| a.to_string()),
+        );
+        if got != want {
+            return Err(format!(
+                "rail {k} pair {}->{}: device, address, target address {got:?}, expected {want:?}",
+                p.writer, p.target
+            ));
+        }
+        seen.insert((k, p.writer, p.target));
+    }
+    let want = RAILS * n * (n - 1);
+    if seen.len() != want {
+        return Err(format!(
+            "{} rail pairs in the lines, expected {want}",
+            seen.len()
+        ));
+    }
+    Ok(format!(
+        "all {want} rail pairs from rxe<k> at 10.0.<k>.W to 10.0.<k>.T"
+    ))
 }
 
 #[cfg(test)]
@@ -535,6 +587,56 @@ mod tests {
                 .contains("not a rail's")
         );
         assert!(check_rails(&good, Some(8), Some(0), 3).is_err());
+    }
+
+    #[test]
+    fn each_rail_line_must_be_on_its_rail_s_device_and_addresses() {
+        let line = |w: usize, t: usize, k: usize, dev: &str| {
+            let p = rdma_proto::events::fabric::PairResult {
+                round: 0,
+                world: 3,
+                writer: w,
+                writer_host: format!("node{}", w + 1),
+                target: t,
+                target_host: format!("node{}", t + 1),
+                verified: true,
+                error_kind: None,
+                error: None,
+                write_us: Some(1.0),
+                waited_ms: 0,
+                lat_us: None,
+                bw_mbs: None,
+                retest: false,
+                rail: Some(rdma_proto::events::fabric::RailOf {
+                    index: k,
+                    rails: RAILS,
+                    device: Some(dev.into()),
+                    addr: Some(format!("10.0.{k}.{}", w + 1).parse().unwrap()),
+                    target_addr: Some(format!("10.0.{k}.{}", t + 1).parse().unwrap()),
+                }),
+            };
+            let json = serde_json::to_string(&Event::FabricPair(std::borrow::Cow::Owned(p)));
+            format!("{w}: {}\n", json.unwrap())
+        };
+        let mut all = String::new();
+        for w in 0..3 {
+            for t in (0..3).filter(|&t| t != w) {
+                for k in 0..RAILS {
+                    all.push_str(&line(w, t, k, &format!("rxe{k}")));
+                }
+            }
+        }
+        check_rail_lines(&all, 3).unwrap();
+        // One pair short; one rail-1 pair from rxe0.
+        let short: String = all.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        assert!(
+            check_rail_lines(&short, 3)
+                .unwrap_err()
+                .contains("11 rail pairs")
+        );
+        let wrong = all.replacen(&line(0, 1, 1, "rxe1"), &line(0, 1, 1, "rxe0"), 1);
+        let e = check_rail_lines(&wrong, 3).unwrap_err();
+        assert!(e.starts_with("rail 1 pair 0->1: device"), "{e}");
     }
 
     #[test]
