@@ -4,8 +4,8 @@
 //!
 //! `schedule` (who writes to whom in which round), `ranks` (node list and rank, from Slurm or
 //! `--hosts/--rank`), `pair` (the per-pair event both sides share), `runner` (this node's
-//! rounds), `report` (the merge and the outlier rule), `table` and `heatmap` (how a report is
-//! shown).
+//! rounds), `rails` (`--rails`: which rail pairs with which, one matrix per rail), `report`
+//! (the merge and the outlier rule), `table` and `heatmap` (how a report is shown).
 
 pub mod heatmap;
 pub mod pair;

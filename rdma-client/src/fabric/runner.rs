@@ -15,6 +15,12 @@
 //! 2-byte and 64 KiB messages, `--lat-iters` and `--bw-iters` of them; 0 turns one off). A
 //! measurement that fails fails the pair, with the reason. The server must allow bench
 //! sessions (its default).
+//!
+//! With `--rails`, each pair runs once per rail of this node, one after the other in the
+//! pair's round: to the partner's address on that rail (`rails::match_peer`), from the local
+//! end `DeviceArgs::open_for` picks for the address that connection leaves from (opened once
+//! per rail); each line carries its `rail`. A partner whose name has no address on one of our
+//! rails fails those pairs, with the reason.
 
 use super::FabricTask;
 use super::pair::PairResult;
