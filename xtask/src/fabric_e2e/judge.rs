@@ -591,32 +591,19 @@ mod tests {
 
     #[test]
     fn each_rail_line_must_be_on_its_rail_s_device_and_addresses() {
+        // A runner's line (its absent options are `None`), on rail `k` from `dev`.
         let line = |w: usize, t: usize, k: usize, dev: &str| {
-            let p = rdma_proto::events::fabric::PairResult {
-                round: 0,
-                world: 3,
-                writer: w,
-                writer_host: format!("node{}", w + 1),
-                target: t,
-                target_host: format!("node{}", t + 1),
-                verified: true,
-                error_kind: None,
-                error: None,
-                write_us: Some(1.0),
-                waited_ms: 0,
-                lat_us: None,
-                bw_mbs: None,
-                retest: false,
-                rail: Some(rdma_proto::events::fabric::RailOf {
-                    index: k,
-                    rails: RAILS,
-                    device: Some(dev.into()),
-                    addr: Some(format!("10.0.{k}.{}", w + 1).parse().unwrap()),
-                    target_addr: Some(format!("10.0.{k}.{}", t + 1).parse().unwrap()),
-                }),
-            };
-            let json = serde_json::to_string(&Event::FabricPair(std::borrow::Cow::Owned(p)));
-            format!("{w}: {}\n", json.unwrap())
+            let json = serde_json::json!({
+                "type": "fabric_pair", "round": 0, "world": 3, "verified": true,
+                "writer": w, "writer_host": format!("node{}", w + 1),
+                "target": t, "target_host": format!("node{}", t + 1), "waited_ms": 0,
+                "rail": {
+                    "index": k, "rails": RAILS, "device": dev,
+                    "addr": format!("10.0.{k}.{}", w + 1),
+                    "target_addr": format!("10.0.{k}.{}", t + 1),
+                },
+            });
+            format!("{w}: {json}\n")
         };
         let mut all = String::new();
         for w in 0..3 {
