@@ -10,10 +10,11 @@
 //! merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]).
 //!
 //! The parts: [`cluster`] (hosts, slurm.conf and the guests' scripts, as text), [`judge`]
-//! (what each phase's report must show).
+//! (what each phase's report must show), [`rails`] (the rails phase's reports and lines).
 
 mod cluster;
 mod judge;
+mod rails;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
