@@ -14,7 +14,7 @@ pub const EXITS: Documented = &[
         "usage error: an unknown, missing or bad flag or argument, an unreadable or empty --file, \
          an empty --message, an unreadable, empty or group/world-readable --token-file, no such \
          --device or --port, a --gid-index not in the GID table; a bad --hosts or --rank, Slurm \
-         variables missing or not one task per node, --fabric-report input without pair results, or with a pair line malformed, out of range (world at most 1024) or contradicting another",
+         variables missing or not one task per node, --fabric-report input without pair results, or with a pair line malformed, out of range (world at most 1024) or contradicting another; --rails: more rails than a node has, none, or nodes that disagree on their rails",
     ),
     (
         Exit::Rdma,

@@ -130,6 +130,22 @@ fn rank_and_node_list_mistakes_are_usage_errors_that_say_what_is_wrong() {
             &[],
             "or is this node itself",
         ),
+        (
+            &[
+                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--rails", "0",
+            ],
+            &[],
+            "is not `auto` or a number of rails from 1 to 64",
+        ),
+        (
+            &[
+                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--rails", "auto", "--device",
+                "rxe0",
+            ],
+            &[],
+            "cannot be used with",
+        ),
+        (&["--rails", "auto", "--fabric-report"], &[], "--fabric"),
     ];
     for (args, env, want) in cases {
         let mut c = client();
@@ -221,6 +237,70 @@ fn report_exits_8_when_a_pair_failed_and_2_without_pairs() {
     assert_eq!(o.status.code(), Some(2));
     assert!(
         text(&o.stderr).contains("no `fabric_pair` event"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// `pair`, on rail `index` of `rails` from `rxe{index}`.
+fn on_rail(w: usize, t: usize, index: usize, rails: usize) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&pair(w, t, true, 10.0)).expect("pair");
+    v["rail"] = serde_json::json!({
+        "index": index, "rails": rails, "device": format!("rxe{index}"),
+        "addr": format!("10.0.{index}.{}", w + 1), "target_addr": format!("10.0.{index}.{}", t + 1),
+    });
+    v.to_string()
+}
+
+#[test]
+fn a_rails_report_has_one_matrix_per_rail_and_refuses_nodes_that_disagree() {
+    let mut lines = Vec::new();
+    for w in 0..3 {
+        for t in (0..3).filter(|&t| t != w) {
+            for k in 0..2 {
+                lines.push(format!("{w}: {}", on_rail(w, t, k, 2)));
+            }
+        }
+    }
+    let o = run(
+        client().args(["--fabric-report", "-", "--json"]),
+        &(lines.join("\n") + "\n"),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let reports: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(reports.len(), 2, "{}", text(&o.stdout));
+    for (k, r) in reports.iter().enumerate() {
+        assert_eq!(r["type"], "fabric_report");
+        assert_eq!(r["rail"]["index"], k);
+        assert_eq!(r["rail"]["rails"], 2);
+        assert_eq!(r["rail"]["devices"][2], format!("rxe{k}"));
+        assert_eq!(r["passed"], 6);
+    }
+    let human = run(client().arg("--fabric-report"), &(lines.join("\n") + "\n"));
+    let human = text(&human.stdout);
+    assert!(
+        human.contains("rail 1 of 2: writers' devices node1 rxe1, node2 rxe1, node3 rxe1"),
+        "{human}"
+    );
+    // node3 found one rail: its lines say so, and the report names it.
+    let mismatched: Vec<String> = lines
+        .iter()
+        .filter(|l| !l.starts_with("2: "))
+        .cloned()
+        .chain([format!("2: {}", on_rail(2, 0, 0, 1))])
+        .collect();
+    let o = run(
+        client().arg("--fabric-report"),
+        &(mismatched.join("\n") + "\n"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains(
+            "the nodes disagree on the number of rails (node1, node2: 2 rails; node3: 1 rail)"
+        ),
         "{}",
         text(&o.stderr)
     );

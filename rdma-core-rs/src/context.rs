@@ -231,9 +231,7 @@ impl Context {
         /// siw's vendor id ("bmt").
         const SIW_VENDOR: u32 = 0x0062_6d74;
         !(self.transport() == Transport::Iwarp
-            && self
-                .query_device()
-                .is_ok_and(|a| a.vendor_id == SIW_VENDOR))
+            && self.query_device().is_ok_and(|a| a.vendor_id == SIW_VENDOR))
     }
 
     /// Queries a port (numbered from 1).

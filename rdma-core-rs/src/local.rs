@@ -49,30 +49,7 @@ impl LocalPort {
     /// No RDMA, no devices, a named device that does not exist or does not carry the address,
     /// no port with a GID for it ([`crate::Error::NoRoute`]), or a verbs query failure.
     pub fn open_for(local: IpAddr, device: Option<&str>) -> Result<(Self, String)> {
-        let mut opened = Vec::new();
-        let mut candidates = Vec::new();
-        let names: Vec<String> = match device {
-            // Opened below: an unknown name fails there, listing the devices.
-            Some(d) => vec![d.to_owned()],
-            None => devices()?.into_iter().map(|d| d.name).collect(),
-        };
-        if names.is_empty() {
-            return Err(crate::Error::NoDevices);
-        }
-        for name in &names {
-            let ctx = Context::open(Some(name))?;
-            for num in 1..=ctx.port_count()? {
-                let port = ctx.query_port(num)?;
-                // A port whose table cannot be read is seen as having none.
-                let table = ctx.gid_table(num).unwrap_or_default();
-                candidates.push(Candidate {
-                    device: name.clone(),
-                    port,
-                    table,
-                });
-                opened.push(ctx.clone());
-            }
-        }
+        let (mut opened, candidates) = snapshot(device)?;
         let choice = match route::choose(&candidates, local, device) {
             Ok(choice) => choice,
             Err(no) => return Self::iwarp_for(local, device).ok_or(no.into()),
@@ -126,6 +103,15 @@ impl LocalPort {
         ))
     }
 
+    /// This host's rails ([`route::rails`]): every ACTIVE port of every device whose GID table
+    /// holds an IP address, by device name, for a check that runs over each of them.
+    ///
+    /// # Errors
+    /// No RDMA, no devices, or a verbs query failure.
+    pub fn rails() -> Result<Vec<route::Rail>> {
+        Ok(route::rails(&snapshot(None)?.1))
+    }
+
     /// This side of a connection through `qp`, for the peer: the QPN, our send PSN `psn` (give
     /// the same to [`QueuePair::connect_to`]), and this port's GID, LID and active MTU.
     #[must_use]
@@ -138,6 +124,36 @@ impl LocalPort {
             mtu: self.port.active_mtu.bytes(),
         }
     }
+}
+
+/// Every port of every device (or of `device`, when named), as [`route::choose`] sees them,
+/// each with its device opened.
+fn snapshot(device: Option<&str>) -> Result<(Vec<Context>, Vec<Candidate>)> {
+    let mut opened = Vec::new();
+    let mut candidates = Vec::new();
+    let names: Vec<String> = match device {
+        // Opened below: an unknown name fails there, listing the devices.
+        Some(d) => vec![d.to_owned()],
+        None => devices()?.into_iter().map(|d| d.name).collect(),
+    };
+    if names.is_empty() {
+        return Err(crate::Error::NoDevices);
+    }
+    for name in &names {
+        let ctx = Context::open(Some(name))?;
+        for num in 1..=ctx.port_count()? {
+            let port = ctx.query_port(num)?;
+            // A port whose table cannot be read is seen as having none.
+            let table = ctx.gid_table(num).unwrap_or_default();
+            candidates.push(Candidate {
+                device: name.clone(),
+                port,
+                table,
+            });
+            opened.push(ctx.clone());
+        }
+    }
+    Ok((opened, candidates))
 }
 
 /// Command-line flags that choose the local end (feature `clap`), shared by the binaries.

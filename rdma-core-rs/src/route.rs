@@ -233,6 +233,52 @@ pub fn choose(
     }
 }
 
+/// One rail of a multi-rail host: an ACTIVE RoCE port and the IP addresses its GID table holds
+/// (what traffic to that rail's peers leaves from).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rail {
+    /// The device's name (`rxe1`, `mlx5_3`).
+    pub device: String,
+    /// Its port.
+    pub port: u8,
+    /// The addresses of its RoCE GIDs (IPv4 for `::ffff:a.b.c.d`; IPv6 link-local ones left
+    /// out: no route leaves from them), each once, in table order.
+    pub addrs: Vec<IpAddr>,
+}
+
+/// The rails among `candidates`: every ACTIVE port whose GID table holds an IP address (a RoCE
+/// GID that is not link-local), ordered by device name and port, so every host of one kind
+/// numbers its rails alike. InfiniBand ports hold no IP address and are not rails here.
+#[must_use]
+pub fn rails(candidates: &[Candidate]) -> Vec<Rail> {
+    let mut out: Vec<Rail> = candidates
+        .iter()
+        .filter(|c| c.port.state == PortState::Active)
+        .filter_map(|c| {
+            let mut addrs: Vec<IpAddr> = Vec::new();
+            for e in &c.table {
+                if !matches!(e.kind, GidKind::RoceV2 | GidKind::RoceV1)
+                    || e.gid.is_zero()
+                    || e.gid.is_link_local()
+                {
+                    continue;
+                }
+                let ip = IpAddr::V6(e.gid.into()).to_canonical();
+                if !addrs.contains(&ip) {
+                    addrs.push(ip);
+                }
+            }
+            (!addrs.is_empty()).then(|| Rail {
+                device: c.device.clone(),
+                port: c.port.num,
+                addrs,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.device, a.port).cmp(&(&b.device, b.port)));
+    out
+}
+
 fn no_gid(candidates: &[Candidate], addr: IpAddr) -> NoChoice {
     let seen = if candidates.is_empty() {
         "  (no ports)".to_owned()
@@ -313,6 +359,37 @@ mod tests {
                 ],
             ),
         ]
+    }
+
+    #[test]
+    fn rails_are_the_active_ports_with_an_address_in_device_order() {
+        use GidKind::RoceV2;
+        let mut c = two_rails();
+        // Listed out of order, with a port that is down and one with only a link-local GID.
+        c.reverse();
+        c.push(roce(
+            "rxe2",
+            PortState::Down,
+            &[(1, "::ffff:10.0.2.2", RoceV2)],
+        ));
+        c.push(roce(
+            "rxe3",
+            PortState::Active,
+            &[(0, "fe80::5054:ff:fe12:3702", RoceV2)],
+        ));
+        let r = rails(&c);
+        let names: Vec<&str> = r.iter().map(|r| r.device.as_str()).collect();
+        assert_eq!(names, ["rxe0", "rxe1"]);
+        assert_eq!(r[0].addrs, ["10.0.0.2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            r[1].addrs,
+            [
+                "10.0.1.2".parse::<IpAddr>().unwrap(),
+                "fd00:1::2".parse().unwrap()
+            ]
+        );
+        assert_eq!(r[1].port, 1);
+        assert!(rails(&[]).is_empty());
     }
 
     #[test]

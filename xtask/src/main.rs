@@ -55,7 +55,7 @@ enum Cmd {
     Dist(dist::DistArgs),
     /// Build the packages, install each alone in a guest, run the service, remove them.
     PkgTest(pkgtest::PkgTestArgs),
-    /// Three guests, munge and Slurm: the fabric check through srun, healthy, slow, down.
+    /// Three guests, munge and Slurm: the fabric check through srun, healthy, over two rails (--rails auto), slow, down.
     FabricE2e(fabric_e2e::FabricE2eArgs),
     /// Validate the Kubernetes manifests (deploy/k8s/) offline, strictly, with kubernetes-validate.
     K8sValidate(k8s::K8sArgs),

@@ -60,6 +60,21 @@ pub fn draw(report: &Report, path: &Path) -> Result<(), HeatmapError> {
     }
 }
 
+/// Where rail `index`'s heat map of a `--rails` check goes, for `--heatmap path`:
+/// `fabric.png` becomes `fabric.rail1.png`.
+#[must_use]
+pub fn for_rail(path: &Path, index: usize) -> std::path::PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.rail{index}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.rail{index}"),
+    };
+    path.with_file_name(name)
+}
+
 /// Where things go, for `n` nodes.
 struct Layout {
     n: usize,
@@ -185,6 +200,15 @@ fn blend(a: RGBColor, b: RGBColor, t: f64) -> RGBColor {
 mod tests {
     use super::super::report::{analyze, tests};
     use super::*;
+
+    #[test]
+    fn each_rail_has_its_own_picture() {
+        assert_eq!(
+            for_rail(Path::new("/out/fabric.png"), 1),
+            Path::new("/out/fabric.rail1.png")
+        );
+        assert_eq!(for_rail(Path::new("map"), 0), Path::new("map.rail0"));
+    }
 
     #[test]
     fn pictures_are_valid_png_and_svg() {

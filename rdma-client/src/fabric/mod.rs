@@ -4,11 +4,12 @@
 //!
 //! `schedule` (who writes to whom in which round), `ranks` (node list and rank, from Slurm or
 //! `--hosts/--rank`), `pair` (the per-pair event both sides share), `runner` (this node's
-//! rounds), `report` (the merge and the outlier rule), `table` and `heatmap` (how a report is
-//! shown).
+//! rounds), `rails` (`--rails`: which rail pairs with which, one matrix per rail), `report`
+//! (the merge and the outlier rule), `table` and `heatmap` (how a report is shown).
 
 pub mod heatmap;
 pub mod pair;
+pub mod rails;
 pub mod ranks;
 pub mod report;
 pub mod runner;
@@ -80,6 +81,19 @@ pub struct FabricArgs {
     )]
     pub retest: Option<String>,
 
+    /// With --fabric: check every rail (`auto`: each ACTIVE RoCE port, by device name) or the
+    /// first N, rail i of each node against rail i of every other, in the same rounds, over
+    /// that rail's device and the peer's address on it (a node's name resolves to one address
+    /// per rail); the report gives one matrix per rail.
+    #[arg(
+        long,
+        value_name = "auto|N",
+        requires = "fabric",
+        value_parser = rails::parse,
+        conflicts_with_all = ["device", "gid_index"]
+    )]
+    pub rails: Option<rails::Rails>,
+
     /// Merge the `fabric_pair` JSON Lines of a fabric check (files, or stdin when none or `-`)
     /// into the N x N matrix, the bad pairs and the suspect nodes; exit non-zero if a pair failed.
     #[arg(long, value_name = "FILE", num_args = 0.., conflicts_with = "fabric")]
@@ -138,6 +152,7 @@ pub fn exit_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
     if cause.is::<ranks::RankError>()
         || cause.is::<report::ReportError>()
         || cause.is::<heatmap::HeatmapError>()
+        || cause.is::<rails::RailError>()
     {
         return Some(Exit::Usage);
     }
@@ -236,40 +251,61 @@ fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
         lat_factor: f.lat_factor,
         bw_fraction: f.bw_fraction,
     };
-    let r = report::analyze(&pairs, skipped, thresholds)?;
+    // One report, or one per rail.
+    let reports = match rails::split(&pairs)? {
+        None => vec![report::analyze(&pairs, skipped, thresholds)?],
+        Some(by_rail) => by_rail
+            .into_iter()
+            .map(|(rail, lines)| {
+                let mut r = report::analyze(&lines, skipped, thresholds)?;
+                r.rail = Some(rail);
+                Ok(r)
+            })
+            .collect::<Result<_, report::ReportError>>()?,
+    };
     if f.retest_list {
-        print!("{}", retest_list(&r));
+        print!("{}", retest_list(&reports));
         return Ok(());
     }
-    out.emit(&Event::FabricReport(Cow::Borrowed(&r)), || {
-        table::render(&r)
-    });
-    for path in &f.heatmap {
-        heatmap::draw(&r, path).wrap_err("writing the heat map")?;
+    for r in &reports {
+        out.emit(&Event::FabricReport(Cow::Borrowed(r)), || table::render(r));
+        for path in &f.heatmap {
+            let path = match &r.rail {
+                Some(rail) => heatmap::for_rail(path, rail.index),
+                None => path.clone(),
+            };
+            heatmap::draw(r, &path).wrap_err("writing the heat map")?;
+        }
     }
-    if r.any_failed() {
+    let (failed, missing, pairs) = reports.iter().fold((0, 0, 0), |(f, m, p), r| {
+        (f + r.failed, m + r.missing, p + r.pairs)
+    });
+    if failed + missing > 0 {
         return Err(FabricError::PairsFailed {
-            failed: r.failed,
-            missing: r.missing,
-            pairs: r.pairs,
+            failed,
+            missing,
+            pairs,
         }
         .into());
     }
     Ok(())
 }
 
-/// `--retest-list`: one `WRITER TARGET` line per outlier not yet re-tested alone.
-fn retest_list(r: &report::Report) -> String {
-    r.to_retest
-        .iter()
-        .map(|p| {
-            format!(
-                "{} {}\n",
-                rdma_proto::printable(&p.writer_host),
-                rdma_proto::printable(&p.target_host)
-            )
-        })
-        .collect()
+/// `--retest-list`: one `WRITER TARGET` line per outlier not yet re-tested alone (once for
+/// a pair slow on several rails: its re-test runs them all).
+fn retest_list(reports: &[report::Report]) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for p in reports.iter().flat_map(|r| &r.to_retest) {
+        let line = format!(
+            "{} {}\n",
+            rdma_proto::printable(&p.writer_host),
+            rdma_proto::printable(&p.target_host)
+        );
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
+    lines.concat()
 }
 
 #[cfg(test)]
@@ -281,15 +317,15 @@ mod tests {
     fn the_retest_list_names_the_outliers_not_yet_retested() {
         let mut v = three(Some(2), 4.0);
         let r = report::analyze(&v, 0, TH).unwrap();
-        assert_eq!(
-            retest_list(&r),
-            "node1 node3\nnode2 node3\nnode3 node1\nnode3 node2\n"
-        );
+        let want = "node1 node3\nnode2 node3\nnode3 node1\nnode3 node2\n";
+        assert_eq!(retest_list(std::slice::from_ref(&r)), want);
+        // Slow on two rails, listed once.
+        assert_eq!(retest_list(&[r.clone(), r]), want);
         for p in &mut v {
             p.retest = true;
         }
         let r = report::analyze(&v, 0, TH).unwrap();
-        assert_eq!(retest_list(&r), "");
+        assert_eq!(retest_list(std::slice::from_ref(&r)), "");
         assert_eq!(r.retests.len(), 6);
     }
 }

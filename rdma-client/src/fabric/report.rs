@@ -333,6 +333,7 @@ pub fn analyze(
         to_retest,
         retests,
         skipped_lines,
+        rail: None,
     })
 }
 
@@ -406,6 +407,7 @@ pub(crate) mod tests {
             lat_us: None,
             bw_mbs: bw,
             retest: false,
+            rail: None,
         }
     }
 

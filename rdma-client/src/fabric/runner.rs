@@ -15,9 +15,16 @@
 //! 2-byte and 64 KiB messages, `--lat-iters` and `--bw-iters` of them; 0 turns one off). A
 //! measurement that fails fails the pair, with the reason. The server must allow bench
 //! sessions (its default).
+//!
+//! With `--rails`, each pair runs once per rail of this node, one after the other in the
+//! pair's round: to the partner's address on that rail (`rails::match_peer`), from the local
+//! end `DeviceArgs::open_for` picks for the address that connection leaves from (opened once
+//! per rail); each line carries its `rail`. A partner whose name has no address on one of our
+//! rails fails those pairs, with the reason.
 
 use super::FabricTask;
 use super::pair::PairResult;
+use super::rails;
 use super::ranks::{RankError, World};
 use super::{FabricError, schedule};
 use crate::bench::{Measure, Sweep};
@@ -27,9 +34,14 @@ use crate::run::Write;
 use crate::session::Target;
 use color_eyre::eyre::{Report, Result};
 use rdma_core_rs::LocalPort;
+use rdma_core_rs::route::Rail;
 use rdma_proto::bench::BenchMode;
+use rdma_proto::events::fabric::RailOf;
 use rdma_proto::{ErrorCode, Exit, ProtoError};
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
 use std::time::{Duration, Instant};
 
 /// Runs every round of this node; `Err` when any of its pairs failed.
@@ -50,15 +62,34 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
     let partners = || partners(&world).filter(|&(_, t)| only.is_none_or(|o| o == t));
     let payload = task.payload.load()?;
     let token = task.session.token.load()?;
-    let local = match task.device.open() {
-        Ok(local) => local,
+    let ends = match f.rails {
+        Some(want) => LocalPort::rails()
+            .map_err(Report::new)
+            .and_then(|found| {
+                rails::select(&world.hosts[world.rank], found, want).map_err(Report::new)
+            })
+            .map(|rails| Ends::Rails {
+                rails,
+                opened: HashMap::new(),
+            }),
+        None => task.device.open().map(Ends::One).map_err(Report::new),
+    };
+    let mut ends = match ends {
+        Ok(ends) => ends,
         Err(e) => {
             // Every pair of this writer fails; say why in each, rather than leave the report
             // to call them missing. The exit is the local RDMA problem's own.
-            let e = Report::new(e);
+            let rail = f.rails.map(|_| RailOf {
+                index: 0,
+                rails: 0,
+                device: None,
+                addr: None,
+                target_addr: None,
+            });
             for (round, target) in partners() {
                 let mut r = blank(&world, round, target, Duration::ZERO);
                 r.retest = f.retest.is_some();
+                r.rail.clone_from(&rail);
                 let r = with_failure(r, &e, "the writer's local RDMA: ");
                 out.emit(&Event::FabricPair(Cow::Borrowed(&r)), || human(&r));
             }
@@ -70,17 +101,17 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
     for (round, target) in partners() {
         let job = Pair {
             task,
-            local: &local,
             world: &world,
             round,
             target,
         };
-        let result = job.run(&payload, token.as_deref());
-        pairs += 1;
-        failed += usize::from(!result.verified);
-        out.emit(&Event::FabricPair(Cow::Borrowed(&result)), || {
-            human(&result)
-        });
+        for result in ends.run(&job, &payload, token.as_deref()) {
+            pairs += 1;
+            failed += usize::from(!result.verified);
+            out.emit(&Event::FabricPair(Cow::Borrowed(&result)), || {
+                human(&result)
+            });
+        }
     }
     if failed > 0 {
         return Err(FabricError::PairsFailed {
@@ -93,6 +124,110 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
     Ok(())
 }
 
+/// This node's ends: one device (today's check), or its rails.
+enum Ends {
+    One(LocalPort),
+    Rails {
+        rails: Vec<Rail>,
+        /// Each rail's local end, by the address its connections leave from, opened once.
+        opened: HashMap<IpAddr, LocalPort>,
+    },
+}
+
+impl Ends {
+    /// `job` on each of this node's ends: one result, or one per rail.
+    fn run(&mut self, job: &Pair<'_>, payload: &[u8], token: Option<&str>) -> Vec<PairResult> {
+        let f = &job.task.fabric;
+        let host = &job.world.hosts[job.target];
+        let (rails, opened) = match self {
+            Ends::One(local) => {
+                return vec![match Target::at(host, f.fabric_port) {
+                    Ok(server) => job.run(local, &server, None, payload, token),
+                    Err(e) => job.failed(None, &e, ""),
+                }];
+            }
+            Ends::Rails { rails, opened } => (&*rails, opened),
+        };
+        let me = &job.world.hosts[job.world.rank];
+        let on = |index: usize| RailOf {
+            index,
+            rails: rails.len(),
+            device: Some(rails[index].device.clone()),
+            addr: None,
+            target_addr: None,
+        };
+        let peer = routes(host, f.fabric_port)
+            .and_then(|routes| rails::match_peer(me, rails, host, &routes).map_err(Report::new));
+        let peer = match peer {
+            Ok(peer) => peer,
+            Err(e) => {
+                return (0..rails.len())
+                    .map(|i| job.failed(Some(on(i)), &e, ""))
+                    .collect();
+            }
+        };
+        peer.iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut rail = RailOf {
+                    addr: Some(p.source),
+                    target_addr: Some(p.target),
+                    ..on(i)
+                };
+                let local = match opened.entry(p.source) {
+                    Entry::Occupied(o) => o.into_mut(),
+                    // The device that holds the address the connection leaves from: the
+                    // client's own rule (`DeviceArgs::open_for`).
+                    Entry::Vacant(v) => match job.task.device.open_for(p.source) {
+                        Ok((local, _)) => v.insert(local),
+                        Err(e) => {
+                            return job.failed(
+                                Some(rail),
+                                &Report::new(e),
+                                "the writer's local RDMA: ",
+                            );
+                        }
+                    },
+                };
+                rail.device = Some(local.ctx.name().to_owned());
+                let server = Target {
+                    name: SocketAddr::new(p.target, f.fabric_port).to_string(),
+                    addr: SocketAddr::new(p.target, f.fabric_port),
+                };
+                job.run(local, &server, Some(rail), payload, token)
+            })
+            .collect()
+    }
+}
+
+/// Every address `host` resolves to, with the local address its route leaves from.
+fn routes(host: &str, port: u16) -> Result<Vec<(IpAddr, Option<IpAddr>)>> {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    match (host, port).to_socket_addrs() {
+        Ok(found) => {
+            for a in found {
+                if !ips.contains(&a.ip()) {
+                    ips.push(a.ip());
+                }
+            }
+        }
+        // The one-address lookup's error, which says what to give.
+        Err(_) => {
+            Target::at(host, port)?;
+        }
+    }
+    Ok(ips
+        .into_iter()
+        .map(|ip| {
+            let t = Target {
+                name: host.to_owned(),
+                addr: SocketAddr::new(ip, port),
+            };
+            (ip, t.route_source())
+        })
+        .collect())
+}
+
 /// This node's (round, target) for every round but its bye.
 fn partners(world: &World) -> impl Iterator<Item = (usize, usize)> + '_ {
     let n = world.size();
@@ -100,42 +235,57 @@ fn partners(world: &World) -> impl Iterator<Item = (usize, usize)> + '_ {
         .filter_map(move |round| schedule::partner(n, round, world.rank).map(|t| (round, t)))
 }
 
-/// One write of this node in one round.
+/// One write of this node in one round (on each of its rails, with `--rails`).
 struct Pair<'a> {
     task: &'a FabricTask,
-    local: &'a LocalPort,
     world: &'a World,
     round: usize,
     target: usize,
 }
 
 impl Pair<'_> {
-    fn run(&self, payload: &[u8], token: Option<&str>) -> PairResult {
+    /// The result, before anything ran.
+    fn blank(&self, rail: Option<RailOf>) -> PairResult {
+        let mut r = blank(self.world, self.round, self.target, Duration::ZERO);
+        r.retest = self.task.fabric.retest.is_some();
+        r.rail = rail;
+        r
+    }
+
+    /// The pair, failed before it ran with `e` (after `context`).
+    fn failed(&self, rail: Option<RailOf>, e: &Report, context: &str) -> PairResult {
+        with_failure(self.blank(rail), e, context)
+    }
+
+    /// The write and the measurements from `local` to `server`.
+    fn run(
+        &self,
+        local: &LocalPort,
+        server: &Target,
+        rail: Option<RailOf>,
+        payload: &[u8],
+        token: Option<&str>,
+    ) -> PairResult {
         let f = &self.task.fabric;
         let opts = &self.task.session;
         let started = Instant::now();
         let deadline = started + f.pair_deadline;
-        let mut r = blank(self.world, self.round, self.target, Duration::ZERO);
-        r.retest = f.retest.is_some();
-        let server = match Target::at(&self.world.hosts[self.target], f.fabric_port) {
-            Ok(server) => server,
-            Err(e) => return with_failure(r, &e, ""),
-        };
-        let notify = match crate::session::notify_for(self.task.notify, self.local) {
+        let mut r = self.blank(rail);
+        let notify = match crate::session::notify_for(self.task.notify, local) {
             Ok((notify, _)) => notify,
             Err(e) => return with_failure(r, &e, ""),
         };
         let token = || token.map(str::to_owned);
         let (written, waited) = wait_turn(deadline, || {
             let w = Write {
-                target: &server,
+                target: server,
                 payload,
                 notify,
                 token: token(),
                 // The fabric check prints one event per pair, not the sessions' own.
                 chosen: None,
             };
-            w.run(self.local, opts, None)
+            w.run(local, opts, None)
         });
         r.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         let delivered = match written {
@@ -159,13 +309,13 @@ impl Pair<'_> {
             };
             let (rows, _) = wait_turn(deadline, || {
                 let m = Measure {
-                    target: &server,
+                    target: server,
                     params: p.clone(),
                     token: token(),
                     knobs: self.task.knobs,
                     chosen: None,
                 };
-                m.run(self.local, opts, Instant::now(), None)
+                m.run(local, opts, Instant::now(), None)
             });
             match rows {
                 Ok(rows) => {
@@ -203,6 +353,7 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
         lat_us: None,
         bw_mbs: None,
         retest: false,
+        rail: None,
     }
 }
 

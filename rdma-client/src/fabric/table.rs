@@ -13,6 +13,27 @@ pub const MAX_TABLE_NODES: usize = 64;
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let n = r.hosts.len();
+    if let Some(rail) = &r.rail {
+        let devices: Vec<String> = r
+            .hosts
+            .iter()
+            .zip(&rail.devices)
+            .map(|(h, d)| {
+                format!(
+                    "{} {}",
+                    rdma_proto::printable(h),
+                    d.as_deref().map_or("?".into(), rdma_proto::printable)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "rail {} of {}: writers' devices {}",
+            rail.index,
+            rail.rails,
+            devices.join(", ")
+        );
+    }
     let _ = writeln!(
         s,
         "fabric check: {n} nodes, {} pairs: {} passed, {} slow, {} failed, {} missing",
@@ -211,6 +232,22 @@ mod tests {
         assert!(text.contains("node3 (rank 2): 4 of 4 pairs bad"), "{text}");
         assert!(
             text.contains("reference 10.0 us, fabric median 40.0 us"),
+            "{text}"
+        );
+        assert!(!text.contains("rail"), "{text}");
+    }
+
+    #[test]
+    fn a_rail_s_table_names_the_rail_and_its_devices() {
+        let mut r = analyze(&tests::three(None, 1.0), 0, tests::TH).unwrap();
+        r.rail = Some(rdma_proto::events::fabric::RailMatrix {
+            index: 1,
+            rails: 2,
+            devices: vec![Some("rxe1".into()), Some("mlx5_1".into()), None],
+        });
+        let text = render(&r);
+        assert!(
+            text.starts_with("rail 1 of 2: writers' devices node1 rxe1, node2 mlx5_1, node3 ?\n"),
             "{text}"
         );
     }

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 
 /// Longest node name accepted (a DNS name is at most 253 characters).
 pub const MAX_HOST: usize = 255;
+/// Most rails a line may claim (`--rails N` takes at most this).
+pub const MAX_RAILS: usize = 64;
 /// Longest `error` / `error_kind` text accepted, in bytes.
 pub const MAX_ERROR: usize = 16 * 1024;
 
@@ -129,6 +131,22 @@ fn fields(p: &PairResult) -> Result<(), String> {
             ));
         }
     }
+    if let Some(r) = &p.rail {
+        if r.rails > MAX_RAILS || (r.rails > 0 && r.index >= r.rails) {
+            return Err(format!(
+                "`rail` {} of {} is out of range (at most {MAX_RAILS} rails, index below the count)",
+                r.index, r.rails
+            ));
+        }
+        if r.device
+            .as_ref()
+            .is_some_and(|d| d.is_empty() || d.len() > MAX_HOST || d.chars().any(char::is_control))
+        {
+            return Err(
+                "`rail.device` is not a device name (1..=255 bytes, no control characters)".into(),
+            );
+        }
+    }
     // `error_kind` is typed (an exit kind): only the free text has a length to bound.
     if p.error.as_ref().is_some_and(|t| t.len() > MAX_ERROR) {
         return Err(format!("`error` is longer than {MAX_ERROR} bytes"));
@@ -167,6 +185,16 @@ mod tests {
         Ok(())
     }
 
+    fn rail(index: usize, rails: usize, device: &str) -> rdma_proto::events::fabric::RailOf {
+        rdma_proto::events::fabric::RailOf {
+            index,
+            rails,
+            device: Some(device.into()),
+            addr: None,
+            target_addr: None,
+        }
+    }
+
     #[test]
     fn a_runners_lines_pass() {
         let lines: Vec<PairResult> = (0..3)
@@ -182,7 +210,7 @@ mod tests {
     #[test]
     fn every_bad_field_is_named() {
         type Spoil = fn(&mut PairResult);
-        let bad: [(&str, Spoil); 12] = [
+        let bad: [(&str, Spoil); 15] = [
             ("`world` 200000", |p| p.world = 200_000),
             ("`world` 1", |p| p.world = 1),
             ("`writer` 3", |p| p.writer = 3),
@@ -197,6 +225,9 @@ mod tests {
             ("`error`", |p| p.error = Some("x".into())),
             ("`lat_us` -1", |p| p.lat_us = Some(-1.0)),
             ("`bw_mbs` inf", |p| p.bw_mbs = Some(f64::INFINITY)),
+            ("`rail` 2 of 2", |p| p.rail = Some(rail(2, 2, "rxe1"))),
+            ("`rail` 0 of 65", |p| p.rail = Some(rail(0, 65, "rxe1"))),
+            ("`rail.device`", |p| p.rail = Some(rail(0, 2, "rxe\u{1b}"))),
         ];
         for (want, spoil) in bad {
             let mut p = ok(0, 1, 10.0, None);

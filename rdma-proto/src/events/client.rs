@@ -172,13 +172,35 @@ mod tests {
             lat_us: None,
             bw_mbs: None,
             retest: false,
+            rail: None,
         };
         let line = serde_json::to_string(&Event::FabricPair(Cow::Borrowed(&pair))).unwrap();
+        // A one-rail check's line is what it was before rails existed.
+        assert!(!line.contains("rail"), "{line}");
         assert!(
             line.starts_with(r#"{"type":"fabric_pair","round":0,"#),
             "{line}"
         );
         assert!(line.contains(r#""error_kind":"network""#), "{line}");
+        match super::super::parse::<Event<'static>>(&line).unwrap() {
+            Event::FabricPair(p) => assert_eq!(*p, pair),
+            other => panic!("{other:?}"),
+        }
+        let pair = PairResult {
+            rail: Some(crate::events::fabric::RailOf {
+                index: 1,
+                rails: 2,
+                device: Some("rxe1".into()),
+                addr: Some("10.0.1.1".parse().unwrap()),
+                target_addr: Some("10.0.1.2".parse().unwrap()),
+            }),
+            ..pair
+        };
+        let line = serde_json::to_string(&Event::FabricPair(Cow::Borrowed(&pair))).unwrap();
+        assert!(
+            line.contains(r#""rail":{"index":1,"rails":2,"device":"rxe1","addr":"10.0.1.1","target_addr":"10.0.1.2"}"#),
+            "{line}"
+        );
         match super::super::parse::<Event<'static>>(&line).unwrap() {
             Event::FabricPair(p) => assert_eq!(*p, pair),
             other => panic!("{other:?}"),

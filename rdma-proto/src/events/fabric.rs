@@ -5,6 +5,7 @@
 
 use crate::exit::Exit;
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 
 /// One directed pair's result: `writer` RDMA-Wrote into `target`'s server in `round`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -42,6 +43,26 @@ pub struct PairResult {
     /// line in the report.
     #[serde(default)]
     pub retest: bool,
+    /// With `--rails`: the rail this pair ran on, and over what; absent in a one-rail check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<RailOf>,
+}
+
+/// Which rail a pair of a `--rails` check ran on: rail `index` of the writer's `rails` (its
+/// ACTIVE RDMA ports by device name), to the target's address on the same rail.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RailOf {
+    /// From 0, in the order of the writer's device names.
+    pub index: usize,
+    /// How many rails the writer has.
+    pub rails: usize,
+    /// The writer's device on this rail (`None` when it could not be opened).
+    pub device: Option<String>,
+    /// The writer's address on it, the connection's local address.
+    pub addr: Option<IpAddr>,
+    /// The target's address on this rail, where the writer connected (`None` when its name
+    /// resolves to none on this rail).
+    pub target_addr: Option<IpAddr>,
 }
 
 /// The outlier rule's settings.
@@ -174,6 +195,21 @@ pub struct Report {
     pub retests: Vec<Retest>,
     /// Lines that were not `fabric_pair` events (other events, srun's chatter).
     pub skipped_lines: usize,
+    /// With `--rails`: the rail this matrix is of (one report per rail); absent in a one-rail
+    /// check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<RailMatrix>,
+}
+
+/// The rail a report's matrix is of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RailMatrix {
+    /// From 0.
+    pub index: usize,
+    /// How many rails every node has.
+    pub rails: usize,
+    /// The device each rank wrote from on this rail (by rank; `None` where no line says).
+    pub devices: Vec<Option<String>>,
 }
 
 impl Report {

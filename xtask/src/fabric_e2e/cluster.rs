@@ -3,16 +3,20 @@
 //! check with (inside one `salloc -N 3`). Pure functions; the files land in a host directory
 //! the guests see read-only through the host root.
 
-/// The guests' names, in rank order; node `i` (from 0) has address `10.0.0.{i+1}`.
+/// The guests' names, in rank order; node `i` (from 0) has address `10.0.{k}.{i+1}` on rail
+/// (NIC) `k`.
 pub fn nodes(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("node{i}")).collect()
 }
 
-/// `/etc/hosts` of every guest.
-pub fn hosts(n: usize) -> String {
+/// `/etc/hosts` of every guest: each name on one line per rail, rail 0's first (what a
+/// one-address lookup returns, so the checks without `--rails` run on eth0 as before).
+pub fn hosts(n: usize, rails: usize) -> String {
     let mut s = String::from("127.0.0.1 localhost\n");
-    for (i, name) in nodes(n).iter().enumerate() {
-        s.push_str(&format!("10.0.0.{} {name}\n", i + 1));
+    for k in 0..rails {
+        for (i, name) in nodes(n).iter().enumerate() {
+            s.push_str(&format!("10.0.{k}.{} {name}\n", i + 1));
+        }
     }
     s
 }
@@ -94,8 +98,8 @@ echo "fabric-e2e: $NODE: munged and slurm up"
 }
 
 /// `fabric.sh OUT`: node1, inside `salloc -N 3`: the servers as a job step, the fabric check
-/// through srun (healthy), then with `tc netem` delay on the last node (slow), then with its
-/// RDMA port gone (down). Each phase leaves `PHASE.jsonl`, `PHASE.err`, `PHASE.rc` in OUT.
+/// through srun (healthy), over every rail with `--rails auto` (rails), then with `tc netem`
+/// delay on the last node (slow), then with its RDMA devices gone (down). Each phase leaves `PHASE.jsonl`, `PHASE.err`, `PHASE.rc` in OUT.
 /// In the slow phase, with the delay still on and the servers still up, every outlier the
 /// report flags (`--fabric-report ... --retest-list`, with `thresholds`) is re-tested alone
 /// (`srun -N1 -w WRITER rdma-client --fabric --retest TARGET`), its line appended to
@@ -111,7 +115,7 @@ pub fn fabric_script(
     let thresholds = thresholds.join(" ");
     format!(
         r#"#!/bin/sh
-# cargo xtask fabric-e2e: the fabric check through Slurm, three phases.
+# cargo xtask fabric-e2e: the fabric check through Slurm, four phases.
 set -u
 OUT=$1
 mkdir -p "$OUT"
@@ -119,13 +123,16 @@ SERVER={server}
 CLIENT={client}
 up() {{ cut -d' ' -f1 /proc/uptime; }}
 phase() {{ echo "fabric-e2e: phase $1 at $(up) s"; }}
+# run NAME DEADLINE [retest|rails]
 run() {{
     phase "$1"
+    RAILS=
+    if [ "${{3:-}}" = rails ]; then RAILS="--rails auto"; getent ahosts node1 | grep STREAM; fi
     srun --overlap -N {n} --ntasks-per-node=1 --kill-on-bad-exit=0 \
         "$SERVER" --serve --max-clients 1 > "$OUT/$1.server.log" 2>&1 &
     SP=$!
     srun --overlap -N {n} --ntasks-per-node=1 --kill-on-bad-exit=0 --label \
-        "$CLIENT" --fabric --json --pair-deadline "$2" --lat-iters 50 --bw-iters 50 \
+        "$CLIENT" --fabric --json --pair-deadline "$2" --lat-iters 50 --bw-iters 50 $RAILS \
         > "$OUT/$1.jsonl" 2> "$OUT/$1.err"
     echo $? > "$OUT/$1.rc"
     if [ "${{3:-}}" = retest ]; then retest "$1"; fi
@@ -146,11 +153,13 @@ retest() {{
     echo "fabric-e2e: phase $1: $(wc -l < "$OUT/$1.retest-list") pair(s) re-tested alone by $(up) s"
 }}
 run healthy 60s
+run rails 60s rails
 fault() {{ srun --overlap -N1 -n1 -w {last} "$@" || {{ echo "fabric-e2e: on {last}: $* failed"; exit 4; }}; }}
 fault tc qdisc add dev eth0 root netem delay {delay_ms}ms
 run slow 60s retest
 fault tc qdisc del dev eth0 root
 fault rdma link delete rxe0
+fault rdma link delete rxe1
 run down 15s
 phase end
 "#
@@ -182,8 +191,13 @@ mod tests {
     #[test]
     fn hosts_map_names_to_the_link_addresses() {
         assert_eq!(
-            hosts(3),
+            hosts(3, 1),
             "127.0.0.1 localhost\n10.0.0.1 node1\n10.0.0.2 node2\n10.0.0.3 node3\n"
+        );
+        // Each name once per rail, rail 0 first.
+        assert!(
+            hosts(3, 2)
+                .ends_with("10.0.0.3 node3\n10.0.1.1 node1\n10.0.1.2 node2\n10.0.1.3 node3\n")
         );
     }
 
@@ -206,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fabric_script_runs_three_phases_and_faults_the_last_node() {
+    fn the_fabric_script_runs_four_phases_and_faults_the_last_node() {
         let s = fabric_script(
             "/b/rdma-server",
             "/b/rdma-client",
@@ -215,7 +229,19 @@ mod tests {
             &["--lat-factor", "20"],
         );
         let phases: Vec<&str> = s.lines().filter_map(|l| l.strip_prefix("run ")).collect();
-        assert_eq!(phases, ["healthy 60s", "slow 60s retest", "down 15s"]);
+        assert_eq!(
+            phases,
+            [
+                "healthy 60s",
+                "rails 60s rails",
+                "slow 60s retest",
+                "down 15s"
+            ]
+        );
+        // The rails phase alone adds --rails auto, and no device flag.
+        assert!(s.contains("RAILS=\"--rails auto\""));
+        assert!(s.contains("--bw-iters 50 $RAILS"));
+        assert!(!s.contains("--device") && !s.contains("--gid-index"));
         // The slow phase's outliers are listed with the judge's thresholds and re-tested alone.
         assert!(s.contains("--fabric-report \"$OUT/$1.jsonl\" --lat-factor 20 --retest-list"));
         assert!(s.contains(
@@ -224,7 +250,7 @@ mod tests {
         assert!(s.contains("--retest \"$t\" --json"));
         assert!(s.contains("-w node3 \"$@\""));
         assert!(s.contains("fault tc qdisc add dev eth0 root netem delay 40ms"));
-        assert!(s.contains("fault rdma link delete rxe0"));
+        assert!(s.contains("fault rdma link delete rxe0\nfault rdma link delete rxe1\n"));
         assert!(s.contains("SERVER=/b/rdma-server\n"));
         assert!(s.contains("--max-clients 1"));
         assert!(

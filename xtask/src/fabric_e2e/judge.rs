@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::{Cell, Report};
 
@@ -13,13 +13,19 @@ use rdma_proto::events::fabric::{Cell, Report};
 pub const THRESHOLDS: &[&str] = &["--lat-factor", "20", "--bw-fraction", "0.1"];
 
 /// The phases, in the order node1 runs them.
-pub const PHASES: [Phase; 3] = [Phase::Healthy, Phase::Slow, Phase::Down];
+pub const PHASES: [Phase; 4] = [Phase::Healthy, Phase::Rails, Phase::Slow, Phase::Down];
+
+/// Rails of every guest in the rails phase (`rxe0` on eth0, `rxe1` on eth1).
+pub const RAILS: usize = 2;
 
 /// One run of the fabric check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// Nothing wrong: every pair verified, nothing flagged, exit 0.
     Healthy,
+    /// `--rails auto` on the two-NIC guests, no device flags: one complete matrix per rail,
+    /// rail `k`'s pairs from every writer's `rxe{k}`, exit 0.
+    Rails,
     /// The last node's link delayed: exactly its pairs flagged slow, each still slow when
     /// re-tested alone (the delay still on), none left to re-test; it is the suspect.
     Slow,
@@ -31,6 +37,7 @@ impl Phase {
     pub fn name(self) -> &'static str {
         match self {
             Phase::Healthy => "healthy",
+            Phase::Rails => "rails",
             Phase::Slow => "slow",
             Phase::Down => "down",
         }
@@ -64,11 +71,25 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
         let (_, human, _) = super::report(client, &input, THRESHOLDS)?;
         std::fs::write(out.join(format!("{name}.txt")), &human)?;
         std::fs::write(out.join(format!("{name}.report.json")), &json)?;
-        let report = parse(&json).wrap_err_with(|| format!("{name}: report stderr: {err}"))?;
-        match check(phase, &report, srun_rc, report_rc, n) {
+        let reports = parse(&json).wrap_err_with(|| format!("{name}: report stderr: {err}"))?;
+        let verdict = if phase == Phase::Rails {
+            let lines = std::fs::read_to_string(&input)
+                .wrap_err_with(|| format!("reading {}", input.display()))?;
+            super::rails::check(&reports, srun_rc, report_rc, n)
+                .and_then(|v| Ok(format!("{v}; {}", super::rails::check_lines(&lines, n)?)))
+        } else {
+            match reports.as_slice() {
+                [report] => check(phase, report, srun_rc, report_rc, n),
+                _ => Err(format!(
+                    "{} `fabric_report` events, expected one (no --rails)",
+                    reports.len()
+                )),
+            }
+        };
+        match verdict {
             Ok(v) => {
                 verdicts.push(format!("fabric-e2e: {name}: {v}"));
-                if phase == Phase::Healthy {
+                if matches!(phase, Phase::Healthy | Phase::Rails) {
                     verdicts.push(human);
                 }
             }
@@ -81,20 +102,24 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
     Ok(verdicts)
 }
 
-/// The report of `--fabric-report --json` output (its `fabric_report` event; every line must
-/// be a client event, a line that is not is an error naming it).
-fn parse(json: &str) -> Result<Report> {
-    let mut found = None;
+/// The reports of `--fabric-report --json` output (its `fabric_report` events, one per rail
+/// with `--rails`; every line must be a client event, a line that is not is an error naming
+/// it).
+fn parse(json: &str) -> Result<Vec<Report>> {
+    let mut found = Vec::new();
     for line in json.lines().filter(|l| !l.trim().is_empty()) {
         if let Event::FabricReport(r) = rdma_proto::events::parse::<Event<'static>>(line)? {
-            found = Some(r.into_owned());
+            found.push(r.into_owned());
         }
     }
-    found.ok_or_else(|| eyre!("no `fabric_report` event in: {json}"))
+    if found.is_empty() {
+        bail!("no `fabric_report` event in: {json}");
+    }
+    Ok(found)
 }
 
 /// The status of the cell (writer row, target column): pass, slow, fail, missing.
-fn status(report: &Report, w: usize, t: usize) -> &'static str {
+pub(super) fn status(report: &Report, w: usize, t: usize) -> &'static str {
     match report.matrix.get(w).and_then(|row| row.get(t)) {
         Some(Some(Cell::Pass { .. })) => "pass",
         Some(Some(Cell::Slow { .. })) => "slow",
@@ -118,7 +143,7 @@ pub fn check(
         for t in (0..n).filter(|&t| t != w) {
             let faulted = w == last || t == last;
             let want = match (phase, faulted) {
-                (Phase::Healthy, _) | (_, false) => "pass",
+                (Phase::Healthy | Phase::Rails, _) | (_, false) => "pass",
                 (Phase::Slow, true) => "slow",
                 (Phase::Down, true) => "fail",
             };
@@ -154,7 +179,7 @@ pub fn check(
     let suspects: Vec<&str> = report.suspects.iter().map(|s| s.host.as_str()).collect();
     let last_host = report.hosts.get(last).map_or("?", String::as_str);
     let want_suspects: Vec<&str> = match phase {
-        Phase::Healthy => vec![],
+        Phase::Healthy | Phase::Rails => vec![],
         Phase::Slow | Phase::Down => vec![last_host],
     };
     if suspects != want_suspects {
@@ -209,12 +234,12 @@ fn check_retests(retests: &[(usize, usize, bool)], last: usize, n: usize) -> Vec
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use rdma_proto::Exit;
     use rdma_proto::events::fabric::{LatencySource, PairRef, Retest, Suspect, Thresholds};
 
-    fn report(cell: impl Fn(usize, usize) -> Option<Cell>, suspects: &[&str]) -> Report {
+    pub fn report(cell: impl Fn(usize, usize) -> Option<Cell>, suspects: &[&str]) -> Report {
         let hosts: Vec<String> = (1..=3).map(|k| format!("node{k}")).collect();
         let matrix = (0..3)
             .map(|w| {
@@ -253,6 +278,7 @@ mod tests {
             to_retest: vec![],
             retests: vec![],
             skipped_lines: 0,
+            rail: None,
         }
     }
 
@@ -283,7 +309,7 @@ mod tests {
         Some(i32::from(Exit::Transfer.code()))
     }
 
-    fn pass() -> Option<Cell> {
+    pub fn pass() -> Option<Cell> {
         Some(Cell::Pass {
             lat_us: Some(100.0),
             bw_mbs: None,
@@ -422,7 +448,7 @@ mod tests {
             serde_json::to_string(&Event::FabricReport(std::borrow::Cow::Borrowed(&r))).unwrap();
         let error =
             r#"{"type":"error","kind":"transfer","exit_code":8,"message":"2 pairs failed"}"#;
-        assert_eq!(parse(&format!("{line}\n{error}\n")).unwrap(), r);
+        assert_eq!(parse(&format!("{line}\n{error}\n")).unwrap(), [r]);
         assert!(parse(error).is_err(), "no report");
         let renamed = line.replace("\"suspects\"", "\"suspect\"");
         let err = parse(&renamed).unwrap_err();

@@ -1,17 +1,20 @@
 //! `cargo xtask fabric-e2e`: the fabric check of issue 11, proven in three guests on one
 //! virtual segment (QEMU's multicast socket on 127.0.0.1), launched by a minimal Slurm.
 //!
-//! Every guest brings up munge and slurmd (node1 also slurmctld) from its plan; node1 then
+//! Every guest has two NICs, each its own segment and rail (eth`k`, `10.0.k.i`, Soft-RoCE
+//! `rxe{k}`), and brings up munge and slurmd (node1 also slurmctld) from its plan; node1 then
 //! runs, inside one `salloc -N 3`, the servers as a job step (`srun --overlap ... rdma-server
-//! --serve --max-clients 1`) and `srun --label rdma-client --fabric --json` three times:
-//! healthy, with a `tc netem` delay on node3, and with node3's rxe device deleted. The host
+//! --serve --max-clients 1`) and `srun --label rdma-client --fabric --json` four times:
+//! healthy, with `--rails auto` (both rails, each node's name resolving to one address per
+//! rail), with a `tc netem` delay on node3, and with node3's rxe devices deleted. The host
 //! merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]).
 //!
 //! The parts: [`cluster`] (hosts, slurm.conf and the guests' scripts, as text), [`judge`]
-//! (what each phase's report must show).
+//! (what each phase's report must show), [`rails`] (the rails phase's reports and lines).
 
 mod cluster;
 mod judge;
+mod rails;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,8 +26,8 @@ use xshell::{Shell, cmd};
 use crate::deps::{self, Group};
 use crate::e2e::{self, Bins};
 use crate::exec;
-use crate::plan::{GUEST_SYNC, Node, Plan, Step};
-use crate::vm::{self, PlanGuest, VmOptions};
+use crate::plan::{GUEST_SYNC, Nic, Node, Plan, RdmaDev, Step};
+use crate::vm::{self, Net, PlanGuest, VmOptions};
 
 /// The guests.
 const NODES: usize = 3;
@@ -77,11 +80,11 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
             name: name.clone(),
             plan: plan(i, name, &files_s),
             mem_mb: 1024,
-            timeout: Duration::from_secs(540),
+            timeout: Duration::from_secs(720),
         })
         .collect();
     let t = Instant::now();
-    let run = vm::run_plans(&guests, &args.vm)?;
+    let run = vm::run_plans_on(&guests, &Net::new(judge::RAILS, &[])?, &args.vm)?;
     println!(
         "fabric-e2e: phase guests done in {:.1} s",
         t.elapsed().as_secs_f64()
@@ -122,8 +125,19 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
     if let Some(to) = &args.save_figure {
         std::fs::create_dir_all(to)?;
         for phase in judge::PHASES {
-            for ext in ["png", "svg", "txt"] {
-                let f = format!("{}.{ext}", phase.name());
+            let pictures: Vec<String> = match phase {
+                // One heat map per rail.
+                judge::Phase::Rails => (0..judge::RAILS)
+                    .flat_map(|k| ["png", "svg"].map(|ext| format!("rails.rail{k}.{ext}")))
+                    .collect(),
+                _ => ["png", "svg"]
+                    .map(|ext| format!("{}.{ext}", phase.name()))
+                    .into(),
+            };
+            for f in pictures
+                .into_iter()
+                .chain([format!("{}.txt", phase.name())])
+            {
                 std::fs::copy(out.join(&f), to.join(&f))
                     .wrap_err_with(|| format!("copying {f} to {}", to.display()))?;
             }
@@ -142,7 +156,7 @@ fn write_files(files: &Path, files_s: &str, bins: &Bins) -> Result<()> {
     let key = random_key()?;
     let out = format!("{GUEST_SYNC}/fabric");
     for (name, text) in [
-        ("hosts", cluster::hosts(NODES)),
+        ("hosts", cluster::hosts(NODES, judge::RAILS)),
         ("slurm.conf", cluster::slurm_conf(NODES)),
         ("cgroup.conf", cluster::CGROUP_CONF.to_owned()),
         ("up.sh", cluster::up_script(files_s)),
@@ -174,7 +188,8 @@ fn random_key() -> Result<Vec<u8>> {
     Ok(key)
 }
 
-/// Node `i`'s plan: its address and rxe, munge and Slurm up; node1 then runs the fabric check,
+/// Node `i`'s plan: its rails (eth`k` with `10.0.k.{i+1}` and `rxe{k}` on it), munge and
+/// Slurm up; node1 then runs the fabric check,
 /// the others wait until it is done.
 fn plan(i: usize, name: &str, files: &str) -> Plan {
     let mut up = Step::new("slurm-up", &["/bin/sh", &format!("{files}/up.sh"), name]);
@@ -182,7 +197,7 @@ fn plan(i: usize, name: &str, files: &str) -> Plan {
     let mut steps = vec![up];
     if i == 0 {
         let mut fabric = Step::new("fabric", &["/bin/sh", &format!("{files}/launch.sh")]);
-        fabric.timeout_s = 480.0;
+        fabric.timeout_s = 660.0;
         fabric.allow_failure = true;
         let mut done = Step::new("done", &["/bin/true"]);
         done.create_file_when_done = Some("fabric-done".into());
@@ -190,13 +205,30 @@ fn plan(i: usize, name: &str, files: &str) -> Plan {
     } else {
         let mut wait = Step::new("wait", &["/bin/true"]);
         wait.wait_for_file = Some("fabric-done".into());
-        wait.timeout_s = 500.0;
+        wait.timeout_s = 680.0;
         steps.push(wait);
     }
     Plan {
-        node: Node::guest(&format!("10.0.0.{}", i + 1), true),
+        node: node(i),
         steps,
         sync_dir: GUEST_SYNC.into(),
+    }
+}
+
+/// Node `i`'s NICs: one rail each.
+fn node(i: usize) -> Node {
+    Node {
+        nics: (0..judge::RAILS)
+            .map(|k| {
+                let dev = RdmaDev::rxe(&format!("rxe{k}"));
+                Nic::v4(
+                    &format!("eth{k}"),
+                    &format!("10.0.{k}.{}", i + 1),
+                    Some(dev),
+                )
+            })
+            .collect(),
+        modules: None,
     }
 }
 
@@ -237,7 +269,9 @@ mod tests {
     #[test]
     fn node1_runs_the_check_and_the_others_wait_for_it() {
         let p = plan(0, "node1", "/f");
-        assert_eq!(p.node, Node::guest("10.0.0.1", true));
+        assert_eq!(p.node.nics[0], Node::guest("10.0.0.1", true).nics[0]);
+        assert_eq!(p.node.nics[1].ipv4.as_deref(), Some("10.0.1.1/24"));
+        assert_eq!(p.node.nics[1].rdma, Some(RdmaDev::rxe("rxe1")));
         let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["slurm-up", "fabric", "done"]);
         assert_eq!(p.steps[0].argv, ["/bin/sh", "/f/up.sh", "node1"]);
@@ -246,7 +280,8 @@ mod tests {
             Some("fabric-done")
         );
         let p = plan(2, "node3", "/f");
-        assert_eq!(p.node, Node::guest("10.0.0.3", true));
+        assert_eq!(p.node.nics.len(), 2);
+        assert_eq!(p.node.nics[1].ipv4.as_deref(), Some("10.0.1.3/24"));
         assert_eq!(p.steps[1].wait_for_file.as_deref(), Some("fabric-done"));
     }
 }
