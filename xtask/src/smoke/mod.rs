@@ -63,12 +63,16 @@ pub struct SmokeArgs {
     /// (`--tclass`); with --capture every captured packet must carry it in its IP header.
     #[arg(long, requires = "rdma_write", value_name = "TOS")]
     pub tclass: Option<u8>,
+    /// With --rdma-write: the client measures the link (`--bench lat|bw`, a short run of one
+    /// size) instead of one write; its rows must come.
+    #[arg(long, requires = "rdma_write", value_parser = ["lat", "bw"])]
+    pub bench: Option<String>,
     /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
     #[arg(long)]
     pub prepare_only: bool,
     /// Run the suite `cargo xtask test` runs (two NICs with eth0's link cut, IPv6-only, siw,
     /// the capture), one after the other.
-    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "rdma_write", "tclass", "prepare_only"])]
+    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "rdma_write", "tclass", "bench", "prepare_only"])]
     pub suite: bool,
 }
 
@@ -114,6 +118,7 @@ impl SmokeArgs {
             modules,
             ours,
             tclass: self.tclass,
+            bench: self.bench.clone(),
         })
     }
 }
@@ -129,6 +134,8 @@ fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
     let mut verified = false;
     let mut client_via = None;
     let mut notify = None;
+    let mut rows = 0;
+    let mut last_row = "";
     for l in client.lines().filter(|l| l.starts_with('{')) {
         match serde_json::from_str::<C<'static>>(l) {
             Ok(C::Connected {
@@ -136,6 +143,10 @@ fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
             }) => chosen = Some((device, c)),
             Ok(C::QpReady { via, .. }) => client_via = Some(via),
             Ok(C::NotifyChosen { notify: n, why }) => notify = Some((n, why)),
+            Ok(C::BenchLat(_) | C::BenchBw(_)) => {
+                rows += 1;
+                last_row = l;
+            }
             Ok(C::Verified { verified: v, .. }) => verified = v,
             Ok(_) => {}
             Err(e) => return Err(format!("a client line that is no client event ({e}): {l}")),
@@ -161,7 +172,15 @@ fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
             "the queue pairs should be connected via {want_via:?}: client said {client_via:?}, server {server_via:?}"
         ));
     }
+    if let Some(mode) = &shape.bench {
+        if rows == 0 {
+            return Err(format!("--bench {mode} printed no measurement row"));
+        }
+        println!("  client     {rows} bench {mode} row(s), the last: {last_row}");
+    }
     let siw = shape.transport == LinkKind::Siw;
+    // A bench session is notify tcp by the protocol: nothing to choose.
+    let siw = siw && shape.bench.is_none();
     match &notify {
         Some((rdma_proto::Notify::Tcp, why)) if siw => println!("  client     {why}"),
         None if !siw => {}
@@ -215,6 +234,7 @@ impl SmokeArgs {
             rdma_cm: false,
             rdma_write: false,
             tclass: None,
+            bench: None,
             prepare_only: false,
             suite: false,
         }
@@ -271,6 +291,38 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
         SmokeArgs {
             rdma_cm: true,
             rdma_write: true,
+            ..plain()
+        },
+        // The bench on each transport and host shape, with no device flags.
+        SmokeArgs {
+            transport: LinkKind::Siw,
+            rdma_write: true,
+            bench: Some("lat".into()),
+            ..plain()
+        },
+        SmokeArgs {
+            transport: LinkKind::Siw,
+            rdma_write: true,
+            bench: Some("bw".into()),
+            ..plain()
+        },
+        SmokeArgs {
+            rdma_cm: true,
+            rdma_write: true,
+            bench: Some("bw".into()),
+            ..plain()
+        },
+        SmokeArgs {
+            nics: 2,
+            dead_link: Some(0),
+            rdma_write: true,
+            bench: Some("lat".into()),
+            ..plain()
+        },
+        SmokeArgs {
+            ipv6: true,
+            rdma_write: true,
+            bench: Some("bw".into()),
             ..plain()
         },
         // --tclass reaches the IP header: DSCP 26 with ECN capable (0x6a), on every packet.

@@ -37,6 +37,8 @@ pub struct Shape {
     pub ours: Option<(String, String)>,
     /// `--tclass` for both ends of our pair.
     pub tclass: Option<u8>,
+    /// `--bench MODE` for our client (a short run of 4096-byte messages).
+    pub bench: Option<String>,
 }
 
 impl Shape {
@@ -188,6 +190,11 @@ fn ours(shape: &Shape, server: bool) -> Option<Vec<String>> {
     // RDMA CM on rxe is the client's request; on siw both ends take it by themselves.
     if shape.cm && !server {
         v.push("--cm".to_owned());
+    }
+    if let (Some(mode), false) = (&shape.bench, server) {
+        v.extend(owned(&[
+            "--bench", mode, "--size", "4096", "--iters", "200",
+        ]));
     }
     Some(v)
 }
@@ -364,6 +371,7 @@ mod tests {
             modules: None,
             ours: None,
             tclass: None,
+            bench: None,
         }
     }
 
