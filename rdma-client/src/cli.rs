@@ -86,7 +86,7 @@ pub struct Args {
     pub fabric: crate::fabric::FabricArgs,
 
     /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
-    /// kill-after-accept, kill-after-write, rewrite-after-imm). Used by the end-to-end fault
+    /// kill-after-accept, kill-after-write, rewrite-after-imm, slow-ping, cm-bad-nonce). Used by the end-to-end fault
     /// tests; only in a build with the `fault-injection` feature.
     #[cfg(feature = "fault-injection")]
     #[arg(long, hide = true)]

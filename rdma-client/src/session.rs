@@ -236,7 +236,7 @@ impl<'a> Session<'a> {
                     self.local,
                     Some(from.ip().to_canonical()),
                     SocketAddr::new(to.ip().to_canonical(), offer.port),
-                    &offer.nonce,
+                    &self.opts.faults.nonce(offer.nonce),
                     Instant::now() + self.opts.timeout,
                 )
                 .wrap_err("connecting the queue pair through RDMA CM")?

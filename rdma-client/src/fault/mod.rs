@@ -31,6 +31,9 @@ pub enum Fault {
     /// In a `--bench lat` session, wait a second before each ping: a peer that holds its
     /// bench slot by pinging just often enough (the server must end it at --bench-max-time).
     SlowPing,
+    /// Through RDMA CM, present a nonce one bit off the server's: the server must reject the
+    /// connection request (and go on serving).
+    CmBadNonce,
 }
 
 /// How long `slow-ping` waits before each ping.
@@ -110,6 +113,18 @@ impl Faults {
             return hot::ping_pong(&mut Paced(link), size, iters, wr_base, timeout, samples);
         }
         hot::ping_pong(link, size, iters, wr_base, timeout, samples)
+    }
+
+    /// The nonce our RDMA CM connection request presents: the server's (with `cm-bad-nonce`,
+    /// one bit off).
+    pub fn nonce(&self, nonce: [u8; rdma_proto::cm::NONCE_LEN]) -> [u8; rdma_proto::cm::NONCE_LEN] {
+        #[cfg(feature = "fault-injection")]
+        if self.fault == Some(Fault::CmBadNonce) {
+            let mut off = nonce;
+            off[0] ^= 1;
+            return off;
+        }
+        nonce
     }
 }
 

@@ -67,6 +67,10 @@ pub struct SmokeArgs {
     /// size) instead of one write; its rows must come.
     #[arg(long, requires = "rdma_write", value_parser = ["lat", "bw"])]
     pub bench: Option<String>,
+    /// With --rdma-write through RDMA CM: a first client presents a wrong nonce (`--fault
+    /// cm-bad-nonce`) and must be rejected (exit 3), then the server must serve the real one.
+    #[arg(long, requires = "rdma_write")]
+    pub cm_bad_nonce: bool,
     /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
     #[arg(long)]
     pub prepare_only: bool,
@@ -101,6 +105,9 @@ impl SmokeArgs {
                 "--capture records perftest's RoCE v2 (UDP 4791): use it with --transport rxe and no --rdma-cm"
             );
         }
+        if self.cm_bad_nonce && self.transport != LinkKind::Siw && !self.rdma_cm {
+            bail!("--cm-bad-nonce tries RDMA CM: use it with --transport siw or --rdma-cm");
+        }
         if (self.transport == LinkKind::Siw || self.rdma_cm) && self.nodes < 2 {
             bail!("rping (--transport siw, --rdma-cm) runs between two guests: use --nodes 2");
         }
@@ -119,6 +126,7 @@ impl SmokeArgs {
             ours,
             tclass: self.tclass,
             bench: self.bench.clone(),
+            cm_bad_nonce: self.cm_bad_nonce,
         })
     }
 }
@@ -204,6 +212,34 @@ fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
     }
 }
 
+/// With `--cm-bad-nonce`: the first client's connection request was refused for its nonce
+/// (its error names the CM's REJECTED event) and the server said the session failed, then
+/// served the real client (judged by [`our_choice`]).
+fn rejected(
+    shape: &Shape,
+    bad: Option<&crate::plan::StepResult>,
+    server: &str,
+) -> Result<(), String> {
+    if !shape.cm_bad_nonce {
+        return Ok(());
+    }
+    let Some(bad) = bad else {
+        return Err(format!("no {} step ran", plans::BAD_NONCE));
+    };
+    let refused = bad.stdout.contains("RDMA_CM_EVENT_REJECTED");
+    let told = server.contains("did not connect through RDMA CM");
+    if refused && told && bad.ok {
+        println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
+        Ok(())
+    } else {
+        Err(format!(
+            "a wrong RDMA CM nonce should be rejected (client exit 3 naming RDMA_CM_EVENT_REJECTED: {refused}, exit {:?}; server failing that session: {told}); client said {}",
+            bad.exit_code,
+            crate::text::tail(&bad.stdout, 600)
+        ))
+    }
+}
+
 pub fn parse_bw_average(stdout: &str) -> Option<f64> {
     let mut lines = stdout.lines().skip_while(|l| !l.contains("BW average"));
     lines.next()?;
@@ -235,6 +271,7 @@ impl SmokeArgs {
             rdma_write: false,
             tclass: None,
             bench: None,
+            cm_bad_nonce: false,
             prepare_only: false,
             suite: false,
         }
@@ -291,6 +328,7 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
         SmokeArgs {
             rdma_cm: true,
             rdma_write: true,
+            cm_bad_nonce: true,
             ..plain()
         },
         // The bench on each transport and host shape, with no device flags.
@@ -447,6 +485,10 @@ fn run(args: &SmokeArgs) -> Result<()> {
     }
     let client = results.iter().flatten().find_map(|r| r.step("client"));
     let server = results.iter().flatten().find_map(|r| r.step("server"));
+    let bad = results
+        .iter()
+        .flatten()
+        .find_map(|r| r.step(plans::BAD_NONCE));
     let bw = client.and_then(|c| parse_bw_average(&c.stdout));
     let pings = client.map_or(0, |c| plans::rping_verified(&c.stdout));
     // The marker crossed from guest A to the host (and to B) through the 9p sync share.
@@ -478,7 +520,9 @@ fn run(args: &SmokeArgs) -> Result<()> {
         };
         let worked = if shape.ours.is_some() {
             match (client, server) {
-                (Some(c), Some(s)) => match our_choice(&shape, &c.stdout, &s.stdout) {
+                (Some(c), Some(s)) => match our_choice(&shape, &c.stdout, &s.stdout)
+                    .and_then(|()| rejected(&shape, bad, &s.stdout))
+                {
                     Ok(()) => true,
                     Err(e) => {
                         problems.push(e);

@@ -39,6 +39,8 @@ pub struct Shape {
     pub tclass: Option<u8>,
     /// `--bench MODE` for our client (a short run of 4096-byte messages).
     pub bench: Option<String>,
+    /// A client with a wrong RDMA CM nonce goes first (see [`BAD_NONCE`]).
+    pub cm_bad_nonce: bool,
 }
 
 impl Shape {
@@ -199,6 +201,9 @@ fn ours(shape: &Shape, server: bool) -> Option<Vec<String>> {
     Some(v)
 }
 
+/// The step of a client that presents a wrong RDMA CM nonce (`--cm-bad-nonce`).
+pub const BAD_NONCE: &str = "client-bad-nonce";
+
 /// What our client writes (`--rdma-write`).
 pub const OUR_MESSAGE: &str = "Hello RDMA Write!";
 
@@ -322,6 +327,14 @@ pub fn plans(shape: &Shape) -> Vec<(String, Plan)> {
     a_steps.push(server);
     let mut b_steps = vec![info, pong];
     b_steps.extend((0..shape.nics).map(|k| ping_step(shape, k)));
+    if shape.cm_bad_nonce {
+        let mut bad = client_step(shape, 2);
+        bad.name = BAD_NONCE.into();
+        bad.argv.extend(owned(&["--fault", "cm-bad-nonce"]));
+        // Rejected by the server's RDMA CM listener: an RDMA error (3), not a crash.
+        bad.expect_exit = 3;
+        b_steps.push(bad);
+    }
     let mut client = client_step(shape, 2);
     client.create_file_when_done = Some("client-done".into());
     b_steps.push(client);
@@ -372,6 +385,7 @@ mod tests {
             ours: None,
             tclass: None,
             bench: None,
+            cm_bad_nonce: false,
         }
     }
 
