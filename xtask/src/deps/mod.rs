@@ -88,9 +88,13 @@ impl Group {
                 "libclang-dev",
                 "pkg-config",
                 "libibverbs-dev",
+                // rdma-sys (RDMA CM) binds the system's librdmacm headers.
+                "librdmacm-dev",
             ],
             Group::Run => &[
                 "rdma-core",
+                // The binaries link librdmacm (RDMA CM connection mode).
+                "librdmacm1",
                 "ibverbs-utils",
                 "ibverbs-providers",
                 "iproute2",
