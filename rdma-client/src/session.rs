@@ -8,7 +8,7 @@ use crate::fault::{Faults, Stage};
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_core_rs::cli::DeviceArgs;
-use rdma_core_rs::{CqMode, Endpoint, Init, LocalPort, QueuePair, Rts};
+use rdma_core_rs::{CqMode, Endpoint, Init, LocalPort, QueuePair, Rts, Transport};
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
@@ -42,18 +42,25 @@ pub struct SessionOptions {
 /// # Errors
 /// `--notify imm` on a device without write-with-immediate.
 pub fn notify_for(asked: Option<Notify>, local: &LocalPort) -> Result<(Notify, Option<String>)> {
-    let transport = local.ctx.transport();
+    Ok(notify_rule(asked, local.ctx.transport(), local.ctx.name())?)
+}
+
+/// [`notify_for`]'s rule, for device `name` of `transport`.
+fn notify_rule(
+    asked: Option<Notify>,
+    transport: Transport,
+    name: &str,
+) -> Result<(Notify, Option<String>), ClientError> {
     match asked {
         Some(Notify::Imm) if !transport.has_write_with_imm() => {
-            Err(ClientError::NoWriteWithImm(local.ctx.name().to_owned()).into())
+            Err(ClientError::NoWriteWithImm(name.to_owned()))
         }
         Some(n) => Ok((n, None)),
         None if transport.has_write_with_imm() => Ok((Notify::Imm, None)),
         None => Ok((
             Notify::Tcp,
             Some(format!(
-                "notify tcp: {} is {transport}, which has no RDMA Write with immediate",
-                local.ctx.name()
+                "notify tcp: {name} is {transport}, which has no RDMA Write with immediate"
             )),
         )),
     }
@@ -353,6 +360,29 @@ pub(crate) fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notify_is_imm_unless_the_device_has_no_write_with_imm_and_says_why() {
+        let ib = Transport::InfiniBand;
+        assert_eq!(notify_rule(None, ib, "rxe0").unwrap(), (Notify::Imm, None));
+        assert_eq!(
+            notify_rule(Some(Notify::Tcp), ib, "rxe0").unwrap(),
+            (Notify::Tcp, None)
+        );
+        let (n, why) = notify_rule(None, Transport::Iwarp, "siw0").unwrap();
+        assert_eq!(n, Notify::Tcp);
+        assert!(why.unwrap().contains("siw0 is iWARP"));
+        assert_eq!(
+            notify_rule(Some(Notify::Tcp), Transport::Iwarp, "siw0").unwrap(),
+            (Notify::Tcp, None)
+        );
+        let e = notify_rule(Some(Notify::Imm), Transport::Iwarp, "siw0").unwrap_err();
+        assert!(e.to_string().contains("--notify tcp"), "{e}");
+        assert_eq!(
+            crate::exit::classify(&color_eyre::Report::new(e)),
+            rdma_proto::Exit::Usage
+        );
+    }
 
     #[test]
     fn addresses_get_the_default_port() {

@@ -418,20 +418,7 @@ fn accept_by_cm(
     let ours = local.endpoint(&qp, psn).into();
     let accept = hs.accept_cm(ours, mr.addr(), mr.rkey(), mr.len() as u64, Some(offer))?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
-    let admit = |r: &rdma_core_rs::cm::Request<'_>| -> Result<(), String> {
-        match r.peer.map(|p| p.ip().to_canonical()) {
-            Some(ip) if ip != peer_ip => {
-                return Err(format!("from {ip}, not the session's client {peer_ip}"));
-            }
-            None => return Err("from an unknown address".to_owned()),
-            Some(_) => {}
-        }
-        if offer.admits(r.private_data) {
-            Ok(())
-        } else {
-            Err("without the session's nonce".to_owned())
-        }
-    };
+    let admit = |r: &rdma_core_rs::cm::Request<'_>| cm_admits(&offer, peer_ip, r);
     let conn = &*conn;
     let cancel = || s.stopping.load(Ordering::Acquire) || client_spoke(conn);
     listener
@@ -442,6 +429,23 @@ fn accept_by_cm(
                 format!("the client's queue pair did not connect through RDMA CM: {e}"),
             )
         })
+}
+
+/// Whether an RDMA CM connection request is this session's client's: from its TCP peer's
+/// address, with the nonce of the session's offer. `Err` says why not (logged).
+fn cm_admits(
+    offer: &CmOffer,
+    peer: IpAddr,
+    req: &rdma_core_rs::cm::Request<'_>,
+) -> Result<(), String> {
+    match req.peer.map(|p| p.ip().to_canonical()) {
+        Some(ip) if ip != peer.to_canonical() => {
+            Err(format!("from {ip}, not the session's client {peer}"))
+        }
+        None => Err("from an unknown address".to_owned()),
+        Some(_) if !offer.admits(req.private_data) => Err("without the session's nonce".to_owned()),
+        Some(_) => Ok(()),
+    }
 }
 
 /// The client could still write: its QP is connected and the rkey is live. Takes both away
@@ -658,6 +662,36 @@ pub(crate) fn report_verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only the session's client gets the CM connection: its address (IPv4-mapped or not) and
+    /// the nonce, both.
+    #[test]
+    fn a_cm_request_needs_the_peers_address_and_the_nonce() {
+        let offer = CmOffer {
+            port: 9,
+            nonce: [7; rdma_proto::cm::NONCE_LEN],
+        };
+        let peer: IpAddr = "10.0.0.2".parse().unwrap();
+        let req = |from: &str, data: &'static [u8]| rdma_core_rs::cm::Request {
+            peer: Some(from.parse().unwrap()),
+            private_data: data,
+        };
+        let good = &[7u8; rdma_proto::cm::NONCE_LEN];
+        assert_eq!(cm_admits(&offer, peer, &req("10.0.0.2:5000", good)), Ok(()));
+        assert_eq!(
+            cm_admits(&offer, peer, &req("[::ffff:10.0.0.2]:5000", good)),
+            Ok(())
+        );
+        let other = cm_admits(&offer, peer, &req("10.0.0.3:5000", good)).unwrap_err();
+        assert!(other.contains("not the session's client"), "{other}");
+        let bad = cm_admits(&offer, peer, &req("10.0.0.2:5000", &[7; 15])).unwrap_err();
+        assert!(bad.contains("nonce"), "{bad}");
+        let unknown = rdma_core_rs::cm::Request {
+            peer: None,
+            private_data: good,
+        };
+        assert!(cm_admits(&offer, peer, &unknown).is_err());
+    }
 
     /// A client cannot forge a log line or send ANSI escapes through a failure's text: neither
     /// through what the protocol quotes (its `type`) nor through any message (issue 16, item 6).
