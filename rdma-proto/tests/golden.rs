@@ -183,10 +183,22 @@ fn bench_transcript() -> String {
         .on_accept(ServerMessage::parse(accept.as_bytes()).unwrap())
         .unwrap();
     // (the ping-pong happens here)
+    finish_tcp(&mut server, &mut client, &fin, &mut out);
+    out
+}
+
+/// The end of a notify-tcp session onto `out`: the client's `written`, the server's check of
+/// `payload` and its `result`, which the client takes.
+fn finish_tcp(
+    server: &mut ServerHandshake,
+    client: &mut ClientHandshake,
+    payload: &[u8],
+    out: &mut String,
+) {
     let w = client.written().unwrap().unwrap().to_line();
     out.push_str(&format!("C: {w}"));
     server.on_line(w.as_bytes()).unwrap();
-    let outcome = server.verify(&fin, None, None);
+    let outcome = server.verify(payload, None, None);
     assert!(outcome.verified, "{outcome:?}");
     let result = server.result(outcome).unwrap().to_line();
     out.push_str(&format!("S: {result}"));
@@ -194,7 +206,6 @@ fn bench_transcript() -> String {
         .on_result(ServerMessage::parse(result.as_bytes()).unwrap())
         .unwrap();
     assert_eq!(client.state(), ClientState::Done);
-    out
 }
 
 #[test]
@@ -318,17 +329,7 @@ fn cm_transcript() -> String {
         .unwrap();
     assert_eq!(a.cm, Some(offer));
     // (RDMA CM connects the queue pairs, then the write happens here)
-    let w = client.written().unwrap().unwrap().to_line();
-    out.push_str(&format!("C: {w}"));
-    server.on_line(w.as_bytes()).unwrap();
-    let outcome = server.verify(PAYLOAD, None, None);
-    assert!(outcome.verified, "{outcome:?}");
-    let result = server.result(outcome).unwrap().to_line();
-    out.push_str(&format!("S: {result}"));
-    client
-        .on_result(ServerMessage::parse(result.as_bytes()).unwrap())
-        .unwrap();
-    assert_eq!(client.state(), ClientState::Done);
+    finish_tcp(&mut server, &mut client, PAYLOAD, &mut out);
     out
 }
 
