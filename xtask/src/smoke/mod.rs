@@ -319,9 +319,23 @@ pub fn suite(vm: &vm::VmOptions) -> Result<()> {
             rdma_write: true,
             ..plain()
         },
-        // Through RDMA CM: on Soft-iWARP by itself (notify tcp), on rxe with --cm.
+        // Through RDMA CM: on Soft-iWARP by itself (notify tcp; also over IPv6 and on two
+        // NICs with eth0's link cut), on rxe with --cm.
         SmokeArgs {
             transport: LinkKind::Siw,
+            rdma_write: true,
+            ..plain()
+        },
+        SmokeArgs {
+            transport: LinkKind::Siw,
+            ipv6: true,
+            rdma_write: true,
+            ..plain()
+        },
+        SmokeArgs {
+            transport: LinkKind::Siw,
+            nics: 2,
+            dead_link: Some(0),
             rdma_write: true,
             ..plain()
         },
