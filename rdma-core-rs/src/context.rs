@@ -8,8 +8,9 @@ use std::sync::Arc;
 use ibverbs_sys as ffi;
 
 use crate::error::{Error, Result, VerbOp};
+use crate::transport::Transport;
 use crate::types::{
-    Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, Transport, describe_gid_table,
+    Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, describe_gid_table,
 };
 
 /// Where the kernel lists RDMA devices; missing means the kernel has no RDMA core loaded.

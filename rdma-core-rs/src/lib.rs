@@ -73,6 +73,7 @@ pub mod memlock;
 mod pd;
 mod qp;
 pub mod route;
+mod transport;
 mod types;
 
 pub use context::{Context, DeviceInfo, devices, select_gid_in};
@@ -86,9 +87,10 @@ pub use qp::{
     Endpoint, Init, MAX_PSN, MAX_WRITE_LEN, PathClass, QpCaps, QueuePair, RemoteBuffer, RemoteQp,
     Reset, Rtr, RtrParams, Rts, RtsParams, WriteFlags,
 };
+pub use transport::Transport;
 pub use types::{
-    Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, Transport,
-    WcOpcode, WcStatus, describe_gid_table,
+    Access, Gid, GidEntry, GidKind, LinkLayer, Mtu, PortInfo, PortState, QpState, WcOpcode,
+    WcStatus, describe_gid_table,
 };
 
 /// A random 24-bit initial packet sequence number from the OS CSPRNG.

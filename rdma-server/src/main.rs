@@ -9,6 +9,7 @@ mod admission;
 mod bench;
 mod budget;
 mod cli;
+mod cm;
 mod config;
 mod exit;
 mod i18n;

@@ -2,10 +2,16 @@
 //! up, and a perftest pair (`ib_write_bw`) runs across the virtual link (or inside one guest).
 //! Options prove each capability of the guests: two NICs with one link cut (`--nics 2
 //! --dead-link 0`), IPv6-only NICs (`--ipv6`), Soft-iWARP with RDMA CM (`--transport siw`:
-//! rping), and a capture of the RoCE v2 packets (`--capture`). [`plans`] holds what each guest
-//! does.
+//! rping), and a capture of the RoCE v2 packets (`--capture`); and our own pair with no
+//! device flags (`--rdma-write`: also through RDMA CM, with `--bench`, with a wrong CM nonce).
+//! [`plans`] holds what each guest does, `judge` the verdicts on our pair, `suite` the shapes
+//! `cargo xtask test` runs.
 
+mod judge;
 mod plans;
+mod suite;
+
+pub use suite::suite;
 
 use std::time::{Duration, Instant};
 
@@ -131,115 +137,6 @@ impl SmokeArgs {
     }
 }
 
-/// Our pair's verdict: the client's write verified, and both ends on the traffic link's device
-/// by their own choice (the client's `connected.chosen`, the server's `port_chosen`). Through
-/// RDMA CM (siw, or `--rdma-cm`) both queue pairs must say `via: cm`; on siw the client must
-/// also have said it took notify tcp (iWARP has no write-with-immediate).
-fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
-    use rdma_proto::events::{QpVia, client::Event as C, server::Event as S};
-    let dev = shape.dev(shape.traffic_link());
-    let mut chosen = None;
-    let mut verified = false;
-    let mut client_via = None;
-    let mut notify = None;
-    let mut rows = 0;
-    let mut last_row = "";
-    for l in client.lines().filter(|l| l.starts_with('{')) {
-        match serde_json::from_str::<C<'static>>(l) {
-            Ok(C::Connected {
-                device, chosen: c, ..
-            }) => chosen = Some((device, c)),
-            Ok(C::QpReady { via, .. }) => client_via = Some(via),
-            Ok(C::NotifyChosen { notify: n, why }) => notify = Some((n, why)),
-            Ok(C::BenchLat(_) | C::BenchBw(_)) => {
-                rows += 1;
-                last_row = l;
-            }
-            Ok(C::Verified { verified: v, .. }) => verified = v,
-            Ok(_) => {}
-            Err(e) => return Err(format!("a client line that is no client event ({e}): {l}")),
-        }
-    }
-    let mut on = None;
-    let mut server_via = None;
-    for l in server.lines().filter(|l| l.starts_with('{')) {
-        match serde_json::from_str::<S<'static>>(l) {
-            Ok(S::PortChosen { device, why, .. }) => on = Some((device, why)),
-            Ok(S::QpReady { via, .. }) => server_via = Some(via),
-            Ok(_) => {}
-            Err(e) => return Err(format!("a server line that is no server event ({e}): {l}")),
-        }
-    }
-    let want_via = if shape.rping() {
-        QpVia::Cm
-    } else {
-        QpVia::Handshake
-    };
-    if client_via != Some(want_via) || server_via != Some(want_via) {
-        return Err(format!(
-            "the queue pairs should be connected via {want_via:?}: client said {client_via:?}, server {server_via:?}"
-        ));
-    }
-    if let Some(mode) = &shape.bench {
-        if rows == 0 {
-            return Err(format!("--bench {mode} printed no measurement row"));
-        }
-        println!("  client     {rows} bench {mode} row(s), the last: {last_row}");
-    }
-    let siw = shape.transport == LinkKind::Siw;
-    // A bench session is notify tcp by the protocol: nothing to choose.
-    let siw = siw && shape.bench.is_none();
-    match &notify {
-        Some((rdma_proto::Notify::Tcp, why)) if siw => println!("  client     {why}"),
-        None if !siw => {}
-        other => {
-            return Err(format!(
-                "on {} the client should {}say it chose notify tcp; it said {other:?}",
-                shape.transport.as_str(),
-                if siw { "" } else { "not " }
-            ));
-        }
-    }
-    match (chosen, on) {
-        (Some((d, Some(why))), Some((sd, swhy))) if d == dev && sd == dev && verified => {
-            println!("  client     chose {why}\n  server     chose {swhy}");
-            Ok(())
-        }
-        (c, s) => Err(format!(
-            "rdma-write with no device flags should run over {dev}, verified: client chose {c:?} \
-             (verified {verified}), server chose {s:?}"
-        )),
-    }
-}
-
-/// With `--cm-bad-nonce`: the first client's connection request was refused for its nonce
-/// (its error names the CM's REJECTED event) and the server said the session failed, then
-/// served the real client (judged by [`our_choice`]).
-fn rejected(
-    shape: &Shape,
-    bad: Option<&crate::plan::StepResult>,
-    server: &str,
-) -> Result<(), String> {
-    if !shape.cm_bad_nonce {
-        return Ok(());
-    }
-    let Some(bad) = bad else {
-        return Err(format!("no {} step ran", plans::BAD_NONCE));
-    };
-    let refused = bad.stdout.contains("RDMA_CM_EVENT_REJECTED");
-    let told = server.contains("did not connect through RDMA CM");
-    if refused && told && bad.ok {
-        println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
-        Ok(())
-    } else {
-        Err(format!(
-            "a wrong RDMA CM nonce should be rejected (client exit 3 naming RDMA_CM_EVENT_REJECTED: {refused}, exit {:?}; server failing that session: {told}); client said {}",
-            bad.exit_code,
-            crate::text::tail(&bad.stdout, 600)
-        ))
-    }
-}
-
 pub fn parse_bw_average(stdout: &str) -> Option<f64> {
     let mut lines = stdout.lines().skip_while(|l| !l.contains("BW average"));
     lines.next()?;
@@ -249,146 +146,6 @@ pub fn parse_bw_average(stdout: &str) -> Option<f64> {
             .then(|| f[3].parse().ok())
             .flatten()
     })
-}
-
-impl SmokeArgs {
-    /// Today's smoke: two guests, one NIC, rxe, 200 messages.
-    fn plain(vm: &vm::VmOptions) -> Self {
-        Self {
-            nodes: 2,
-            guests: vm::GuestFlags {
-                vm: vm.clone(),
-                timeout: 120,
-            },
-            iters: 200,
-            nics: 1,
-            dead_link: None,
-            down_link: None,
-            ipv6: false,
-            transport: LinkKind::Rxe,
-            capture: false,
-            rdma_cm: false,
-            rdma_write: false,
-            tclass: None,
-            bench: None,
-            cm_bad_nonce: false,
-            prepare_only: false,
-            suite: false,
-        }
-    }
-}
-
-/// The guest infrastructure the later scenarios stand on, one `vm-smoke` each (10-20 s warm):
-/// two NICs with eth0's link cut, IPv6-only NICs, siw with rping, the RoCE v2 capture.
-/// What `cargo xtask test` runs as one phase.
-pub fn suite(vm: &vm::VmOptions) -> Result<()> {
-    let plain = || SmokeArgs::plain(vm);
-    let runs = [
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(0),
-            ..plain()
-        },
-        SmokeArgs {
-            ipv6: true,
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            ..plain()
-        },
-        SmokeArgs {
-            capture: true,
-            ..plain()
-        },
-        // rdma-write itself with no device flags: two NICs, each link dead in turn; IPv6-only.
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(0),
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(1),
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            ipv6: true,
-            rdma_write: true,
-            ..plain()
-        },
-        // Through RDMA CM: on Soft-iWARP by itself (notify tcp; also over IPv6 and on two
-        // NICs with eth0's link cut), on rxe with --cm.
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            ipv6: true,
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            nics: 2,
-            dead_link: Some(0),
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            rdma_cm: true,
-            rdma_write: true,
-            cm_bad_nonce: true,
-            ..plain()
-        },
-        // The bench on each transport and host shape, with no device flags.
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            rdma_write: true,
-            bench: Some("lat".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            rdma_write: true,
-            bench: Some("bw".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            rdma_cm: true,
-            rdma_write: true,
-            bench: Some("bw".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(0),
-            rdma_write: true,
-            bench: Some("lat".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            ipv6: true,
-            rdma_write: true,
-            bench: Some("bw".into()),
-            ..plain()
-        },
-        // --tclass reaches the IP header: DSCP 26 with ECN capable (0x6a), on every packet.
-        SmokeArgs {
-            rdma_write: true,
-            tclass: Some(0x6a),
-            capture: true,
-            ..plain()
-        },
-    ];
-    for a in &runs {
-        run(a)?;
-    }
-    Ok(())
 }
 
 /// Prepares what the guests boot (and siw.ko for siw); the modules a node loads (RDMA CM for
@@ -534,8 +291,8 @@ fn run(args: &SmokeArgs) -> Result<()> {
         };
         let worked = if shape.ours.is_some() {
             match (client, server) {
-                (Some(c), Some(s)) => match our_choice(&shape, &c.stdout, &s.stdout)
-                    .and_then(|()| rejected(&shape, bad, &s.stdout))
+                (Some(c), Some(s)) => match judge::our_choice(&shape, &c.stdout, &s.stdout)
+                    .and_then(|()| judge::rejected(&shape, bad, &s.stdout))
                 {
                     Ok(()) => true,
                     Err(e) => {

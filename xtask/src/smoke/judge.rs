@@ -1,0 +1,114 @@
+//! The verdicts on our own pair in a `vm-smoke` run (`--rdma-write`): what both ends chose and
+//! said, read from their `--json` events.
+
+use super::plans::{self, Shape};
+use crate::plan::LinkKind;
+
+/// Our pair's verdict: the client's write verified, and both ends on the traffic link's device
+/// by their own choice (the client's `connected.chosen`, the server's `port_chosen`). Through
+/// RDMA CM (siw, or `--rdma-cm`) both queue pairs must say `via: cm`; on siw the client must
+/// also have said it took notify tcp (iWARP has no write-with-immediate).
+pub(super) fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<(), String> {
+    use rdma_proto::events::{QpVia, client::Event as C, server::Event as S};
+    let dev = shape.dev(shape.traffic_link());
+    let mut chosen = None;
+    let mut verified = false;
+    let mut client_via = None;
+    let mut notify = None;
+    let mut rows = 0;
+    let mut last_row = "";
+    for l in client.lines().filter(|l| l.starts_with('{')) {
+        match serde_json::from_str::<C<'static>>(l) {
+            Ok(C::Connected {
+                device, chosen: c, ..
+            }) => chosen = Some((device, c)),
+            Ok(C::QpReady { via, .. }) => client_via = Some(via),
+            Ok(C::NotifyChosen { notify: n, why }) => notify = Some((n, why)),
+            Ok(C::BenchLat(_) | C::BenchBw(_)) => {
+                rows += 1;
+                last_row = l;
+            }
+            Ok(C::Verified { verified: v, .. }) => verified = v,
+            Ok(_) => {}
+            Err(e) => return Err(format!("a client line that is no client event ({e}): {l}")),
+        }
+    }
+    let mut on = None;
+    let mut server_via = None;
+    for l in server.lines().filter(|l| l.starts_with('{')) {
+        match serde_json::from_str::<S<'static>>(l) {
+            Ok(S::PortChosen { device, why, .. }) => on = Some((device, why)),
+            Ok(S::QpReady { via, .. }) => server_via = Some(via),
+            Ok(_) => {}
+            Err(e) => return Err(format!("a server line that is no server event ({e}): {l}")),
+        }
+    }
+    let want_via = if shape.rping() {
+        QpVia::Cm
+    } else {
+        QpVia::Handshake
+    };
+    if client_via != Some(want_via) || server_via != Some(want_via) {
+        return Err(format!(
+            "the queue pairs should be connected via {want_via:?}: client said {client_via:?}, server {server_via:?}"
+        ));
+    }
+    if let Some(mode) = &shape.bench {
+        if rows == 0 {
+            return Err(format!("--bench {mode} printed no measurement row"));
+        }
+        println!("  client     {rows} bench {mode} row(s), the last: {last_row}");
+    }
+    let siw = shape.transport == LinkKind::Siw;
+    // A bench session is notify tcp by the protocol: nothing to choose.
+    let siw = siw && shape.bench.is_none();
+    match &notify {
+        Some((rdma_proto::Notify::Tcp, why)) if siw => println!("  client     {why}"),
+        None if !siw => {}
+        other => {
+            return Err(format!(
+                "on {} the client should {}say it chose notify tcp; it said {other:?}",
+                shape.transport.as_str(),
+                if siw { "" } else { "not " }
+            ));
+        }
+    }
+    match (chosen, on) {
+        (Some((d, Some(why))), Some((sd, swhy))) if d == dev && sd == dev && verified => {
+            println!("  client     chose {why}\n  server     chose {swhy}");
+            Ok(())
+        }
+        (c, s) => Err(format!(
+            "rdma-write with no device flags should run over {dev}, verified: client chose {c:?} \
+             (verified {verified}), server chose {s:?}"
+        )),
+    }
+}
+
+/// With `--cm-bad-nonce`: the first client's connection request was refused for its nonce
+/// (its error names the CM's REJECTED event) and the server said the session failed, then
+/// served the real client (judged by [`our_choice`]).
+pub(super) fn rejected(
+    shape: &Shape,
+    bad: Option<&crate::plan::StepResult>,
+    server: &str,
+) -> Result<(), String> {
+    if !shape.cm_bad_nonce {
+        return Ok(());
+    }
+    let Some(bad) = bad else {
+        return Err(format!("no {} step ran", plans::BAD_NONCE));
+    };
+    let refused = bad.stdout.contains("RDMA_CM_EVENT_REJECTED");
+    let told = server.contains("did not connect through RDMA CM");
+    if refused && told && bad.ok {
+        println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
+        Ok(())
+    } else {
+        Err(format!(
+            "a wrong RDMA CM nonce should be rejected (client exit 3 naming RDMA_CM_EVENT_REJECTED: {refused}, exit {:?}; server failing that session: {told}); client said {}",
+            bad.exit_code,
+            crate::text::tail(&bad.stdout, 600)
+        ))
+    }
+}
