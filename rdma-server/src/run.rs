@@ -127,6 +127,12 @@ pub fn run(args: Args, out: Output) -> Result<()> {
     } else {
         AuthMode::None
     };
+    let cm = s
+        .session
+        .policy
+        .features
+        .iter()
+        .any(|f| f == rdma_proto::cm::FEATURE);
     out.emit(
         &Event::Listening {
             addr: local_addr.to_string().into(),
@@ -140,16 +146,22 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             max_clients: s.args.max_clients,
             auth,
             timeout_ms: u64::try_from(s.args.timeout.as_millis()).unwrap_or(u64::MAX),
+            cm,
         },
         || {
             format!(
-                "listening on {local_addr} ({mode}); device {} port {} gid[{}] {}, MTU {}, {} byte buffer per client",
+                "listening on {local_addr} ({mode}); device {} port {} gid[{}] {}, MTU {}, {} byte buffer per client{}",
                 local.ctx.name(),
                 local.port.num,
                 local.gid.index,
                 local.gid.gid,
                 local.port.active_mtu.bytes(),
-                s.args.buffer_size
+                s.args.buffer_size,
+                if cm {
+                    "; RDMA CM offered (iWARP, --cm)"
+                } else {
+                    ""
+                }
             )
         },
     );

@@ -23,6 +23,9 @@ pub enum Event<'a> {
         auth: AuthMode,
         /// The deadline of each session phase (`--timeout`), in milliseconds.
         timeout_ms: u64,
+        /// Whether the banner offers RDMA CM connections (feature `cm`: RDMA CM works here).
+        #[serde(default)]
+        cm: bool,
     },
     /// A client connected (before any check).
     Connected { session: u64, peer: Cow<'a, str> },

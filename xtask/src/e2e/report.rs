@@ -229,6 +229,7 @@ mod tests {
                 max_clients: 1,
                 auth: AuthMode::None,
                 timeout_ms: 10_000,
+                cm: false,
             }),
             line(&ServerEvent::PortChosen {
                 session: 1,

@@ -35,10 +35,12 @@ pub(super) fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<()
     }
     let mut on = None;
     let mut server_via = None;
+    let mut offered = None;
     for l in server.lines().filter(|l| l.starts_with('{')) {
         match serde_json::from_str::<S<'static>>(l) {
             Ok(S::PortChosen { device, why, .. }) => on = Some((device, why)),
             Ok(S::QpReady { via, .. }) => server_via = Some(via),
+            Ok(S::Listening { cm, .. }) => offered = Some(cm),
             Ok(_) => {}
             Err(e) => return Err(format!("a server line that is no server event ({e}): {l}")),
         }
@@ -48,6 +50,13 @@ pub(super) fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<()
     } else {
         QpVia::Handshake
     };
+    // The server offers RDMA CM exactly where its modules are loaded (siw, --rdma-cm).
+    if offered != Some(shape.rping()) {
+        return Err(format!(
+            "the server's `listening` should say cm: {} here; it said {offered:?}",
+            shape.rping()
+        ));
+    }
     if client_via != Some(want_via) || server_via != Some(want_via) {
         return Err(format!(
             "the queue pairs should be connected via {want_via:?}: client said {client_via:?}, server {server_via:?}"
