@@ -159,7 +159,7 @@ impl Context {
             guard.0 = ch;
             // SAFETY: `ch` is valid; fd is its open file descriptor.
             let fd = unsafe { (*ch).fd };
-            set_nonblocking(fd)
+            crate::fd::set_nonblocking(fd)
                 .map_err(|errno| Error::verb(VerbOp::CreateCompChannel, "O_NONBLOCK", errno))?;
         }
         // SAFETY: valid context; the channel is null or valid and outlives the CQ (both are
@@ -179,24 +179,6 @@ impl Context {
             ctx: self.clone(),
         })))
     }
-}
-
-fn set_nonblocking(fd: libc::c_int) -> std::result::Result<(), i32> {
-    let last = || {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO)
-    };
-    // SAFETY: fcntl on a file descriptor we own; F_GETFL/F_SETFL have no memory effects.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(last());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(last());
-    }
-    Ok(())
 }
 
 impl CompletionQueue {
@@ -317,26 +299,9 @@ impl CompletionQueue {
         let channel = self.0.channel;
         // SAFETY: in Event mode the channel is valid for the CQ's lifetime.
         let fd = unsafe { (*channel).fd };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // Round up so we never spin on a sub-millisecond remainder.
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let errno = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
-            return if errno == libc::EINTR {
-                Ok(())
-            } else {
-                Err(Error::verb(VerbOp::WaitCqEvent, "poll(2)", errno))
-            };
-        }
-        if rc == 0 {
+        let readable = crate::fd::wait_readable(fd, timeout)
+            .map_err(|errno| Error::verb(VerbOp::WaitCqEvent, "poll(2)", errno))?;
+        if !readable {
             return Ok(());
         }
         loop {

@@ -68,6 +68,7 @@ pub mod cm;
 mod context;
 mod cq;
 pub mod error;
+mod fd;
 mod local;
 pub mod memlock;
 mod pd;

@@ -13,8 +13,8 @@ use crate::error::{Error, Result, VerbOp};
 /// How often a wait for an event checks its `cancel` condition.
 const SLICE: Duration = Duration::from_millis(100);
 
-/// `rdma_create_event_channel`, destroyed on drop (after every id on it: ids hold an `Arc`-free
-/// borrow, see [`Id`], and are always fields declared before their channel).
+/// `rdma_create_event_channel`, destroyed on drop. Every id on it must be gone first: its
+/// owners ([`super::Link`], [`super::Listener`]) declare their ids before their channel.
 pub(crate) struct Channel(*mut cm::rdma_event_channel);
 
 // SAFETY: librdmacm's calls on a channel are thread-safe; the pointer is only passed to them
@@ -32,14 +32,8 @@ impl Channel {
             return Err(Error::last_os(VerbOp::CmChannel, ""));
         }
         let channel = Channel(ch);
-        // SAFETY: `ch` is a valid channel; its fd is an open descriptor it owns.
-        let fd = unsafe { (*ch).fd };
-        // SAFETY: fcntl on a valid fd with integer arguments.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        // SAFETY: as above.
-        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            return Err(Error::last_os(VerbOp::CmChannel, "O_NONBLOCK"));
-        }
+        crate::fd::set_nonblocking(channel.fd())
+            .map_err(|errno| Error::verb(VerbOp::CmChannel, "O_NONBLOCK", errno))?;
         Ok(channel)
     }
 
@@ -71,30 +65,20 @@ impl Channel {
                 return Err(Error::verb(VerbOp::CmEvent, what, errno));
             }
             let now = Instant::now();
-            if now >= deadline {
+            if now >= deadline || cancel() {
                 return Err(Error::Timeout {
                     what,
                     waited: now - started,
                 });
             }
-            if cancel() {
-                return Err(Error::Timeout {
-                    what,
-                    waited: now - started,
-                });
-            }
-            let slice = (deadline - now).min(SLICE);
-            // SAFETY: valid channel; its fd is open while `self` lives.
-            let fd = unsafe { (*self.0).fd };
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = libc::c_int::try_from(slice.as_millis().max(1)).unwrap_or(100);
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, ms) };
+            crate::fd::wait_readable(self.fd(), (deadline - now).min(SLICE))
+                .map_err(|errno| Error::verb(VerbOp::CmEvent, "poll(2)", errno))?;
         }
+    }
+
+    fn fd(&self) -> libc::c_int {
+        // SAFETY: valid channel; its fd is open while `self` lives.
+        unsafe { (*self.0).fd }
     }
 
     pub(crate) fn raw(&self) -> *mut cm::rdma_event_channel {
