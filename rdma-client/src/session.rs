@@ -258,11 +258,7 @@ impl<'a> Session<'a> {
                 remote_addr: accept.addr,
                 rkey: accept.rkey,
                 buf_len: accept.buf_len,
-                via: if accept.cm.is_some() {
-                    QpVia::Cm
-                } else {
-                    QpVia::Handshake
-                },
+                via: QpVia::from_cm(accept.cm.is_some()),
             },
             || human(&qp, &accept),
         );

@@ -50,12 +50,23 @@ fn banner_and_hello(
     client: &mut ClientHandshake,
     out: &mut String,
 ) -> Hello {
+    banner_and_hello_cm(server, client, out, client_ep(), false)
+}
+
+/// [`banner_and_hello`] with the client's endpoint `ep`, asking for RDMA CM when `cm`.
+fn banner_and_hello_cm(
+    server: &mut ServerHandshake,
+    client: &mut ClientHandshake,
+    out: &mut String,
+    ep: QpEndpoint,
+    cm: bool,
+) -> Hello {
     let banner = server.banner().unwrap().to_line();
     out.push_str(&format!("S: {banner}"));
     client
         .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
         .unwrap();
-    let hello = client.hello(client_ep()).unwrap().to_line();
+    let hello = client.hello_cm(ep, cm).unwrap().to_line();
     out.push_str(&format!("C: {hello}"));
     let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
         panic!("expected hello event")
@@ -300,20 +311,11 @@ fn cm_transcript() -> String {
         local: vec![],
     });
     let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
-    let banner = server.banner().unwrap().to_line();
-    out.push_str(&format!("S: {banner}"));
-    client
-        .on_banner(ServerMessage::parse(banner.as_bytes()).unwrap())
-        .unwrap();
     let iwarp = QpEndpoint {
         gid: "5254:ff:fe12:3402::".parse().unwrap(),
         ..client_ep()
     };
-    let hello = client.hello_cm(iwarp, true).unwrap().to_line();
-    out.push_str(&format!("C: {hello}"));
-    let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
-        panic!("expected hello event")
-    };
+    let h = banner_and_hello_cm(&mut server, &mut client, &mut out, iwarp, true);
     assert!(h.cm);
     let offer = CmOffer {
         port: 40123,

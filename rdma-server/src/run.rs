@@ -36,7 +36,6 @@ struct Shared {
     refusal_log: Mutex<LogLimit>,
 }
 
-/// Runs the server until it is done; see the module docs.
 /// The banner's features: the protocol's, and `cm` where RDMA CM works here (rdma_ucm loaded).
 fn features() -> Vec<String> {
     let mut f = ServerPolicy::default_features();
@@ -46,6 +45,7 @@ fn features() -> Vec<String> {
     f
 }
 
+/// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
     let args = crate::config::apply(args)?;
     let pinned = budget::size(

@@ -241,6 +241,17 @@ fn session(
         return crate::bench::session(s, local, conn, hs, id, &hello, b);
     }
 
+    // Before anything is reserved or registered: a write this device cannot take.
+    if hello.notify == Notify::Imm && !local.ctx.transport().has_write_with_imm() {
+        return Err(Failure::new(
+            ErrorCode::InvalidField,
+            format!(
+                "notify imm: this server's device {} is iWARP, which has no RDMA Write with immediate; use notify tcp",
+                local.ctx.name()
+            ),
+        ));
+    }
+
     // A fresh PD, MR (fresh rkey) and QP for this client only; all released before the verdict.
     let rdma = |e: rdma_core_rs::Error| {
         Failure::new(
@@ -268,15 +279,6 @@ fn session(
     let cq = local.ctx.create_cq(4, s.cq_mode).map_err(rdma)?;
     let qp = pd.create_rc_qp(&cq, QpCaps::default()).map_err(rdma)?;
     let qp = qp.to_init(local.port.num, qp_access).map_err(rdma)?;
-    if hello.notify == Notify::Imm && !local.ctx.transport().has_write_with_imm() {
-        return Err(Failure::new(
-            ErrorCode::InvalidField,
-            format!(
-                "notify imm: this server's device {} is iWARP, which has no RDMA Write with immediate; use notify tcp",
-                local.ctx.name()
-            ),
-        ));
-    }
     if hello.notify == Notify::Imm {
         // Posted before the client can know our QP: the write-with-immediate finds it waiting.
         qp.post_recv(RECV_WR_ID).map_err(rdma)?;
@@ -429,11 +431,7 @@ pub(crate) fn emit_qp_ready(
             path_mtu: qp.path_mtu().bytes(),
             notify,
             length: hello.length,
-            via: if hello.cm {
-                QpVia::Cm
-            } else {
-                QpVia::Handshake
-            },
+            via: QpVia::from_cm(hello.cm),
         },
         human,
     );

@@ -45,9 +45,8 @@ pub fn device_for(local: IpAddr) -> Result<(String, u8)> {
     let ch = Channel::new()?;
     let id = Id::new(&ch)?;
     bind(&id, local)?;
-    let found = id.device();
-    drop(id);
-    found.ok_or_else(|| Error::verb(VerbOp::CmBindAddr, local.to_string(), libc::ENODEV))
+    id.device()
+        .ok_or_else(|| Error::verb(VerbOp::CmBindAddr, local.to_string(), libc::ENODEV))
 }
 
 fn bind(id: &Id, local: IpAddr) -> Result<()> {

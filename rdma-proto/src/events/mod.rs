@@ -29,6 +29,12 @@ pub enum QpVia {
 }
 
 impl QpVia {
+    /// `Cm` for a queue pair RDMA CM connected (the hello's `cm`), else `Handshake`.
+    #[must_use]
+    pub fn from_cm(cm: bool) -> QpVia {
+        if cm { QpVia::Cm } else { QpVia::Handshake }
+    }
+
     /// Whether this is the default (not written to the event).
     #[must_use]
     pub fn is_handshake(&self) -> bool {

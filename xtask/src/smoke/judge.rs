@@ -68,17 +68,17 @@ pub(super) fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<()
         }
         println!("  client     {rows} bench {mode} row(s), the last: {last_row}");
     }
-    let siw = shape.transport == LinkKind::Siw;
-    // A bench session is notify tcp by the protocol: nothing to choose.
-    let siw = siw && shape.bench.is_none();
+    // A write on siw must have chosen notify tcp; a bench session is tcp by the protocol, so
+    // there is nothing to choose.
+    let chooses_tcp = shape.transport == LinkKind::Siw && shape.bench.is_none();
     match &notify {
-        Some((rdma_proto::Notify::Tcp, why)) if siw => println!("  client     {why}"),
-        None if !siw => {}
+        Some((rdma_proto::Notify::Tcp, why)) if chooses_tcp => println!("  client     {why}"),
+        None if !chooses_tcp => {}
         other => {
             return Err(format!(
                 "on {} the client should {}say it chose notify tcp; it said {other:?}",
                 shape.transport.as_str(),
-                if siw { "" } else { "not " }
+                if chooses_tcp { "" } else { "not " }
             ));
         }
     }
