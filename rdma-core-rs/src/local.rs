@@ -5,7 +5,8 @@ use std::net::IpAddr;
 
 use crate::route::{self, Candidate};
 use crate::{
-    Context, Endpoint, GidEntry, PathClass, PortInfo, QueuePair, Result, Transport, devices,
+    Context, Endpoint, GidEntry, PathClass, PortInfo, PortState, QueuePair, Result, Transport,
+    devices,
 };
 
 /// An open device with a checked port and a selected GID.
@@ -52,7 +53,7 @@ impl LocalPort {
         let (mut opened, candidates) = snapshot(device)?;
         let choice = match route::choose(&candidates, local, device) {
             Ok(choice) => choice,
-            Err(no) => return Self::iwarp_for(local, device).ok_or(no.into()),
+            Err(no) => return Self::iwarp_for(local, opened, &candidates).ok_or(no.into()),
         };
         let c = &candidates[choice.candidate];
         let why = format!(
@@ -74,18 +75,22 @@ impl LocalPort {
     }
 
     /// The iWARP port that carries `local`, where no GID table holds it (iWARP's GIDs are not
-    /// addresses): the device RDMA CM binds the address to, if that is an iWARP device (and
-    /// `device`, when named), with an ACTIVE port.
-    fn iwarp_for(local: IpAddr, device: Option<&str>) -> Option<(Self, String)> {
+    /// addresses): the port RDMA CM binds the address to, if it is one of the snapshot's (so of
+    /// `--device`, when named), on an iWARP device, and ACTIVE.
+    fn iwarp_for(
+        local: IpAddr,
+        mut opened: Vec<Context>,
+        candidates: &[Candidate],
+    ) -> Option<(Self, String)> {
         let (name, num) = crate::cm::device_for(local).ok()?;
-        if device.is_some_and(|d| d != name) {
+        let at = candidates
+            .iter()
+            .position(|c| c.device == name && c.port.num == num)?;
+        let port = candidates[at].port;
+        let ctx = opened.swap_remove(at);
+        if ctx.transport() != Transport::Iwarp || port.state != PortState::Active {
             return None;
         }
-        let ctx = Context::open(Some(&name)).ok()?;
-        if ctx.transport() != Transport::Iwarp {
-            return None;
-        }
-        let port = ctx.require_active_port(num).ok()?;
         let gid = ctx.select_gid(&port, None).ok()?;
         let why = format!(
             "{name} port {num} for {}: the iWARP device RDMA CM binds the address to (iWARP \
