@@ -268,14 +268,12 @@ pub struct Listener {
     id: Id,
     ch: Channel,
     port: u16,
-    device: Option<(String, u8)>,
 }
 
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listener")
             .field("port", &self.port)
-            .field("device", &self.device)
             .finish()
     }
 }
@@ -305,25 +303,13 @@ impl Listener {
             return Err(Error::last_os(VerbOp::CmListen, local.to_string()));
         }
         let port = id.local_port();
-        let device = id.device();
-        Ok(Listener {
-            id,
-            ch,
-            port,
-            device,
-        })
+        Ok(Listener { id, ch, port })
     }
 
     /// The port it listens on.
     #[must_use]
     pub fn port(&self) -> u16 {
         self.port
-    }
-
-    /// The device (and port) the bound address belongs to.
-    #[must_use]
-    pub fn device(&self) -> Option<&(String, u8)> {
-        self.device.as_ref()
     }
 
     /// Takes the first connection request that `admit` allows (each other one is rejected and
