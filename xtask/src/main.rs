@@ -5,6 +5,7 @@
 mod agent;
 mod backend;
 mod bench;
+mod deadline;
 mod deps;
 mod dist;
 mod e2e;

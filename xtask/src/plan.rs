@@ -176,9 +176,14 @@ pub struct Step {
     pub name: String,
     /// Program and arguments (no shell).
     pub argv: Vec<String>,
-    /// Deadline of one attempt (and of the wait for `wait_for_file`), seconds.
+    /// Deadline of one attempt, seconds (for a background step: from its start until it is
+    /// collected; [`crate::deadline`] derives it for a step that lives until a marker).
     #[serde(default = "default_timeout")]
     pub timeout_s: f64,
+    /// Deadline of the wait for `wait_for_file`, seconds (`None`: `timeout_s`);
+    /// [`crate::deadline`] derives it from the steps that create the marker.
+    #[serde(default)]
+    pub wait_s: Option<f64>,
     /// Start it and move on; it is waited for (until its deadline) when the plan ends.
     #[serde(default)]
     pub background: bool,
@@ -197,6 +202,20 @@ pub struct Step {
     /// For services that run until told to stop (`rdma-server --serve`).
     #[serde(default)]
     pub stop_when_file: Option<String>,
+    /// Background steps only: once this marker exists (waited for until the step's deadline),
+    /// the step has [`crate::deadline::GRACE`] to exit by itself, then it is killed. For
+    /// one-shot processes whose job ends with the work the marker closes (a one-shot server
+    /// and its scenario's clients).
+    #[serde(default)]
+    pub exit_after_file: Option<String>,
+    /// Create this file in the sync dir when the command has ended, whatever its outcome
+    /// (the marker another guest's step lives until).
+    #[serde(default)]
+    pub create_file_when_ended: Option<String>,
+    /// Names of the steps (in any guest of the run) this one waits on: when it runs out of
+    /// time, its error says which of them had started and when.
+    #[serde(default)]
+    pub waits_on: Vec<String>,
     /// Extra attempts after a failure (foreground steps only), e.g. a client whose server
     /// is not listening yet.
     #[serde(default)]
@@ -219,11 +238,15 @@ impl Step {
             name: name.into(),
             argv: argv.iter().map(|s| (*s).to_owned()).collect(),
             timeout_s: default_timeout(),
+            wait_s: None,
             background: false,
             wait_for_file: None,
             create_file_when_started: None,
             create_file_when_done: None,
             stop_when_file: None,
+            exit_after_file: None,
+            create_file_when_ended: None,
+            waits_on: Vec::new(),
             retries: 0,
             retry_delay_s: default_retry_delay(),
             expect_exit: 0,
@@ -233,8 +256,29 @@ impl Step {
 
     /// The per-attempt deadline.
     pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout_s.clamp(0.0, 24.0 * 3600.0))
+        secs(self.timeout_s)
     }
+
+    /// The deadline of the wait for `wait_for_file`.
+    pub fn wait_timeout(&self) -> Duration {
+        secs(self.wait_s.unwrap_or(self.timeout_s))
+    }
+
+    /// The marker whose appearance ends a background step's job, if any.
+    pub fn until_file(&self) -> Option<&str> {
+        self.stop_when_file
+            .as_deref()
+            .or(self.exit_after_file.as_deref())
+    }
+}
+
+/// `s` seconds as a duration, clamped to a day (a plan file's number is never trusted).
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(if s.is_finite() {
+        s.clamp(0.0, 24.0 * 3600.0)
+    } else {
+        0.0
+    })
 }
 
 fn default_sync_dir() -> String {

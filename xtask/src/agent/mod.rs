@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr, eyre};
 
+use crate::deadline;
 use crate::exec::{self, Captured, Finished};
 use crate::plan::{Diagnostics, Plan, PlanResult, RESULT_FILE, Step, StepResult};
 use crate::text;
@@ -124,7 +125,9 @@ fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
 pub fn run_local(plan: &Plan) -> PlanResult {
     let started = Instant::now();
     let mut result = PlanResult::default();
-    let outcome = run_steps(plan, &mut result);
+    let mut plan = plan.clone();
+    let outcome = crate::deadline::derive(std::slice::from_mut(&mut plan))
+        .and_then(|()| run_steps(&plan, &mut result));
     if let Err(e) = &outcome {
         result.error.get_or_insert_with(|| format!("{e:#}"));
     }
@@ -137,6 +140,16 @@ pub fn run_local(plan: &Plan) -> PlanResult {
 /// Runs the steps (foreground in order, background collected at the end).
 fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     let sync = PathBuf::from(&plan.sync_dir);
+    let clock = Instant::now();
+    let started_dir = sync.join(deadline::STARTED_DIR);
+    std::fs::create_dir_all(&started_dir)
+        .wrap_err_with(|| format!("creating {}", started_dir.display()))?;
+    // Every step says when it started, for the error of a wait that runs out elsewhere.
+    let mark_started = |name: &str| {
+        let p = started_dir.join(deadline::started_marker(name));
+        let at = format!("{:.1}", clock.elapsed().as_secs_f64());
+        std::fs::write(&p, at).wrap_err_with(|| format!("creating marker {}", p.display()))
+    };
     let mut background: Vec<(usize, Captured, Instant)> = Vec::new();
     let mut first_error: Option<String> = None;
     for step in &plan.steps {
@@ -166,13 +179,14 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
         };
         if let Some(marker) = &step.wait_for_file {
             let t = Instant::now();
-            let found = wait_for_file(&sync.join(marker), t + step.timeout())?;
+            let found = wait_for_file(&sync.join(marker), t + step.wait_timeout())?;
             r.waited_s = t.elapsed().as_secs_f64();
             if !found {
                 r.error = Some(format!(
-                    "marker {marker} did not appear in {} within {:?}",
+                    "marker {marker} did not appear in {} within its {:.0} s deadline{}",
                     sync.display(),
-                    step.timeout()
+                    step.wait_timeout().as_secs_f64(),
+                    progress(&started_dir, &step.waits_on)
                 ));
                 first_error.get_or_insert_with(|| {
                     format!(
@@ -185,6 +199,7 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
                 if step.allow_failure { continue } else { break }
             }
         }
+        mark_started(&step.name)?;
         if step.background {
             r.attempts = 1;
             match Captured::spawn(&step.argv) {
@@ -203,6 +218,7 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
             continue;
         }
         run_foreground(step, &sync, &mut r)?;
+        touch(&sync, step.create_file_when_ended.as_deref())?;
         let ok = r.ok;
         if !ok {
             first_error.get_or_insert_with(|| describe_failure(&r));
@@ -212,8 +228,9 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
             break;
         }
     }
-    // Collect background steps: each until its own deadline (killed after).
-    for (idx, mut child, deadline) in background {
+    // Collect background steps: each until its own deadline (killed after), or until the
+    // marker that ends its job, then its grace.
+    for (idx, child, deadline) in background {
         let step = plan
             .steps
             .iter()
@@ -221,23 +238,14 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
         let Some(r) = result.steps.get_mut(idx) else {
             continue;
         };
-        let expect = step.map_or(0, |s| s.expect_exit);
-        let deadline = match step.and_then(|s| s.stop_when_file.as_deref()) {
-            Some(marker) => {
-                if wait_for_file(&sync.join(marker), deadline)? {
-                    child.terminate();
-                }
-                deadline.max(Instant::now() + Duration::from_secs(10))
-            }
-            None => deadline,
-        };
-        let f = child.finish(deadline)?;
-        fill(r, &f, expect);
+        let Some(step) = step else { continue };
+        collect(step, child, deadline, &sync, &started_dir, r)?;
         if r.ok {
-            touch(&sync, step.and_then(|s| s.create_file_when_done.as_deref()))?;
-        } else if !step.is_some_and(|s| s.allow_failure) {
+            touch(&sync, step.create_file_when_done.as_deref())?;
+        } else if !step.allow_failure {
             first_error.get_or_insert_with(|| describe_failure(r));
         }
+        touch(&sync, step.create_file_when_ended.as_deref())?;
     }
     match first_error {
         Some(e) => {
@@ -245,6 +253,83 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
             Err(eyre!(e))
         }
         None => Ok(()),
+    }
+}
+
+/// Waits for background `step` (spawned as `child`, to be collected by `deadline`): until the
+/// marker that ends its job, then its grace; killed at its deadline, with an error that says
+/// what it was waiting on and how far that had got.
+fn collect(
+    step: &Step,
+    mut child: Captured,
+    deadline: Instant,
+    sync: &Path,
+    started_dir: &Path,
+    r: &mut StepResult,
+) -> Result<()> {
+    let mut why_killed = None;
+    let end = match step.until_file() {
+        None => deadline,
+        Some(marker) => {
+            if wait_for_file(&sync.join(marker), deadline)? {
+                if step.stop_when_file.is_some() {
+                    child.terminate();
+                }
+                why_killed = Some(format!(
+                    "still running {:.0} s after marker {marker} (the end of its job) appeared",
+                    deadline::GRACE.as_secs_f64()
+                ));
+                Instant::now() + deadline::GRACE
+            } else {
+                why_killed = Some(format!(
+                    "killed at its {:.0} s deadline (derived from what it waits on) before \
+                     marker {marker} appeared{}",
+                    step.timeout().as_secs_f64(),
+                    progress(started_dir, &step.waits_on)
+                ));
+                Instant::now()
+            }
+        }
+    };
+    let f = child.finish(end)?;
+    fill(r, &f, step.expect_exit);
+    if f.timed_out {
+        r.error = why_killed.or_else(|| {
+            Some(format!(
+                "killed at its {:.0} s deadline",
+                step.timeout().as_secs_f64()
+            ))
+        });
+    }
+    Ok(())
+}
+
+/// What the steps named `waits_on` had done, from their `.steps-started/` markers: ", while they
+/// were still running: 2 of 3 had started (the last, `client:bench:1 (lat)`, at 118.0 s of
+/// its guest)".
+fn progress(started_dir: &Path, waits_on: &[String]) -> String {
+    if waits_on.is_empty() {
+        return String::new();
+    }
+    let started: Vec<(&String, String)> = waits_on
+        .iter()
+        .filter_map(|n| {
+            let at = std::fs::read_to_string(started_dir.join(deadline::started_marker(n)));
+            at.ok().map(|at| (n, at.trim().to_owned()))
+        })
+        .collect();
+    match started.last() {
+        None => format!(
+            ", while none of the {} step(s) it waits on had started (`{}` first)",
+            waits_on.len(),
+            waits_on[0]
+        ),
+        Some((name, at)) => format!(
+            ", while they were still running: {} of {} had started (the last, `{name}`, at \
+             {at} s of its guest)",
+            started.len(),
+            waits_on.len()
+        ),
     }
 }
 
@@ -261,6 +346,16 @@ fn run_foreground(step: &Step, sync: &Path, r: &mut StepResult) -> Result<()> {
         touch(sync, step.create_file_when_started.as_deref())?;
         let f = child.finish(Instant::now() + step.timeout())?;
         fill(r, &f, step.expect_exit);
+        if f.timed_out {
+            r.error = Some(format!(
+                "killed at its {:.0} s deadline (attempt {} of {})",
+                step.timeout().as_secs_f64(),
+                r.attempts,
+                step.retries + 1
+            ));
+        } else {
+            r.error = None;
+        }
         if r.ok {
             return touch(sync, step.create_file_when_done.as_deref());
         }
@@ -405,6 +500,61 @@ mod tests {
         assert_eq!(r.step("server").unwrap().exit_code, Some(0));
         assert!(dir.path().join("server-done").exists());
         assert!(dir.path().join("flaky-done").exists());
+    }
+
+    #[test]
+    fn a_server_lives_until_its_clients_marker_and_says_what_it_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        // One-shot: exits by itself once its clients are done.
+        let mut ok = Step::new("server:ok", &["sleep", "0.2"]);
+        ok.background = true;
+        ok.exit_after_file = Some("done-ok".into());
+        // One-shot that does not exit after its clients: killed after the grace, named.
+        let mut stuck = Step::new("server:stuck", &["sleep", "60"]);
+        stuck.background = true;
+        stuck.exit_after_file = Some("done-ok".into());
+        // Its clients never finish (their marker is never made): killed at its deadline, and
+        // the error names how far they had got.
+        let mut lost = Step::new("server:lost", &["sleep", "60"]);
+        lost.background = true;
+        lost.timeout_s = 0.5;
+        lost.stop_when_file = Some("done-lost".into());
+        lost.waits_on = vec!["client:lost:0".into(), "client:lost:1".into()];
+        let mut c = Step::new("client:lost:0", &["true"]);
+        c.create_file_when_ended = Some("done-ok".into());
+        let plan = plan_in(dir.path(), vec![ok, lost, c]);
+        let (_, r) = run_steps_only(&plan);
+        assert!(r.step("server:ok").unwrap().ok, "{r:?}");
+        let lost = r.step("server:lost").unwrap();
+        assert!(lost.timed_out && !lost.ok);
+        let e = lost.error.as_deref().unwrap();
+        assert!(
+            e.contains("killed at its 0 s deadline") || e.contains("deadline"),
+            "{e}"
+        );
+        assert!(e.contains("done-lost"), "{e}");
+        assert!(
+            e.contains("1 of 2 had started") && e.contains("`client:lost:0`"),
+            "{e}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Step::new("client", &["true"]);
+        c.create_file_when_ended = Some("done-ok".into());
+        let plan = plan_in(dir.path(), vec![stuck, c]);
+        let t = Instant::now();
+        let (_, r) = run_steps_only(&plan);
+        let stuck = r.step("server:stuck").unwrap();
+        assert!(stuck.timed_out, "{stuck:?}");
+        assert!(
+            stuck
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("after marker done-ok"),
+            "{stuck:?}"
+        );
+        assert!(t.elapsed() < deadline::GRACE + Duration::from_secs(10));
     }
 
     #[test]

@@ -70,9 +70,6 @@ pub struct BenchArgs {
     pub from_results: bool,
     #[command(flatten)]
     pub vm: VmOptions,
-    /// Hard deadline of each guest, seconds.
-    #[arg(long, default_value_t = 1500)]
-    pub timeout: u64,
 }
 
 /// Turnaround target of `cargo xtask e2e` (seed scenario, two guests, warm cache).
@@ -180,7 +177,7 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         tcp_secs: args.tcp_secs.clamp(1.0, 60.0),
         setup_reps: 3,
     };
-    let guests = plans::plans(&params, &bins, Duration::from_secs(args.timeout));
+    let guests = plans::plans(&params, &bins);
     let run = vm::run_plans(&guests, &args.vm)?;
     let [Ok(a), Ok(b)] = &run.results[..] else {
         let why: Vec<String> = run

@@ -3,8 +3,6 @@
 //! guest B measures (the TCP stream, then for every size and repetition both tools,
 //! alternating which goes first).
 
-use std::time::Duration;
-
 use crate::e2e::Bins;
 use crate::plan::{GUEST_SYNC, Node, Plan, Step};
 use crate::vm::PlanGuest;
@@ -179,7 +177,7 @@ fn run_timeout(u: &Unit) -> f64 {
 }
 
 /// The plans of guests A (serves) and B (measures).
-pub fn plans(p: &Params, bins: &Bins, guest_timeout: Duration) -> Vec<PlanGuest> {
+pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
     let mut a = Vec::new();
     let mut b = Vec::new();
     let mut server = Step::new(
@@ -194,8 +192,8 @@ pub fn plans(p: &Params, bins: &Bins, guest_timeout: Duration) -> Vec<PlanGuest>
     );
     server.background = true;
     server.create_file_when_started = Some(SERVER_UP.into());
+    // Until the measurements are done: derived from their deadlines (crate::deadline).
     server.stop_when_file = Some(ALL_DONE.into());
-    server.timeout_s = guest_timeout.as_secs_f64();
     server.allow_failure = true;
     a.push(server);
 
@@ -273,7 +271,6 @@ pub fn plans(p: &Params, bins: &Bins, guest_timeout: Duration) -> Vec<PlanGuest>
             sync_dir: GUEST_SYNC.into(),
         },
         mem_mb: 1024,
-        timeout: guest_timeout,
     };
     vec![guest("A", SERVER_IP, a), guest("B", CLIENT_IP, b)]
 }
@@ -330,7 +327,7 @@ mod tests {
     #[test]
     fn same_parameters_for_both_tools_and_no_flags_on_our_server() {
         let bins = Bins::for_tests();
-        let g = plans(&params(), &bins, Duration::from_secs(600));
+        let g = plans(&params(), &bins);
         let (a, b) = (&g[0].plan.steps, &g[1].plan.steps);
         let server = &a[0];
         assert!(server.argv.iter().all(|x| !x.contains("bench")));

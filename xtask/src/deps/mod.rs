@@ -23,7 +23,8 @@ pub enum Group {
     Build,
     /// Running against RDMA here or in the guests (providers incl. librxe, `ip`/`rdma`, perftest).
     Run,
-    /// QEMU guests with the Debian kernel (busybox initramfs, depmod, cpio, module decompressors).
+    /// QEMU guests with the Debian kernel (busybox initramfs, depmod, cpio, module decompressors,
+    /// vde_switch for three or more).
     Vm,
     /// `cargo xtask dist`: cargo-deb (and dpkg-shlibdeps for its `$auto`), systemd-analyze.
     Dist,
@@ -104,6 +105,8 @@ impl Group {
             ],
             Group::Vm => &[
                 "qemu-system-x86",
+                // Three or more guests' shared segment (a hub on a unix socket).
+                "vde2",
                 "busybox-static",
                 "kmod",
                 "cpio",

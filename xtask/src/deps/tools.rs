@@ -31,6 +31,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("python3", "python3"),
     // The guests: QEMU, the busybox initramfs, the Debian kernel's modules.
     ("qemu-system-x86_64", "qemu-system-x86"),
+    // Three or more guests share a hub on a unix socket.
+    ("vde_switch", "vde2"),
     ("busybox", "busybox-static"),
     ("depmod", "kmod"),
     ("cpio", "cpio"),

@@ -146,7 +146,9 @@ fn scenario_failures(s: &Scenario, results: &[StepResult]) -> Vec<String> {
         None => failures.push(format!("{name}: never ran")),
         Some(r) => {
             if r.timed_out {
-                failures.push(format!("{name}: killed at its deadline"));
+                // The agent says which deadline, and what the step was waiting on.
+                let why = r.error.as_deref().unwrap_or("killed at its deadline");
+                failures.push(format!("{name}: {why}"));
             } else if r.exit_code != Some(exit) {
                 failures.push(format!(
                     "{name}: exit {:?}, expected {exit}{}",

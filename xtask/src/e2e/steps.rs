@@ -10,8 +10,11 @@ use crate::plan::Step;
 pub(super) const SELFTEST: &str = "rdma-core-rs self-test";
 /// Step name of the load test.
 pub(super) const LOAD: &str = "load";
-/// Marker the client guest leaves when all its steps ran.
-pub(super) const CLIENTS_FINISHED: &str = "clients-finished";
+/// The marker a scenario's last client leaves when it has ended (whatever its outcome): its
+/// server's job is over then.
+pub(super) fn clients_done(s: &Scenario) -> String {
+    format!("clients-done-{}", s.name)
+}
 
 /// argv: `env NAME=VALUE…` when the run needs an environment, then the wrapper (valgrind),
 /// then the program.
@@ -71,10 +74,17 @@ pub(super) fn steps(
         server.argv = argv(&s.server_env, s.wrapper, &bins.server, args);
         server.background = true;
         server.expect_exit = scenarios::status(s.server_exit);
-        server.timeout_s = 120.0;
+        // It lives until its own clients are done, plus a grace: its deadline is derived from
+        // theirs (crate::deadline), never a fixed total over the whole scenario list.
+        let done = clients_done(s);
         if s.server_args.iter().any(|a| a == "--serve") {
-            server.stop_when_file = Some(CLIENTS_FINISHED.to_owned());
+            server.stop_when_file = Some(done.clone());
+        } else {
+            server.exit_after_file = Some(done.clone());
         }
+        server.waits_on = (0..s.clients.len())
+            .map(|j| client_step_name(s, j))
+            .collect();
         servers.push(server);
         for (j, c) in s.clients.iter().enumerate() {
             let mut step = client_step(s, j, c, bins, files, server_ip, port);
@@ -83,10 +93,15 @@ pub(super) fn steps(
             }
             clients.push(step);
         }
+        match clients.last_mut() {
+            Some(last) if !s.clients.is_empty() => last.create_file_when_ended = Some(done),
+            _ => {
+                let mut none = Step::new(format!("{}: no clients", s.name), &["true"]);
+                none.create_file_when_ended = Some(done);
+                clients.push(none);
+            }
+        }
     }
-    let mut done = Step::new("clients finished", &["true"]);
-    done.create_file_when_done = Some(CLIENTS_FINISHED.to_owned());
-    clients.push(done);
     if load {
         let mut step = Step::new(
             LOAD,
@@ -225,13 +240,17 @@ mod tests {
             })
             .collect();
         assert_eq!(ports.len(), all.len());
-        assert_eq!(
-            clients
-                .last()
-                .and_then(|c| c.create_file_when_done.clone())
-                .as_deref(),
-            Some(CLIENTS_FINISHED)
-        );
+        // Each server lives until its own scenario's last client has ended, not a shared end.
+        for (server, s) in servers.iter().zip(&all) {
+            let done = clients_done(s);
+            assert_eq!(server.until_file(), Some(done.as_str()), "{}", s.name);
+            let last = clients
+                .iter()
+                .rposition(|c| c.name.starts_with(&format!("client:{}:", s.name)))
+                .unwrap();
+            assert_eq!(clients[last].create_file_when_ended.as_ref(), Some(&done));
+            assert_eq!(server.waits_on.len(), s.clients.len());
+        }
         let zh = servers.iter().find(|s| s.name == "server:zh").unwrap();
         assert_eq!(&zh.argv[..2], ["env", "LANG=zh_CN.UTF-8"]);
         assert!(clients.iter().any(|c| c.argv.iter().any(|a| a == "/p.bin")));

@@ -15,8 +15,6 @@ mod unit;
 
 pub use guest::{PkgGuestArgs, cmd as guest_cmd};
 
-use std::time::Duration;
-
 use clap::Args;
 use color_eyre::eyre::{Result, bail, eyre};
 
@@ -283,7 +281,6 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
     for s in &mut client_steps {
         s.allow_failure = true;
     }
-    let timeout = Duration::from_secs(420);
     Ok(vec![
         PlanGuest {
             name: "A".into(),
@@ -293,7 +290,6 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
                 sync_dir: GUEST_SYNC.into(),
             },
             mem_mb: 1024,
-            timeout,
         },
         PlanGuest {
             name: "B".into(),
@@ -303,7 +299,6 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
                 sync_dir: GUEST_SYNC.into(),
             },
             mem_mb: 1024,
-            timeout,
         },
     ])
 }

@@ -13,7 +13,7 @@ mod suite;
 
 pub use suite::suite;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
 use color_eyre::eyre::{Result, bail, eyre};
@@ -230,7 +230,6 @@ fn run(args: &SmokeArgs) -> Result<()> {
             name,
             plan,
             mem_mb: 1024,
-            timeout: Duration::from_secs(args.guests.timeout),
         })
         .collect();
     let run = vm::run_plans_on(&nodes, &net, &args.guests.vm)?;

@@ -20,6 +20,8 @@ pub(super) struct Boot<'a> {
     /// The run directory: one share per guest in it, and the console logs.
     pub run_dir: &'a Path,
     pub sync_dir: &'a Path,
+    /// The run's hubs' socket directories (links of three or more guests).
+    pub hubs: &'a [PathBuf],
     pub progress: &'a MultiProgress,
     pub style: &'a ProgressStyle,
     pub verbose: bool,
@@ -70,6 +72,7 @@ impl Guest {
                 .collect(),
             share: &share,
             sync: boot.sync_dir,
+            hubs: boot.hubs,
         });
         let bar = boot.progress.add(
             ProgressBar::new_spinner()
@@ -137,7 +140,10 @@ impl Guest {
         let elapsed = self.started.elapsed();
         self.exited = Some((elapsed, killed));
         let msg = match (killed, read_exit_code(&self.share)) {
-            (true, _) => format!("{name}: KILLED at its {:?} deadline", self.spec.timeout),
+            (true, _) => format!(
+                "{name}: KILLED at its {:.0} s deadline (boot + its plan's worst case)",
+                self.spec.timeout.as_secs_f64()
+            ),
             (false, Some(c)) => {
                 format!("{name}: done in {:.1} s (exit {c})", elapsed.as_secs_f64())
             }
@@ -163,6 +169,7 @@ impl Guest {
             name: self.spec.name.clone(),
             exit_code: read_exit_code(&self.share),
             timed_out,
+            deadline: self.spec.timeout,
             console_tail: self.console.tail(),
             share_dir: self.share.clone(),
             boot: self.console.running_at().map(|t| t - self.started),

@@ -1,7 +1,7 @@
 //! QEMU guests that run the host's userland on a Debian kernel with rdma_rxe.
 //!
 //! [`prepare`] makes the kernel and initramfs (cached); [`run_guests`] boots guests on one
-//! virtual L2 link (`-netdev socket` over 127.0.0.1), each with a per-guest results share and
+//! virtual L2 link (`-netdev socket` over 127.0.0.1, or a hub on a unix socket), each with a per-guest results share and
 //! a run-wide sync share, and a hard deadline; [`run_plans`] is the same with a
 //! [`Plan`](crate::plan::Plan) per guest, run by `guest-agent`.
 //!
@@ -12,6 +12,7 @@
 
 mod console;
 mod guest;
+mod hub;
 pub mod initramfs;
 pub mod kernel;
 mod plans;
@@ -102,6 +103,8 @@ pub struct GuestOutcome {
     pub exit_code: Option<i32>,
     /// True when we killed it at its deadline.
     pub timed_out: bool,
+    /// That deadline (boot included).
+    pub deadline: Duration,
     /// The last lines of its console.
     pub console_tail: String,
     /// Its share directory on the host (valid while the [`GuestRun`] lives).
@@ -219,8 +222,8 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 /// Boots `specs` together on one L2 link, waits for all (each up to its deadline), and
-/// returns what each did. Two guests share a UDP link, three or more a multicast segment
-/// (both on 127.0.0.1); one guest alone listens on a free port.
+/// returns what each did. Two guests share a UDP link on 127.0.0.1, three or more a hub on a
+/// unix socket (no IP address); one guest alone listens on a free port.
 pub fn run_guests(specs: &[GuestSpec], opts: &VmOptions) -> Result<GuestRun> {
     run_guests_on(specs, &Net::default(), opts)
 }
@@ -256,6 +259,14 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
     let dir = RunDir::create(&base, opts.keep)?;
     let sync_dir = dir.path.join("sync");
     std::fs::create_dir_all(&sync_dir)?;
+    // The shared segments, up before the QEMUs that join them and down after they exit.
+    let hubs = wire::hubs_needed(specs.len(), net)
+        .iter()
+        .map(|k| hub::Hub::start(&dir.path.join(format!("hub{k}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let hub_socks: Vec<PathBuf> = (0..net.nics)
+        .map(|k| dir.path.join(format!("hub{k}")))
+        .collect();
 
     let progress = MultiProgress::new();
     let style =
@@ -266,6 +277,7 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
         accel: prepared.accel.unwrap_or(Accel::Tcg),
         run_dir: &dir.path,
         sync_dir: &sync_dir,
+        hubs: &hub_socks,
         progress: &progress,
         style: &style,
         verbose: opts.verbose,
@@ -286,6 +298,7 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
     }
     let guests_time = t0.elapsed();
     let outcomes = guests.iter_mut().map(Guest::outcome).collect();
+    drop(hubs);
     Ok(GuestRun {
         outcomes,
         sync_dir,

@@ -1,17 +1,17 @@
 //! Guests that run a [`Plan`] each with `xtask guest-agent`, and the plans' results.
 
 use super::{GuestRun, GuestSpec, Net, VmOptions, run_guests_on};
+use crate::deadline;
 use crate::plan::{GUEST_SHARE, PLAN_FILE, Plan, PlanResult, RESULT_FILE};
 use color_eyre::eyre::{Result, eyre};
-use std::time::Duration;
 
-/// A guest that runs a plan with `guest-agent`.
+/// A guest that runs a plan with `guest-agent`. Its deadline is derived from its plan
+/// ([`deadline::guest_deadline`], after [`deadline::derive`] over every plan of the run).
 #[derive(Clone, Debug)]
 pub struct PlanGuest {
     pub name: String,
     pub plan: Plan,
     pub mem_mb: u32,
-    pub timeout: Duration,
 }
 
 /// What [`run_plans`] returns: the guests plus each plan's parsed result (same order).
@@ -31,12 +31,14 @@ pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
 /// became which interface; a plan may configure fewer NICs than the guests have.
 pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<PlanRun> {
     let exe = crate::exec::self_exe()?;
+    let mut plans: Vec<Plan> = nodes.iter().map(|n| n.plan.clone()).collect();
+    deadline::derive(&mut plans)?;
     let specs = nodes
         .iter()
+        .zip(plans)
         .enumerate()
-        .map(|(i, n)| {
+        .map(|(i, (n, mut plan))| {
             let idx = u8::try_from(i + 1).map_err(|_| eyre!("too many guests"))?;
-            let mut plan = n.plan.clone();
             if plan.node.nics.len() > net.nics {
                 return Err(eyre!(
                     "{}'s plan sets up {} NICs; the guests have {}",
@@ -57,7 +59,7 @@ pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<
                 ],
             );
             s.mem_mb = n.mem_mb;
-            s.timeout = n.timeout;
+            s.timeout = deadline::guest_deadline(&plan);
             for (nic, mac) in plan.node.nics.iter_mut().zip(&s.macs) {
                 nic.mac.get_or_insert_with(|| mac.clone());
             }
@@ -74,7 +76,7 @@ pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<
             let p = o.share_dir.join(RESULT_FILE);
             let bytes = std::fs::read(&p).map_err(|e| {
                 let why = if o.timed_out {
-                    "killed at its deadline".to_owned()
+                    format!("killed at its {:.0} s deadline", o.deadline.as_secs_f64())
                 } else {
                     format!("exit code {:?}", o.exit_code)
                 };

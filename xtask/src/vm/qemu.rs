@@ -5,11 +5,12 @@ use crate::backend::Accel;
 use color_eyre::eyre::{Result, WrapErr};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use xshell::{Shell, cmd};
 
-/// The guest's side of a virtual link (`-netdev socket` over 127.0.0.1; see `wire`).
+/// The guest's side of a virtual link (`-netdev socket` over 127.0.0.1, or a hub on a unix
+/// socket; see `wire`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Link {
     /// A guest alone: it listens on this TCP port, and nobody joins.
@@ -18,9 +19,9 @@ pub(super) enum Link {
     /// over the TCP stream: there, Nagle holds a frame sent right behind another (rxe's ACK
     /// then the next RDMA Write) until the peer QEMU's delayed ACK, ~20 ms per exchange.
     Udp { local: u16, peer: u16 },
-    /// Three or more guests: one multicast group on 127.0.0.1 (a shared segment, a hub; the
-    /// point-to-point links do not reach a third node).
-    Mcast(u16),
+    /// Three or more guests: hub `k` of the run ([`super::hub`]: a `vde_switch` on a unix
+    /// socket, no IP address; the point-to-point links do not reach a third node).
+    Hub(usize),
 }
 
 /// What one QEMU command line is made of.
@@ -39,6 +40,8 @@ pub(super) struct Qemu<'a> {
     pub share: &'a Path,
     /// The share every guest of the run sees (markers).
     pub sync: &'a Path,
+    /// The run's hubs' socket directories ([`Link::Hub`] `k` is `hubs[k]`).
+    pub hubs: &'a [PathBuf],
 }
 
 /// The kernel command line: serial console, panic = power off, and the guest's name and
@@ -52,14 +55,15 @@ pub(super) fn kernel_cmdline(name: &str, argv: &[String], verbose: bool) -> Stri
 }
 
 /// `-netdev` of NIC `k` on `link`.
-fn netdev(k: usize, link: Link) -> String {
+fn netdev(k: usize, link: Link, hubs: &[PathBuf]) -> String {
     match link {
         Link::Listen(port) => format!("socket,id=n{k},listen=127.0.0.1:{port}"),
         Link::Udp { local, peer } => {
             format!("socket,id=n{k},udp=127.0.0.1:{peer},localaddr=127.0.0.1:{local}")
         }
-        Link::Mcast(port) => {
-            format!("socket,id=n{k},mcast=230.0.0.1:{port},localaddr=127.0.0.1")
+        Link::Hub(h) => {
+            let sock = hubs.get(h).map(|p| p.display().to_string());
+            format!("vde,id=n{k},sock={}", sock.unwrap_or_default())
         }
     }
 }
@@ -97,7 +101,7 @@ pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
     for (k, (link, mac)) in q.nics.iter().enumerate() {
         v.extend([
             "-netdev".into(),
-            netdev(k, *link).into(),
+            netdev(k, *link, q.hubs).into(),
             "-device".into(),
             format!("virtio-net-pci,netdev=n{k},mac={mac}").into(),
         ]);
@@ -170,6 +174,7 @@ mod tests {
             nics: vec![(link, "52:54:00:12:34:01")],
             share: Path::new("/run/A"),
             sync: Path::new("/run/sync"),
+            hubs: &[],
         }
     }
 
@@ -243,12 +248,16 @@ mod tests {
     }
 
     #[test]
-    fn three_guests_share_a_multicast_segment() {
-        let v = strings(&argv(&qemu(Link::Mcast(4003))));
-        assert_eq!(
-            after(&v, "-netdev"),
-            Some("socket,id=n0,mcast=230.0.0.1:4003,localaddr=127.0.0.1")
-        );
+    fn three_guests_share_a_hub_on_a_unix_socket() {
+        let hubs = [PathBuf::from("/run/hub0"), PathBuf::from("/run/hub1")];
+        let q = Qemu {
+            hubs: &hubs,
+            ..qemu(Link::Hub(1))
+        };
+        let v = strings(&argv(&q));
+        assert_eq!(after(&v, "-netdev"), Some("vde,id=n0,sock=/run/hub1"));
+        // No host IP but loopback anywhere on the command line (no multicast group).
+        assert!(!v.iter().any(|a| a.contains("mcast") || a.contains("230.")));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! How a run's guests are cabled: each guest has the same NICs (eth0, eth1, ...), and NIC `k`
-//! of every guest sits on link `k`, its own virtual wire (two guests: a UDP pair; three or
-//! more: a multicast segment; one guest: a listening socket nobody joins). A dead link is a cut
+//! of every guest sits on link `k`, its own virtual wire (two guests: a UDP pair on 127.0.0.1;
+//! three or more: a hub on a unix socket, [`super::hub`]; one guest: a listening socket nobody
+//! joins). A dead link is a cut
 //! wire: the NICs keep carrier and their addresses, but every frame goes to a port nobody
 //! reads, as when a switch port or cable fails.
 
@@ -60,8 +61,9 @@ pub fn ports_needed(guests: usize, net: &Net) -> usize {
                 1 => 1,
                 2 if dead => 4,
                 2 => 2,
-                n if dead => n,
-                _ => 1,
+                // Each guest sends from its own port to one nobody binds.
+                n if dead => 2 * n,
+                _ => 0,
             }
         })
         .sum()
@@ -101,18 +103,26 @@ pub fn wire(guests: usize, net: &Net, ports: &[u16]) -> Result<Vec<Vec<Link>>> {
             }
             _ if dead => {
                 for g in &mut out {
-                    g.push(Link::Mcast(next()));
+                    let (local, peer) = (next(), next());
+                    g.push(Link::Udp { local, peer });
                 }
             }
             _ => {
-                let p = next();
                 for g in &mut out {
-                    g.push(Link::Mcast(p));
+                    g.push(Link::Hub(k));
                 }
             }
         }
     }
     Ok(out)
+}
+
+/// The hubs a run needs: link `k` of three or more guests, unless it is cut.
+pub fn hubs_needed(guests: usize, net: &Net) -> Vec<usize> {
+    if guests < 3 {
+        return Vec::new();
+    }
+    (0..net.nics).filter(|k| !net.dead.contains(k)).collect()
 }
 
 /// `n` distinct free ports on 127.0.0.1 (all bound at once, then released; QEMU binds them
@@ -164,14 +174,13 @@ mod tests {
                 }]
             ]
         );
+        assert_eq!(ports_needed(3, &net), 0);
         assert_eq!(
-            wire(3, &net, &[4003]).unwrap(),
-            [
-                [Link::Mcast(4003)],
-                [Link::Mcast(4003)],
-                [Link::Mcast(4003)]
-            ]
+            wire(3, &net, &[]).unwrap(),
+            [[Link::Hub(0)], [Link::Hub(0)], [Link::Hub(0)]]
         );
+        assert_eq!(hubs_needed(3, &net), [0]);
+        assert!(hubs_needed(2, &net).is_empty());
         assert_eq!(mac(1, 0), "52:54:00:12:34:01");
         assert_eq!(mac(2, 1), "52:54:00:12:35:02");
     }
@@ -199,14 +208,24 @@ mod tests {
             let Link::Udp { peer, .. } = l else { panic!() };
             assert!(!bound.contains(peer), "a dead link's peer port is bound");
         }
-        // Three guests on a cut segment: each alone on its own group.
+        // Three guests on a cut segment: each sends to a port nobody binds; the live one is
+        // hub 0, and only it needs a hub.
         let net3 = Net::new(2, &[1]).unwrap();
-        let w = wire(3, &net3, &[7, 8, 9, 10]).unwrap();
-        assert!(w.iter().all(|g| g[0] == Link::Mcast(7)));
+        assert_eq!(ports_needed(3, &net3), 6);
+        let w = wire(3, &net3, &[7, 8, 9, 10, 11, 12]).unwrap();
+        assert!(w.iter().all(|g| g[0] == Link::Hub(0)));
         assert_eq!(
             [&w[0][1], &w[1][1], &w[2][1]],
-            [&Link::Mcast(8), &Link::Mcast(9), &Link::Mcast(10)]
+            [
+                &Link::Udp { local: 7, peer: 8 },
+                &Link::Udp { local: 9, peer: 10 },
+                &Link::Udp {
+                    local: 11,
+                    peer: 12
+                }
+            ]
         );
+        assert_eq!(hubs_needed(3, &net3), [0]);
         assert!(wire(2, &net, &[1, 2]).is_err());
     }
 
