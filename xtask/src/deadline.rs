@@ -10,9 +10,25 @@
 //!
 //! Only per-step deadlines are fixed numbers: one attempt of one command, one boot.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::plan::{Plan, Step, secs};
+
+/// Milliseconds of deadline granted since the last [`take_granted`].
+static GRANTED_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `d` as the deadline of one wait that runs after the ones before it (a long command,
+/// one run of guests): `cargo xtask test` reports each phase's time against their sum.
+pub fn grant(d: Duration) {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    GRANTED_MS.fetch_add(ms, Ordering::Relaxed);
+}
+
+/// The deadlines granted since the last call, and starts counting again.
+pub fn take_granted() -> Duration {
+    Duration::from_millis(GRANTED_MS.swap(0, Ordering::Relaxed))
+}
 
 /// How long one guest may take from its QEMU's start to its plan's first step (kernel boot,
 /// modules, NICs, RDMA devices): measured at 5-15 s under TCG here; generous, since a guest
@@ -128,8 +144,8 @@ fn marker_bound(plans: &[Plan], me: usize, marker: &str) -> Option<Duration> {
 
 /// Derives the deadline of every wait for a marker in the plans of one run (the guests booted
 /// together, or the one plan of this host): a `wait_for_file` waits as long as its marker's
-/// creators may take, and a background step that lives until a marker lives that long plus
-/// [`GRACE`]. A deadline a plan already sets higher is kept. Fails naming a marker that no
+/// creators may take, and a step that lives until a marker (a background one, or a foreground
+/// one that waits for it itself) lives that long plus [`GRACE`]. A deadline a plan already sets higher is kept. Fails naming a marker that no
 /// plan creates (the wait could only run out).
 pub fn derive(plans: &mut [Plan]) -> color_eyre::Result<()> {
     // Waits feed the times of later markers, which other waits wait on: repeat until nothing
@@ -148,9 +164,7 @@ pub fn derive(plans: &mut [Plan]) -> color_eyre::Result<()> {
                     }
                 }
                 let step = &plans[me].steps[k];
-                if step.background
-                    && let Some(m) = step.until_file().map(str::to_owned)
-                {
+                if let Some(m) = step.until_file().map(str::to_owned) {
                     let need = bound_or_err(plans, me, &m, &step.name)? + GRACE;
                     let step = &mut plans[me].steps[k];
                     if need > step.timeout() {

@@ -195,8 +195,12 @@ pub fn check_crates() -> Result<()> {
 /// The release binary `bin` (what the .deb ships) must not have the `--fault` test hooks of a
 /// `fault-injection` build: it refuses the flag as an unknown argument.
 fn check_no_test_hooks(sh: &Shell, bin: &Path) -> Result<()> {
-    let out = cmd!(sh, "{bin} --fault x").ignore_status().output();
-    let out = out.wrap_err_with(|| format!("running {} --fault x", bin.display()))?;
+    // A usage error is answered at once; the deadline is for a binary that hangs instead.
+    let out = exec::output_with(
+        cmd!(sh, "{bin} --fault x").ignore_status(),
+        None,
+        Duration::from_secs(30),
+    )?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !has_no_fault_flag(out.status.code(), &stderr) {
         bail!(

@@ -108,6 +108,7 @@ pub fn run_bytes(cmd: Cmd<'_>, input: Option<Vec<u8>>) -> Result<Vec<u8>> {
 /// Runs a command with inherited stdout/stderr (for long, chatty steps like apt-get),
 /// killed after `timeout`.
 pub fn run_loud(cmd: Cmd<'_>, timeout: Duration) -> Result<()> {
+    crate::deadline::grant(timeout);
     let shown = cmd.to_string();
     let mut child = Command::from(cmd)
         .stdin(Stdio::null())
@@ -125,6 +126,7 @@ pub fn run_loud(cmd: Cmd<'_>, timeout: Duration) -> Result<()> {
 /// it runs in its own process group). On a non-zero exit fails with what ran, its status and
 /// the tail of its output. Returns everything it printed.
 pub fn run_streamed(cmd: Cmd<'_>, prefix: &str, timeout: Duration) -> Result<String> {
+    crate::deadline::grant(timeout);
     use std::io::BufRead as _;
     use std::os::unix::process::CommandExt as _;
     let shown = cmd.to_string();

@@ -168,6 +168,10 @@ impl RdmaDev {
     }
 }
 
+/// In a step's argv: replaced by the agent with the step's deadline less
+/// [`crate::deadline::GRACE`], in whole seconds, for a command that waits for a marker itself.
+pub const DEADLINE_ARG: &str = "{deadline_s}";
+
 /// One command.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -197,9 +201,11 @@ pub struct Step {
     /// (for background steps: when the plan collects it).
     #[serde(default)]
     pub create_file_when_done: Option<String>,
-    /// Background steps only: once this marker exists in the sync dir (waited for until the
-    /// step's deadline, when the plan collects the step), send SIGTERM and give it 10 s to exit.
-    /// For services that run until told to stop (`rdma-server --serve`).
+    /// Background steps: once this marker exists in the sync dir (waited for until the
+    /// step's deadline, when the plan collects the step), send SIGTERM and give it
+    /// [`crate::deadline::GRACE`] to exit. For services that run until told to stop
+    /// (`rdma-server --serve`). A foreground step with it waits for the marker itself (it is
+    /// told its derived deadline through [`DEADLINE_ARG`] in its argv).
     #[serde(default)]
     pub stop_when_file: Option<String>,
     /// Background steps only: once this marker exists (waited for until the step's deadline),

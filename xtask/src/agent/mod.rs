@@ -13,7 +13,7 @@ use color_eyre::eyre::{Result, WrapErr, eyre};
 
 use crate::deadline;
 use crate::exec::{self, Captured, Finished};
-use crate::plan::{Diagnostics, Plan, PlanResult, RESULT_FILE, Step, StepResult};
+use crate::plan::{DEADLINE_ARG, Diagnostics, Plan, PlanResult, RESULT_FILE, Step, StepResult};
 use crate::text;
 
 /// Arguments of `guest-agent`.
@@ -154,7 +154,15 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     let mut first_error: Option<String> = None;
     for step in &plan.steps {
         let idx = result.steps.len();
-        let resolved = gid::resolve_step(step);
+        let resolved = gid::resolve_step(step).map(|mut s| {
+            let own = s.timeout().saturating_sub(deadline::GRACE).as_secs().max(1);
+            for a in &mut s.argv {
+                if a == DEADLINE_ARG {
+                    *a = own.to_string();
+                }
+            }
+            s
+        });
         let step = match &resolved {
             Ok(s) => s,
             Err(e) => {

@@ -120,7 +120,9 @@ pub(super) fn steps(
             step.argv.push(format!("--server-arg=--device={d}"));
             step.argv.push(format!("--client-arg=--device={d}"));
         }
-        step.timeout_s = 480.0;
+        // As long as its own phases may take (every client at its deadline, ...).
+        let worst = crate::load::worst_case_of(&step.argv[1..]);
+        step.timeout_s = worst.map_or(480.0, |d| d.as_secs_f64());
         step.allow_failure = true;
         clients.push(step);
     }
@@ -211,6 +213,8 @@ mod tests {
         assert!(names_dev(&unknown.argv, "no-such-dev0"));
         assert!(!names_dev(&unknown.argv, "rxe-e2e"));
         let load = clients.iter().find(|c| c.name == LOAD).unwrap();
+        // Its deadline comes from its own phases: 200 sequential clients at 30 s at least.
+        assert!(load.timeout_s > 200.0 * 30.0, "{}", load.timeout_s);
         assert!(
             load.argv
                 .contains(&"--client-arg=--device=rxe-e2e".to_owned())

@@ -166,6 +166,38 @@ phase end
     )
 }
 
+/// How long slurmd may take to come idle on every node in [`launch_script`], seconds.
+const SLURM_READY_S: u64 = 180;
+
+/// The worst case of [`launch_script`] running `fabric` (a [`fabric_script`]) on `n` nodes
+/// with `rails` rails, read from the script's own `run NAME DEADLINE [rails|retest]` lines so
+/// that a phase added there moves it: every ordered pair of every phase at its whole pair
+/// deadline, one after another (rails: once per rail; retest: each pair again at 60 s), after
+/// slurmd's start.
+pub fn worst_case(fabric: &str, n: usize, rails: usize) -> std::time::Duration {
+    let pairs = (n * n.saturating_sub(1)) as u64;
+    let mut s = SLURM_READY_S;
+    for line in fabric.lines() {
+        let mut w = line.split_whitespace();
+        if w.next() != Some("run") {
+            continue;
+        }
+        let deadline = w
+            .nth(1)
+            .and_then(|d| d.strip_suffix('s'))
+            .and_then(|d| d.parse::<u64>().ok())
+            .unwrap_or(60);
+        s += pairs
+            * deadline
+            * match w.next() {
+                Some("rails") => rails as u64,
+                Some("retest") => 1 + 60 / deadline.max(1),
+                _ => 1,
+            };
+    }
+    std::time::Duration::from_secs(s)
+}
+
 /// The command node1 runs: wait until every slurmd is idle, then `salloc -N n fabric.sh`.
 pub fn launch_script(dir: &str, out: &str, n: usize) -> String {
     format!(
@@ -174,7 +206,7 @@ set -u
 i=0
 while [ "$(sinfo -h -N -o %t 2>/dev/null | grep -c idle)" -lt {n} ]; do
     i=$((i+1))
-    if [ $i -gt 180 ]; then sinfo -N; cat /run/slurm/slurmctld.log; exit 3; fi
+    if [ $i -gt {SLURM_READY_S} ]; then sinfo -N; cat /run/slurm/slurmctld.log; exit 3; fi
     sleep 1
 done
 echo "fabric-e2e: phase slurm-ready at $(cut -d' ' -f1 /proc/uptime) s"
@@ -187,6 +219,17 @@ exec salloc -N {n} --ntasks-per-node=1 /bin/sh {dir}/fabric.sh {out}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fabric_deadline_is_read_from_the_script_phases() {
+        let script = fabric_script("/s", "/c", 3, 100, &[]);
+        // healthy 60 s, rails 60 s x 2 rails, slow 60 s + its retests, down 15 s: 6 pairs each.
+        let want = 180 + 6 * (60 + 60 * 2 + 60 * 2 + 15);
+        assert_eq!(worst_case(&script, 3, 2).as_secs(), want);
+        // One more phase in the script moves it.
+        let more = format!("{script}run again 30s\n");
+        assert_eq!(worst_case(&more, 3, 2).as_secs(), want + 6 * 30);
+    }
 
     #[test]
     fn hosts_map_names_to_the_link_addresses() {

@@ -196,7 +196,9 @@ fn plan(i: usize, name: &str, files: &str) -> Plan {
     let mut steps = vec![up];
     if i == 0 {
         let mut fabric = Step::new("fabric", &["/bin/sh", &format!("{files}/launch.sh")]);
-        fabric.timeout_s = 660.0;
+        // Derived from the phases of the script it runs (each pair at its pair deadline).
+        let script = cluster::fabric_script("", "", NODES, DELAY_MS, judge::THRESHOLDS);
+        fabric.timeout_s = cluster::worst_case(&script, NODES, judge::RAILS).as_secs_f64();
         fabric.allow_failure = true;
         let mut done = Step::new("done", &["/bin/true"]);
         done.create_file_when_done = Some("fabric-done".into());

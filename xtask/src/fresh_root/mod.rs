@@ -180,7 +180,14 @@ impl Chroot {
             "DEBIAN_FRONTEND=noninteractive".to_owned(),
         ];
         // What the caller's environment says about reports stays as it is (CI, backtraces).
-        for key in ["CI", "RUST_BACKTRACE", "RUST_LIB_BACKTRACE", "TERM"] {
+        // So does a slowed-guests run (`cargo xtask test --slow-guests`): its guests too.
+        for key in [
+            "CI",
+            "RUST_BACKTRACE",
+            "RUST_LIB_BACKTRACE",
+            "TERM",
+            crate::vm::GUEST_CPUS_ENV,
+        ] {
             if let Some(v) = std::env::var_os(key) {
                 env.push(format!("{key}={}", v.to_string_lossy()));
             }

@@ -15,6 +15,22 @@ fn notify(i: u32) -> &'static str {
     if i % 2 == 0 { "imm" } else { "tcp" }
 }
 
+/// The worst case of [`run`] with `args`, for the deadline of whoever waits on a load test:
+/// the server's start, every client at its whole deadline (the concurrent batch once), each
+/// quiescence wait, and the server's stop. Follows the phases below, one term each.
+pub fn worst_case(args: &LoadArgs) -> std::time::Duration {
+    let kills = if args.kill_stages {
+        // Each stage in both notify modes, each followed by a normal client.
+        KILL_STAGES.len() as u32 * 2 * 2
+    } else {
+        0
+    };
+    let clients = args.sequential + 1 + kills;
+    let quiesces = 3 + u32::from(args.kill_stages);
+    // Listening, the quiescence waits and the stop, each at the server's deadline.
+    args.client_deadline * clients + args.server_deadline * (quiesces + 2)
+}
+
 /// Runs every phase; returns what was observed of the server.
 pub(super) fn run(
     args: &LoadArgs,

@@ -19,7 +19,7 @@ use clap::Args;
 use color_eyre::eyre::{Result, bail, eyre};
 
 use crate::dist::{self, Dist};
-use crate::plan::{GUEST_SYNC, Node, Plan, PlanResult, Step};
+use crate::plan::{DEADLINE_ARG, GUEST_SYNC, Node, Plan, PlanResult, Step};
 use crate::text;
 use crate::vm::{self, PlanGuest, VmOptions};
 use rdma_proto::events::client::verified_in;
@@ -184,10 +184,12 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
         "--until",
         &until,
         "--timeout",
-        "200",
+        DEADLINE_ARG,
     ]);
     service.create_file_when_started = Some(SERVER_STARTED.into());
-    service.timeout_s = 220.0;
+    // It serves until the client guest is done: its deadline is derived from the client's
+    // steps (crate::deadline), and told to run-unit through DEADLINE_ARG.
+    service.stop_when_file = Some(CLIENT_DONE.into());
     let server = vec![
         no_mandb(),
         apt_install(&server_deb),
@@ -241,7 +243,6 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
         ],
     );
     get_token.wait_for_file = Some(TOKEN_READY.into());
-    get_token.timeout_s = 200.0;
     let open_token = "/tmp/open.token";
     let mut first = client("without the token: refused (exit 7)", &[], 7);
     first.wait_for_file = Some(SERVER_STARTED.into());

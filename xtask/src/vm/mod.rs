@@ -37,6 +37,47 @@ use crate::exec;
 use guest::{Boot, Guest};
 use rundir::RunDir;
 
+/// The environment variable that pins every guest's QEMU to these host CPUs (a list such as
+/// `0` or `0,1`): `cargo xtask test --slow-guests` sets `0`, so that all guests share one core
+/// and run at a fraction of their speed, which proves the suite's deadlines have headroom.
+pub const GUEST_CPUS_ENV: &str = "XTASK_GUEST_CPUS";
+
+/// The CPU set of [`GUEST_CPUS_ENV`], if it is set; an error names a list that is no list.
+pub fn pinned_cpus() -> Result<Option<libc::cpu_set_t>> {
+    let Some(list) = std::env::var_os(GUEST_CPUS_ENV) else {
+        return Ok(None);
+    };
+    let list = list.to_string_lossy();
+    let cpus = parse_cpu_list(&list).map_err(|e| {
+        eyre!("{GUEST_CPUS_ENV}={list:?}: {e}; give host CPU numbers such as `0` or `0,1`")
+    })?;
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in cpus {
+        // SAFETY: `c` is below CPU_SETSIZE (checked by parse_cpu_list), and `set` is ours.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    Ok(Some(set))
+}
+
+/// `0,2` as CPU numbers: at least one, each below `CPU_SETSIZE`.
+fn parse_cpu_list(list: &str) -> std::result::Result<Vec<usize>, String> {
+    let cpus = list
+        .split(',')
+        .map(|c| {
+            let n: usize = c
+                .trim()
+                .parse()
+                .map_err(|_| format!("{c:?} is not a CPU number"))?;
+            if n >= libc::CPU_SETSIZE as usize {
+                return Err(format!("CPU {n} is past the last one a set can hold"));
+            }
+            Ok(n)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(cpus)
+}
+
 /// One guest.
 #[derive(Clone, Debug)]
 pub struct GuestSpec {
@@ -283,6 +324,8 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
         verbose: opts.verbose,
     };
     let t0 = Instant::now();
+    // The guests run side by side: the run may take as long as its longest deadline.
+    crate::deadline::grant(specs.iter().map(|s| s.timeout).max().unwrap_or_default());
     let mut guests = start_all(specs, &links, &boot)?;
     // Watch until every guest exited or hit its deadline.
     loop {
@@ -325,6 +368,15 @@ fn start_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_cpu_lists_are_numbers_and_name_what_is_wrong() {
+        assert_eq!(parse_cpu_list("0"), Ok(vec![0]));
+        assert_eq!(parse_cpu_list("0, 1"), Ok(vec![0, 1]));
+        assert!(parse_cpu_list("").unwrap_err().contains("not a CPU number"));
+        assert!(parse_cpu_list("one").unwrap_err().contains("\"one\""));
+        assert!(parse_cpu_list("99999").unwrap_err().contains("99999"));
+    }
 
     #[test]
     fn argv_must_fit_the_cmdline() {

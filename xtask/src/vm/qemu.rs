@@ -138,10 +138,20 @@ pub(super) fn spawn(args: &[OsString]) -> Result<(Child, String)> {
         .stderr(Stdio::piped())
         .process_group(0);
     let parent = std::process::id();
+    let cpus = super::pinned_cpus()?;
     let hook = move || -> std::io::Result<()> {
         // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches no memory.
         if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
             return Err(std::io::Error::last_os_error());
+        }
+        if let Some(set) = &cpus {
+            // SAFETY: `set` is a valid cpu_set_t owned by the closure, and its size is passed;
+            // sched_setaffinity is async-signal-safe (a plain system call).
+            if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) }
+                != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
         }
         // SAFETY: getppid has no preconditions.
         if unsafe { libc::getppid() } as u32 != parent {
