@@ -246,6 +246,17 @@ fn peer_text_is_made_safe_to_print() {
         rdma_proto::printable("ok\u{1b}[31mred\u{0}"),
         "ok\\u{1b}[31mred\\0"
     );
+    // Issue 23, item 9: what reorders or hides text is escaped too, visibly.
+    let deceptive =
+        "admin\u{202e}txt.exe\u{2066}\u{2069}a\u{2028}b\u{2029}c\u{200b}d\u{200d}e\u{feff}";
+    let shown = rdma_proto::printable(deceptive);
+    assert_eq!(
+        shown,
+        "admin\\u{202e}txt.exe\\u{2066}\\u{2069}a\\u{2028}b\\u{2029}c\\u{200b}d\\u{200d}e\\u{feff}"
+    );
+    assert!(!shown.chars().any(rdma_proto::is_deceptive));
+    // Letters of every script stay as they are.
+    assert_eq!(rdma_proto::printable("héllo 世界 שלום"), "héllo 世界 שלום");
     assert_eq!(
         rdma_proto::printable("Hello RDMA Write! 你好"),
         "Hello RDMA Write! 你好"
