@@ -15,7 +15,9 @@ pub fn allowed(allow: &[IpNet], peer: IpAddr) -> bool {
 
 /// The warning to print at start when the server is open to anyone who can reach it: it listens
 /// beyond loopback (an unspecified address counts) with no token and no `--allow` that narrows
-/// who may connect (a `/0` network narrows nothing). `None` when it is not exposed that way.
+/// who may connect. A `/0` network narrows nothing, in any family: with `--allow 10.0.0.0/8
+/// --allow ::/0` every IPv6 host is admitted, so that list is no narrowing either. `None` when
+/// it is not exposed that way.
 #[must_use]
 pub fn exposure_warning(
     listen: SocketAddr,
@@ -24,7 +26,8 @@ pub fn exposure_warning(
     bench_max_bytes: u64,
 ) -> Option<String> {
     let loopback = listen.ip().to_canonical().is_loopback();
-    let narrowed = allow.iter().any(|n| n.prefix_len() > 0);
+    let everyone = allow.iter().find(|n| n.prefix_len() == 0);
+    let narrowed = !allow.is_empty() && everyone.is_none();
     if loopback || token || narrowed {
         return None;
     }
@@ -33,8 +36,14 @@ pub fn exposure_warning(
     } else {
         String::new()
     };
+    let allow = match everyone {
+        Some(net) => format!("--allow {net}, which admits every host of its address family"),
+        None => "no --allow".to_owned(),
+    };
     Some(format!(
-        "WARNING: listening on {listen} with no access token and no --allow: anyone who can reach          this port can RDMA-Write into this server's memory{bench}. Set --token-file (or          RDMA_WRITE_TOKEN) and/or --allow CIDR, or listen on 127.0.0.1; see SECURITY.md"
+        "WARNING: listening on {listen} with no access token and {allow}: anyone who can reach \
+         this port can RDMA-Write into this server's memory{bench}. Set --token-file (or \
+         RDMA_WRITE_TOKEN) and/or --allow CIDR, or listen on 127.0.0.1; see SECURITY.md"
     ))
 }
 
@@ -57,6 +66,16 @@ mod tests {
         }
         let everyone: Vec<IpNet> = vec!["0.0.0.0/0".parse().unwrap()];
         assert!(exposure_warning(any, false, &everyone, 0).is_some());
+        // Issue 23, item 10: a /0 in either family opens that family whatever else is listed.
+        let v6_open: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap(), "::/0".parse().unwrap()];
+        let w = exposure_warning(any, false, &v6_open, 0).unwrap();
+        assert!(w.contains("--allow ::/0, which admits every host"), "{w}");
+        // Issue 23, item 13: one sentence, no runs of spaces from the source's line breaks.
+        assert!(!w.contains("  "), "{w}");
+        assert!(
+            w.contains("anyone who can reach this port can RDMA-Write"),
+            "{w}"
+        );
         // Narrowed any of the three ways: no warning.
         assert_eq!(exposure_warning(any, true, &[], 8 << 20), None);
         let lan: Vec<IpNet> = vec!["10.0.0.0/24".parse().unwrap()];
