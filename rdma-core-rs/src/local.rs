@@ -185,7 +185,8 @@ pub mod cli {
 
         /// RoCE traffic class of this end's packets: the IP header's TOS byte (DSCP << 2 | ECN;
         /// e.g. 106 = DSCP 26, ECN capable), what lossless RoCE fabrics classify on. 0-255.
-        #[arg(long, default_value_t = 0, value_name = "TOS")]
+        /// Decimal or hex, as `ip` and `tc` take it (`106`, `0x6a`).
+        #[arg(long, default_value_t = 0, value_name = "TOS", value_parser = parse_byte)]
         pub tclass: u8,
 
         /// RoCE hop limit of this end's packets (the IP TTL / hop limit). 1-255.
@@ -199,6 +200,21 @@ pub mod cli {
         /// Wait for completions by busy polling (lowest latency) or on a completion channel.
         #[arg(long, default_value = "event", value_name = "poll|event")]
         pub cq_mode: CqMode,
+    }
+
+    /// A byte in decimal (`106`) or hex (`0x6a`, `0X6A`), as `ip` and `tc` read a TOS.
+    ///
+    /// # Errors
+    /// Names the text and the forms it takes.
+    pub fn parse_byte(text: &str) -> Result<u8, String> {
+        let t = text.trim();
+        let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+            Some(hex) => u8::from_str_radix(hex, 16),
+            None => t.parse(),
+        };
+        parsed.map_err(|_| {
+            format!("{text:?} is not a byte: give 0-255 in decimal (106) or hex (0x6a)")
+        })
     }
 
     impl DeviceArgs {
@@ -251,6 +267,33 @@ pub mod cli {
         pub fn chooses_by(&self, local: std::net::IpAddr) -> bool {
             let ip = local.to_canonical();
             self.gid_index.is_none() && !ip.is_loopback() && !ip.is_unspecified()
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use clap::Parser as _;
+
+        #[derive(Debug, clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            dev: DeviceArgs,
+        }
+
+        /// Issue 23, item 13: `--tclass 0x68` as `ip` and `tc` take it, and decimal.
+        #[test]
+        fn tclass_takes_hex_and_decimal_and_names_a_bad_value() {
+            for (arg, want) in [("0x68", 0x68), ("0X6A", 0x6a), ("106", 106), ("0", 0)] {
+                let cli = Cli::try_parse_from(["t", "--tclass", arg]).unwrap();
+                assert_eq!(cli.dev.tclass, want, "{arg}");
+            }
+            for bad in ["0x100", "256", "0xg1", "x1", ""] {
+                let e = Cli::try_parse_from(["t", "--tclass", bad])
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("decimal (106) or hex (0x6a)"), "{bad}: {e}");
+            }
         }
     }
 }
