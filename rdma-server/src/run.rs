@@ -341,29 +341,30 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
         lock(&s.per_source).give_back(peer.ip());
         return None;
     }
+    // The guard exists before the thread does and moves into it: if the thread cannot start,
+    // the closure (guard and socket with it) is dropped at once, and the guard hands back the
+    // slot, the active count and the socket clone registered for shutdown, as any session end.
+    s.active.fetch_add(1, Ordering::AcqRel);
+    let guard = ActiveGuard {
+        shared: Arc::clone(s),
+        id,
+        ip: peer.ip(),
+    };
     if let Ok(clone) = stream.try_clone()
         && let Ok(mut map) = s.sockets.lock()
     {
         map.insert(id, clone);
     }
-    s.active.fetch_add(1, Ordering::AcqRel);
-    let shared = Arc::clone(s);
     let spawned = std::thread::Builder::new()
         .name(format!("session-{id}"))
         .spawn(move || {
-            let _guard = ActiveGuard {
-                shared: &shared,
-                id,
-                ip: peer.ip(),
-            };
-            session::serve(&shared.session, stream, peer, id);
+            let guard = guard;
+            session::serve(&guard.shared.session, stream, peer, id);
         });
     match spawned {
         Ok(t) => Some(t),
         Err(e) => {
             tracing::error!("cannot start a thread for session {id}: {e}");
-            s.active.fetch_sub(1, Ordering::AcqRel);
-            lock(&s.per_source).give_back(peer.ip());
             None
         }
     }
@@ -406,8 +407,8 @@ fn stop(s: &Arc<Shared>, threads: Vec<JoinHandle<()>>) {
 
 /// Keeps the active-session count, the per-source counts and socket registry right however a
 /// session ends.
-struct ActiveGuard<'a> {
-    shared: &'a Shared,
+struct ActiveGuard {
+    shared: Arc<Shared>,
     id: u64,
     ip: std::net::IpAddr,
 }
@@ -417,7 +418,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Drop for ActiveGuard<'_> {
+impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
         lock(&self.shared.per_source).give_back(self.ip);
