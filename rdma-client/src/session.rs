@@ -12,7 +12,8 @@ use rdma_core_rs::{CqMode, Endpoint, Init, LocalPort, QueuePair, Rts, Transport}
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
-    Accept, Banner, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, Notify, Outcome, ServerMessage,
+    Accept, Banner, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, ErrorCode, Notify, Outcome,
+    ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::path::PathBuf;
@@ -184,23 +185,56 @@ impl<'a> Session<'a> {
     /// without `--json`). With `out` `None` (the fabric check) nothing is printed.
     pub fn open(
         to: &Target,
-        hs: ClientHandshake,
+        mut hs: ClientHandshake,
         local: &'a LocalPort,
         chosen: Option<&str>,
         opts: &'a SessionOptions,
         out: Option<&'a Output>,
         human: impl FnOnce(&Banner) -> String,
     ) -> Result<Self> {
-        let stream = connect(to.addr, opts.timeout, opts.wait_for_server)?;
-        let _ = stream.set_nodelay(true);
-        let mut s = Session {
-            conn: LineConn::new(stream, DEFAULT_MAX_LINE),
-            hs,
-            local,
-            opts,
-            out,
+        // `--wait-for-server` covers a server that is not listening yet and one that answers
+        // `busy` (transient by definition): both are tried again, with back-off, until then.
+        let give_up = Instant::now() + opts.wait_for_server.unwrap_or_default();
+        let mut pause = Duration::from_millis(20);
+        let mut attempt = 0;
+        let (mut s, msg) = loop {
+            let wait = opts
+                .wait_for_server
+                .map(|_| give_up.saturating_duration_since(Instant::now()));
+            let stream = connect(to.addr, opts.timeout, wait)?;
+            let _ = stream.set_nodelay(true);
+            let mut s = Session {
+                conn: LineConn::new(stream, DEFAULT_MAX_LINE),
+                hs,
+                local,
+                opts,
+                out,
+            };
+            let msg = s.recv()?;
+            let busy = matches!(&msg, ServerMessage::Error(e) if e.code == ErrorCode::Busy);
+            if !busy || Instant::now() + pause >= give_up {
+                break (s, msg);
+            }
+            attempt += 1;
+            s.emit(
+                &Event::Busy {
+                    server: to.name.as_str().into(),
+                    attempt,
+                    retry_in_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                },
+                || {
+                    format!(
+                        "{} is busy (all its client slots taken); trying again in {} ms \
+                         (--wait-for-server)",
+                        to.name,
+                        pause.as_millis()
+                    )
+                },
+            );
+            hs = s.hs;
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(500));
         };
-        let msg = s.recv()?;
         let banner = s.hs.on_banner(msg)?;
         s.emit(
             &Event::Connected {

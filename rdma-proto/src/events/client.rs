@@ -25,6 +25,14 @@ pub enum Event<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         chosen: Option<Cow<'a, str>>,
     },
+    /// The server answered `busy` (its `--max-clients` or `--max-per-ip` are taken, for now):
+    /// with `--wait-for-server` the client connects again after `retry_in_ms`, until then.
+    Busy {
+        server: Cow<'a, str>,
+        /// How many times it has answered `busy` so far.
+        attempt: u32,
+        retry_in_ms: u64,
+    },
     /// Our queue pair is in RTS, connected to the server's.
     QpReady {
         local_qpn: u32,

@@ -33,6 +33,8 @@ pub(super) struct Clients<'a> {
     pub verified: u64,
     /// Clients that killed themselves as expected.
     pub kills: u64,
+    /// Normal clients that were answered `busy` and waited their turn (`busy` events).
+    pub busy_waits: u64,
     /// What went wrong, one line per client.
     pub failures: Vec<String>,
 }
@@ -62,6 +64,7 @@ impl<'a> Clients<'a> {
             started: 0,
             verified: 0,
             kills: 0,
+            busy_waits: 0,
             failures: Vec::new(),
         })
     }
@@ -82,9 +85,11 @@ impl<'a> Clients<'a> {
             .wrap_err_with(|| format!("writing the payload file {}", path.display()))?;
         let (bin, addr, extra) = (&self.args.client_bin, &self.addr, &self.args.client_args);
         let fault_args: Vec<&str> = fault.map(|f| vec!["--fault", f]).unwrap_or_default();
+        // A busy server is waited for within half the client's own deadline.
+        let wait = format!("{}ms", self.args.client_deadline.as_millis() / 2);
         let c = cmd!(
             self.sh,
-            "{bin} {addr} --json --file {path} --notify {notify} {extra...} {fault_args...}"
+            "{bin} {addr} --json --file {path} --notify {notify} --wait-for-server {wait} {extra...} {fault_args...}"
         );
         let shown = c.to_string();
         let proc = Captured::spawn_command(Command::from(c), shown, None)
@@ -126,10 +131,13 @@ impl<'a> Clients<'a> {
                 Ok(())
             }
             (Some(_), Some(st)) => Err(format!("expected death by SIGKILL, got {st}")),
-            (None, Some(st)) => check_client(&String::from_utf8_lossy(&stdout), st, c.len, c.crc)
-                .map(|()| {
+            (None, Some(st)) => {
+                let stdout = String::from_utf8_lossy(&stdout);
+                check_client(&stdout, st, c.len, c.crc).map(|waited| {
                     self.verified += 1;
-                }),
+                    self.busy_waits += u64::from(waited);
+                })
+            }
         };
         if let Err(e) = verdict {
             let stderr = String::from_utf8_lossy(&stderr);
@@ -153,13 +161,14 @@ fn random_payload(rng: &mut fastrand::Rng, max: usize) -> Vec<u8> {
     payload
 }
 
-/// A normal client must exit 0 with a `verified` event matching its payload.
+/// A normal client must exit 0 with a `verified` event matching its payload. Says whether it
+/// was answered `busy` first (and waited its turn).
 pub(super) fn check_client(
     stdout: &str,
     status: ExitStatus,
     len: usize,
     crc: u32,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let events: Vec<ClientEvent<'static>> = match stdout
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -193,7 +202,7 @@ pub(super) fn check_client(
             "`verified` event does not match the payload (length {len}, crc32c {crc}): {v:?}"
         ));
     }
-    Ok(())
+    Ok(events.iter().any(|e| matches!(e, ClientEvent::Busy { .. })))
 }
 
 #[cfg(test)]
@@ -209,7 +218,13 @@ mod tests {
             r#"{"type":"verified","verified":true,"length":17,"crc32c":617249076,"text":"x","truncated":false}"#
         );
         let good = good.as_str();
-        assert!(check_client(good, ok, 17, 617_249_076).is_ok());
+        assert_eq!(check_client(good, ok, 17, 617_249_076), Ok(false));
+        // A client that heard `busy` first and waited its turn says so.
+        let waited = format!(
+            "{}\n{good}",
+            r#"{"type":"busy","server":"h","attempt":1,"retry_in_ms":20}"#
+        );
+        assert_eq!(check_client(&waited, ok, 17, 617_249_076), Ok(true));
         assert!(check_client(good, ok, 16, 617_249_076).is_err());
         assert!(check_client(good, ok, 17, 1).is_err());
         assert!(check_client(good, ExitStatus::from_raw(7 << 8), 17, 617_249_076).is_err());

@@ -60,8 +60,18 @@ pub(super) fn run(
     let batch = (0..args.concurrent)
         .map(|i| clients.spawn(notify(i), None))
         .collect::<Result<Vec<_>>>()?;
+    let busy_before = clients.busy_waits;
     for c in batch {
         clients.finish(c)?;
+    }
+    // More clients at once than one host may hold: some heard `busy`, and waited their turn
+    // (issue 23, item 11: `busy` is transient, not final).
+    if args.max_per_ip < args.concurrent && clients.busy_waits == busy_before {
+        clients.failures.push(format!(
+            "{} clients at once against --max-per-ip {}: none was answered busy and waited \
+             its turn (no `busy` event), so the retry was not exercised",
+            args.concurrent, args.max_per_ip
+        ));
     }
     server.alive()?;
     quiet()?;

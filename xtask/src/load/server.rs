@@ -36,10 +36,11 @@ impl ServerGuard {
         let bin = &args.server_bin;
         let buffer_size = args.buffer_size.to_string();
         let max_clients = args.concurrent.to_string();
+        let per_ip = args.max_per_ip.to_string();
         let extra = &args.server_args;
         let mut command = Command::from(cmd!(
             sh,
-            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} --max-per-ip {max_clients} {extra...}"
+            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} --max-per-ip {per_ip} {extra...}"
         ));
         let mut child = command
             .stdin(Stdio::null())
