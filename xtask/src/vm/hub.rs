@@ -19,6 +19,9 @@ use crate::exec;
 /// How long `vde_switch` may take to create its control socket (measured: a few ms).
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The hub's scheduling priority (`nice`): ahead of the QEMUs, whose frames it forwards.
+const HUB_NICE: libc::c_int = -10;
+
 /// A running hub.
 #[derive(Debug)]
 pub struct Hub {
@@ -42,13 +45,18 @@ impl Hub {
             .stdout(Stdio::null())
             .stderr(stderr)
             .process_group(0);
-        // SAFETY: the hook runs in the forked child before exec and only calls prctl, which is
-        // async-signal-safe and takes plain integers.
+        // SAFETY: the hook runs in the forked child before exec and only calls prctl and
+        // setpriority, which are async-signal-safe system calls taking plain integers.
         unsafe {
             command.pre_exec(|| {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // Every frame between the guests passes through the hub: ahead of the QEMUs
+                // (which take every core under TCG) it forwards at once instead of waiting
+                // for a time slice, as the kernel's loopback did. Best effort: unprivileged,
+                // it keeps the default priority.
+                let _ = libc::setpriority(libc::PRIO_PROCESS, 0, HUB_NICE);
                 Ok(())
             })
         };
