@@ -42,17 +42,31 @@ pub struct TestArgs {
 }
 
 /// The phases run so far: their times against their deadlines, and which failed.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Phases {
     done: Vec<(&'static str, Duration, Duration, bool)>,
     keep_going: bool,
+    started: Instant,
+}
+
+impl Default for Phases {
+    fn default() -> Self {
+        Self {
+            done: Vec::new(),
+            keep_going: false,
+            started: Instant::now(),
+        }
+    }
 }
 
 impl Phases {
     /// Runs phase `name`; its deadline is the sum of the deadlines its waits were granted
     /// ([`deadline::grant`]). Fails at once unless `--keep-going`.
     fn run(&mut self, name: &'static str, f: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        println!("==> {name}");
+        println!(
+            "==> {name} (at {:.0} s)",
+            self.started.elapsed().as_secs_f64()
+        );
         let _ = deadline::take_granted();
         let t = Instant::now();
         let r = f().wrap_err_with(|| format!("`cargo xtask test` failed at: {name}"));
@@ -64,7 +78,12 @@ impl Phases {
                 eprintln!("(--keep-going: the next phases run all the same)");
                 Ok(())
             }
-            r => r,
+            Err(e) => {
+                // The times so far, for whoever finds the time or deadline that ran out.
+                println!("test: phases ({})", self.summary());
+                Err(e)
+            }
+            Ok(()) => Ok(()),
         }
     }
 
