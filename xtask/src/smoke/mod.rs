@@ -20,7 +20,7 @@ use color_eyre::eyre::{Result, bail, eyre};
 
 use crate::plan::{LinkKind, Modules, PlanResult};
 use crate::vm::{self, PlanGuest};
-use plans::{CAPTURE, Shape};
+use plans::{CAPTURE, Shape, Tag};
 
 /// Arguments of `cargo xtask vm-smoke`.
 #[derive(Debug, Args)]
@@ -201,9 +201,23 @@ pub fn cmd(args: &SmokeArgs) -> Result<()> {
 
 /// One shape.
 fn run(args: &SmokeArgs) -> Result<()> {
+    run_group(std::slice::from_ref(args))
+}
+
+/// What one workload of a boot showed: its verdict lines, printed after the guests'.
+struct Verdict {
+    lines: Vec<String>,
+}
+
+/// Shapes that share their network ([`Shape::network`]) in one boot of the guests, one
+/// workload after the other ([`plans::plans_for`]), each judged on its own steps and files.
+pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
     let t0 = Instant::now();
-    let (_, modules, siw_s) = prepare(args)?;
-    if args.prepare_only {
+    let first = group
+        .first()
+        .ok_or_else(|| eyre!("vm-smoke: no shape to run"))?;
+    let (_, modules, siw_s) = prepare(first)?;
+    if first.prepare_only {
         println!(
             "vm-smoke: prepared in {:.1} s (kernel, initramfs{})",
             t0.elapsed().as_secs_f64(),
@@ -211,20 +225,31 @@ fn run(args: &SmokeArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let ours = if args.rdma_write {
+    let ours = if group.iter().any(|a| a.rdma_write) {
         crate::e2e::build(false)?;
         let b = crate::e2e::Bins::locate(false)?;
         Some((b.server, b.client))
     } else {
         None
     };
-    let shape = args.shape(modules, ours)?;
+    let shapes = group
+        .iter()
+        .map(|a| a.shape(modules.clone(), ours.clone().filter(|_| a.rdma_write)))
+        .collect::<Result<Vec<Shape>>>()?;
+    let shape = &shapes[0];
+    if let Some(other) = shapes.iter().find(|s| s.network() != shape.network()) {
+        bail!(
+            "vm-smoke: shapes of one boot must share their network: {:?} and {:?}",
+            shape.network(),
+            other.network()
+        );
+    }
     let net = vm::Net::new(shape.total_nics(), shape.dead.as_slice())?;
     crate::deps::ensure(&[crate::deps::Group::Run])?;
-    if shape.rping() || shape.capture {
+    if shapes.iter().any(|s| s.rping() || s.capture) {
         crate::deps::ensure(&[crate::deps::Group::Transports])?;
     }
-    let nodes: Vec<PlanGuest> = plans::plans(&shape)
+    let nodes: Vec<PlanGuest> = plans::plans_for(&shapes)
         .into_iter()
         .map(|(name, plan)| PlanGuest {
             name,
@@ -232,7 +257,7 @@ fn run(args: &SmokeArgs) -> Result<()> {
             mem_mb: 1024,
         })
         .collect();
-    let run = vm::run_plans_on(&nodes, &net, &args.guests.vm)?;
+    let run = vm::run_plans_on(&nodes, &net, &first.guests.vm)?;
     let mut problems = Vec::new();
     let mut results: Vec<Option<&PlanResult>> = Vec::new();
     for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
@@ -253,14 +278,6 @@ fn run(args: &SmokeArgs) -> Result<()> {
             }
         }
     }
-    let client = results.iter().flatten().find_map(|r| r.step("client"));
-    let server = results.iter().flatten().find_map(|r| r.step("server"));
-    let bad = results
-        .iter()
-        .flatten()
-        .find_map(|r| r.step(plans::BAD_NONCE));
-    let bw = client.and_then(|c| parse_bw_average(&c.stdout));
-    let pings = client.map_or(0, |c| plans::rping_verified(&c.stdout));
     // The marker crossed from guest A to the host (and to B) through the 9p sync share.
     if !run.guests.sync_dir.join(plans::MARKER).exists() {
         problems.push(format!(
@@ -269,101 +286,16 @@ fn run(args: &SmokeArgs) -> Result<()> {
             run.guests.sync_dir.display()
         ));
     }
-    if !problems.is_empty() {
-        // What the pair itself printed (its last attempt), which the plan error leaves out.
-        for step in [server, client].into_iter().flatten() {
-            for (what, text) in [("stdout", &step.stdout), ("stderr", &step.stderr)] {
-                let tail = crate::text::tail(text, 2000);
-                if !tail.trim().is_empty() {
-                    problems.push(format!("{} {what} (tail):\n{tail}", step.name));
-                }
-            }
-        }
-    }
-    if problems.is_empty() {
-        let server_ok = |s: &crate::plan::StepResult| {
-            if shape.rping() && shape.ours.is_none() {
-                plans::rping_verified(&s.stdout) == 3
-            } else {
-                s.ok
-            }
-        };
-        let worked = if shape.ours.is_some() {
-            match (client, server) {
-                (Some(c), Some(s)) => match judge::our_choice(&shape, &c.stdout, &s.stdout)
-                    .and_then(|()| judge::rejected(&shape, bad, &s.stdout))
-                {
-                    Ok(()) => true,
-                    Err(e) => {
-                        problems.push(e);
-                        false
-                    }
-                },
-                _ => false,
-            }
-        } else if shape.rping() {
-            pings == 3
-        } else {
-            bw.is_some()
-        };
-        match (client, server) {
-            (Some(c), Some(s)) if c.ok && server_ok(s) && worked => {}
-            _ => problems.push(format!(
-                "the {} pair did not show its result (bandwidth / 3 verified pings): client {client:?}, server {:?}",
-                shape.transport.as_str(),
-                server.map(|s| (&s.exit_code, &s.stdout, &s.stderr))
-            )),
-        }
-    }
-    let want_ip = if shape.ipv6 { 6 } else { 4 };
-    let captured = if shape.capture {
-        let path = run.guests.outcomes[0].share_dir.join(CAPTURE);
-        match std::fs::read(&path)
-            .map_err(|e| eyre!("{}: {e}", path.display()))
-            .and_then(|b| crate::pcap::roce_packets(&b))
-        {
-            Ok(p) if p.iter().any(|p| p.ip_version != want_ip) => {
-                problems.push(format!(
-                    "the capture {} holds RoCE v2 packets over IPv{} where all should be IPv{want_ip}",
-                    path.display(),
-                    if want_ip == 4 { 6 } else { 4 }
-                ));
-                None
-            }
-            Ok(p)
-                if shape
-                    .tclass
-                    .is_some_and(|tc| p.iter().any(|p| p.traffic_class != tc)) =>
-            {
-                let seen: std::collections::BTreeSet<u8> =
-                    p.iter().map(|p| p.traffic_class).collect();
-                problems.push(format!(
-                    "--tclass {:#04x} should mark every RoCE v2 packet; the capture {} has traffic classes {seen:02x?}",
-                    shape.tclass.unwrap_or_default(),
-                    path.display()
-                ));
-                None
-            }
-            Ok(p) if !p.is_empty() => Some(p),
-            Ok(_) => {
-                problems.push(format!(
-                    "the capture {} holds no RoCE v2 packet",
-                    path.display()
-                ));
-                None
-            }
-            Err(e) => {
-                problems.push(format!("no capture to read: {e:#}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let plan_failed = !problems.is_empty();
+    let verdicts: Vec<Verdict> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| judge_workload(s, Tag(i), &results, &run, plan_failed, &mut problems))
+        .collect();
 
     let p = &run.guests.prepared;
     println!(
-        "vm-smoke ({} guest{}, {} NIC{} each{}{}, {}{}, {}):",
+        "vm-smoke ({} guest{}, {} NIC{} each{}{}, {}{}, {}{}):",
         nodes.len(),
         if nodes.len() > 1 { "s" } else { "" },
         shape.nics,
@@ -380,7 +312,12 @@ fn run(args: &SmokeArgs) -> Result<()> {
         },
         if shape.ipv6 { "IPv6-only, " } else { "" },
         shape.transport.as_str(),
-        p.accel_why
+        p.accel_why,
+        if shapes.len() > 1 {
+            format!("; {} workloads in this boot", shapes.len())
+        } else {
+            String::new()
+        }
     );
     if shape.transport == LinkKind::Siw {
         println!("  siw.ko     {siw_s:>6.1} s");
@@ -434,43 +371,167 @@ fn run(args: &SmokeArgs) -> Result<()> {
         run.guests.guests_time.as_secs_f64()
     );
     println!("  total      {:>6.1} s", t0.elapsed().as_secs_f64());
-    if let Some(bw) = bw {
-        println!(
-            "  ib_write_bw 4096 B x {} over {}: BW average {bw:.2} MB/sec (TCG: only ratios mean anything)",
-            args.iters,
-            shape.dev(shape.traffic_link())
-        );
-    }
-    if shape.ours.is_some() {
-        println!(
-            "  rdma-write over {}{}: verified, no device flags",
-            shape.dev(shape.traffic_link()),
-            if shape.rping() { " (RDMA CM)" } else { "" }
-        );
-    } else if shape.rping() {
-        println!(
-            "  rping over {} (RDMA CM): {pings} of 3 pings verified",
-            shape.dev(shape.traffic_link())
-        );
-    }
-    if let Some(p) = &captured {
-        let mut tcs: Vec<u8> = p.iter().map(|p| p.traffic_class).collect();
-        tcs.sort_unstable();
-        tcs.dedup();
-        let mut ops: Vec<u8> = p.iter().map(|p| p.opcode).collect();
-        ops.sort_unstable();
-        ops.dedup();
-        println!(
-            "  capture    {} RoCE v2 packets over IPv{want_ip} on UDP 4791 (tcpdump kept {}): traffic class {tcs:02x?}, BTH opcodes {ops:02x?}",
-            p.len(),
-            shape.capture_packets()
-        );
+    for v in &verdicts {
+        for l in &v.lines {
+            println!("  {l}");
+        }
     }
     if !problems.is_empty() {
         bail!("vm-smoke failed:\n{}", problems.join("\n"));
     }
     println!("vm-smoke: OK");
     Ok(())
+}
+
+/// Judges workload `tag` of a boot (`shape`) from its own steps and capture; adds what went
+/// wrong to `problems`. With `plan_failed` only the pair's own output is added (the plan's
+/// error says the rest).
+fn judge_workload(
+    shape: &Shape,
+    tag: Tag,
+    results: &[Option<&PlanResult>],
+    run: &vm::PlanRun,
+    plan_failed: bool,
+    problems: &mut Vec<String>,
+) -> Verdict {
+    let step = |name: &str| {
+        let name = tag.name(name);
+        results.iter().flatten().find_map(|r| r.step(&name))
+    };
+    let (client, server, bad) = (step("client"), step("server"), step(plans::BAD_NONCE));
+    let bw = client.and_then(|c| parse_bw_average(&c.stdout));
+    let pings = client.map_or(0, |c| plans::rping_verified(&c.stdout));
+    let worked = if plan_failed {
+        // What the pair itself printed (its last attempt), which the plan error leaves out.
+        for step in [server, client].into_iter().flatten() {
+            for (what, text) in [("stdout", &step.stdout), ("stderr", &step.stderr)] {
+                let tail = crate::text::tail(text, 2000);
+                if !tail.trim().is_empty() {
+                    problems.push(format!("{} {what} (tail):\n{tail}", step.name));
+                }
+            }
+        }
+        false
+    } else {
+        let server_ok = |s: &crate::plan::StepResult| {
+            if shape.rping() && shape.ours.is_none() {
+                plans::rping_verified(&s.stdout) == 3
+            } else {
+                s.ok
+            }
+        };
+        let shown = if shape.ours.is_some() {
+            match (client, server) {
+                (Some(c), Some(s)) => match judge::our_choice(shape, &c.stdout, &s.stdout)
+                    .and_then(|()| judge::rejected(shape, bad, &s.stdout))
+                {
+                    Ok(()) => true,
+                    Err(e) => {
+                        problems.push(format!("{}: {e}", tag.name("client")));
+                        false
+                    }
+                },
+                _ => false,
+            }
+        } else if shape.rping() {
+            pings == 3
+        } else {
+            bw.is_some()
+        };
+        let ok = matches!((client, server), (Some(c), Some(s)) if c.ok && server_ok(s) && shown);
+        if !ok {
+            problems.push(format!(
+                "the {} pair {} did not show its result (bandwidth / 3 verified pings / our verdict): client {client:?}, server {:?}",
+                shape.transport.as_str(),
+                tag.name("client"),
+                server.map(|s| (&s.exit_code, &s.stdout, &s.stderr))
+            ));
+        }
+        ok
+    };
+    let mut lines = Vec::new();
+    let want_ip = if shape.ipv6 { 6 } else { 4 };
+    if shape.capture {
+        let path = run.guests.outcomes[0].share_dir.join(tag.name(CAPTURE));
+        match captured(shape, &path, want_ip) {
+            Ok(p) => {
+                let mut tcs: Vec<u8> = p.iter().map(|p| p.traffic_class).collect();
+                tcs.sort_unstable();
+                tcs.dedup();
+                let mut ops: Vec<u8> = p.iter().map(|p| p.opcode).collect();
+                ops.sort_unstable();
+                ops.dedup();
+                lines.push(format!(
+                    "capture    {} RoCE v2 packets over IPv{want_ip} on UDP 4791 (tcpdump kept {}): traffic class {tcs:02x?}, BTH opcodes {ops:02x?}",
+                    p.len(),
+                    shape.capture_packets()
+                ));
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    if !worked {
+        return Verdict { lines };
+    }
+    let dev = shape.dev(shape.traffic_link());
+    if let Some(bw) = bw {
+        lines.push(format!(
+            "ib_write_bw 4096 B x {} over {dev}: BW average {bw:.2} MB/sec (TCG: only ratios mean anything)",
+            shape.iters
+        ));
+    }
+    if shape.ours.is_some() {
+        lines.push(format!(
+            "rdma-write over {dev}{}{}: verified, no device flags",
+            if shape.rping() { " (RDMA CM)" } else { "" },
+            shape
+                .bench
+                .as_ref()
+                .map(|m| format!(", --bench {m}"))
+                .unwrap_or_default()
+        ));
+    } else if shape.rping() {
+        lines.push(format!(
+            "rping over {dev} (RDMA CM): {pings} of 3 pings verified"
+        ));
+    }
+    Verdict { lines }
+}
+
+/// The RoCE v2 packets of the capture at `path`: all over IPv`want_ip`, all with the shape's
+/// `--tclass` when it has one, at least one; or what is wrong with it.
+fn captured(
+    shape: &Shape,
+    path: &std::path::Path,
+    want_ip: u8,
+) -> std::result::Result<Vec<crate::pcap::RocePacket>, String> {
+    let p = std::fs::read(path)
+        .map_err(|e| eyre!("{}: {e}", path.display()))
+        .and_then(|b| crate::pcap::roce_packets(&b))
+        .map_err(|e| format!("no capture to read: {e:#}"))?;
+    if p.iter().any(|p| p.ip_version != want_ip) {
+        return Err(format!(
+            "the capture {} holds RoCE v2 packets over IPv{} where all should be IPv{want_ip}",
+            path.display(),
+            if want_ip == 4 { 6 } else { 4 }
+        ));
+    }
+    if let Some(tc) = shape.tclass
+        && p.iter().any(|p| p.traffic_class != tc)
+    {
+        let seen: std::collections::BTreeSet<u8> = p.iter().map(|p| p.traffic_class).collect();
+        return Err(format!(
+            "--tclass {tc:#04x} should mark every RoCE v2 packet; the capture {} has traffic classes {seen:02x?}",
+            path.display()
+        ));
+    }
+    if p.is_empty() {
+        return Err(format!(
+            "the capture {} holds no RoCE v2 packet",
+            path.display()
+        ));
+    }
+    Ok(p)
 }
 
 #[cfg(test)]

@@ -13,6 +13,25 @@ pub const CAPTURE_PACKETS: u32 = 40;
 /// With our pair (one short write-with-immediate): the client's write and the server's ACK.
 pub const OUR_CAPTURE_PACKETS: u32 = 2;
 
+/// Which of the workloads sharing one boot a step, marker or file belongs to: the first keeps
+/// the plain names (`server`, `client`, [`MARKER`], [`CAPTURE`]), the others get `-I`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag(pub usize);
+
+impl Tag {
+    /// `base` for this workload: `server`, `server-2`.
+    pub fn name(self, base: &str) -> String {
+        match self.0 {
+            0 => base.to_owned(),
+            i => match base.rsplit_once('.') {
+                // capture.pcap -> capture-2.pcap
+                Some((stem, ext)) => format!("{stem}-{i}.{ext}"),
+                None => format!("{base}-{i}"),
+            },
+        }
+    }
+}
+
 /// The shape of a smoke run.
 #[derive(Clone, Debug)]
 pub struct Shape {
@@ -44,6 +63,32 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// What the guests are, apart from what runs on them: shapes that agree on it share one
+    /// boot ([`plans_for`]).
+    pub fn network(
+        &self,
+    ) -> (
+        u8,
+        usize,
+        Option<usize>,
+        Option<usize>,
+        bool,
+        LinkKind,
+        bool,
+        bool,
+    ) {
+        (
+            self.nodes,
+            self.nics,
+            self.dead,
+            self.down,
+            self.ipv6,
+            self.transport,
+            self.cm,
+            self.oob_nic(),
+        )
+    }
+
     /// Whether link `k` carries nothing (cut, or its NICs left down).
     pub fn unusable(&self, k: usize) -> bool {
         Some(k) == self.dead || Some(k) == self.down
@@ -173,18 +218,24 @@ fn rping(shape: &Shape, server: bool) -> Vec<String> {
 /// Our pair, with no device, port or GID flags: the server one-shot on its default dual-stack
 /// `[::]:7471`, the client to A's address on the traffic link; both must pick that link's
 /// device by themselves.
-fn ours(shape: &Shape, server: bool) -> Option<Vec<String>> {
+fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>> {
     let (srv, cli) = shape.ours.as_ref()?;
+    // The first pair of a boot on the default port; each later one on its own, so that it
+    // never meets the one before still closing.
+    let port = (tag.0 > 0).then(|| rdma_proto::DEFAULT_PORT + u16::try_from(tag.0).unwrap_or(0));
     let mut v = if server {
-        owned(&[srv, "--json", "--timeout", "30s"])
+        let mut v = owned(&[srv, "--json", "--timeout", "30s"]);
+        if let Some(p) = port {
+            v.extend(["--listen".to_owned(), format!("[::]:{p}")]);
+        }
+        v
     } else {
-        owned(&[
-            cli,
-            "--json",
-            "--message",
-            OUR_MESSAGE,
-            &shape.server_addr(),
-        ])
+        let to = match (port, shape.server_addr()) {
+            (None, a) => a,
+            (Some(p), a) if a.contains(':') => format!("[{a}]:{p}"),
+            (Some(p), a) => format!("{a}:{p}"),
+        };
+        owned(&[cli, "--json", "--message", OUR_MESSAGE, &to])
     };
     if let Some(tc) = shape.tclass {
         v.extend(["--tclass".to_owned(), tc.to_string()]);
@@ -207,8 +258,8 @@ pub const BAD_NONCE: &str = "client-bad-nonce";
 /// What our client writes (`--rdma-write`).
 pub const OUR_MESSAGE: &str = "Hello RDMA Write!";
 
-fn server_step(shape: &Shape) -> Step {
-    let argv = if let Some(v) = ours(shape, true) {
+fn server_step(shape: &Shape, tag: Tag) -> Step {
+    let argv = if let Some(v) = ours(shape, true, tag) {
         v
     } else if shape.rping() {
         rping(shape, true)
@@ -217,17 +268,17 @@ fn server_step(shape: &Shape) -> Step {
     };
     let mut s = Step {
         argv,
-        ..Step::new("server", &[])
+        ..Step::new(tag.name("server"), &[])
     };
     s.background = true;
-    s.create_file_when_started = Some(MARKER.to_owned());
+    s.create_file_when_started = Some(tag.name(MARKER));
     s.timeout_s = 90.0;
     s
 }
 
-fn client_step(shape: &Shape, me: u8) -> Step {
+fn client_step(shape: &Shape, me: u8, tag: Tag) -> Step {
     let server = shape.server_addr();
-    let argv = if let Some(v) = ours(shape, false) {
+    let argv = if let Some(v) = ours(shape, false, tag) {
         v
     } else if shape.rping() {
         rping(shape, false)
@@ -236,9 +287,9 @@ fn client_step(shape: &Shape, me: u8) -> Step {
     };
     let mut c = Step {
         argv,
-        ..Step::new("client", &[])
+        ..Step::new(tag.name("client"), &[])
     };
-    c.wait_for_file = Some(MARKER.to_owned());
+    c.wait_for_file = Some(tag.name(MARKER));
     // The marker says the server process started, not that it listens yet: retry.
     c.retries = 20;
     c.retry_delay_s = 0.5;
@@ -249,12 +300,12 @@ fn client_step(shape: &Shape, me: u8) -> Step {
 /// tcpdump on the traffic link's UDP 4791 into guest A's share; exits after
 /// [`CAPTURE_PACKETS`] packets (`-U`: each written at once; `-Z root`: it keeps the right to
 /// write the share).
-fn capture_step(shape: &Shape) -> Step {
+fn capture_step(shape: &Shape, tag: Tag) -> Step {
     let iface = format!("eth{}", shape.traffic_link());
-    let file = format!("{GUEST_SHARE}/{CAPTURE}");
+    let file = format!("{GUEST_SHARE}/{}", tag.name(CAPTURE));
     let count = shape.capture_packets().to_string();
     let mut s = Step::new(
-        "tcpdump",
+        tag.name("tcpdump"),
         &[
             "tcpdump", "-i", &iface, "-n", "-U", "-Z", "root", "-c", &count, "-w", &file, "udp",
             "port", "4791",
@@ -285,18 +336,33 @@ fn ping_step(shape: &Shape, k: usize) -> Step {
     s
 }
 
-/// The plans, by guest name.
+/// The plans of one shape, by guest name.
+#[cfg(test)]
 pub fn plans(shape: &Shape) -> Vec<(String, Plan)> {
+    plans_for(std::slice::from_ref(shape))
+}
+
+/// The plans of one boot that runs `shapes` one after the other (all of one
+/// [`Shape::network`]; the first's is used): the network is proven once (the sync share's
+/// ping-pong, each link pinged from B), then each workload's pair in turn, its steps, markers
+/// and files named by its [`Tag`]. A workload's server starts once the one before has its
+/// client's verdict.
+pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
+    let Some(net) = shapes.first() else {
+        return Vec::new();
+    };
     let info = Step::new("ibv_devinfo", &["ibv_devinfo"]);
     let sync = GUEST_SYNC.to_owned();
-    if shape.nodes == 1 {
+    if net.nodes == 1 {
         let mut steps = vec![info];
-        if shape.capture {
-            steps.push(capture_step(shape));
+        for (i, shape) in shapes.iter().enumerate() {
+            if shape.capture {
+                steps.push(capture_step(shape, Tag(i)));
+            }
+            steps.extend([server_step(shape, Tag(i)), client_step(shape, 1, Tag(i))]);
         }
-        steps.extend([server_step(shape), client_step(shape, 1)]);
         let plan = Plan {
-            node: shape.node(1),
+            node: net.node(1),
             steps,
             sync_dir: sync,
         };
@@ -314,35 +380,48 @@ pub fn plans(shape: &Shape) -> Vec<(String, Plan)> {
     pong.timeout_s = 30.0;
     pong.create_file_when_done = Some("pong".into());
     let mut a_steps = vec![info.clone(), ping, wait_pong];
-    if shape.capture {
-        a_steps.push(capture_step(shape));
-    }
-    let mut server = server_step(shape);
-    if shape.rping() && shape.ours.is_none() {
-        // rping's server may outlive its client: stopped once the client is done, and judged
-        // by the pings it printed (vm-smoke), not by how it ended.
-        server.stop_when_file = Some("client-done".into());
-        server.allow_failure = true;
-    }
-    a_steps.push(server);
     let mut b_steps = vec![info, pong];
-    b_steps.extend((0..shape.nics).map(|k| ping_step(shape, k)));
-    if shape.cm_bad_nonce {
-        let mut bad = client_step(shape, 2);
-        bad.name = BAD_NONCE.into();
-        bad.argv.extend(owned(&["--fault", "cm-bad-nonce"]));
-        // Rejected by the server's RDMA CM listener: an RDMA error (3), not a crash.
-        bad.expect_exit = 3;
-        b_steps.push(bad);
+    b_steps.extend((0..net.nics).map(|k| ping_step(net, k)));
+    for (i, shape) in shapes.iter().enumerate() {
+        let tag = Tag(i);
+        let done = tag.name("client-done");
+        if i > 0 {
+            // The workload before has its verdict: its pair is over.
+            let mut turn = Step::new(tag.name("turn"), &["true"]);
+            turn.wait_for_file = Some(Tag(i - 1).name("client-done"));
+            a_steps.push(turn);
+        }
+        if shape.capture {
+            a_steps.push(capture_step(shape, tag));
+        }
+        let mut server = server_step(shape, tag);
+        if shape.rping() && shape.ours.is_none() {
+            // rping's server may outlive its client: stopped once the client is done, and
+            // judged by the pings it printed (vm-smoke), not by how it ended.
+            server.stop_when_file = Some(done.clone());
+            server.allow_failure = true;
+        }
+        a_steps.push(server);
+        if shape.cm_bad_nonce {
+            let mut bad = client_step(shape, 2, tag);
+            bad.name = tag.name(BAD_NONCE);
+            bad.argv.extend(owned(&["--fault", "cm-bad-nonce"]));
+            // Rejected by the server's RDMA CM listener: an RDMA error (3), not a crash.
+            bad.expect_exit = 3;
+            b_steps.push(bad);
+        }
+        let mut client = client_step(shape, 2, tag);
+        // Made whatever the client's outcome, so that the next workload's turn comes.
+        client.create_file_when_ended = Some(done);
+        // The pairs after a failed one still run: each is judged on its own.
+        client.allow_failure = shapes.len() > 1;
+        b_steps.push(client);
     }
-    let mut client = client_step(shape, 2);
-    client.create_file_when_done = Some("client-done".into());
-    b_steps.push(client);
     vec![
         (
             "A".into(),
             Plan {
-                node: shape.node(1),
+                node: net.node(1),
                 steps: a_steps,
                 sync_dir: sync.clone(),
             },
@@ -350,7 +429,7 @@ pub fn plans(shape: &Shape) -> Vec<(String, Plan)> {
         (
             "B".into(),
             Plan {
-                node: shape.node(2),
+                node: net.node(2),
                 steps: b_steps,
                 sync_dir: sync,
             },
@@ -577,5 +656,56 @@ mod tests {
             rping_verified("ping data: rdma-ping-0: ABC\nping data: rdma-ping-1: BCD\nother\n"),
             2
         );
+    }
+
+    #[test]
+    fn workloads_of_one_boot_take_turns_on_their_own_names_and_ports() {
+        let ours = Shape {
+            ours: Some(("/t/rdma-server".into(), "/t/rdma-client".into())),
+            ..shape()
+        };
+        let v6 = Shape {
+            ipv6: true,
+            ..ours.clone()
+        };
+        let p = plans_for(&[shape(), ours.clone(), v6.clone()]);
+        let (a, b) = (&p[0].1, &p[1].1);
+        // The network is proven once; each workload has its own steps and markers.
+        assert_eq!(
+            b.steps
+                .iter()
+                .filter(|s| s.name.starts_with("ping-"))
+                .count(),
+            1
+        );
+        assert_eq!(step(a, "server").argv[0], "ib_write_bw");
+        assert_eq!(
+            step(a, "server-1").argv.join(" "),
+            "/t/rdma-server --json --timeout 30s --listen [::]:7472"
+        );
+        assert_eq!(step(b, "client-1").argv.last().unwrap(), "10.0.0.1:7472");
+        assert_eq!(step(b, "client-2").argv.last().unwrap(), "[fd00::1]:7473");
+        assert_eq!(
+            step(b, "client-1").wait_for_file.as_deref(),
+            Some("server-started-1")
+        );
+        // Workload 1's server starts once workload 0's client has ended, whatever its outcome.
+        let names: Vec<&str> = a.steps.iter().map(|s| s.name.as_str()).collect();
+        let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
+        assert!(at("turn-1") < at("server-1") && at("server") < at("turn-1"));
+        assert_eq!(
+            step(a, "turn-1").wait_for_file.as_deref(),
+            Some("client-done")
+        );
+        assert_eq!(
+            step(b, "client").create_file_when_ended.as_deref(),
+            Some("client-done")
+        );
+        assert!(step(b, "client").allow_failure);
+        // Files too: capture.pcap, capture-1.pcap.
+        assert_eq!(Tag(1).name(CAPTURE), "capture-1.pcap");
+        assert_eq!(Tag(0).name(CAPTURE), CAPTURE);
+        // One workload alone: today's names, and its failure is the plan's.
+        assert!(!step(&plans(&ours)[1].1, "client").allow_failure);
     }
 }

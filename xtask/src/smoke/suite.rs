@@ -2,7 +2,7 @@
 
 use color_eyre::eyre::Result;
 
-use super::{SmokeArgs, run};
+use super::{SmokeArgs, run_group};
 use crate::plan::LinkKind;
 use crate::vm;
 
@@ -33,115 +33,107 @@ impl SmokeArgs {
     }
 }
 
-/// The guest infrastructure the later scenarios stand on, one `vm-smoke` each (10-20 s warm):
-/// two NICs with eth0's link cut, IPv6-only NICs, siw with rping, the RoCE v2 capture.
+/// The guest infrastructure the later scenarios stand on, and our pair with no device flags on
+/// each shape of network: seventeen workloads in nine boots, those of one network one after
+/// the other in one boot (`run_group`; a boot costs about 9 s under TCG before the first step).
 /// What `cargo xtask test` runs as one phase.
 pub fn suite(vm: &vm::VmOptions) -> Result<()> {
-    let plain = || SmokeArgs::plain(vm);
-    let runs = [
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(0),
-            ..plain()
-        },
-        SmokeArgs {
-            ipv6: true,
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            ..plain()
-        },
-        SmokeArgs {
-            capture: true,
-            ..plain()
-        },
-        // rdma-write itself with no device flags: two NICs, each link dead in turn; IPv6-only.
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(0),
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(1),
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            ipv6: true,
-            rdma_write: true,
-            ..plain()
-        },
-        // Through RDMA CM: on Soft-iWARP by itself (notify tcp; also over IPv6 and on two
-        // NICs with eth0's link cut), on rxe with --cm.
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            ipv6: true,
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            nics: 2,
-            dead_link: Some(0),
-            rdma_write: true,
-            ..plain()
-        },
-        SmokeArgs {
-            rdma_cm: true,
-            rdma_write: true,
-            cm_bad_nonce: true,
-            ..plain()
-        },
-        // The bench on each transport and host shape, with no device flags.
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            rdma_write: true,
-            bench: Some("lat".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            transport: LinkKind::Siw,
-            rdma_write: true,
-            bench: Some("bw".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            rdma_cm: true,
-            rdma_write: true,
-            bench: Some("bw".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            nics: 2,
-            dead_link: Some(0),
-            rdma_write: true,
-            bench: Some("lat".into()),
-            ..plain()
-        },
-        SmokeArgs {
-            ipv6: true,
-            rdma_write: true,
-            bench: Some("bw".into()),
-            ..plain()
-        },
-        // --tclass reaches the IP header: DSCP 26 with ECN capable (0x6a), on every packet.
-        SmokeArgs {
-            rdma_write: true,
-            tclass: Some(0x6a),
-            capture: true,
-            ..plain()
-        },
-    ];
-    for a in &runs {
-        run(a)?;
+    for group in groups(vm) {
+        run_group(&group)?;
     }
     Ok(())
+}
+
+/// The suite's workloads, grouped by the network they need.
+fn groups(vm: &vm::VmOptions) -> Vec<Vec<SmokeArgs>> {
+    let plain = || SmokeArgs::plain(vm);
+    let ours = || SmokeArgs {
+        rdma_write: true,
+        ..plain()
+    };
+    let bench = |mode: &str, a: SmokeArgs| SmokeArgs {
+        bench: Some(mode.into()),
+        ..a
+    };
+    let nics2 = |dead: u8, a: SmokeArgs| SmokeArgs {
+        nics: 2,
+        dead_link: Some(dead),
+        ..a
+    };
+    let v6 = |a: SmokeArgs| SmokeArgs { ipv6: true, ..a };
+    let siw = |a: SmokeArgs| SmokeArgs {
+        transport: LinkKind::Siw,
+        ..a
+    };
+    let cm = |a: SmokeArgs| SmokeArgs { rdma_cm: true, ..a };
+    vec![
+        // Two NICs, eth0's link cut: perftest, then rdma-write and its bench lat on rxe1.
+        vec![
+            nics2(0, plain()),
+            nics2(0, ours()),
+            bench("lat", nics2(0, ours())),
+        ],
+        // eth1's link cut: rdma-write picks rxe0.
+        vec![nics2(1, ours())],
+        // IPv6-only NICs: perftest (with its out-of-band IPv4 NIC), then our pair, which needs
+        // none (so a network of its own), and its bench bw.
+        vec![v6(plain())],
+        vec![v6(ours()), bench("bw", v6(ours()))],
+        // Soft-iWARP: rping, then rdma-write through RDMA CM by itself, its bench lat and bw.
+        vec![
+            siw(plain()),
+            siw(ours()),
+            bench("lat", siw(ours())),
+            bench("bw", siw(ours())),
+        ],
+        vec![siw(v6(ours()))],
+        vec![siw(nics2(0, ours()))],
+        // RDMA CM on rxe (--cm): a wrong nonce rejected first, then the bench bw.
+        vec![
+            SmokeArgs {
+                cm_bad_nonce: true,
+                ..cm(ours())
+            },
+            bench("bw", cm(ours())),
+        ],
+        // The RoCE v2 capture: perftest's packets, then --tclass 0x6a (DSCP 26, ECN capable)
+        // on every packet of our pair.
+        vec![
+            SmokeArgs {
+                capture: true,
+                ..plain()
+            },
+            SmokeArgs {
+                tclass: Some(0x6a),
+                capture: true,
+                ..ours()
+            },
+        ],
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seventeen shapes of the suite, each once, in boots whose workloads share a network.
+    #[test]
+    fn the_suite_keeps_every_shape_and_groups_by_network() {
+        let vm = vm::VmOptions::default();
+        let groups = groups(&vm);
+        let shapes: Vec<_> = groups.iter().flatten().collect();
+        assert_eq!(shapes.len(), 17);
+        assert_eq!(groups.len(), 9);
+        let key = |a: &SmokeArgs| {
+            a.shape(None, a.rdma_write.then(|| ("s".to_owned(), "c".to_owned())))
+                .unwrap()
+                .network()
+        };
+        for g in &groups {
+            assert!(g.iter().all(|a| key(a) == key(&g[0])), "{g:?}");
+        }
+        let desc: std::collections::HashSet<String> =
+            shapes.iter().map(|a| format!("{a:?}")).collect();
+        assert_eq!(desc.len(), 17, "a shape appears twice");
+    }
 }

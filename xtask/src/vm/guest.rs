@@ -22,6 +22,8 @@ pub(super) struct Boot<'a> {
     pub sync_dir: &'a Path,
     /// The run's hubs' socket directories (links of three or more guests).
     pub hubs: &'a [PathBuf],
+    /// vCPUs of each guest.
+    pub cpus: usize,
     pub progress: &'a MultiProgress,
     pub style: &'a ProgressStyle,
     pub verbose: bool,
@@ -61,6 +63,7 @@ impl Guest {
         let argv = qemu::argv(&Qemu {
             name: &spec.name,
             accel: boot.accel,
+            cpus: boot.cpus,
             mem_mb: spec.mem_mb,
             vmlinuz: boot.vmlinuz,
             initrd: boot.initrd,

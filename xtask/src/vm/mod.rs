@@ -22,7 +22,7 @@ mod rundir;
 pub mod siw;
 mod wire;
 
-pub use plans::{PlanGuest, run_plans, run_plans_on};
+pub use plans::{PlanGuest, PlanRun, run_plans, run_plans_on};
 pub use wire::{Net, mac};
 
 use std::path::{Path, PathBuf};
@@ -76,6 +76,19 @@ fn parse_cpu_list(list: &str) -> std::result::Result<Vec<usize>, String> {
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(cpus)
+}
+
+/// The vCPUs each of `guests` guests gets on a host with `host` CPUs: the host's CPUs shared
+/// out (TCG runs each vCPU on a host thread), at least one, at most two. A guest alone (the
+/// one-node e2e, where server and client run side by side) gets both cores of a 2-core host;
+/// two or more get one each, as before.
+pub fn vcpus(guests: usize, host: usize) -> usize {
+    (host / guests.max(1)).clamp(1, 2)
+}
+
+/// The CPUs this process may run on (its affinity), at least one.
+fn host_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 /// One guest.
@@ -319,6 +332,7 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
         run_dir: &dir.path,
         sync_dir: &sync_dir,
         hubs: &hub_socks,
+        cpus: vcpus(specs.len(), host_cpus()),
         progress: &progress,
         style: &style,
         verbose: opts.verbose,
@@ -368,6 +382,16 @@ fn start_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guest_alone_gets_the_host_cores_and_several_share_them() {
+        assert_eq!(vcpus(1, 2), 2);
+        assert_eq!(vcpus(2, 2), 1);
+        assert_eq!(vcpus(3, 2), 1);
+        assert_eq!(vcpus(1, 1), 1);
+        assert_eq!(vcpus(1, 16), 2);
+        assert_eq!(vcpus(0, 2), 2);
+    }
 
     #[test]
     fn guest_cpu_lists_are_numbers_and_name_what_is_wrong() {

@@ -29,6 +29,8 @@ pub(super) enum Link {
 pub(super) struct Qemu<'a> {
     pub name: &'a str,
     pub accel: Accel,
+    /// vCPUs ([`super::vcpus`]).
+    pub cpus: usize,
     pub mem_mb: u32,
     pub vmlinuz: &'a Path,
     pub initrd: &'a Path,
@@ -68,7 +70,7 @@ fn netdev(k: usize, link: Link, hubs: &[PathBuf]) -> String {
     }
 }
 
-/// The arguments of `qemu-system-x86_64`: one vCPU, no devices but the serial console, the
+/// The arguments of `qemu-system-x86_64`: `cpus` vCPUs, no devices but the serial console, the
 /// kernel and initramfs, a virtio NIC on each link (in order: the first is eth0), the host
 /// root read-only over 9p, the guest's share and the run's sync share writable.
 pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
@@ -77,7 +79,7 @@ pub(super) fn argv(q: &Qemu<'_>) -> Vec<OsString> {
     v.extend(
         [
             "-smp",
-            "1",
+            &q.cpus.to_string(),
             "-m",
             &q.mem_mb.to_string(),
             "-nodefaults",
@@ -177,6 +179,7 @@ mod tests {
         Qemu {
             name: "A",
             accel: Accel::Tcg,
+            cpus: 1,
             mem_mb: 1024,
             vmlinuz: Path::new("/k/vmlinuz"),
             initrd: Path::new("/k/initrd.cpio"),
