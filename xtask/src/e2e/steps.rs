@@ -10,6 +10,8 @@ use crate::plan::Step;
 pub(super) const SELFTEST: &str = "rdma-core-rs self-test";
 /// Step name of the load test.
 pub(super) const LOAD: &str = "load";
+/// The load test's server port: just below [`scenarios::BASE_PORT`].
+const LOAD_PORT: &str = "7470";
 /// The marker a scenario's last client leaves when it has ended (whatever its outcome): its
 /// server's job is over then.
 pub(super) fn clients_done(s: &Scenario) -> String {
@@ -114,6 +116,10 @@ pub(super) fn steps(
                 bins.client.as_str(),
                 "--kill-stages",
                 "--json",
+                // Below the scenarios' ports (BASE_PORT + i): no scenario server, however
+                // late it exits, holds it.
+                "--port",
+                LOAD_PORT,
             ],
         );
         if let Some(d) = device {
@@ -213,6 +219,12 @@ mod tests {
         assert!(names_dev(&unknown.argv, "no-such-dev0"));
         assert!(!names_dev(&unknown.argv, "rxe-e2e"));
         let load = clients.iter().find(|c| c.name == LOAD).unwrap();
+        assert_eq!(LOAD_PORT.parse::<u16>().unwrap(), scenarios::BASE_PORT - 1);
+        assert!(
+            load.argv
+                .windows(2)
+                .any(|w| w[0] == "--port" && w[1] == LOAD_PORT)
+        );
         // Its deadline comes from its own phases: 200 sequential clients at 30 s at least.
         assert!(load.timeout_s > 200.0 * 30.0, "{}", load.timeout_s);
         assert!(

@@ -27,12 +27,6 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub concurrent: u32,
 
-    /// The server's --max-per-ip (every client comes from this host). Below --concurrent, part
-    /// of the concurrent batch is answered `busy` and must wait its turn (the clients run with
-    /// --wait-for-server): the load fails unless some did and all verified.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub max_per_ip: u32,
-
     /// Sessions before the first memory / fd measurement.
     #[arg(long, default_value_t = 10)]
     pub warmup: u32,

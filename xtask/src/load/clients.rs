@@ -35,6 +35,9 @@ pub(super) struct Clients<'a> {
     pub kills: u64,
     /// Normal clients that were answered `busy` and waited their turn (`busy` events).
     pub busy_waits: u64,
+    /// TCP connections the server saw besides one per client process: the busy phase's
+    /// idle connections, and its client's connections that were turned away.
+    pub extra_connections: u64,
     /// What went wrong, one line per client.
     pub failures: Vec<String>,
 }
@@ -65,6 +68,7 @@ impl<'a> Clients<'a> {
             verified: 0,
             kills: 0,
             busy_waits: 0,
+            extra_connections: 0,
             failures: Vec::new(),
         })
     }
@@ -145,6 +149,18 @@ impl<'a> Clients<'a> {
                 .push(format!("{what}: {e}; stderr: {}", tail(stderr.trim(), 600)));
         }
         Ok(())
+    }
+
+    /// One idle TCP connection to the server: it holds a slot (of `--max-clients` and of
+    /// `--max-per-ip`) until dropped, sending nothing.
+    pub fn hold_slot(&self, deadline: Instant) -> Result<std::net::TcpStream> {
+        let addr: std::net::SocketAddr = self
+            .addr
+            .parse()
+            .wrap_err_with(|| format!("the server's address {}", self.addr))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        std::net::TcpStream::connect_timeout(&addr, left.max(std::time::Duration::from_millis(1)))
+            .wrap_err_with(|| format!("holding a slot of the server at {addr}"))
     }
 
     /// Starts a client and waits for it.

@@ -95,6 +95,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
         limits,
         after_warmup,
         clients.kills,
+        u64::from(args.concurrent),
     ));
 
     // Stop: SIGTERM, exit 0 in time, a `stopped` event with the right counters.
@@ -102,7 +103,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
         Ok((exit, stopped)) => {
             failures.extend(policy::stop_failures(
                 stopped.as_ref(),
-                clients.started,
+                clients.started + clients.extra_connections,
                 clients.verified,
             ));
             exit
@@ -111,7 +112,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
             failures.push(format!("{e:#}"));
             failures.extend(policy::stop_failures(
                 None,
-                clients.started,
+                clients.started + clients.extra_connections,
                 clients.verified,
             ));
             None

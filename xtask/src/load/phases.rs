@@ -25,10 +25,57 @@ pub fn worst_case(args: &LoadArgs) -> std::time::Duration {
     } else {
         0
     };
-    let clients = args.sequential + 1 + kills;
-    let quiesces = 3 + u32::from(args.kill_stages);
+    // The busy phase's client once more.
+    let clients = args.sequential + 1 + kills + 1;
+    let quiesces = 4 + u32::from(args.kill_stages);
     // Listening, the quiescence waits and the stop, each at the server's deadline.
     args.client_deadline * clients + args.server_deadline * (quiesces + 2)
+}
+
+/// Every slot of the server held by idle connections from this host, then a normal client:
+/// it must be answered `busy` (the server's `refused` event says so), wait its turn with
+/// `--wait-for-server` (its own `busy` event), and verify once the slots are given back (issue
+/// 23, item 11: `busy` is transient, not final). Deterministic: the slots are released only
+/// after the server has refused the client at least once.
+fn busy(args: &LoadArgs, server: &mut ServerGuard, clients: &mut Clients<'_>) -> Result<()> {
+    let deadline = std::time::Instant::now() + args.client_deadline;
+    let held = match (0..args.concurrent)
+        .map(|_| clients.hold_slot(deadline))
+        .collect::<Result<Vec<_>>>()
+    {
+        Ok(held) => held,
+        Err(e) => {
+            clients.failures.push(format!("busy phase: {e:#}"));
+            return Ok(());
+        }
+    };
+    let refused_before = refused_busy(server);
+    let c = clients.spawn("imm", None)?;
+    let turned_away = server.wait_until(
+        "a `refused` event with code busy for the client",
+        |s| refused_busy(s) > refused_before,
+        deadline,
+    );
+    let holders = held.len() as u64;
+    drop(held);
+    let waited_before = clients.busy_waits;
+    clients.finish(c)?;
+    clients.extra_connections += holders + (refused_busy(server) - refused_before);
+    match turned_away {
+        Err(e) => clients.failures.push(format!(
+            "with all {} slots held, the server never answered a client busy: {e:#}",
+            args.concurrent
+        )),
+        Ok(()) if clients.busy_waits == waited_before => clients.failures.push(
+            "a client answered busy did not say it waited its turn (no `busy` event)".to_owned(),
+        ),
+        Ok(()) => {}
+    }
+    Ok(())
+}
+
+fn refused_busy(server: &ServerGuard) -> u64 {
+    server.count(|e| matches!(e, Event::Refused { code, .. } if code == "busy"))
 }
 
 /// Runs every phase; returns what was observed of the server.
@@ -60,18 +107,8 @@ pub(super) fn run(
     let batch = (0..args.concurrent)
         .map(|i| clients.spawn(notify(i), None))
         .collect::<Result<Vec<_>>>()?;
-    let busy_before = clients.busy_waits;
     for c in batch {
         clients.finish(c)?;
-    }
-    // More clients at once than one host may hold: some heard `busy`, and waited their turn
-    // (issue 23, item 11: `busy` is transient, not final).
-    if args.max_per_ip < args.concurrent && clients.busy_waits == busy_before {
-        clients.failures.push(format!(
-            "{} clients at once against --max-per-ip {}: none was answered busy and waited \
-             its turn (no `busy` event), so the retry was not exercised",
-            args.concurrent, args.max_per_ip
-        ));
     }
     server.alive()?;
     quiet()?;
@@ -88,12 +125,16 @@ pub(super) fn run(
         }
         quiet()?;
     }
+    let errors_before_busy = server.errors();
+    busy(args, server, clients)?;
+    quiet()?;
     Ok(Observed {
         warm,
         after_sequential,
         end: Sample::take(pid)?,
         errors_before_concurrent,
         errors_before_kills,
+        errors_before_busy,
         errors_total: server.errors(),
         unverified: server.count(|e| {
             matches!(

@@ -13,6 +13,8 @@ pub(super) struct Observed {
     /// Session `error` events counted at the end of each phase (they only grow).
     pub errors_before_concurrent: u64,
     pub errors_before_kills: u64,
+    /// Before the busy phase (after the kills), whose idle connections may each cost one.
+    pub errors_before_busy: u64,
     pub errors_total: u64,
     /// `verified` events with `verified: false`.
     pub unverified: u64,
@@ -28,12 +30,14 @@ pub(super) struct Limits {
 }
 
 /// Leaks and unexpected session errors. `sessions` is how many clients ran after the warm-up
-/// sample, `kills` how many killed themselves on purpose (each may cost one server error).
+/// sample, `kills` how many killed themselves on purpose and `held` how many idle connections
+/// held the slots in the busy phase (each may cost one server error).
 pub(super) fn leak_failures(
     o: &Observed,
     limits: Limits,
     sessions: u64,
     kills: u64,
+    held: u64,
 ) -> Vec<String> {
     let mut failures = Vec::new();
     let rss_growth = o.end.rss_kib.saturating_sub(o.warm.rss_kib);
@@ -55,10 +59,17 @@ pub(super) fn leak_failures(
             o.errors_before_kills, o.error_examples
         ));
     }
-    let kill_errors = o.errors_total.saturating_sub(o.errors_before_kills);
+    let kill_errors = o.errors_before_busy.saturating_sub(o.errors_before_kills);
     if kill_errors > kills {
         failures.push(format!(
             "the server logged {kill_errors} session errors for {kills} killed clients"
+        ));
+    }
+    // The busy phase's idle connections close without a hello: at most one error each.
+    let busy_errors = o.errors_total.saturating_sub(o.errors_before_busy);
+    if busy_errors > held {
+        failures.push(format!(
+            "the server logged {busy_errors} session errors for the busy phase's {held} idle connections"
         ));
     }
     if o.unverified > 0 {
@@ -120,6 +131,7 @@ mod tests {
             end: sample(10_200, 8),
             errors_before_concurrent: 0,
             errors_before_kills: 0,
+            errors_before_busy: 6,
             errors_total: 6,
             unverified: 0,
             error_examples: String::new(),
@@ -134,20 +146,20 @@ mod tests {
     #[test]
     fn a_clean_run_passes_and_each_leak_fails_it() {
         assert_eq!(
-            leak_failures(&clean(), LIMITS, 220, 6),
+            leak_failures(&clean(), LIMITS, 220, 6, 16),
             Vec::<String>::new()
         );
         // RSS: 8 MiB of growth is allowed, one KiB more is not.
         let mut o = clean();
         o.end.rss_kib = o.warm.rss_kib + 8 * 1024;
-        assert!(leak_failures(&o, LIMITS, 220, 6).is_empty());
+        assert!(leak_failures(&o, LIMITS, 220, 6, 16).is_empty());
         o.end.rss_kib += 1;
-        let f = leak_failures(&o, LIMITS, 220, 6);
+        let f = leak_failures(&o, LIMITS, 220, 6, 16);
         assert!(f.len() == 1 && f[0].contains("RSS grew"), "{f:?}");
         // One descriptor more than the slack.
         let mut o = clean();
         o.end.fds = 9;
-        let f = leak_failures(&o, LIMITS, 220, 6);
+        let f = leak_failures(&o, LIMITS, 220, 6, 16);
         assert!(f.len() == 1 && f[0].contains("fds grew"), "{f:?}");
         assert!(
             leak_failures(
@@ -157,14 +169,15 @@ mod tests {
                     ..LIMITS
                 },
                 220,
-                6
+                6,
+                16
             )
             .is_empty()
         );
         // RSS that shrank is no growth.
         let mut o = clean();
         o.end.rss_kib = 1;
-        assert!(leak_failures(&o, LIMITS, 220, 6).is_empty());
+        assert!(leak_failures(&o, LIMITS, 220, 6, 16).is_empty());
     }
 
     #[test]
@@ -172,23 +185,36 @@ mod tests {
         let mut o = clean();
         o.errors_before_concurrent = 1;
         o.errors_before_kills = 1;
+        o.errors_before_busy = 7;
         o.errors_total = 7;
-        let f = leak_failures(&o, LIMITS, 220, 6);
+        let f = leak_failures(&o, LIMITS, 220, 6, 16);
         assert!(f.len() == 1 && f[0].contains("well-behaved"), "{f:?}");
         let mut o = clean();
         o.errors_before_kills = 2;
+        o.errors_before_busy = 8;
         o.errors_total = 8;
-        assert!(leak_failures(&o, LIMITS, 220, 6)[0].contains("well-behaved"));
+        assert!(leak_failures(&o, LIMITS, 220, 6, 16)[0].contains("well-behaved"));
         let mut o = clean();
+        o.errors_before_busy = 7;
         o.errors_total = 7;
-        let f = leak_failures(&o, LIMITS, 220, 6);
+        let f = leak_failures(&o, LIMITS, 220, 6, 16);
         assert!(
             f.len() == 1 && f[0].contains("7 session errors for 6 killed"),
             "{f:?}"
         );
+        // The busy phase's idle connections: one error each at most.
+        let mut o = clean();
+        o.errors_total = 6 + 16;
+        assert!(leak_failures(&o, LIMITS, 220, 6, 16).is_empty());
+        o.errors_total += 1;
+        let f = leak_failures(&o, LIMITS, 220, 6, 16);
+        assert!(
+            f.len() == 1 && f[0].contains("17 session errors for the busy phase's 16"),
+            "{f:?}"
+        );
         let mut o = clean();
         o.unverified = 1;
-        assert!(leak_failures(&o, LIMITS, 220, 6)[0].contains("verified=false"));
+        assert!(leak_failures(&o, LIMITS, 220, 6, 16)[0].contains("verified=false"));
     }
 
     #[test]

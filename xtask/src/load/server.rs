@@ -36,11 +36,10 @@ impl ServerGuard {
         let bin = &args.server_bin;
         let buffer_size = args.buffer_size.to_string();
         let max_clients = args.concurrent.to_string();
-        let per_ip = args.max_per_ip.to_string();
         let extra = &args.server_args;
         let mut command = Command::from(cmd!(
             sh,
-            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} --max-per-ip {per_ip} {extra...}"
+            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} --max-per-ip {max_clients} {extra...}"
         ));
         let mut child = command
             .stdin(Stdio::null())
@@ -121,6 +120,31 @@ impl ServerGuard {
 
     /// Waits for the first event `pred` holds for (`what` names it); fails early if the
     /// server exits.
+    /// Waits until `cond` holds of the server (its events so far), until `deadline`; fails
+    /// naming `what` when it does not, or when the server exits first.
+    pub fn wait_until(
+        &mut self,
+        what: &str,
+        cond: impl Fn(&Self) -> bool,
+        deadline: Instant,
+    ) -> Result<()> {
+        loop {
+            if cond(self) {
+                return Ok(());
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                bail!(
+                    "the server exited ({st}) while waiting for {what}; stderr: {}",
+                    self.stderr_tail()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!("no {what} in time; stderr: {}", self.stderr_tail());
+            }
+            exec::sleep(Duration::from_millis(20))?;
+        }
+    }
+
     pub fn wait_for(
         &mut self,
         ty: &str,
