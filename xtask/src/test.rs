@@ -6,11 +6,14 @@
 //! the end-to-end scenarios in the guests: all of them across two guests, the
 //! README's first command on a new machine of this kind (`xtask fresh-root`: a debootstrap
 //! root in which `cargo xtask e2e` installs, builds and runs the seed write), the fabric
-//! check through Slurm in three guests (`xtask fabric-e2e`), then all
-//! of them again in one guest through the
-//! host-rxe backend (`xtask e2e --backend rxe` runs inside it), with the verbs self-test and the
-//! load test; last, the Debian packages (`xtask pkg-test`: built, installed apart in the guests,
-//! run as packaged, removed).
+//! check through Slurm in three guests (`xtask fabric-e2e`), then in one guest the
+//! host-rxe backend (`xtask e2e --backend rxe` runs inside it) with the verbs self-test, the
+//! load test and the scenarios about the node ([`ONE_NODE`]); last, the Debian packages
+//! (`xtask pkg-test`: built, installed apart in the guests, run as packaged, removed).
+//!
+//! Each phase's time is reported against its deadline (the sum of what its waits were granted,
+//! [`deadline::grant`]); `--keep-going` runs every phase whatever failed; `--slow-guests` pins
+//! every QEMU to one host core, to prove that no deadline is a fixed total.
 
 use crate::deadline;
 use crate::deps::{self, Group};
