@@ -1,0 +1,261 @@
+//! The plans of each vm-smoke shape, and of several in one boot.
+
+use super::*;
+
+pub(crate) fn shape() -> Shape {
+    Shape {
+        nodes: 2,
+        nics: 1,
+        dead: None,
+        down: None,
+        ipv6: false,
+        transport: LinkKind::Rxe,
+        capture: false,
+        cm: false,
+        iters: 200,
+        modules: None,
+        ours: None,
+        tclass: None,
+        bench: None,
+        cm_bad_nonce: false,
+    }
+}
+
+fn step<'a>(p: &'a Plan, name: &str) -> &'a Step {
+    p.steps.iter().find(|s| s.name == name).unwrap()
+}
+
+#[test]
+fn the_default_run_is_todays_pair_on_eth0() {
+    let two = plans(&shape());
+    assert_eq!(two.len(), 2);
+    assert_eq!(two[0].1.node, Node::guest("10.0.0.1", true));
+    assert_eq!(two[1].1.node, Node::guest("10.0.0.2", true));
+    let server = step(&two[0].1, "server");
+    let client = step(&two[1].1, "client");
+    assert!(server.background);
+    assert_eq!(server.create_file_when_started.as_deref(), Some(MARKER));
+    assert_eq!(client.wait_for_file.as_deref(), Some(MARKER));
+    assert_eq!(
+        client.argv.join(" "),
+        "ib_write_bw -d rxe0 -x @gid-index:rxe0:10.0.0.2 -s 4096 -n 200 10.0.0.1"
+    );
+    assert_eq!(step(&two[1].1, "ping-live-link").expect_exit, 0);
+    let one = plans(&Shape {
+        nodes: 1,
+        ..shape()
+    });
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].1.steps.len(), 3);
+}
+
+#[test]
+fn a_dead_eth0_sends_the_pair_over_rxe1() {
+    let s = Shape {
+        nics: 2,
+        dead: Some(0),
+        ..shape()
+    };
+    let p = plans(&s);
+    let b = &p[1].1;
+    assert_eq!(b.node.nics.len(), 2);
+    assert_eq!(b.node.nics[1].ipv4.as_deref(), Some("10.0.1.2/24"));
+    assert_eq!(b.node.nics[1].rdma, Some(RdmaDev::rxe("rxe1")));
+    assert_eq!(
+        step(b, "client").argv.join(" "),
+        "ib_write_bw -d rxe1 -x @gid-index:rxe1:10.0.1.2 -s 4096 -n 200 10.0.1.1"
+    );
+    // Both links are proven: the cut one does not answer, the live one does.
+    let dead = step(b, "ping-dead-link");
+    assert_eq!(
+        (dead.expect_exit, dead.argv.last().unwrap().as_str()),
+        (1, "10.0.0.1")
+    );
+    assert_eq!(step(b, "ping-live-link").argv.last().unwrap(), "10.0.1.1");
+    let other_way = Shape {
+        dead: Some(1),
+        ..s.clone()
+    };
+    assert_eq!(other_way.traffic_link(), 0);
+    // A NIC left down: both guests keep eth0 down, the pair takes rxe1.
+    let down = Shape {
+        dead: None,
+        down: Some(0),
+        ..s
+    };
+    let p = plans(&down);
+    assert!(!p[0].1.node.nics[0].up && p[0].1.node.nics[1].up);
+    assert_eq!(step(&p[1].1, "ping-down-link").expect_exit, 1);
+    assert_eq!(
+        step(&p[1].1, "ping-live-link").argv.last().unwrap(),
+        "10.0.1.1"
+    );
+    assert!(step(&p[1].1, "client").argv.contains(&"rxe1".to_owned()));
+}
+
+#[test]
+fn ipv6_only_nics_and_the_v6_gid() {
+    let s = Shape {
+        ipv6: true,
+        nics: 2,
+        ..shape()
+    };
+    let n = s.node(2);
+    assert_eq!(n.nics[0].ipv4, None);
+    assert_eq!(n.nics[0].ipv6.as_deref(), Some("fd00::2/64"));
+    assert_eq!(n.nics[1].ipv6.as_deref(), Some("fd00:1::2/64"));
+    let p = plans(&s);
+    assert_eq!(
+        step(&p[1].1, "client").argv.join(" "),
+        "ib_write_bw -d rxe0 -x @gid-index:rxe0:fd00::2 -s 4096 -n 200 10.0.2.1"
+    );
+    // perftest's out-of-band exchange needs IPv4: a third NIC carries it, with no RDMA
+    // device (so the pair's GID is the IPv6 one on rxe0).
+    assert_eq!(s.total_nics(), 3);
+    assert_eq!(n.nics[2].ipv4.as_deref(), Some("10.0.2.2/24"));
+    assert_eq!(n.nics[2].rdma, None);
+    let siw = Shape {
+        transport: LinkKind::Siw,
+        ..s
+    };
+    assert_eq!(siw.total_nics(), 2);
+    assert_eq!(step(&plans(&siw)[1].1, "client").argv[3], "fd00::1");
+}
+
+#[test]
+fn our_pair_takes_no_device_flags_and_needs_no_ipv4_on_ipv6() {
+    let s = Shape {
+        nics: 2,
+        dead: Some(0),
+        ours: Some(("/t/rdma-server".into(), "/t/rdma-client".into())),
+        ..shape()
+    };
+    let p = plans(&s);
+    assert_eq!(
+        step(&p[0].1, "server").argv.join(" "),
+        "/t/rdma-server --json --timeout 30s"
+    );
+    assert_eq!(
+        step(&p[1].1, "client").argv.join(" "),
+        "/t/rdma-client --json --message Hello RDMA Write! 10.0.1.1"
+    );
+    let v6 = Shape {
+        nics: 1,
+        dead: None,
+        ipv6: true,
+        ..s
+    };
+    // Our handshake runs over IPv6 itself: no out-of-band IPv4 NIC.
+    assert_eq!(v6.total_nics(), 1);
+    assert_eq!(
+        step(&plans(&v6)[1].1, "client").argv.last().unwrap(),
+        "fd00::1"
+    );
+    // --tclass goes to both ends (the server's ACKs are marked too).
+    let tc = Shape {
+        tclass: Some(106),
+        ..v6
+    };
+    let p = plans(&tc);
+    for (guest, name) in [(0, "server"), (1, "client")] {
+        assert!(
+            step(&p[guest].1, name)
+                .argv
+                .ends_with(&owned(&["--tclass", "106"]))
+        );
+    }
+}
+
+#[test]
+fn siw_runs_rping_through_rdma_cm_and_capture_runs_tcpdump() {
+    let s = Shape {
+        transport: LinkKind::Siw,
+        modules: Some(Modules::default()),
+        ..shape()
+    };
+    let p = plans(&s);
+    assert_eq!(p[0].1.node.nics[0].rdma, Some(RdmaDev::siw("siw0")));
+    assert!(p[0].1.node.modules.is_some());
+    let server = step(&p[0].1, "server");
+    assert_eq!(server.argv.join(" "), "rping -s -a 10.0.0.1 -C 3 -v");
+    assert_eq!(server.stop_when_file.as_deref(), Some("client-done"));
+    assert_eq!(
+        step(&p[1].1, "client").argv.join(" "),
+        "rping -c -a 10.0.0.1 -C 3 -v -V"
+    );
+    // RDMA CM on rxe: rping too, on rxe0.
+    let cm = Shape {
+        cm: true,
+        ..shape()
+    };
+    let p = plans(&cm);
+    assert_eq!(p[0].1.node.nics[0].rdma, Some(RdmaDev::rxe("rxe0")));
+    assert_eq!(step(&p[0].1, "server").argv[0], "rping");
+    let c = Shape {
+        capture: true,
+        ..shape()
+    };
+    let a = &plans(&c)[0].1;
+    let names: Vec<&str> = a.steps.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.iter().position(|n| *n == "tcpdump") < names.iter().position(|n| *n == "server"));
+    assert!(
+        step(a, "tcpdump")
+            .argv
+            .ends_with(&owned(&["udp", "port", "4791"]))
+    );
+    assert_eq!(
+        rping_verified("ping data: rdma-ping-0: ABC\nping data: rdma-ping-1: BCD\nother\n"),
+        2
+    );
+}
+
+#[test]
+fn workloads_of_one_boot_take_turns_on_their_own_names_and_ports() {
+    let ours = Shape {
+        ours: Some(("/t/rdma-server".into(), "/t/rdma-client".into())),
+        ..shape()
+    };
+    let v6 = Shape {
+        ipv6: true,
+        ..ours.clone()
+    };
+    let p = plans_for(&[shape(), ours.clone(), v6.clone()]);
+    let (a, b) = (&p[0].1, &p[1].1);
+    // The network is proven once; each workload has its own steps and markers.
+    assert_eq!(
+        b.steps
+            .iter()
+            .filter(|s| s.name.starts_with("ping-"))
+            .count(),
+        1
+    );
+    assert_eq!(step(a, "server").argv[0], "ib_write_bw");
+    assert_eq!(
+        step(a, "server-1").argv.join(" "),
+        "/t/rdma-server --json --timeout 30s --listen [::]:7472"
+    );
+    assert_eq!(step(b, "client-1").argv.last().unwrap(), "10.0.0.1:7472");
+    assert_eq!(step(b, "client-2").argv.last().unwrap(), "[fd00::1]:7473");
+    assert_eq!(
+        step(b, "client-1").wait_for_file.as_deref(),
+        Some("server-started-1")
+    );
+    // Workload 1's server starts once workload 0's client has ended, whatever its outcome.
+    let names: Vec<&str> = a.steps.iter().map(|s| s.name.as_str()).collect();
+    let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
+    assert!(at("turn-1") < at("server-1") && at("server") < at("turn-1"));
+    assert_eq!(
+        step(a, "turn-1").wait_for_file.as_deref(),
+        Some("client-done")
+    );
+    assert_eq!(
+        step(b, "client").create_file_when_ended.as_deref(),
+        Some("client-done")
+    );
+    assert!(step(b, "client").allow_failure);
+    // Files too: capture.pcap, capture-1.pcap.
+    assert_eq!(Tag(1).name(CAPTURE), "capture-1.pcap");
+    assert_eq!(Tag(0).name(CAPTURE), CAPTURE);
+    // One workload alone: today's names, and its failure is the plan's.
+    assert!(!step(&plans(&ours)[1].1, "client").allow_failure);
+}
