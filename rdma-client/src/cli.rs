@@ -7,9 +7,9 @@ use crate::fault::Faults;
 use crate::run::{PayloadSource, WriteTask};
 use crate::session::{SessionOptions, TokenSource};
 use clap::Parser;
-use rdma_core_rs::cli::DeviceArgs;
+use rdma_app as app;
+use rdma_app::device::DeviceArgs;
 use rdma_proto::Notify;
-use rdma_proto::app;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The client's exit codes (the shared [`Exit`]), and which of its errors ends in which.
 
-use rdma_proto::app::{self, Documented, Exit};
+use rdma_app::{self as app, Documented, Exit};
 use rdma_proto::{ErrorCode, ProtoError, framing::FrameError};
 use std::error::Error as StdError;
 
@@ -79,12 +79,12 @@ pub fn classify(report: &color_eyre::Report) -> Exit {
     app::classify(report, EXITS, own)
 }
 
-/// The client's, the protocol's and the verbs layer's errors ([`rdma_core_rs::Error::exit`]).
+/// The client's, the protocol's and the verbs layer's errors (`rdma_app::verbs::verbs_exit`).
 fn own(cause: &(dyn StdError + 'static)) -> Option<Exit> {
-    if let Some(exit) = rdma_core_rs::Error::exit_of(cause) {
+    if let Some(exit) = rdma_app::verbs::verbs_exit(cause) {
         return Some(exit);
     }
-    if cause.is::<rdma_proto::app::token::TokenError>() {
+    if cause.is::<rdma_app::token::TokenError>() {
         return Some(Exit::Usage);
     }
     if let Some(exit) = crate::fabric::exit_of(cause) {

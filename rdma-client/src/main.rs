@@ -13,7 +13,7 @@ mod output;
 mod run;
 mod session;
 
-use rdma_proto::app;
+use rdma_app as app;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -3,8 +3,8 @@
 //! ([`app::Output`]). Every JSON event is one object with a `type` tag, so scripts can dispatch
 //! on it.
 
-use rdma_proto::app;
+use rdma_app as app;
 pub use rdma_proto::events::client::Event;
 
 /// Where the client's events go.
-pub type Output = app::Output<rdma_proto::events::client::Events>;
+pub type Output = app::Output<app::ClientEvents>;

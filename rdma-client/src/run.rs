@@ -29,7 +29,7 @@ pub struct WriteTask {
     /// `--notify`; `None`: what the device has (see [`crate::session::notify_for`]).
     pub notify: Option<Notify>,
     pub session: SessionOptions,
-    pub device: rdma_core_rs::cli::DeviceArgs,
+    pub device: rdma_app::device::DeviceArgs,
 }
 
 /// Runs the whole client flow; `Ok` only when the server verified the bytes.

@@ -7,8 +7,8 @@ use crate::exit::ClientError;
 use crate::fault::{Faults, Stage};
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
-use rdma_core_rs::cli::DeviceArgs;
-use rdma_core_rs::{CqMode, Endpoint, Init, LocalPort, QueuePair, Rts, Transport};
+use rdma_app::device::DeviceArgs;
+use rdma_core_rs::{CqMode, Init, LocalPort, QueuePair, Rts, Transport};
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
@@ -78,7 +78,7 @@ impl TokenSource {
     /// The token, read from its file if one was named.
     pub fn load(&self) -> Result<Option<String>> {
         Ok(match &self.file {
-            Some(path) => Some(rdma_proto::app::token::read_file(path)?),
+            Some(path) => Some(rdma_app::token::read_file(path)?),
             None => self.value.clone(),
         })
     }
@@ -264,7 +264,9 @@ impl<'a> Session<'a> {
     ) -> Result<(QueuePair<Rts>, Accept)> {
         let psn = rdma_core_rs::random_psn()?;
         let cm = self.opts.cm || self.local.ctx.transport().needs_cm();
-        let hello = self.hs.hello_cm(self.local.endpoint(&qp, psn).into(), cm)?;
+        let hello = self
+            .hs
+            .hello_cm(rdma_app::verbs::to_wire(self.local.endpoint(&qp, psn)), cm)?;
         self.send(&hello.to_line())?;
         self.opts.faults.kill_at(Stage::Hello);
         let msg = self.recv()?;
@@ -282,7 +284,11 @@ impl<'a> Session<'a> {
                 )
                 .wrap_err("connecting the queue pair through RDMA CM")?
             }
-            None => qp.connect_to(self.local, &Endpoint::from(&accept.endpoint), psn)?,
+            None => qp.connect_to(
+                self.local,
+                &rdma_app::verbs::from_wire(&accept.endpoint),
+                psn,
+            )?,
         };
         self.emit(
             &Event::QpReady {

@@ -81,8 +81,6 @@ pub use context::{Context, DeviceInfo, devices, select_gid_in};
 pub use cq::{Completion, CompletionQueue, CqMode, ParseCqModeError};
 pub use error::{Error, ErrorKind, Result, VerbOp};
 pub use local::LocalPort;
-#[cfg(feature = "clap")]
-pub use local::cli;
 pub use pd::{ExposedRegion, MemoryRegion, OwnedBuffer, ProtectionDomain};
 pub use qp::{
     Endpoint, Init, MAX_PSN, MAX_WRITE_LEN, PathClass, QpCaps, QueuePair, RemoteBuffer, RemoteQp,

@@ -3,11 +3,11 @@
 //! One enum for both programs: a code means the same thing in `rdma-server` and `rdma-client`
 //! (4 is "the network", be it a server that cannot listen or a client that cannot connect).
 //! Each binary documents the subset it can return ([`Documented`]); its `--help` table is
-//! written from that list ([`exit_codes_help`]), and `app::classify` (feature `app`) never
+//! written from that list ([`exit_codes_help`]), and `rdma_app::classify` never
 //! returns a code outside it, so the code and the help cannot drift apart. Readers of the
 //! binaries (xtask) turn a process status back into an [`Exit`] with [`Exit::from_code`] and
-//! compare kinds, never numbers. Which verbs errors end in which kind is rdma-core-rs's
-//! `Error::exit`.
+//! compare kinds, never numbers. Which verbs errors end in which kind is
+//! `rdma_app::verbs::exit_of_verbs`, where the two layers meet.
 
 use serde::{Deserialize, Serialize};
 

@@ -12,11 +12,9 @@
 //! * [`events`]: the binaries' `--json` events (bench rows and fabric records included), for
 //!   the binaries that write them and everything that reads them.
 //! * [`exit`]: the binaries' exit codes, one table for `--help`, the code and their readers.
-//! * `app` (feature `app`): what both binaries share to start and end a run (the `--json`
-//!   writer, the error reporter, the exit mapping); `app::testing` (feature `test-support`)
-//!   holds a binary's failures to its `--help`.
 //!
-//! No ibverbs and no sockets outside [`framing`].
+//! No ibverbs, no command line or terminal, and no sockets outside [`framing`]. What both binaries
+//! share to start and end a run (the `--json` writer, the error reporter) is the `rdma-app` crate.
 //!
 //! ```
 //! use rdma_proto::*;
@@ -26,8 +24,6 @@
 //! assert_eq!(msg.to_line().as_bytes(), line);
 //! ```
 
-#[cfg(feature = "app")]
-pub mod app;
 pub mod bench;
 pub mod cm;
 pub mod error;

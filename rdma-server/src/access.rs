@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 // The token is read as both binaries read it: from a file only its owner can read, else from
 // the environment (rdma-core-rs's `app::token`).
-pub use rdma_proto::app::token::{TOKEN_ENV, TokenError as AccessError, load as load_token};
+pub use rdma_app::token::{TOKEN_ENV, TokenError as AccessError, load as load_token};
 
 /// Whether a client address passes `--allow` (an empty list allows everyone).
 pub fn allowed(allow: &[IpNet], peer: IpAddr) -> bool {

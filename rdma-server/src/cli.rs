@@ -3,8 +3,8 @@
 use crate::exit;
 use clap::{Parser, ValueEnum};
 use ipnet::IpNet;
-use rdma_core_rs::cli::DeviceArgs;
-use rdma_proto::app;
+use rdma_app as app;
+use rdma_app::device::DeviceArgs;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -43,7 +43,7 @@ pub(crate) fn accept(
         port: listener.port(),
         nonce,
     };
-    let ours = local.endpoint(&qp, psn).into();
+    let ours = rdma_app::verbs::to_wire(local.endpoint(&qp, psn));
     let accept = hs.accept_cm(ours, mr.addr(), mr.rkey(), mr.len() as u64, Some(offer))?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     let admit = |r: &rdma_core_rs::cm::Request<'_>| cm_admits(&offer, peer_ip, r);

@@ -2,7 +2,7 @@
 
 use crate::access::AccessError;
 use crate::config::ConfigError;
-use rdma_proto::app::{self, Documented, Exit};
+use rdma_app::{self as app, Documented, Exit};
 
 /// `--help`'s line for exit code 0.
 pub const SUCCESS: &str =
@@ -62,7 +62,7 @@ pub fn classify(report: &color_eyre::Report) -> Exit {
                 ServerError::Lifetime(_) => Exit::Timeout,
                 ServerError::Signals(_) => Exit::Internal,
             })
-            .or_else(|| rdma_core_rs::Error::exit_of(cause))
+            .or_else(|| rdma_app::verbs::verbs_exit(cause))
     })
 }
 

@@ -17,7 +17,7 @@ mod output;
 mod run;
 mod session;
 
-use rdma_proto::app;
+use rdma_app as app;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

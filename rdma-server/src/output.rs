@@ -3,8 +3,8 @@
 //! ([`app::Output`]); it writes each event as one whole line, so the sessions' threads never
 //! interleave lines.
 
-use rdma_proto::app;
+use rdma_app as app;
 pub use rdma_proto::events::server::{AuthMode, Event, ServeMode, SessionNotify, StopReason};
 
 /// Where the server's events go.
-pub type Output = app::Output<rdma_proto::events::server::Events>;
+pub type Output = app::Output<app::ServerEvents>;

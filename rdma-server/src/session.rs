@@ -11,8 +11,8 @@ use crate::cli::Fault;
 use crate::i18n::Lang;
 use crate::output::{Event, Output, SessionNotify};
 use rdma_core_rs::{
-    Access, Completion, CqMode, Endpoint, ErrorKind, ExposedRegion, Init, LocalPort, OwnedBuffer,
-    QpCaps, QueuePair, Rts, WcOpcode,
+    Access, Completion, CqMode, ErrorKind, ExposedRegion, Init, LocalPort, OwnedBuffer, QpCaps,
+    QueuePair, Rts, WcOpcode,
 };
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::{FrameError, LineConn};
@@ -54,7 +54,7 @@ pub struct SessionCtx {
     pub pinned: PinBudget,
     /// The device flags: without `--gid-index`, each session uses the device, port and GID
     /// that carry the address its client came in on (`DeviceArgs::open_for`).
-    pub device: rdma_core_rs::cli::DeviceArgs,
+    pub device: rdma_app::device::DeviceArgs,
     /// On RoCE, this port's own GIDs: every hello's GID is bound to its TCP peer (a loopback
     /// peer to one of these). `None` on InfiniBand, where nothing can be bound.
     pub bind_gids: Option<Vec<rdma_proto::Gid>>,
@@ -376,9 +376,9 @@ pub(crate) fn connect_and_accept(
     if hello.cm {
         return crate::cm::accept(s, local, conn, hs, qp, mr, psn, rdma);
     }
-    let client = Endpoint::from(&hello.endpoint);
+    let client = rdma_app::verbs::from_wire(&hello.endpoint);
     let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;
-    let ours = local.endpoint(&qp, psn).into();
+    let ours = rdma_app::verbs::to_wire(local.endpoint(&qp, psn));
     let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     Ok(qp)

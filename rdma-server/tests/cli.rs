@@ -1,9 +1,9 @@
 //! The server's failure paths that need no RDMA link, held to what its `--help` promises. The
 //! harness and the one list of user mistakes are shared with the client's tests
-//! (`rdma_proto::app::testing`); this file only says how to make each mistake here.
+//! (`rdma_app::testing`); this file only says how to make each mistake here.
 
-use rdma_proto::app::Exit;
-use rdma_proto::app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
+use rdma_app::Exit;
+use rdma_app::testing::{Binary, Case, EMPTY_FILE, MISSING_FILE, Mistake};
 
 fn server() -> Binary {
     Binary::new(env!("CARGO_BIN_EXE_rdma-server"))

@@ -163,9 +163,9 @@ pub fn build(no_build: bool) -> Result<Dist> {
 
 /// The library crates other programs can use: their docs build without a warning (broken
 /// intra-doc links included) and `cargo publish --dry-run` packages and builds them.
-pub const CRATES: [&str; 2] = ["rdma-proto", "rdma-core-rs"];
+pub const CRATES: [&str; 3] = ["rdma-proto", "rdma-core-rs", "rdma-app"];
 
-/// Checks that [`CRATES`] are publishable (docs, then a dry-run publish of both at once, so
+/// Checks that [`CRATES`] are publishable (docs, then a dry-run publish of all at once, so
 /// that one may depend on the other's unpublished version).
 pub fn check_crates() -> Result<()> {
     let sh = Shell::new()?;

@@ -10,7 +10,7 @@ use color_eyre::Report;
 /// The stderr text of the failure that ends xtask.
 #[must_use]
 pub fn render(report: &Report) -> String {
-    let mut chain = rdma_proto::app::report::causes(report).into_iter();
+    let mut chain = rdma_app::report::causes(report).into_iter();
     let mut text = format!("error: {}", chain.next().unwrap_or_default());
     for cause in chain {
         text.push_str("\n  caused by: ");

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
+use rdma_app as app;
 use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer};
-use rdma_proto::app;
 use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, MAX_ITERS, PongBuffer};
 use rdma_proto::{ClientHandshake, ClientRequest, Notify};
 
@@ -144,7 +144,7 @@ pub struct BenchTask {
     pub mode: BenchMode,
     pub bench: BenchArgs,
     pub session: SessionOptions,
-    pub device: rdma_core_rs::cli::DeviceArgs,
+    pub device: rdma_app::device::DeviceArgs,
 }
 
 /// Runs a bench session; `Ok` only when the server verified the final bytes.

@@ -19,8 +19,8 @@ pub mod validate;
 
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
+use rdma_app::{self as app, Exit};
 use rdma_proto::DEFAULT_PORT;
-use rdma_proto::app::{self, Exit};
 use std::borrow::Cow;
 use std::io::BufReader;
 use std::path::PathBuf;
@@ -170,7 +170,7 @@ pub struct FabricTask {
     /// How each pair's measurements post.
     pub knobs: crate::bench::Knobs,
     pub session: crate::session::SessionOptions,
-    pub device: rdma_core_rs::cli::DeviceArgs,
+    pub device: rdma_app::device::DeviceArgs,
 }
 
 /// Runs `--fabric` (with or without `--plan`) or `--fabric-report`.

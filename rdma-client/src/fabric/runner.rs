@@ -361,7 +361,7 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
 fn with_failure(mut r: PairResult, e: &Report, context: &str) -> PairResult {
     r.verified = false;
     r.error_kind = Some(exit::classify(e));
-    r.error = Some(format!("{context}{}", rdma_proto::app::report::message(e)));
+    r.error = Some(format!("{context}{}", rdma_app::report::message(e)));
     r
 }
 

@@ -5,7 +5,6 @@
 //! ([`completion_advice`]). [`Error::kind`] groups errors so binaries can pick exit codes.
 
 mod advice;
-mod exit;
 
 use std::fmt;
 use std::time::Duration;

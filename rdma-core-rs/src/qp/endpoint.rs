@@ -8,7 +8,7 @@ use crate::types::{Gid, Mtu, PortInfo};
 
 /// One side's queue pair as the two sides exchange it (out of band, e.g. in a handshake):
 /// everything the other side needs to connect to it. Plain values; no wire format here: the
-/// handshake's [`rdma_proto::QpEndpoint`] converts to and from it (`From`, the one conversion).
+/// binaries' protocol converts to and from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// QP number (24 bits).
@@ -21,20 +21,6 @@ pub struct Endpoint {
     pub lid: u16,
     /// Its port's active MTU in bytes (256, 512, 1024, 2048 or 4096).
     pub mtu: u32,
-}
-
-/// The peer's endpoint as the handshake carried it (a hello's or an accept's).
-impl From<&rdma_proto::QpEndpoint> for Endpoint {
-    fn from(e: &rdma_proto::QpEndpoint) -> Self {
-        Endpoint::new(e.qpn, e.psn, Gid(e.gid.0), e.lid, e.mtu)
-    }
-}
-
-/// Our endpoint as the handshake carries it.
-impl From<Endpoint> for rdma_proto::QpEndpoint {
-    fn from(e: Endpoint) -> Self {
-        rdma_proto::QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu)
-    }
 }
 
 impl Endpoint {
@@ -107,17 +93,6 @@ mod tests {
     use crate::error::ErrorKind;
     use crate::qp::tests::remote_qp;
     use crate::types::LinkLayer;
-
-    #[test]
-    fn the_handshakes_endpoint_converts_both_ways_unchanged() {
-        let ours = Endpoint::new(0x00ab_cdef, 0x0012_3456, Gid([7; 16]), 3, 1024);
-        let wire = rdma_proto::QpEndpoint::from(ours);
-        assert_eq!(
-            (wire.qpn, wire.psn, wire.gid.0, wire.lid, wire.mtu),
-            (0x00ab_cdef, 0x0012_3456, [7; 16], 3, 1024)
-        );
-        assert_eq!(Endpoint::from(&wire), ours);
-    }
 
     #[test]
     fn rtr_towards_a_peer_takes_the_smaller_mtu_and_our_port() {

@@ -215,21 +215,3 @@ mod tests {
         }
     }
 }
-
-/// The client's events, for the shared writer (`app::Output<Events>`).
-#[cfg(feature = "app")]
-#[derive(Debug, Clone, Copy)]
-pub enum Events {}
-
-#[cfg(feature = "app")]
-impl crate::app::Events for Events {
-    type Event<'a> = Event<'a>;
-
-    fn fatal(exit: Exit, message: String) -> Event<'static> {
-        Event::Error {
-            kind: exit,
-            exit_code: exit.code(),
-            message: message.into(),
-        }
-    }
-}

@@ -225,24 +225,3 @@ mod tests {
         assert!(err.to_string().contains(r#"{"type":"nope"}"#), "{err}");
     }
 }
-
-/// The server's events, for the shared writer (`app::Output<Events>`).
-#[cfg(feature = "app")]
-#[derive(Debug, Clone, Copy)]
-pub enum Events {}
-
-#[cfg(feature = "app")]
-impl crate::app::Events for Events {
-    type Event<'a> = Event<'a>;
-
-    fn fatal(exit: crate::Exit, message: String) -> Event<'static> {
-        Event::Error {
-            session: None,
-            peer: None,
-            code: exit.name().into(),
-            message: message.into(),
-            fatal: true,
-            exit_code: Some(exit.code()),
-        }
-    }
-}

@@ -4,9 +4,10 @@
 //! Each binary keeps its own event enum (their fields differ); [`Events`] names it and says how
 //! it spells a fatal error, so the writer and the fatal path are shared.
 
-use super::report;
-use crate::exit::Exit;
+use crate::report;
 use color_eyre::Report;
+use rdma_proto::events::{client, server};
+use rdma_proto::exit::Exit;
 use serde::Serialize;
 use std::io::Write as _;
 use std::marker::PhantomData;
@@ -18,6 +19,41 @@ pub trait Events {
 
     /// The event that reports the failure ending the process.
     fn fatal(exit: Exit, message: String) -> Self::Event<'static>;
+}
+
+/// The client's events ([`client::Event`]), for [`Output`].
+#[derive(Debug, Clone, Copy)]
+pub enum ClientEvents {}
+
+impl Events for ClientEvents {
+    type Event<'a> = client::Event<'a>;
+
+    fn fatal(exit: Exit, message: String) -> client::Event<'static> {
+        client::Event::Error {
+            kind: exit,
+            exit_code: exit.code(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The server's events ([`server::Event`]), for [`Output`].
+#[derive(Debug, Clone, Copy)]
+pub enum ServerEvents {}
+
+impl Events for ServerEvents {
+    type Event<'a> = server::Event<'a>;
+
+    fn fatal(exit: Exit, message: String) -> server::Event<'static> {
+        server::Event::Error {
+            session: None,
+            peer: None,
+            code: exit.name().into(),
+            message: message.into(),
+            fatal: true,
+            exit_code: Some(exit.code()),
+        }
+    }
 }
 
 /// Where `E`'s events go. Copy it freely: every event is written as one whole line under the

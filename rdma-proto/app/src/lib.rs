@@ -1,21 +1,24 @@
-//! What both binaries share to start and end a run (feature `app`): the rule that turns a
-//! failure into one of the contract's exit codes ([`classify`]), the `--json` writer of the
-//! contract's events ([`Output`]), one error reporter ([`report`]), and [`main`], the one way
-//! a binary ends; [`token`] (the access token) and [`generate`] (man page, completions).
+//! What both binaries share to start and end a run: the rule that turns a failure into one of
+//! the contract's exit codes ([`classify`]), the `--json` writer of the contract's events
+//! ([`Output`]), one error reporter ([`report`]), and [`main`], the one way a binary ends;
+//! [`device`] (the flags that choose the local end), [`token`] (the access token) and
+//! [`generate`] (man page, completions).
 //!
-//! It lives here, beside the contract it writes, so that the verbs layer (rdma-core-rs) never
-//! touches JSON or the terminal. Nothing here does network I/O or touches ibverbs: which verbs
-//! error is which exit is rdma-core-rs's `Error::exit`, handed in by the binaries.
+//! It is where the protocol (rdma-proto) and the verbs layer (rdma-core-rs) meet, so that
+//! neither depends on the other: [`verbs`] says which exit a verbs error ends in and converts
+//! the handshake's endpoint. Nothing here does network I/O or posts a verb.
 
+pub mod device;
 pub mod generate;
 mod output;
 pub mod report;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod token;
+pub mod verbs;
 
-pub use crate::exit::{Documented, Exit, exit_codes_help};
-pub use output::{Events, Output};
+pub use output::{ClientEvents, Events, Output, ServerEvents};
+pub use rdma_proto::exit::{Documented, Exit, exit_codes_help};
 
 use color_eyre::eyre::{Result, eyre};
 use std::error::Error as StdError;

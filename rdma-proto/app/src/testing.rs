@@ -6,7 +6,7 @@
 //! [`Binary::check_mistakes`] runs them all, with and without `--json`, with backtraces
 //! requested in the environment.
 
-use super::Exit;
+use crate::Exit;
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -156,7 +156,7 @@ impl Run {
     /// either binary.
     #[must_use]
     pub fn errors(&self) -> Vec<(String, u8)> {
-        use crate::events::{client, parse, server};
+        use rdma_proto::events::{client, parse, server};
         let mut errors = Vec::new();
         for l in self.stdout.lines().filter(|l| !l.trim().is_empty()) {
             match parse::<client::Event<'static>>(l) {

@@ -1,7 +1,7 @@
 //! How a failure reads: the color-eyre reporter, logging, and the text of a fatal error.
 
-use crate::exit::Exit;
 use color_eyre::Report;
+use rdma_proto::exit::Exit;
 use std::io::IsTerminal as _;
 
 /// Installs color-eyre (without colour codes when stderr is not a terminal) and the logger:
