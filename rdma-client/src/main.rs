@@ -1,19 +1,9 @@
-//! `rdma-client`: RDMA-Write a message straight into an `rdma-server`'s registered buffer.
-//!
-//! `main` hands the command line ([`cli::Args`], split into its typed [`cli::Task`]), the run
-//! and the mapping of errors to documented exit codes ([`exit::classify`]) to [`app::main`],
-//! the one way both binaries end. Everything else lives in the modules.
-
-mod bench;
-mod cli;
-mod exit;
-mod fabric;
-mod fault;
-mod output;
-mod run;
-mod session;
+//! `rdma-client`: parse the command line ([`cli::Args`], split into its typed [`cli::Task`]),
+//! run it, and end with the exit code `--help` documents for what happened (`classify`),
+//! through `rdma_app::main`, the one way both binaries end.
 
 use rdma_app as app;
+use rdma_client::{bench, classify::classify, cli, fabric, run};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -24,6 +14,6 @@ fn main() -> ExitCode {
             cli::Task::Bench(task) => bench::run(&task, &out),
             cli::Task::Fabric(task) => fabric::run(&task, &out),
         },
-        exit::classify,
+        classify,
     )
 }

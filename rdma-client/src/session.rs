@@ -172,6 +172,7 @@ fn first_addr((name, port): (&str, Option<u16>)) -> Option<SocketAddr> {
 }
 
 /// A session with one server, from its banner to its verdict.
+#[derive(Debug)]
 pub struct Session<'a> {
     conn: LineConn<TcpStream>,
     hs: ClientHandshake,
@@ -415,7 +416,7 @@ mod tests {
         let e = notify_rule(Some(Notify::Imm), Transport::Iwarp, "siw0").unwrap_err();
         assert!(e.to_string().contains("--notify tcp"), "{e}");
         assert_eq!(
-            crate::exit::classify(&color_eyre::Report::new(e)),
+            crate::classify::classify(&color_eyre::Report::new(e)),
             rdma_proto::Exit::Usage
         );
     }

@@ -82,7 +82,7 @@ impl LocalPort {
         mut opened: Vec<Context>,
         candidates: &[Candidate],
     ) -> Option<(Self, String)> {
-        let (name, num) = crate::cm::device_for(local).ok()?;
+        let (name, num) = crate::cm::bind::device_for(local).ok()?;
         let at = candidates
             .iter()
             .position(|c| c.device == name && c.port.num == num)?;

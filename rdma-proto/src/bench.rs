@@ -44,7 +44,7 @@ impl std::str::FromStr for BenchMode {
             "bw" => Ok(BenchMode::Bw),
             other => Err(format!(
                 "unknown bench mode `{}`: use `lat` or `bw`",
-                crate::wire::shorten(other)
+                crate::text::shorten(other)
             )),
         }
     }

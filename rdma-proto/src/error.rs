@@ -6,7 +6,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::SUPPORTED_VERSIONS;
-use crate::wire::ErrorMsg;
 
 /// Stable, machine-readable error codes carried in `error` messages (`"code":"too_long"`).
 ///
@@ -279,6 +278,29 @@ impl ProtoError {
             msg,
             field,
             problem: problem.into(),
+        }
+    }
+}
+
+/// `error`: either direction. The sender closes the connection after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorMsg {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Human text with what to do.
+    pub message: String,
+    /// The versions the sender speaks (for `unsupported_version`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supported: Option<Vec<u32>>,
+}
+
+impl ErrorMsg {
+    /// An error message without `supported`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorMsg {
+            code,
+            message: message.into(),
+            supported: None,
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod events;
 pub mod exit;
 pub mod framing;
 pub mod handshake;
+mod text;
 pub mod wire;
 
 pub use bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
@@ -42,6 +43,7 @@ pub use handshake::{
     ClientHandshake, ClientRequest, ClientState, GidBinding, ServerEvent, ServerHandshake,
     ServerPolicy, ServerState,
 };
+pub use text::{is_deceptive, printable};
 pub use wire::{
     Accept, Auth, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Notify, Outcome,
     ParseAuthError, ParseGidError, ParseNotifyError, QpEndpoint, ServerMessage, VALID_MTUS,
@@ -65,45 +67,6 @@ pub const PREVIEW_INPUT: usize = MAX_TEXT + 4;
 /// CRC32C (Castagnoli) of `data`, as carried in `hello.crc32c`, `written.crc32c`, `result.crc32c`.
 pub fn crc32c(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
-}
-
-/// Text that came from the peer (an error `message`, a `result.text`), made safe to print on a
-/// terminal: every control character (NUL, ESC, newline, ...) and every invisible character
-/// that can reorder, hide or break what a log line shows ([`is_deceptive`]: bidi overrides and
-/// isolates, line and paragraph separators, zero-width characters) is escaped as `\u{202e}`;
-/// the rest is kept as is. JSON output needs no such care; human output does.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_debug());
-        } else if is_deceptive(c) {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The invisible format characters that change how a line reads without showing themselves
-/// (the set rustc's `text_direction_codepoint_in_literal` lint and Unicode TR36 name): the bidi
-/// embeddings, overrides, isolates and marks, the line and paragraph separators, zero-width
-/// spaces and joiners, the word joiner and invisible operators, the byte order mark, the soft
-/// hyphen, the Mongolian vowel separator and the interlinear annotation controls.
-pub fn is_deceptive(c: char) -> bool {
-    matches!(
-        c,
-        '\u{00ad}'
-            | '\u{061c}'
-            | '\u{180e}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{206f}'
-            | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}'
-    )
 }
 
 /// The payload as text for `result.text`: lossy UTF-8, cut to at most [`MAX_TEXT`] bytes on a

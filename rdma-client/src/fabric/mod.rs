@@ -7,6 +7,7 @@
 //! rounds), `rails` (`--rails`: which rail pairs with which, one matrix per rail), `report`
 //! (the merge and the outlier rule), `table` and `heatmap` (how a report is shown).
 
+pub mod error;
 pub mod heatmap;
 pub mod pair;
 pub mod rails;
@@ -19,7 +20,8 @@ pub mod validate;
 
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _};
-use rdma_app::{self as app, Exit};
+use error::FabricError;
+use rdma_app as app;
 use rdma_proto::DEFAULT_PORT;
 use std::borrow::Cow;
 use std::io::BufReader;
@@ -131,32 +133,6 @@ fn positive(text: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("{text:?} is not a positive number")),
     }
-}
-
-/// The fabric check's failures that are not the user's mistakes.
-#[derive(Debug, thiserror::Error)]
-pub enum FabricError {
-    #[error(
-        "{failed} of {pairs} pair(s) failed{missing}; see the bad pairs above",
-        missing = if *.missing > 0 { format!(" and {} had no result", .missing) } else { String::new() }
-    )]
-    PairsFailed {
-        failed: usize,
-        missing: usize,
-        pairs: usize,
-    },
-}
-
-/// The exit code for a fabric check's own errors (`None`: not one of them).
-pub fn exit_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
-    if cause.is::<ranks::RankError>()
-        || cause.is::<report::ReportError>()
-        || cause.is::<heatmap::HeatmapError>()
-        || cause.is::<rails::RailError>()
-    {
-        return Some(Exit::Usage);
-    }
-    cause.is::<FabricError>().then_some(Exit::Transfer)
 }
 
 /// `--fabric` or `--fabric-report`, from the command line.

@@ -23,12 +23,12 @@
 //! rails fails those pairs, with the reason.
 
 use super::FabricTask;
+use super::error::FabricError;
 use super::pair::PairResult;
 use super::rails;
 use super::ranks::{RankError, World};
-use super::{FabricError, schedule};
+use super::schedule;
 use crate::bench::{Measure, Sweep};
-use crate::exit;
 use crate::output::{Event, Output};
 use crate::run::Write;
 use crate::session::Target;
@@ -360,7 +360,7 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
 /// `r`, failed with `e` (its exit kind and message, after `context`).
 fn with_failure(mut r: PairResult, e: &Report, context: &str) -> PairResult {
     r.verified = false;
-    r.error_kind = Some(exit::classify(e));
+    r.error_kind = Some(crate::classify::classify(e));
     r.error = Some(format!("{context}{}", rdma_app::report::message(e)));
     r
 }

@@ -14,6 +14,7 @@
 //! request its `admit` check allows (the binaries: the nonce in the private data and the TCP
 //! peer's address), rejects others and goes on waiting.
 
+pub(crate) mod bind;
 mod qp;
 mod raw;
 
@@ -26,37 +27,14 @@ use crate::error::{Error, Result, VerbOp};
 use crate::local::LocalPort;
 use crate::{Init, QueuePair, Rts};
 
+use bind::bind;
+pub use bind::device_for;
 use raw::{Channel, Event, Id};
 
 /// Whether RDMA CM can be used here: its event channel opens (the rdma_ucm module is loaded).
 #[must_use]
 pub fn available() -> bool {
     Channel::new().is_ok()
-}
-
-/// The device and port RDMA CM binds `local` to: the RDMA device whose netdev holds the
-/// address, on every transport (on iWARP the only way to know it: its GIDs are not
-/// addresses).
-///
-/// # Errors
-/// RDMA CM unavailable ([`VerbOp::CmChannel`]), or no RDMA device carries the address
-/// ([`VerbOp::CmBindAddr`]).
-pub fn device_for(local: IpAddr) -> Result<(String, u8)> {
-    let ch = Channel::new()?;
-    let id = Id::new(&ch)?;
-    bind(&id, local)?;
-    id.device()
-        .ok_or_else(|| Error::verb(VerbOp::CmBindAddr, local.to_string(), libc::ENODEV))
-}
-
-fn bind(id: &Id, local: IpAddr) -> Result<()> {
-    let addr = raw::std_to_sockaddr(SocketAddr::new(local, 0));
-    // SAFETY: valid id; `addr` is a valid sockaddr of its length, which librdmacm only reads.
-    let rc = unsafe { cm::rdma_bind_addr(id.raw(), addr.as_ptr().cast_mut().cast()) };
-    if rc != 0 {
-        return Err(Error::last_os(VerbOp::CmBindAddr, local.to_string()));
-    }
-    Ok(())
 }
 
 /// The CM connection of a connected queue pair: its id and the channel it reports on (and, on

@@ -1,6 +1,7 @@
 //! Decoding: [`ClientMessage::parse`] and [`ServerMessage::parse`], and the field-by-field
 //! checks (type and range) behind them.
 
+use crate::text::shorten;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
 
@@ -521,18 +522,4 @@ fn json_kind(v: &Value) -> &'static str {
 fn summary(v: &Value) -> String {
     let s = v.to_string();
     shorten(&s)
-}
-
-/// Peer text quoted in an error message: cut to 40 chars (so a hostile peer cannot make us echo
-/// megabytes), then escaped by [`crate::printable`] (so it cannot forge log lines or drive a
-/// terminal: error messages end up in both binaries' human logs).
-pub(crate) fn shorten(s: &str) -> String {
-    const MAX: usize = 40;
-    if s.chars().count() <= MAX {
-        crate::printable(s)
-    } else {
-        let mut out = crate::printable(&s.chars().take(MAX).collect::<String>());
-        out.push('…');
-        out
-    }
 }

@@ -16,8 +16,10 @@ use serde_json::Value;
 
 use crate::PROTOCOL_VERSION;
 use crate::bench::BenchParams;
-use crate::error::{ErrorCode, ProtoError};
-pub(crate) use decode::shorten;
+pub use crate::error::ErrorMsg;
+use crate::error::ProtoError;
+use crate::text::shorten;
+
 use decode::{check_mtu, check_range};
 
 /// Largest queue pair number / packet sequence number (both are 24-bit).
@@ -307,29 +309,6 @@ pub struct Outcome {
     /// Which check failed, when `verified` is false.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-}
-
-/// `error`: either direction. The sender closes the connection after it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ErrorMsg {
-    /// Stable code.
-    pub code: ErrorCode,
-    /// Human text with what to do.
-    pub message: String,
-    /// The versions the sender speaks (for `unsupported_version`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub supported: Option<Vec<u32>>,
-}
-
-impl ErrorMsg {
-    /// An error message without `supported`.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ErrorMsg {
-            code,
-            message: message.into(),
-            supported: None,
-        }
-    }
 }
 
 /// Everything a client sends.

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::cells::status;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::{Cell, Report};
@@ -14,9 +15,6 @@ pub const THRESHOLDS: &[&str] = &["--lat-factor", "20", "--bw-fraction", "0.1"];
 
 /// The phases, in the order node1 runs them.
 pub const PHASES: [Phase; 4] = [Phase::Healthy, Phase::Rails, Phase::Slow, Phase::Down];
-
-/// Rails of every guest in the rails phase (`rxe0` on eth0, `rxe1` on eth1).
-pub const RAILS: usize = 2;
 
 /// One run of the fabric check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,16 +114,6 @@ fn parse(json: &str) -> Result<Vec<Report>> {
         bail!("no `fabric_report` event in: {json}");
     }
     Ok(found)
-}
-
-/// The status of the cell (writer row, target column): pass, slow, fail, missing.
-pub(super) fn status(report: &Report, w: usize, t: usize) -> &'static str {
-    match report.matrix.get(w).and_then(|row| row.get(t)) {
-        Some(Some(Cell::Pass { .. })) => "pass",
-        Some(Some(Cell::Slow { .. })) => "slow",
-        Some(Some(Cell::Fail { .. })) => "fail",
-        _ => "missing",
-    }
 }
 
 /// Judges one phase. The faulted node is the last one (`n - 1`).

@@ -12,6 +12,7 @@
 //! The parts: [`cluster`] (hosts, slurm.conf and the guests' scripts, as text), [`judge`]
 //! (what each phase's report must show), [`rails`] (the rails phase's reports and lines).
 
+mod cells;
 mod cluster;
 mod judge;
 mod rails;
@@ -83,7 +84,7 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         })
         .collect();
     let t = Instant::now();
-    let run = vm::run_plans_on(&guests, &Net::new(judge::RAILS, &[])?, &args.vm)?;
+    let run = vm::run_plans_on(&guests, &Net::new(cells::RAILS, &[])?, &args.vm)?;
     println!(
         "fabric-e2e: phase guests done in {:.1} s",
         t.elapsed().as_secs_f64()
@@ -126,7 +127,7 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         for phase in judge::PHASES {
             let pictures: Vec<String> = match phase {
                 // One heat map per rail.
-                judge::Phase::Rails => (0..judge::RAILS)
+                judge::Phase::Rails => (0..cells::RAILS)
                     .flat_map(|k| ["png", "svg"].map(|ext| format!("rails.rail{k}.{ext}")))
                     .collect(),
                 _ => ["png", "svg"]
@@ -155,7 +156,7 @@ fn write_files(files: &Path, files_s: &str, bins: &Bins) -> Result<()> {
     let key = random_key()?;
     let out = format!("{GUEST_SYNC}/fabric");
     for (name, text) in [
-        ("hosts", cluster::hosts(NODES, judge::RAILS)),
+        ("hosts", cluster::hosts(NODES, cells::RAILS)),
         ("slurm.conf", cluster::slurm_conf(NODES)),
         ("cgroup.conf", cluster::CGROUP_CONF.to_owned()),
         ("up.sh", cluster::up_script(files_s)),
@@ -198,7 +199,7 @@ fn plan(i: usize, name: &str, files: &str) -> Plan {
         let mut fabric = Step::new("fabric", &["/bin/sh", &format!("{files}/launch.sh")]);
         // Derived from the phases of the script it runs (each pair at its pair deadline).
         let script = cluster::fabric_script("", "", NODES, DELAY_MS, judge::THRESHOLDS);
-        fabric.timeout_s = cluster::worst_case(&script, NODES, judge::RAILS).as_secs_f64();
+        fabric.timeout_s = cluster::worst_case(&script, NODES, cells::RAILS).as_secs_f64();
         fabric.allow_failure = true;
         let mut done = Step::new("done", &["/bin/true"]);
         done.create_file_when_done = Some("fabric-done".into());
@@ -219,7 +220,7 @@ fn plan(i: usize, name: &str, files: &str) -> Plan {
 /// Node `i`'s NICs: one rail each.
 fn node(i: usize) -> Node {
     Node {
-        nics: (0..judge::RAILS)
+        nics: (0..cells::RAILS)
             .map(|k| {
                 let dev = RdmaDev::rxe(&format!("rxe{k}"));
                 Nic::v4(

@@ -4,7 +4,7 @@
 use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::Report;
 
-use super::judge::{RAILS, status};
+use super::cells::{RAILS, status};
 
 /// Judges the rails phase: one report per rail, in rail order, each of [`RAILS`]; every pair
 /// of each verified (pass, or slow by the guests' noise: still a result over that rail);

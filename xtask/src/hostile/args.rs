@@ -1,6 +1,7 @@
 //! The hostile client's command line, and the [`Config`] the cases read.
 
 use super::case::Case;
+use super::config::Config;
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -81,31 +82,11 @@ pub struct HostileArgs {
     pub probe_client: Option<PathBuf>,
 }
 
-/// What a case needs to know about the server, shared with the case threads.
-#[derive(Debug)]
-pub(super) struct Config {
-    pub server: SocketAddr,
-    pub buffer_size: u64,
-    pub server_timeout: Duration,
-    pub token: Option<String>,
-    pub max_clients: Option<u32>,
-    pub max_per_ip: Option<u32>,
-    pub max_pinned: Option<u64>,
-    pub expect_forbidden: bool,
-    /// The GID announced in valid hellos.
-    pub gid: String,
-    /// How long to wait for each reply.
-    pub reply: Duration,
-    /// Seeds every case's random number generator.
-    pub rng_seed: u64,
-    pub probe_client: Option<PathBuf>,
-}
-
-impl Config {
+impl HostileArgs {
     /// Reads the token file and finds our GID (connecting to the server, which may still be
     /// starting).
-    pub fn from_args(args: &HostileArgs) -> Result<Self> {
-        let token = match (&args.token, &args.token_file) {
+    pub(super) fn config(&self) -> Result<Config> {
+        let token = match (&self.token, &self.token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(path)) => {
                 let text = std::fs::read_to_string(path)
@@ -114,44 +95,23 @@ impl Config {
             }
             (None, None) => None,
         };
-        Ok(Self {
-            server: args.server,
-            buffer_size: args.buffer_size,
-            server_timeout: args.server_timeout,
+        Ok(Config {
+            server: self.server,
+            buffer_size: self.buffer_size,
+            server_timeout: self.server_timeout,
             token,
-            max_clients: args.max_clients,
-            max_per_ip: args.max_per_ip,
-            max_pinned: args.max_pinned,
-            expect_forbidden: args.expect_forbidden,
-            gid: match &args.gid {
+            max_clients: self.max_clients,
+            max_per_ip: self.max_per_ip,
+            max_pinned: self.max_pinned,
+            expect_forbidden: self.expect_forbidden,
+            gid: match &self.gid {
                 Some(g) => g.clone(),
-                None => local_gid(args.server, args.reply_timeout, args.wait_for_server)?,
+                None => local_gid(self.server, self.reply_timeout, self.wait_for_server)?,
             },
-            reply: args.reply_timeout,
-            rng_seed: args.rng_seed.unwrap_or_else(|| fastrand::u64(..)),
-            probe_client: args.probe_client.clone(),
+            reply: self.reply_timeout,
+            rng_seed: self.rng_seed.unwrap_or_else(|| fastrand::u64(..)),
+            probe_client: self.probe_client.clone(),
         })
-    }
-}
-
-#[cfg(test)]
-impl Config {
-    /// A server without token, client limit or allow list, 64-byte buffer, rng seed 7.
-    pub fn for_tests(server: SocketAddr) -> Self {
-        Self {
-            server,
-            buffer_size: 64,
-            server_timeout: Duration::from_millis(800),
-            token: None,
-            max_clients: None,
-            max_per_ip: None,
-            max_pinned: None,
-            expect_forbidden: false,
-            gid: "::ffff:10.0.0.2".to_owned(),
-            reply: Duration::from_secs(3),
-            rng_seed: 7,
-            probe_client: None,
-        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The table of hostile cases, and which of them fit a server's configuration.
 
-use super::args::Config;
+use super::config::Config;
 use clap::ValueEnum;
 use color_eyre::eyre::{Result, bail};
 

@@ -1,8 +1,8 @@
 //! What each hostile case does on the wire, and what it expects back.
 
 use super::answer::{Answer, Got, check_accept, check_answer, check_banner};
-use super::args::Config;
 use super::case::Case;
+use super::config::Config;
 use super::conn::{CaseResult, Conn, is_timeout};
 use serde_json::{Value, json};
 

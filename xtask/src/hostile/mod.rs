@@ -13,7 +13,7 @@
 //! Output: one line per case (`PASS`/`FAIL`, the case, what was seen), or one JSON object per
 //! case with `--json`, then a summary; the exit status is non-zero if any case failed.
 //!
-//! The parts: [`args`] (the command line and the [`Config`](args::Config) it gives the cases),
+//! The parts: [`args`] (the command line) and [`config`] (the [`Config`](config::Config) it gives the cases),
 //! [`case`] (the table of cases and which fit a server), [`misbehave`] (what each case does on
 //! the wire), [`conn`] (one connection and its line reader), [`answer`] (pure checks of what
 //! the server sent), [`runner`] (one case on its own thread, then the health probes),
@@ -22,6 +22,7 @@
 mod answer;
 mod args;
 mod case;
+mod config;
 mod conn;
 mod misbehave;
 mod report;
@@ -36,7 +37,7 @@ use std::sync::Arc;
 
 /// Runs the selected cases and reports; `Err` if any failed.
 pub fn cmd(args: &HostileArgs) -> Result<()> {
-    let cfg = Arc::new(args::Config::from_args(args)?);
+    let cfg = Arc::new(args.config()?);
     let cases = case::select(&args.cases, &cfg)?;
     if !args.json {
         println!(

@@ -3,8 +3,8 @@
 //! client still gets its write verified.
 
 use super::answer::Got;
-use super::args::Config;
 use super::case::Case;
+use super::config::Config;
 use super::conn::Conn;
 use super::misbehave::{Cx, SETTLE};
 use std::sync::Arc;

@@ -2,8 +2,8 @@
 //! machine, no RDMA): a correct server passes every case, and each kind of wrong server or
 //! wrong expectation fails the case it should.
 
-use super::args::Config;
 use super::case::{Case, select};
+use super::config::Config;
 use super::report::print_verdict;
 use super::runner::{Verdict, run_case};
 use rdma_proto::{

@@ -2,7 +2,8 @@
 //! the session's own, offered in the accept with a fresh nonce, and the one connection request
 //! that is the session's client's.
 
-use crate::session::{Failure, SessionCtx, client_spoke};
+use super::ctx::{Failure, SessionCtx};
+use super::steps::client_spoke;
 use rdma_core_rs::{ExposedRegion, Init, LocalPort, QueuePair, Rts};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{CmOffer, ErrorCode, ServerHandshake};

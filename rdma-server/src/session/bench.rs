@@ -20,11 +20,10 @@ use rdma_proto::bench::{self, BenchKind, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
+use super::connect::connect_and_accept;
+use super::ctx::{Failure, SessionCtx};
+use super::steps::{client_spoke, emit_qp_ready, next_event, out_of_order, report_verdict, revoke};
 use crate::output::{Event, SessionNotify};
-use crate::session::{
-    Failure, SessionCtx, client_spoke, connect_and_accept, emit_qp_ready, next_event, out_of_order,
-    report_verdict, revoke,
-};
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
 const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;

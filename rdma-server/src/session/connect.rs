@@ -1,0 +1,36 @@
+//! Connecting a session's queue pair to its client and sending the accept: by the hello's
+//! endpoint, or through RDMA CM ([`super::cm`]).
+
+use rdma_core_rs::{ExposedRegion, Init, LocalPort, QueuePair, Rts};
+use rdma_proto::framing::LineConn;
+use rdma_proto::{Hello, ServerHandshake};
+use std::net::TcpStream;
+use std::time::Instant;
+
+use super::ctx::{Failure, SessionCtx};
+
+/// Connects `qp` to the client's endpoint from its `hello` (with a fresh send PSN) and sends
+/// the accept: our endpoint and `mr`, the buffer the client may write. `rdma` words a failed
+/// verb.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn connect_and_accept(
+    s: &SessionCtx,
+    local: &LocalPort,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    hello: &Hello,
+    qp: QueuePair<Init>,
+    mr: &ExposedRegion,
+    rdma: impl Fn(rdma_core_rs::Error) -> Failure,
+) -> Result<QueuePair<Rts>, Failure> {
+    let psn = rdma_core_rs::random_psn().map_err(&rdma)?;
+    if hello.cm {
+        return super::cm::accept(s, local, conn, hs, qp, mr, psn, rdma);
+    }
+    let client = rdma_app::verbs::from_wire(&hello.endpoint);
+    let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;
+    let ours = rdma_app::verbs::to_wire(local.endpoint(&qp, psn));
+    let accept = hs.accept(ours, mr.addr(), mr.rkey(), mr.len() as u64)?;
+    conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
+    Ok(qp)
+}

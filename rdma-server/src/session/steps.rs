@@ -1,0 +1,228 @@
+//! The steps every kind of session takes alike: revoking the client's access, logging the
+//! queue pair and the verdict, feeding the client's lines to the handshake, waiting for the
+//! write's completion.
+
+use crate::output::{Event, SessionNotify};
+use rdma_core_rs::{Completion, ErrorKind, ExposedRegion, LocalPort, OwnedBuffer, QueuePair, Rts};
+use rdma_proto::events::QpVia;
+use rdma_proto::framing::{FrameError, LineConn};
+use rdma_proto::{ErrorCode, ErrorMsg, Hello, Outcome, ServerEvent, ServerHandshake};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::ctx::{Failure, SessionCtx};
+
+/// How often a session waiting for the write checks the socket and the stop flag.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// The client could still write: its QP is connected and the rkey is live. Takes both away
+/// before the CPU reads a byte: destroys our QP (no more packets from it are taken), then
+/// deregisters the MR (the rkey dies); returns the buffer.
+pub(crate) fn revoke(qp: QueuePair<Rts>, mr: ExposedRegion) -> Result<OwnedBuffer, Failure> {
+    drop(qp);
+    mr.deregister().map_err(|e| {
+        Failure::new(
+            ErrorCode::Internal,
+            format!("could not revoke the client's access to the buffer: {e}"),
+        )
+    })
+}
+
+/// Logs [`Event::QpReady`]: `qp` is in RTS towards the client's QP from `hello`; `notify` says
+/// how the session goes on (`imm`, `tcp`, `bench-lat`, `bench-bw`), `human` is the line
+/// without `--json`.
+/// Says which device, port and GID the session uses, and why (chosen by its address).
+pub(crate) fn emit_port_chosen(s: &SessionCtx, id: u64, local: &LocalPort, why: &str) {
+    s.out.emit(
+        &Event::PortChosen {
+            session: id,
+            device: local.ctx.name().into(),
+            port: local.port.num,
+            gid_index: local.gid.index,
+            gid: local.gid.gid.to_string().into(),
+            why: why.into(),
+        },
+        || format!("[{id}] RDMA on {why}"),
+    );
+}
+
+pub(crate) fn emit_qp_ready(
+    s: &SessionCtx,
+    id: u64,
+    qp: &QueuePair<Rts>,
+    hello: &Hello,
+    notify: SessionNotify,
+    human: impl FnOnce() -> String,
+) {
+    s.out.emit(
+        &Event::QpReady {
+            session: id,
+            local_qpn: qp.qpn(),
+            remote_qpn: hello.endpoint.qpn,
+            path_mtu: qp.path_mtu().bytes(),
+            notify,
+            length: hello.length,
+            via: QpVia::from_cm(hello.cm),
+        },
+        human,
+    );
+}
+
+/// Reads the client's next line and feeds it to the handshake (see [`feed`]); a failed read
+/// goes to the handshake too (see [`read_failed`]).
+pub(crate) fn next_event(
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    deadline: Instant,
+) -> Result<ServerEvent, Failure> {
+    match conn.read_line(deadline) {
+        Ok(line) => feed(conn, hs, &line),
+        Err(e) => Err(read_failed(conn, hs, e)),
+    }
+}
+
+/// Feeds one client line to the handshake. A line the state machine refuses (malformed, wrong
+/// order, bad token, too long) is answered here with the machine's own error line; an `error`
+/// from the client ends the session quietly.
+pub(crate) fn feed(
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    line: &[u8],
+) -> Result<ServerEvent, Failure> {
+    match hs.on_line(line) {
+        Ok(ServerEvent::PeerError(e)) => Err(peer_gave_up(&e)),
+        Ok(event) => Ok(event),
+        Err(e) => {
+            let msg = hs.fail(&e);
+            let _ = conn.send_line(&msg.to_line(), Instant::now() + Duration::from_secs(1));
+            Err(Failure::from(e).silent())
+        }
+    }
+}
+
+/// A read from the client failed: the handshake says what, if anything, to answer.
+pub(crate) fn read_failed(
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    e: FrameError,
+) -> Failure {
+    if let Some(msg) = hs.on_read_error(&e) {
+        let _ = conn.send_line(&msg.to_line(), Instant::now() + Duration::from_secs(1));
+    }
+    Failure::from(e)
+}
+
+/// An event the state machine accepted but this point of the session does not expect (the
+/// machine refuses wrong orders itself, so this is a server bug, reported as such).
+pub(crate) fn out_of_order(event: &ServerEvent) -> Failure {
+    let what = match event {
+        ServerEvent::Hello(_) => "hello",
+        ServerEvent::Written(_) => "written",
+        ServerEvent::PeerError(_) => "error",
+    };
+    Failure::new(
+        ErrorCode::Internal,
+        format!("`{what}` accepted by the handshake where the server did not expect it"),
+    )
+}
+
+/// Waits for the receive completion of a write-with-immediate, in slices, so that a client that
+/// vanished, a line it sent (fed to the handshake), or a server shutdown end the wait early.
+pub(crate) fn wait_for_completion(
+    s: &SessionCtx,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    cq: &rdma_core_rs::CompletionQueue,
+    deadline: Instant,
+) -> Result<Completion, Failure> {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Failure::new(
+                ErrorCode::Timeout,
+                format!(
+                    "no RDMA Write arrived within {:?}; the client may have failed its write",
+                    s.timeout
+                ),
+            ));
+        }
+        match cq.poll((now + SLICE).min(deadline)) {
+            Ok(c) => return Ok(c),
+            Err(e) if e.kind() == ErrorKind::Timeout => {}
+            Err(e) => {
+                return Err(Failure::new(
+                    ErrorCode::WriteFailed,
+                    format!("the client's write did not land: {e}"),
+                ));
+            }
+        }
+        if s.stopping.load(Ordering::Acquire) {
+            return Err(Failure::new(
+                ErrorCode::ShuttingDown,
+                "the server is shutting down",
+            ));
+        }
+        if client_spoke(conn) {
+            // Nothing is expected from the client now: the handshake refuses whatever it sent
+            // (or takes its `error`), and a closed connection is a failed read.
+            let event = next_event(conn, hs, deadline)?;
+            return Err(out_of_order(&event));
+        }
+    }
+}
+
+/// Whether the client sent something or closed the connection (looked at without blocking).
+pub(crate) fn client_spoke(conn: &LineConn<TcpStream>) -> bool {
+    if conn.has_buffered() {
+        // A line that arrived together with an earlier one is already in our buffer.
+        return true;
+    }
+    let sock = conn.get_ref();
+    if sock.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut byte = [0u8; 1];
+    let peeked = sock.peek(&mut byte);
+    let _ = sock.set_nonblocking(false);
+    // Ok(0): closed; Ok(_): bytes to read; an error other than WouldBlock: reset. The read
+    // that follows tells which.
+    !matches!(peeked, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+pub(crate) fn peer_gave_up(e: &ErrorMsg) -> Failure {
+    Failure::new(
+        e.code,
+        format!(
+            "the client gave up: {}: {}",
+            e.code.as_str(),
+            rdma_proto::printable(&e.message)
+        ),
+    )
+    .silent()
+}
+
+/// Counts a verified session and logs [`Event::Verified`] with the verdict; `human` is its line
+/// without `--json`.
+pub(crate) fn report_verdict(
+    s: &SessionCtx,
+    id: u64,
+    outcome: &Outcome,
+    human: impl FnOnce() -> String,
+) {
+    if outcome.verified {
+        s.verified.fetch_add(1, Ordering::AcqRel);
+    }
+    s.out.emit(
+        &Event::Verified {
+            session: id,
+            verified: outcome.verified,
+            length: outcome.length,
+            crc32c: outcome.crc32c,
+            text: outcome.text.as_str().into(),
+            truncated: outcome.truncated,
+            reason: outcome.reason.as_deref().map(Into::into),
+        },
+        human,
+    );
+}

@@ -1,0 +1,47 @@
+//! What a case needs to know about the server ([`Config`]), from the command line
+//! ([`super::args::HostileArgs::config`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a case needs to know about the server, shared with the case threads.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub server: SocketAddr,
+    pub buffer_size: u64,
+    pub server_timeout: Duration,
+    pub token: Option<String>,
+    pub max_clients: Option<u32>,
+    pub max_per_ip: Option<u32>,
+    pub max_pinned: Option<u64>,
+    pub expect_forbidden: bool,
+    /// The GID announced in valid hellos.
+    pub gid: String,
+    /// How long to wait for each reply.
+    pub reply: Duration,
+    /// Seeds every case's random number generator.
+    pub rng_seed: u64,
+    pub probe_client: Option<PathBuf>,
+}
+
+#[cfg(test)]
+impl Config {
+    /// A server without token, client limit or allow list, 64-byte buffer, rng seed 7.
+    pub fn for_tests(server: SocketAddr) -> Self {
+        Self {
+            server,
+            buffer_size: 64,
+            server_timeout: Duration::from_millis(800),
+            token: None,
+            max_clients: None,
+            max_per_ip: None,
+            max_pinned: None,
+            expect_forbidden: false,
+            gid: "::ffff:10.0.0.2".to_owned(),
+            reply: Duration::from_secs(3),
+            rng_seed: 7,
+            probe_client: None,
+        }
+    }
+}
