@@ -15,6 +15,7 @@ mod failure;
 mod fresh_root;
 mod fuzz;
 mod hostile;
+mod invariants;
 mod k8s;
 mod load;
 mod pcap;
@@ -69,6 +70,9 @@ enum Cmd {
     /// (inside a guest) Misbehave against a live rdma-server and check every answer.
     #[command(hide = true)]
     Hostile(hostile::HostileArgs),
+    /// Check the invariants ARCHITECTURE.md states (dependency rules between our crates, no import
+    /// circle, no file over 600 lines outside its tests) and print the crates' sizes.
+    Invariants,
     /// (inside a guest) Many clients against one server: all verified, no leaks, clean stop.
     #[command(hide = true)]
     Load(load::LoadArgs),
@@ -112,6 +116,7 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::Bench(a) => bench::cmd(a),
         Cmd::Fuzz(a) => fuzz::cmd(a),
         Cmd::Hostile(a) => hostile::cmd(a),
+        Cmd::Invariants => invariants::cmd(),
         Cmd::Load(a) => load::cmd(a),
         Cmd::Deps(a) => deps::cmd(a),
         Cmd::FreshRoot(a) => fresh_root::cmd(a),

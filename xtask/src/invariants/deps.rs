@@ -1,0 +1,179 @@
+//! The dependency rules between the workspace's crates that ARCHITECTURE.md states, read off
+//! `cargo metadata`.
+
+use cargo_metadata::{DependencyKind, Metadata, Package};
+
+/// What a rule forbids a package to depend on.
+#[derive(Debug, Clone, Copy)]
+pub enum Forbid {
+    /// Any crate of this workspace (a `path` dependency), of any kind.
+    OurCrates,
+    /// These crates, as normal or build dependencies (tests may use anything).
+    Crates(&'static [&'static str]),
+}
+
+/// One rule: `package` must not depend on what `forbid` names; `says` is the invariant as
+/// ARCHITECTURE.md states it.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    pub package: &'static str,
+    pub forbid: Forbid,
+    pub says: &'static str,
+}
+
+/// The command-line and terminal crates.
+const CLI: &[&str] = &[
+    "clap",
+    "clap_mangen",
+    "clap_complete",
+    "color-eyre",
+    "tracing-subscriber",
+    "indicatif",
+    "humantime",
+];
+
+/// The rules.
+pub const RULES: &[Rule] = &[
+    Rule {
+        package: "rdma-core-rs",
+        forbid: Forbid::OurCrates,
+        says: "rdma-core-rs depends on no crate of ours",
+    },
+    Rule {
+        package: "rdma-core-rs",
+        forbid: Forbid::Crates(&["serde", "serde_json"]),
+        says: "rdma-core-rs never parses JSON",
+    },
+    Rule {
+        package: "rdma-core-rs",
+        forbid: Forbid::Crates(CLI),
+        says: "rdma-core-rs has no command line",
+    },
+    Rule {
+        package: "rdma-proto",
+        forbid: Forbid::Crates(&["ibverbs", "ibverbs-sys", "rdma-sys", "rdma-core-rs"]),
+        says: "rdma-proto never touches ibverbs",
+    },
+    Rule {
+        package: "rdma-proto",
+        forbid: Forbid::Crates(CLI),
+        says: "rdma-proto has no command-line or terminal dependency",
+    },
+    Rule {
+        package: "rdma-app",
+        forbid: Forbid::Crates(&["ibverbs", "ibverbs-sys", "rdma-sys"]),
+        says: "rdma-app calls no verb (it goes through rdma-core-rs)",
+    },
+    Rule {
+        package: "rdma-server",
+        forbid: Forbid::Crates(&["rdma-client", "xtask"]),
+        says: "each binary is deployable alone",
+    },
+    Rule {
+        package: "rdma-client",
+        forbid: Forbid::Crates(&["rdma-server", "xtask"]),
+        says: "each binary is deployable alone",
+    },
+];
+
+/// Every rule `metadata` breaks, as a line naming the rule, the package and the dependency.
+/// A rule about a package the workspace does not have is broken too (the rule went stale).
+#[must_use]
+pub fn broken(metadata: &Metadata, rules: &[Rule]) -> Vec<String> {
+    let mut out = Vec::new();
+    for rule in rules {
+        let Some(pkg) = metadata
+            .workspace_packages()
+            .into_iter()
+            .find(|p| p.name.as_str() == rule.package)
+        else {
+            out.push(format!("{}: no such workspace package", rule.package));
+            continue;
+        };
+        for dep in offending(pkg, rule.forbid) {
+            out.push(format!(
+                "\"{}\" is broken: {} depends on {dep}",
+                rule.says, rule.package
+            ));
+        }
+    }
+    out
+}
+
+fn offending(pkg: &Package, forbid: Forbid) -> Vec<String> {
+    pkg.dependencies
+        .iter()
+        .filter(|d| match forbid {
+            Forbid::OurCrates => d.path.is_some(),
+            Forbid::Crates(names) => {
+                d.kind != DependencyKind::Development && names.contains(&d.name.as_str())
+            }
+        })
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata() -> Metadata {
+        cargo_metadata::MetadataCommand::new()
+            .manifest_path(crate::exec::workspace_root().join("Cargo.toml"))
+            .no_deps()
+            .exec()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_workspace_keeps_its_dependency_rules() {
+        let broken = broken(&metadata(), RULES);
+        assert!(broken.is_empty(), "{broken:#?}");
+    }
+
+    /// The checker against broken fakes: rules the real workspace breaks on purpose.
+    #[test]
+    fn a_broken_rule_is_named_with_its_package_and_dependency() {
+        let md = metadata();
+        let fake = [
+            Rule {
+                package: "rdma-server",
+                forbid: Forbid::OurCrates,
+                says: "the server depends on no crate of ours",
+            },
+            Rule {
+                package: "rdma-app",
+                forbid: Forbid::Crates(&["clap"]),
+                says: "rdma-app has no clap",
+            },
+            // Dev-dependencies do not count for `Crates`.
+            Rule {
+                package: "rdma-proto",
+                forbid: Forbid::Crates(&["proptest"]),
+                says: "no proptest",
+            },
+            Rule {
+                package: "rdma-nosuch",
+                forbid: Forbid::OurCrates,
+                says: "x",
+            },
+        ];
+        let got = broken(&md, &fake);
+        assert!(
+            got.iter()
+                .any(|l| l.contains("rdma-server depends on rdma-proto")),
+            "{got:#?}"
+        );
+        assert!(
+            got.iter()
+                .any(|l| l.contains("\"rdma-app has no clap\" is broken: rdma-app depends on clap")),
+            "{got:#?}"
+        );
+        assert!(!got.iter().any(|l| l.contains("proptest")), "{got:#?}");
+        assert!(
+            got.iter()
+                .any(|l| l.contains("rdma-nosuch: no such workspace package")),
+            "{got:#?}"
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! `cargo xtask invariants`: the invariants ARCHITECTURE.md states that a machine can check,
+//! checked (and run as unit tests of xtask, so `cargo test` holds them too):
+//!
+//! - the dependency rules between our crates ([`deps::RULES`]: rdma-core-rs depends on no crate
+//!   of ours and parses no JSON, rdma-proto has no CLI crate and no ibverbs, ...);
+//! - no import circle between the files of any crate ([`circles`]);
+//! - no file over [`size::MAX_LINES`] lines outside its tests ([`size`]).
+//!
+//! It also prints the figures the README's development section quotes (lines per crate).
+
+pub mod circles;
+pub mod deps;
+pub mod size;
+
+use crate::exec;
+use color_eyre::eyre::{Result, WrapErr as _, bail};
+use std::path::PathBuf;
+
+/// Every crate of the workspace, by folder (the fuzz crate is its own workspace).
+pub const CRATES: &[&str] = &[
+    "rdma-proto",
+    "rdma-proto/app",
+    "rdma-core-rs",
+    "rdma-server",
+    "rdma-client",
+    "xtask",
+];
+
+/// What [`check`] found broken, one line each.
+///
+/// # Errors
+/// `cargo metadata` failing, or a source file that cannot be read or parsed.
+pub fn check() -> Result<Vec<String>> {
+    let root = exec::workspace_root();
+    let metadata = cargo_metadata::MetadataCommand::new()
+        .manifest_path(root.join("Cargo.toml"))
+        .no_deps()
+        .exec()
+        .wrap_err("running `cargo metadata`")?;
+    let mut broken = deps::broken(&metadata, deps::RULES);
+    for krate in CRATES {
+        let dir = root.join(krate);
+        for circle in circles::circles(&dir)? {
+            let files: Vec<String> = circle.iter().map(|f| f.display().to_string()).collect();
+            broken.push(format!(
+                "{krate}: an import circle: {} (each file one job: move what they share into a file of its own)",
+                files.join(" <-> ")
+            ));
+        }
+        for (file, lines) in size::lengths(&dir)? {
+            if lines > size::MAX_LINES {
+                broken.push(format!(
+                    "{}: {lines} lines outside its tests (at most {}): it is doing two jobs; split it",
+                    rel(&file),
+                    size::MAX_LINES
+                ));
+            }
+        }
+    }
+    Ok(broken)
+}
+
+fn rel(path: &std::path::Path) -> String {
+    let root = exec::workspace_root();
+    path.strip_prefix(&root)
+        .map_or_else(|_| path.to_path_buf(), PathBuf::from)
+        .display()
+        .to_string()
+}
+
+/// `cargo xtask invariants`.
+pub fn cmd() -> Result<()> {
+    let root = exec::workspace_root();
+    let mut total = 0;
+    for krate in CRATES {
+        let lengths = size::lengths(&root.join(krate))?;
+        let mut all = 0;
+        for f in circles::rust_files(&root.join(krate).join("src"))? {
+            all += std::fs::read_to_string(&f)?.lines().count();
+        }
+        total += all;
+        let longest = lengths
+            .first()
+            .map_or_else(String::new, |(f, n)| format!("; longest {} ({n})", rel(f)));
+        println!("{krate}: {all} lines in src/ (tests included){longest}");
+    }
+    println!("workspace: {total} lines in src/");
+    let broken = check()?;
+    for b in &broken {
+        println!("broken: {b}");
+    }
+    if !broken.is_empty() {
+        bail!("{} invariant(s) broken (see above)", broken.len());
+    }
+    println!(
+        "invariants: {} dependency rules hold; no import circle; no file over {} lines outside its tests",
+        deps::RULES.len(),
+        size::MAX_LINES
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_workspace_keeps_every_checked_invariant() {
+        let broken = super::check().unwrap();
+        assert!(broken.is_empty(), "{broken:#?}");
+    }
+}
