@@ -3,7 +3,6 @@
 use crate::bench::BenchTask;
 use crate::exit;
 use crate::fabric::FabricTask;
-use crate::fault::Faults;
 use crate::run::{PayloadSource, WriteTask};
 use crate::session::{SessionOptions, TokenSource};
 use clap::Parser;
@@ -84,13 +83,6 @@ pub struct Args {
     /// The fabric check (--fabric, --fabric-report and their flags).
     #[command(flatten)]
     pub fabric: crate::fabric::FabricArgs,
-
-    /// Test hook: misbehave on purpose (wrong-rkey, out-of-bounds, kill-after-hello,
-    /// kill-after-accept, kill-after-write, rewrite-after-imm, slow-ping, cm-bad-nonce). Used by the end-to-end fault
-    /// tests; only in a build with the `fault-injection` feature.
-    #[cfg(feature = "fault-injection")]
-    #[arg(long, hide = true)]
-    pub fault: Option<crate::fault::Fault>,
 }
 
 /// What the command line asks for, in typed parts; nothing below `main` sees [`Args`].
@@ -126,10 +118,6 @@ impl Args {
             token: TokenSource {
                 file: self.token_file,
                 value: self.token,
-            },
-            faults: Faults {
-                #[cfg(feature = "fault-injection")]
-                fault: self.fault,
             },
             cm: self.cm,
         };

@@ -10,7 +10,6 @@ pub mod classify;
 pub mod cli;
 pub mod exit;
 pub mod fabric;
-mod fault;
 pub mod output;
 pub mod run;
 pub mod session;

@@ -2,12 +2,14 @@
 //! verdict (the session itself is [`crate::session`]'s).
 
 use crate::exit::ClientError;
-use crate::fault::{self, Stage};
 use crate::output::{Event, Output};
 use crate::session::{Session, SessionOptions, Target};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
-use rdma_core_rs::{Access, LinkLayer, LocalPort, QpCaps, RemoteBuffer};
-use rdma_proto::{ClientHandshake, ClientRequest, Notify, Outcome};
+use rdma_core_rs::{
+    Access, CompletionQueue, Init, LinkLayer, LocalPort, MemoryRegion, ProtectionDomain, QpCaps,
+    QueuePair, RemoteBuffer, Rts,
+};
+use rdma_proto::{Accept, ClientHandshake, ClientRequest, Notify, Outcome};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -77,19 +79,48 @@ pub struct Write<'a> {
     pub chosen: Option<&'a str>,
 }
 
-impl Write<'_> {
+impl<'a> Write<'a> {
     /// Connect, handshake, QP to RTS, RDMA Write, the server's verdict: `Ok` only when the
     /// server verified the bytes. Each step is an event on `out`; with `None` (the fabric
-    /// check, which prints one event per pair) none is.
+    /// check, which prints one event per pair) none is. The steps are [`connect`](Self::connect),
+    /// [`Connected::post`], [`Connected::complete`] and [`Connected::finish`].
     pub fn run(
         self,
-        local: &LocalPort,
-        opts: &SessionOptions,
-        out: Option<&Output>,
+        local: &'a LocalPort,
+        opts: &'a SessionOptions,
+        out: Option<&'a Output>,
     ) -> Result<Delivered> {
+        let mut w = self.connect(local, opts, out, 0)?;
+        let started = w.post(w.remote)?;
+        let micros = w.complete(started)?;
+        w.finish(micros)
+    }
+
+    /// Connects to the server, registers the payload and brings a queue pair to RTS towards the
+    /// server's: everything up to the write ([`open`](Self::open), then
+    /// [`Opened::connect`]). The completion queue has room for our write's completion and
+    /// `more_completions` others (work the caller posts besides).
+    pub fn connect(
+        self,
+        local: &'a LocalPort,
+        opts: &'a SessionOptions,
+        out: Option<&'a Output>,
+        more_completions: u32,
+    ) -> Result<Connected<'a>> {
+        self.open(local, opts, out, more_completions)?.connect()
+    }
+
+    /// Connects to the server (its banner read, `connected` emitted) and registers the payload;
+    /// the queue pair is in INIT, no hello sent yet.
+    pub fn open(
+        self,
+        local: &'a LocalPort,
+        opts: &'a SessionOptions,
+        out: Option<&'a Output>,
+        more_completions: u32,
+    ) -> Result<Opened<'a>> {
         let payload = self.payload;
         let crc = rdma_proto::crc32c(payload);
-        let timeout = opts.timeout;
         let LocalPort { ctx, port, gid, .. } = local;
         let hs = ClientHandshake::new(ClientRequest {
             length: payload.len() as u64,
@@ -98,60 +129,194 @@ impl Write<'_> {
             token: self.token,
         });
         let server = &self.target.name;
-        let mut session =
-            Session::open(self.target, hs, local, self.chosen, opts, out, |banner| {
-                format!(
-                    "connected to {} ({} {}); local {} port {} gid[{}] {}",
-                    server,
-                    rdma_proto::printable(&banner.program),
-                    rdma_proto::printable(&banner.program_version),
-                    ctx.name(),
-                    port.num,
-                    gid.index,
-                    gid.gid
-                )
-            })?;
+        let session = Session::open(self.target, hs, local, self.chosen, opts, out, |banner| {
+            format!(
+                "connected to {} ({} {}); local {} port {} gid[{}] {}",
+                server,
+                rdma_proto::printable(&banner.program),
+                rdma_proto::printable(&banner.program_version),
+                ctx.name(),
+                port.num,
+                gid.index,
+                gid.gid
+            )
+        })?;
 
         // Verbs objects: the source buffer needs no remote access at all.
         let pd = ctx.alloc_pd()?;
         let mr = pd.register_bytes(payload, Access::NONE)?;
-        // Room for our write's completion and those of the test hooks.
-        let cq = ctx.create_cq(2 + fault::EXTRA_COMPLETIONS, opts.cq_mode)?;
+        let cq = ctx.create_cq(2 + more_completions, opts.cq_mode)?;
         let qp = pd.create_rc_qp(&cq, QpCaps::default())?;
         let qp = qp.to_init(port.num, Access::NONE)?;
-        let (qp, accept) = session.connect(qp, |qp, accept| {
-            format!(
-                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, remote buffer {:#x} ({} bytes, rkey {:#x}){}",
-                qp.qpn(),
-                accept.endpoint.qpn,
-                qp.path_mtu().bytes(),
-                accept.addr,
-                accept.buf_len,
-                accept.rkey,
-                match (accept.cm.is_some(), ctx.transport(), port.link_layer) {
-                    (true, t, _) => format!(", {t} via RDMA CM"),
-                    (false, _, LinkLayer::Ethernet) => ", RoCE".to_owned(),
-                    (false, _, _) => String::new(),
-                }
-            )
-        })?;
-
-        let remote = opts.faults.aim(RemoteBuffer {
-            addr: accept.addr,
-            rkey: accept.rkey,
-            len: accept.buf_len,
-        });
         let imm = match self.notify {
             Notify::Imm => {
                 Some(u32::try_from(payload.len()).wrap_err("payload too large for an immediate")?)
             }
             Notify::Tcp => None,
         };
+        Ok(Opened {
+            write: Written {
+                payload,
+                notify: self.notify,
+                crc,
+                imm,
+                timeout: opts.timeout,
+            },
+            local,
+            qp,
+            cq,
+            mr,
+            pd,
+            session,
+        })
+    }
+}
+
+/// The `qp_ready` line of a write's queue pair (without `--json`).
+#[must_use]
+pub fn qp_ready_line(local: &LocalPort, qp: &QueuePair<Rts>, accept: &Accept) -> String {
+    format!(
+        "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, remote buffer {:#x} ({} bytes, rkey {:#x}){}",
+        qp.qpn(),
+        accept.endpoint.qpn,
+        qp.path_mtu().bytes(),
+        accept.addr,
+        accept.buf_len,
+        accept.rkey,
+        match (
+            accept.cm.is_some(),
+            local.ctx.transport(),
+            local.port.link_layer
+        ) {
+            (true, t, _) => format!(", {t} via RDMA CM"),
+            (false, _, LinkLayer::Ethernet) => ", RoCE".to_owned(),
+            (false, _, _) => String::new(),
+        }
+    )
+}
+
+/// What a write writes: the payload and how the server learns of it.
+#[derive(Debug, Clone, Copy)]
+pub struct Written<'a> {
+    pub payload: &'a [u8],
+    pub notify: Notify,
+    /// CRC32C of the payload.
+    pub crc: u32,
+    /// The immediate our write carries (`--notify imm`: the payload's length).
+    pub imm: Option<u32>,
+    /// `--timeout`.
+    pub timeout: std::time::Duration,
+}
+
+/// A write's session, its banner read, and its verbs objects, the queue pair in INIT: what
+/// [`Write::open`] leaves for the hello.
+#[derive(Debug)]
+pub struct Opened<'a> {
+    pub write: Written<'a>,
+    pub local: &'a LocalPort,
+    // Field order is drop order (see [`Connected`]).
+    pub qp: QueuePair<Init>,
+    pub cq: CompletionQueue,
+    pub mr: MemoryRegion,
+    pub pd: ProtectionDomain,
+    pub session: Session<'a>,
+}
+
+impl<'a> Opened<'a> {
+    /// Our hello, the server's accept, our queue pair to RTS towards its ([`Session::connect`]).
+    pub fn connect(self) -> Result<Connected<'a>> {
+        let local = self.local;
+        let (mut session, qp, resources) = self.into_parts();
+        let (qp, accept) = session.connect(qp, |qp, accept| qp_ready_line(local, qp, accept))?;
+        Ok(Connected::new(session, qp, &accept, resources))
+    }
+
+    /// The session and the queue pair apart, for a caller that connects them step by step
+    /// ([`Session::hello`], [`Session::await_accept`], [`Session::connect_qp`]); then
+    /// [`Connected::new`].
+    pub fn into_parts(self) -> (Session<'a>, QueuePair<Init>, Resources<'a>) {
+        (
+            self.session,
+            self.qp,
+            Resources {
+                write: self.write,
+                cq: self.cq,
+                mr: self.mr,
+                pd: self.pd,
+            },
+        )
+    }
+}
+
+/// A write's verbs objects besides its queue pair (see [`Opened::into_parts`]).
+#[derive(Debug)]
+pub struct Resources<'a> {
+    pub write: Written<'a>,
+    pub cq: CompletionQueue,
+    pub mr: MemoryRegion,
+    pub pd: ProtectionDomain,
+}
+
+/// A write's session with its queue pair in RTS towards the server's, and the server's buffer
+/// known: what [`Write::connect`] leaves for the write itself.
+#[derive(Debug)]
+pub struct Connected<'a> {
+    /// The server's buffer, as its accept named it.
+    pub remote: RemoteBuffer,
+    pub write: Written<'a>,
+    // Field order is drop order: the queue pair before its completion queue, the region before
+    // its protection domain, and the connection to the server last.
+    pub qp: QueuePair<Rts>,
+    pub cq: CompletionQueue,
+    pub mr: MemoryRegion,
+    pub pd: ProtectionDomain,
+    pub session: Session<'a>,
+}
+
+impl<'a> Connected<'a> {
+    /// The connected session and its resources, put back together (see [`Opened::into_parts`]).
+    #[must_use]
+    pub fn new(
+        session: Session<'a>,
+        qp: QueuePair<Rts>,
+        accept: &Accept,
+        resources: Resources<'a>,
+    ) -> Connected<'a> {
+        Connected {
+            remote: RemoteBuffer {
+                addr: accept.addr,
+                rkey: accept.rkey,
+                len: accept.buf_len,
+            },
+            write: resources.write,
+            qp,
+            cq: resources.cq,
+            mr: resources.mr,
+            pd: resources.pd,
+            session,
+        }
+    }
+
+    /// Posts the RDMA Write of the whole payload to `remote` (normally [`Connected::remote`]);
+    /// returns when it was posted.
+    pub fn post(&self, remote: RemoteBuffer) -> Result<Instant> {
         let started = Instant::now();
-        qp.post_write(&mr, 0..payload.len(), remote, imm, WRITE_WR_ID)?;
-        let rewrites = opts.faults.rewrites(&pd, &qp, payload.len(), remote)?;
-        let completion = cq
-            .poll(Instant::now() + timeout)
+        self.qp.post_write(
+            &self.mr,
+            0..self.write.payload.len(),
+            remote,
+            self.write.imm,
+            WRITE_WR_ID,
+        )?;
+        Ok(started)
+    }
+
+    /// Waits for our write's completion and emits `written`; returns how long it took from
+    /// `started`, in microseconds.
+    pub fn complete(&mut self, started: Instant) -> Result<u128> {
+        let completion = self
+            .cq
+            .poll(Instant::now() + self.write.timeout)
             .wrap_err("waiting for the RDMA Write to complete")?;
         if completion.wr_id != WRITE_WR_ID {
             bail!(
@@ -160,33 +325,40 @@ impl Write<'_> {
             );
         }
         let micros = started.elapsed().as_micros();
-        session.emit(
+        let w = self.write;
+        let (len, crc, imm) = (w.payload.len(), w.crc, w.imm);
+        self.session.emit(
             &Event::Written {
-                length: payload.len() as u64,
-                notify: self.notify,
+                length: len as u64,
+                notify: w.notify,
                 crc32c: crc,
                 micros: u64::try_from(micros).unwrap_or(u64::MAX),
             },
             || {
                 format!(
-                    "wrote {} bytes with RDMA Write{} in {micros} us (crc32c {crc:#010x})",
-                    payload.len(),
+                    "wrote {len} bytes with RDMA Write{} in {micros} us (crc32c {crc:#010x})",
                     if imm.is_some() { " with immediate" } else { "" }
                 )
             },
         );
-        opts.faults.kill_at(Stage::Write);
+        Ok(micros)
+    }
 
-        session.written()?;
-        let judged = session.result();
-        let outcome = match (rewrites, session.verdict()) {
-            (Some(rewrites), Some(verdict)) => {
-                rewrites.check(&qp, &cq, timeout, payload, verdict)?;
-                verdict.clone()
-            }
-            _ => judged?,
-        };
-        session.emit_verified(&outcome, || {
+    /// Tells the server the write is done (where the handshake says so), takes its verdict and
+    /// emits it: `Ok` only when it verified the bytes.
+    pub fn finish(mut self, write_micros: u128) -> Result<Delivered> {
+        self.session.written()?;
+        let outcome = self.session.result()?;
+        self.emit_verified(&outcome);
+        Ok(Delivered {
+            outcome,
+            write_micros,
+        })
+    }
+
+    /// Emits `outcome` as the `verified` event.
+    pub fn emit_verified(&self, outcome: &Outcome) {
+        self.session.emit_verified(outcome, || {
             format!(
                 "server verified {} bytes (crc32c {:#010x}): {:?}{}",
                 outcome.length,
@@ -199,10 +371,6 @@ impl Write<'_> {
                 }
             )
         });
-        Ok(Delivered {
-            outcome,
-            write_micros: micros,
-        })
     }
 }
 

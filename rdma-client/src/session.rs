@@ -4,9 +4,8 @@
 //! fabric check (both, per pair) differ only in what they register and post in between.
 
 use crate::exit::ClientError;
-use crate::fault::{Faults, Stage};
 use crate::output::{Event, Output};
-use color_eyre::eyre::{Result, WrapErr as _};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_app::device::DeviceArgs;
 use rdma_core_rs::{CqMode, Init, LocalPort, QueuePair, Rts, Transport};
 use rdma_proto::events::QpVia;
@@ -30,8 +29,6 @@ pub struct SessionOptions {
     pub cq_mode: CqMode,
     /// Where the access token comes from.
     pub token: TokenSource,
-    /// The test hooks asked for (none in a build without `fault-injection`).
-    pub faults: Faults,
     /// `--cm`: connect the queue pairs through RDMA CM (always on iWARP).
     pub cm: bool,
 }
@@ -257,35 +254,70 @@ impl<'a> Session<'a> {
     }
 
     /// Sends our hello for `qp`, reads the server's accept, brings `qp` to RTS towards the
-    /// server's and emits `qp_ready` (`human`: its line without `--json`).
+    /// server's and emits `qp_ready` (`human`: its line without `--json`): [`hello`],
+    /// [`await_accept`] and [`connect_qp`] in turn, presenting the nonce the accept offers.
+    ///
+    /// [`hello`]: Self::hello
+    /// [`await_accept`]: Self::await_accept
+    /// [`connect_qp`]: Self::connect_qp
     pub fn connect(
         &mut self,
         qp: QueuePair<Init>,
         human: impl FnOnce(&QueuePair<Rts>, &Accept) -> String,
     ) -> Result<(QueuePair<Rts>, Accept)> {
+        let psn = self.hello(&qp)?;
+        let accept = self.await_accept()?;
+        let nonce = accept.cm.map(|offer| offer.nonce);
+        let qp = self.connect_qp(qp, psn, &accept, nonce.as_ref(), human)?;
+        Ok((qp, accept))
+    }
+
+    /// Sends our hello for `qp` (through RDMA CM with `--cm`, or where the transport needs
+    /// it); returns the send PSN it announced.
+    pub fn hello(&mut self, qp: &QueuePair<Init>) -> Result<u32> {
         let psn = rdma_core_rs::random_psn()?;
         let cm = self.opts.cm || self.local.ctx.transport().needs_cm();
         let hello = self
             .hs
-            .hello_cm(rdma_app::verbs::to_wire(self.local.endpoint(&qp, psn)), cm)?;
+            .hello_cm(rdma_app::verbs::to_wire(self.local.endpoint(qp, psn)), cm)?;
         self.send(&hello.to_line())?;
-        self.opts.faults.kill_at(Stage::Hello);
+        Ok(psn)
+    }
+
+    /// Reads the server's accept of our hello.
+    pub fn await_accept(&mut self) -> Result<Accept> {
         let msg = self.recv()?;
-        let accept = self.hs.on_accept(msg)?;
-        let qp = match accept.cm {
-            Some(offer) => {
+        Ok(self.hs.on_accept(msg)?)
+    }
+
+    /// Brings `qp` (whose hello announced `psn`) to RTS towards the server's queue pair in
+    /// `accept`, and emits `qp_ready`. Where the accept offers RDMA CM, the connection request
+    /// presents `nonce` (the offer's own is the one the server admits).
+    pub fn connect_qp(
+        &mut self,
+        qp: QueuePair<Init>,
+        psn: u32,
+        accept: &Accept,
+        nonce: Option<&[u8; rdma_proto::cm::NONCE_LEN]>,
+        human: impl FnOnce(&QueuePair<Rts>, &Accept) -> String,
+    ) -> Result<QueuePair<Rts>> {
+        let qp = match (&accept.cm, nonce) {
+            (Some(offer), Some(nonce)) => {
                 let sock = self.conn.get_ref();
                 let (from, to) = (sock.local_addr()?, sock.peer_addr()?);
                 qp.connect_cm(
                     self.local,
                     Some(from.ip().to_canonical()),
                     SocketAddr::new(to.ip().to_canonical(), offer.port),
-                    &self.opts.faults.nonce(offer.nonce),
+                    nonce,
                     Instant::now() + self.opts.timeout,
                 )
                 .wrap_err("connecting the queue pair through RDMA CM")?
             }
-            None => qp.connect_to(
+            (Some(_), None) => {
+                bail!("the server offers RDMA CM, but no nonce was given to present")
+            }
+            (None, _) => qp.connect_to(
                 self.local,
                 &rdma_app::verbs::from_wire(&accept.endpoint),
                 psn,
@@ -301,10 +333,9 @@ impl<'a> Session<'a> {
                 buf_len: accept.buf_len,
                 via: QpVia::from_cm(accept.cm.is_some()),
             },
-            || human(&qp, &accept),
+            || human(&qp, accept),
         );
-        self.opts.faults.kill_at(Stage::Accept);
-        Ok((qp, accept))
+        Ok(qp)
     }
 
     /// Tells the server our writes are done, where the handshake has it told (`written`).

@@ -1,7 +1,7 @@
 //! Command-line interface of `rdma-server`.
 
 use crate::exit;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use ipnet::IpNet;
 use rdma_app as app;
 use rdma_app::device::DeviceArgs;
@@ -84,33 +84,10 @@ pub struct Args {
     #[arg(long = "allow", value_name = "CIDR")]
     pub allow: Vec<IpNet>,
 
-    /// Test hook: misconfigure on purpose (no-remote-write). Used by the end-to-end tests;
-    /// only in a build with the `fault-injection` feature.
-    #[cfg(feature = "fault-injection")]
-    #[arg(long, hide = true)]
-    pub fault: Option<Fault>,
-
     /// Read settings from this TOML file (the package's is /etc/rdma-server/rdma-server.toml);
     /// flags given here override it. Unknown keys and bad values are refused.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-}
-
-impl Args {
-    /// The test hook asked for (never one without `fault-injection`).
-    pub fn fault(&self) -> Option<Fault> {
-        #[cfg(feature = "fault-injection")]
-        return self.fault;
-        #[cfg(not(feature = "fault-injection"))]
-        None
-    }
-}
-
-/// Deliberate misconfiguration for tests (the values of `--fault`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Fault {
-    /// Register the buffer and the QP without remote write access, as the seed did.
-    NoRemoteWrite,
 }
 
 #[cfg(test)]

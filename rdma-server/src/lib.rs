@@ -11,6 +11,7 @@ pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod exit;
+pub mod grant;
 mod i18n;
 pub mod output;
 pub mod run;

@@ -6,6 +6,7 @@ use crate::admission::{Log, LogLimit, PerSource};
 use crate::budget;
 use crate::cli::Args;
 use crate::exit::ServerError;
+use crate::grant::Grant;
 use crate::i18n::Lang;
 use crate::output::{AuthMode, Event, Output, ServeMode, StopReason};
 use crate::session::{self, SessionCtx};
@@ -47,6 +48,11 @@ fn features() -> Vec<String> {
 
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
+    run_granting(args, out, Grant::remote_write())
+}
+
+/// [`run`], with each write session granting its client `grant` instead of remote write.
+pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
     let args = crate::config::apply(args)?;
     let pinned = budget::size(
         args.max_pinned,
@@ -98,7 +104,7 @@ pub fn run(args: Args, out: Output) -> Result<()> {
             },
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,
-            fault: args.fault(),
+            grant,
             out,
             lang: Lang::from_env(),
             stopping: AtomicBool::new(false),

@@ -192,8 +192,8 @@ pub fn check_crates() -> Result<()> {
     Ok(())
 }
 
-/// The release binary `bin` (what the .deb ships) must not have the `--fault` test hooks of a
-/// `fault-injection` build: it refuses the flag as an unknown argument.
+/// The release binary `bin` (what the .deb ships) must not have a `--fault` test hook (those
+/// live in the test-only `rdma-misbehave` peers): it refuses the flag as an unknown argument.
 fn check_no_test_hooks(sh: &Shell, bin: &Path) -> Result<()> {
     // A usage error is answered at once; the deadline is for a binary that hangs instead.
     let out = exec::output_with(
@@ -204,8 +204,8 @@ fn check_no_test_hooks(sh: &Shell, bin: &Path) -> Result<()> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !has_no_fault_flag(out.status.code(), &stderr) {
         bail!(
-            "{} accepts --fault: the release build has the test hooks (build it without the \
-             fault-injection feature); it said: {}",
+            "{} accepts --fault: the release build has a test hook (misbehaviour belongs in \
+             the test-only rdma-misbehave peers); it said: {}",
             bin.display(),
             stderr.trim()
         );

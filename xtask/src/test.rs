@@ -162,16 +162,6 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             Duration::from_secs(1500),
         )
     })?;
-    phase("clippy, with the e2e test hooks", &mut || {
-        let features = e2e::FEATURES;
-        exec::run_loud(
-            cmd!(
-                sh,
-                "cargo clippy --package rdma-server --package rdma-client --all-targets --features {features} --quiet -- -D warnings"
-            ),
-            Duration::from_secs(1500),
-        )
-    })?;
     phase("unit and integration tests", &mut || {
         exec::run_loud(
             cmd!(sh, "cargo test --workspace --quiet"),

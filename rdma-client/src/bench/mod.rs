@@ -6,11 +6,13 @@
 //! final bytes, and exit 0 only when the server checked them. `stats` turns samples into
 //! perftest's figures and columns; `verbs` is the real link under the loops.
 
-pub(crate) mod hot;
+pub mod hot;
+mod measure;
 mod multi;
 mod stats;
-mod verbs;
+pub mod verbs;
 
+pub use measure::{Bench, Measure, Rows};
 pub use stats::{BwRow, LatRow};
 
 use std::time::{Duration, Instant};
@@ -18,12 +20,10 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 use color_eyre::eyre::{Result, bail};
 use rdma_app as app;
-use rdma_core_rs::{Access, LocalPort, QpCaps, RemoteBuffer};
-use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, MAX_ITERS, PongBuffer};
-use rdma_proto::{ClientHandshake, ClientRequest, Notify};
+use rdma_proto::bench::{BenchMode, MAX_ITERS};
 
-use crate::output::{Event, Output};
-use crate::session::{Session, SessionOptions, Target};
+use crate::output::Output;
+use crate::session::{SessionOptions, Target};
 
 /// The bench flags of `rdma-client`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -88,7 +88,7 @@ pub struct Sweep {
 }
 
 /// The sweep, iterations and mode the flags ask for.
-fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
+pub fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
     if mode == BenchMode::Lat && b.qps > 1 {
         bail!("--qps applies to --bench bw (perftest's latency tests use one QP too)");
     }
@@ -164,198 +164,6 @@ pub fn run(task: &BenchTask, out: &Output) -> Result<()> {
         return multi::run(&m, task.bench.qps as usize, &local, &task.session, out);
     }
     m.run(&local, &task.session, t_start, Some(out)).map(|_| ())
-}
-
-/// A session's figures: a row per size, of its mode.
-#[derive(Debug, Default)]
-pub struct Rows {
-    pub lat: Vec<LatRow>,
-    pub bw: Vec<BwRow>,
-}
-
-/// One bench session of `params` against `target`.
-#[derive(Debug, Clone)]
-pub struct Measure<'a> {
-    pub target: &'a Target,
-    pub params: Sweep,
-    pub token: Option<String>,
-    pub knobs: Knobs,
-    /// Why the local end is what it is, when the route chose it (for the `connected` event).
-    pub chosen: Option<&'a str>,
-}
-
-impl Measure<'_> {
-    /// From connect to the server's verdict on the final bytes; `Ok` only when it verified
-    /// them. Each step is an event on `out`; with `None` (the fabric check measuring a pair)
-    /// nothing is printed and the rows are only returned.
-    pub fn run(
-        self,
-        local: &LocalPort,
-        opts: &SessionOptions,
-        t_start: Instant,
-        out: Option<&Output>,
-    ) -> Result<Rows> {
-        let Measure {
-            target,
-            params: sweep,
-            token,
-            knobs: b,
-            chosen,
-        } = self;
-        let mode = sweep.mode;
-        let max = sweep.sizes.last().copied().unwrap_or(1);
-        let buffer_size = usize::try_from(max)?;
-        let (ctx, port) = (&local.ctx, &local.port);
-        let timeout = opts.timeout;
-
-        // Verbs objects first: the hello names our pong buffer.
-        let pd = ctx.alloc_pd()?;
-        let mut src = pd.register(buffer_size, Access::NONE)?;
-        bench::fill_pattern(src.as_mut_slice());
-        let (kind, pongs) = match mode {
-            BenchMode::Lat => {
-                let r =
-                    pd.register_exposed(buffer_size, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-                let to = PongBuffer {
-                    addr: r.addr(),
-                    rkey: r.rkey(),
-                };
-                (BenchKind::Lat(to), Some(r))
-            }
-            BenchMode::Bw => (BenchKind::Bw, None),
-        };
-        let p = BenchParams {
-            kind,
-            sizes: sweep.sizes,
-            iters: sweep.iters,
-        };
-        let depth = match mode {
-            BenchMode::Lat => 4 * hot::SIGNAL_EVERY as u32 + 2,
-            BenchMode::Bw => b.tx_depth,
-        };
-        let cq = ctx.create_cq(depth + 8, opts.cq_mode)?;
-        let caps = |inline| QpCaps {
-            max_send_wr: depth,
-            max_inline_data: inline,
-            ..QpCaps::default()
-        };
-        let (qp, inline) = match pd.create_rc_qp(&cq, caps(b.inline)) {
-            Ok(qp) => (qp, b.inline),
-            Err(_) if b.inline > 0 => (pd.create_rc_qp(&cq, caps(0))?, 0),
-            Err(e) => return Err(e.into()),
-        };
-        let access = match mode {
-            BenchMode::Lat => Access::REMOTE_WRITE,
-            BenchMode::Bw => Access::NONE,
-        };
-        let qp = qp.to_init(port.num, access)?;
-
-        let fin = bench::final_content(&p, p.iters);
-        let hs = ClientHandshake::with_bench(
-            ClientRequest::for_payload(&fin, Notify::Tcp, token),
-            p.clone(),
-        );
-        let mut session = Session::open(target, hs, local, chosen, opts, out, |banner| {
-            format!(
-                "connected to {} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
-                target.name,
-                rdma_proto::printable(&banner.program),
-                rdma_proto::printable(&banner.program_version),
-                ctx.name(),
-                port.num,
-                local.gid.index,
-                local.gid.gid,
-                p.sizes,
-                match b.duration {
-                    Some(d) => format!("{d:?} per size"),
-                    None => format!("{} iterations per size", p.iters),
-                }
-            )
-        })?;
-        let (qp, accept) = session.connect(qp, |qp, accept| {
-            format!(
-                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, inline up to {inline} B, completions by {}",
-                qp.qpn(),
-                accept.endpoint.qpn,
-                qp.path_mtu().bytes(),
-                opts.cq_mode
-            )
-        })?;
-        let mut link = verbs::Verbs {
-            qp: &qp,
-            cq: &cq,
-            src: &mut src,
-            pongs: pongs.as_ref(),
-            remote: RemoteBuffer {
-                addr: accept.addr,
-                rkey: accept.rkey,
-                len: accept.buf_len,
-            },
-            inline: inline as usize,
-            counter_at: None,
-        };
-        let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
-        session.emit(&Event::BenchSetup { ready_us }, || {
-            format!("ready to post after {:.0} us", ready_us)
-        });
-        if session.human() {
-            println!("{}", stats::RULE);
-            println!(
-                "{}",
-                match mode {
-                    BenchMode::Lat => stats::LAT_HEADER,
-                    BenchMode::Bw => stats::BW_HEADER,
-                }
-            );
-        }
-        let mut rows = Rows::default();
-        let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
-        for (k, &size) in p.sizes.iter().enumerate() {
-            let wr_base = k as u64 * (p.iters + 1);
-            let size_us = usize::try_from(size)?;
-            match mode {
-                BenchMode::Lat => {
-                    opts.faults.ping_pong(
-                        &mut link,
-                        size_us,
-                        p.iters,
-                        wr_base,
-                        timeout,
-                        &mut samples,
-                    )?;
-                    let row = stats::lat_row(size, &mut samples);
-                    session.emit(&Event::BenchLat(row), || stats::lat_line(&row));
-                    rows.lat.push(row);
-                }
-                BenchMode::Bw => {
-                    let s = hot::stream(
-                        &mut link,
-                        size_us,
-                        p.iters,
-                        b.duration,
-                        u64::from(b.tx_depth),
-                        wr_base,
-                        timeout,
-                    )?;
-                    let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
-                    session.emit(&Event::BenchBw(row), || stats::bw_line(&row));
-                    rows.bw.push(row);
-                }
-            }
-        }
-        if session.human() {
-            println!("{}", stats::RULE);
-        }
-        session.written()?;
-        let outcome = session.result()?;
-        session.emit_verified(&outcome, || {
-            format!(
-                "server verified the final {} bytes (crc32c {:#010x})",
-                outcome.length, outcome.crc32c
-            )
-        });
-        Ok(rows)
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use rdma_core_rs::{
 
 use super::hot::Link;
 
+#[derive(Debug)]
 pub struct Verbs<'a> {
     pub qp: &'a QueuePair<Rts>,
     pub cq: &'a CompletionQueue,

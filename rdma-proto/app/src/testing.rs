@@ -240,8 +240,8 @@ impl Binary {
     }
 
     /// Panics unless the binary refuses `args`, which use `flag`, as an unknown argument: a
-    /// usage error (2) naming the flag. For flags a build must not have (the test hooks of a
-    /// build without `fault-injection`).
+    /// usage error (2) naming the flag. For flags a binary must not have (test hooks, which
+    /// live in the test-only peers).
     pub fn assert_no_flag(&self, args: &[&str], flag: &str) {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let run = self.run(&args, &[]);

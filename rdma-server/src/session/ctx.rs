@@ -1,7 +1,6 @@
 //! What every session shares ([`SessionCtx`]) and how one ends without a verdict ([`Failure`]).
 
 use crate::budget::PinBudget;
-use crate::cli::Fault;
 use crate::i18n::Lang;
 use crate::output::Output;
 use rdma_core_rs::{CqMode, LocalPort};
@@ -21,8 +20,8 @@ pub struct SessionCtx {
     pub timeout: Duration,
     /// How the session's completion queue waits.
     pub cq_mode: CqMode,
-    /// Deliberate misconfiguration, for tests.
-    pub fault: Option<Fault>,
+    /// What a write session grants its client (remote write, in `rdma-server`).
+    pub grant: crate::grant::Grant,
     pub out: Output,
     pub lang: Lang,
     /// Set when the server is stopping: sessions abort with `shutting_down`.

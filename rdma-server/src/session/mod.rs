@@ -18,9 +18,8 @@ pub use ctx::SessionCtx;
 use steps::*;
 
 use crate::budget::{self};
-use crate::cli::Fault;
 use crate::output::{Event, SessionNotify};
-use rdma_core_rs::{Access, LocalPort, QpCaps, WcOpcode};
+use rdma_core_rs::{LocalPort, QpCaps, WcOpcode};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
     ErrorCode, ErrorMsg, Notify, Outcome, ServerEvent, ServerHandshake, ServerMessage,
@@ -134,14 +133,7 @@ fn session(
             format!("server-side RDMA setup failed: {e}"),
         )
     };
-    let (mr_access, qp_access) = if s.fault == Some(Fault::NoRemoteWrite) {
-        (Access::LOCAL_WRITE, Access::NONE)
-    } else {
-        (
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-            Access::REMOTE_WRITE,
-        )
-    };
+    let (mr_access, qp_access) = (s.grant.region, s.grant.qp);
     let buffer_size = usize::try_from(s.policy.buffer_size)
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
     // Held until the session ends, after the buffer is gone.

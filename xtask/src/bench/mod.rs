@@ -95,7 +95,7 @@ fn release_bins() -> Result<e2e::Bins> {
     crate::exec::run_loud(
         xshell::cmd!(
             sh,
-            "cargo build --release --package rdma-server --package rdma-client"
+            "cargo build --release --package rdma-server --package rdma-client --package rdma-misbehave"
         ),
         Duration::from_secs(1800),
     )
@@ -113,6 +113,10 @@ fn release_bins() -> Result<e2e::Bins> {
     Ok(e2e::Bins {
         server: path("rdma-server")?,
         client: path("rdma-client")?,
+        // Built with the rest (cheap: the two libraries are built already), though the bench
+        // runs no misbehaving peer.
+        misbehave_client: path("rdma-misbehave-client")?,
+        misbehave_server: path("rdma-misbehave-server")?,
         xtask: crate::exec::self_exe()?,
         selftest: None,
     })

@@ -5,15 +5,16 @@ use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
 use std::time::Duration;
 use xshell::{Shell, cmd};
 
-/// The cargo features the scenarios need: the `--fault` test hooks, which a release build
-/// (and so the .deb) does not have.
-pub const FEATURES: &str = "rdma-server/fault-injection,rdma-client/fault-injection";
+/// The packages the scenarios run: our two binaries, as the package ships them, and the
+/// test-only peers that misbehave on purpose (`rdma-misbehave`).
+pub const PACKAGES: [&str; 3] = ["rdma-server", "rdma-client", "rdma-misbehave"];
 
-/// Builds the binaries the scenarios run, with their test hooks ([`FEATURES`]), and the
-/// self-test example when asked for.
+/// Builds the binaries the scenarios run ([`PACKAGES`]), and the self-test example when asked
+/// for.
 pub fn build(selftest: bool) -> Result<()> {
     let sh = Shell::new()?;
-    println!("e2e: building rdma-server and rdma-client (features {FEATURES})");
+    println!("e2e: building {}", PACKAGES.join(", "));
+    let packages: Vec<String> = PACKAGES.iter().map(|p| format!("--package={p}")).collect();
     // Naming a target (`--example`) makes cargo build only the named targets: ask for the
     // binaries too, or a clean target dir would have no rdma-server / rdma-client.
     let example: &[&str] = if selftest {
@@ -28,10 +29,7 @@ pub fn build(selftest: bool) -> Result<()> {
         &[]
     };
     exec::run_loud(
-        cmd!(
-            sh,
-            "cargo build --package rdma-server --package rdma-client --features {FEATURES} {example...}"
-        ),
+        cmd!(sh, "cargo build {packages...} {example...}"),
         Duration::from_secs(1200),
     )
     .wrap_err("building the binaries")
@@ -42,6 +40,10 @@ pub fn build(selftest: bool) -> Result<()> {
 pub struct Bins {
     pub server: String,
     pub client: String,
+    /// The test-only peers (`rdma-misbehave`): `rdma-client` and `rdma-server` with one step
+    /// done wrong (`--fault KIND`).
+    pub misbehave_client: String,
+    pub misbehave_server: String,
     pub xtask: String,
     /// rdma-core-rs's device self-test, when asked for.
     pub selftest: Option<String>,
@@ -57,8 +59,9 @@ impl Bins {
             let p = dir.join(name);
             if !p.exists() {
                 bail!(
-                    "{} is missing: run `cargo build -p {name}` (or drop --no-build)",
-                    p.display()
+                    "{} is missing: run `cargo build {}` (or drop --no-build)",
+                    p.display(),
+                    PACKAGES.map(|p| format!("-p {p}")).join(" ")
                 );
             }
             p.to_str()
@@ -68,6 +71,8 @@ impl Bins {
         Ok(Self {
             server: path("rdma-server")?,
             client: path("rdma-client")?,
+            misbehave_client: path("rdma-misbehave-client")?,
+            misbehave_server: path("rdma-misbehave-server")?,
             xtask: exec::self_exe()?,
             selftest: if selftest {
                 Some(path("examples/loopback")?)
@@ -85,6 +90,8 @@ impl Bins {
         Self {
             server: "/bin/rdma-server".into(),
             client: "/bin/rdma-client".into(),
+            misbehave_client: "/bin/rdma-misbehave-client".into(),
+            misbehave_server: "/bin/rdma-misbehave-server".into(),
             xtask: "/bin/xtask".into(),
             selftest: None,
         }

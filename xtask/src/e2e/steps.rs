@@ -72,8 +72,15 @@ pub(super) fn steps(
         let mut args = vec!["--listen".to_owned(), format!("[::]:{port}")];
         args.extend(s.server_args.iter().map(|a| files.expand(a)));
         with_device(&mut args, device);
+        let program = match s.server_fault {
+            Some(fault) => {
+                args.splice(0..0, ["--fault".to_owned(), fault.to_owned()]);
+                &bins.misbehave_server
+            }
+            None => &bins.server,
+        };
         let mut server = Step::new(server_step_name(s), &[]);
-        server.argv = argv(&s.server_env, s.wrapper, &bins.server, args);
+        server.argv = argv(&s.server_env, s.wrapper, program, args);
         server.background = true;
         server.expect_exit = scenarios::status(s.server_exit);
         // It lives until its own clients are done, plus a grace: its deadline is derived from
@@ -90,7 +97,7 @@ pub(super) fn steps(
         servers.push(server);
         for (j, c) in s.clients.iter().enumerate() {
             let mut step = client_step(s, j, c, bins, files, server_ip, port);
-            if c.tool == Tool::RdmaClient {
+            if matches!(c.tool, Tool::RdmaClient | Tool::Misbehave(_)) {
                 with_device(&mut step.argv, device);
             }
             clients.push(step);
@@ -114,6 +121,8 @@ pub(super) fn steps(
                 bins.server.as_str(),
                 "--client-bin",
                 bins.client.as_str(),
+                "--misbehave-bin",
+                bins.misbehave_client.as_str(),
                 "--kill-stages",
                 "--json",
                 // Below the scenarios' ports (BASE_PORT + i): no scenario server, however
@@ -188,8 +197,15 @@ fn client_step(
         Target::Nowhere => vec![format!("{ip}:{}", port.saturating_add(500))],
     };
     args.extend(c.args.iter().map(|a| files.expand(a)));
+    let program = match c.tool {
+        Tool::Misbehave(fault) => {
+            args.splice(0..0, ["--fault".to_owned(), fault.to_owned()]);
+            &bins.misbehave_client
+        }
+        _ => &bins.client,
+    };
     let mut step = Step::new(client_step_name(s, j), &[]);
-    step.argv = argv(&c.env, s.wrapper, &bins.client, args);
+    step.argv = argv(&c.env, s.wrapper, program, args);
     step.expect_exit = scenarios::status(c.exit);
     step.timeout_s = 60.0;
     // Keep going: every scenario is judged on its own, and the servers wait for the end marker.

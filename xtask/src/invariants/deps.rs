@@ -66,13 +66,13 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         package: "rdma-server",
-        forbid: Forbid::Crates(&["rdma-client", "xtask"]),
-        says: "each binary is deployable alone",
+        forbid: Forbid::Crates(&["rdma-client", "rdma-misbehave", "xtask"]),
+        says: "each binary is deployable alone, and holds no test peer",
     },
     Rule {
         package: "rdma-client",
-        forbid: Forbid::Crates(&["rdma-server", "xtask"]),
-        says: "each binary is deployable alone",
+        forbid: Forbid::Crates(&["rdma-server", "rdma-misbehave", "xtask"]),
+        says: "each binary is deployable alone, and holds no test peer",
     },
 ];
 
@@ -94,6 +94,31 @@ pub fn broken(metadata: &Metadata, rules: &[Rule]) -> Vec<String> {
             out.push(format!(
                 "\"{}\" is broken: {} depends on {dep}",
                 rule.says, rule.package
+            ));
+        }
+    }
+    out
+}
+
+/// The test peers' place: the binaries and libraries have no feature that switches test code
+/// on (the misbehaving peers are a crate of their own), and that crate is never published.
+#[must_use]
+pub fn hooks(metadata: &Metadata) -> Vec<String> {
+    let mut out = Vec::new();
+    for pkg in metadata.workspace_packages() {
+        for feature in pkg.features.keys() {
+            if feature.contains("fault") || feature.contains("hook") {
+                out.push(format!(
+                    "{} has a feature `{feature}`: test misbehaviour belongs in the rdma-misbehave peers, not behind a feature",
+                    pkg.name
+                ));
+            }
+        }
+        let test_only = pkg.name.as_str() == "rdma-misbehave" || pkg.name.as_str() == "xtask";
+        if test_only && pkg.publish.as_ref().is_none_or(|to| !to.is_empty()) {
+            out.push(format!(
+                "{} is test-only: it must say `publish = false`",
+                pkg.name
             ));
         }
     }
@@ -127,8 +152,37 @@ mod tests {
 
     #[test]
     fn the_workspace_keeps_its_dependency_rules() {
-        let broken = broken(&metadata(), RULES);
+        let md = metadata();
+        let broken = broken(&md, RULES);
         assert!(broken.is_empty(), "{broken:#?}");
+        let hooks = hooks(&md);
+        assert!(hooks.is_empty(), "{hooks:#?}");
+    }
+
+    /// The hook check against a broken fake: the workspace with a fault feature put back and
+    /// the peer made publishable.
+    #[test]
+    fn a_fault_feature_or_a_publishable_peer_is_named() {
+        let mut md = metadata();
+        for pkg in &mut md.packages {
+            if pkg.name.as_str() == "rdma-client" {
+                pkg.features.insert("fault-injection".into(), vec![]);
+            }
+            if pkg.name.as_str() == "rdma-misbehave" {
+                pkg.publish = None;
+            }
+        }
+        let got = hooks(&md);
+        assert!(
+            got.iter()
+                .any(|l| l.contains("rdma-client has a feature `fault-injection`")),
+            "{got:#?}"
+        );
+        assert!(
+            got.iter()
+                .any(|l| l.contains("rdma-misbehave is test-only: it must say `publish = false`")),
+            "{got:#?}"
+        );
     }
 
     /// The checker against broken fakes: rules the real workspace breaks on purpose.

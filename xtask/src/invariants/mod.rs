@@ -23,6 +23,7 @@ pub const CRATES: &[&str] = &[
     "rdma-core-rs",
     "rdma-server",
     "rdma-client",
+    "rdma-client/misbehave",
     "xtask",
 ];
 
@@ -38,6 +39,7 @@ pub fn check() -> Result<Vec<String>> {
         .exec()
         .wrap_err("running `cargo metadata`")?;
     let mut broken = deps::broken(&metadata, deps::RULES);
+    broken.extend(deps::hooks(&metadata));
     for krate in CRATES {
         let dir = root.join(krate);
         for circle in circles::circles(&dir)? {

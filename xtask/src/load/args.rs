@@ -15,6 +15,11 @@ pub struct LoadArgs {
     #[arg(long)]
     pub client_bin: PathBuf,
 
+    /// The test-only misbehaving client (`rdma-misbehave-client`), for the clients that kill
+    /// themselves (`--kill-stages`).
+    #[arg(long)]
+    pub misbehave_bin: Option<PathBuf>,
+
     /// TCP port for the server on 127.0.0.1.
     #[arg(long, default_value_t = 7472)]
     pub port: u16,

@@ -87,13 +87,17 @@ impl<'a> Clients<'a> {
         let path = self.dir.join(format!("payload-{id}.bin"));
         std::fs::write(&path, &payload)
             .wrap_err_with(|| format!("writing the payload file {}", path.display()))?;
-        let (bin, addr, extra) = (&self.args.client_bin, &self.addr, &self.args.client_args);
-        let fault_args: Vec<&str> = fault.map(|f| vec!["--fault", f]).unwrap_or_default();
+        let (addr, extra) = (&self.addr, &self.args.client_args);
+        let (bin, fault_args): (&PathBuf, Vec<&str>) = match (fault, &self.args.misbehave_bin) {
+            (None, _) => (&self.args.client_bin, vec![]),
+            (Some(f), Some(bin)) => (bin, vec!["--fault", f]),
+            (Some(f), None) => bail!("a client that dies ({f}) needs --misbehave-bin"),
+        };
         // A busy server is waited for within half the client's own deadline.
         let wait = format!("{}ms", self.args.client_deadline.as_millis() / 2);
         let c = cmd!(
             self.sh,
-            "{bin} {addr} --json --file {path} --notify {notify} --wait-for-server {wait} {extra...} {fault_args...}"
+            "{bin} {fault_args...} {addr} --json --file {path} --notify {notify} --wait-for-server {wait} {extra...}"
         );
         let shown = c.to_string();
         let proc = Captured::spawn_command(Command::from(c), shown, None)

@@ -120,9 +120,19 @@ fn kill_stages_expect_death_by_sigkill() {
         "client",
         r#"case "$*" in *--fault*) kill -9 $$;; esac; exit 3"#,
     );
-    let a = args(dir.path(), &server, &client, &["--kill-stages", "--json"]);
+    let misbehave = format!("--misbehave-bin={}", client.display());
+    let a = args(
+        dir.path(),
+        &server,
+        &client,
+        &["--kill-stages", "--json", &misbehave],
+    );
     let err = cmd(&a).unwrap_err();
     assert!(err.to_string().contains("exited with"), "{err}");
+    // Without the misbehaving peer, no client can be told to die: said, not skipped.
+    let a = args(dir.path(), &server, &client, &["--kill-stages", "--json"]);
+    let err = format!("{:#}", cmd(&a).unwrap_err());
+    assert!(err.contains("needs --misbehave-bin"), "{err}");
 }
 
 #[test]

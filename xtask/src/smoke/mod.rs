@@ -88,7 +88,7 @@ pub struct SmokeArgs {
 
 impl SmokeArgs {
     /// The run's shape, or why the flags do not make one.
-    fn shape(&self, modules: Option<Modules>, ours: Option<(String, String)>) -> Result<Shape> {
+    fn shape(&self, modules: Option<Modules>, ours: Option<plans::Ours>) -> Result<Shape> {
         let nics = usize::from(self.nics);
         let dead = self.dead_link.map(usize::from);
         let down = self.down_link.map(usize::from);
@@ -228,7 +228,11 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
     let ours = if group.iter().any(|a| a.rdma_write) {
         crate::e2e::build(false)?;
         let b = crate::e2e::Bins::locate(false)?;
-        Some((b.server, b.client))
+        Some(plans::Ours {
+            server: b.server,
+            client: b.client,
+            misbehave_client: b.misbehave_client,
+        })
     } else {
         None
     };

@@ -53,7 +53,7 @@ pub struct Shape {
     pub modules: Option<Modules>,
     /// Instead of perftest, our own pair with no device flags (`--rdma-write`): the paths of
     /// rdma-server and rdma-client.
-    pub ours: Option<(String, String)>,
+    pub ours: Option<Ours>,
     /// `--tclass` for both ends of our pair.
     pub tclass: Option<u8>,
     /// `--bench MODE` for our client (a short run of 4096-byte messages).
@@ -215,11 +215,24 @@ fn rping(shape: &Shape, server: bool) -> Vec<String> {
     v
 }
 
+/// Our binaries, as the guests run them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ours {
+    pub server: String,
+    pub client: String,
+    /// The test-only misbehaving client (`rdma-misbehave-client`).
+    pub misbehave_client: String,
+}
+
 /// Our pair, with no device, port or GID flags: the server one-shot on its default dual-stack
 /// `[::]:7471`, the client to A's address on the traffic link; both must pick that link's
 /// device by themselves.
 fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>> {
-    let (srv, cli) = shape.ours.as_ref()?;
+    let Ours {
+        server: srv,
+        client: cli,
+        ..
+    } = shape.ours.as_ref()?;
     // The first pair of a boot on the default port; each later one on its own, so that it
     // never meets the one before still closing.
     let port = (tag.0 > 0).then(|| rdma_proto::DEFAULT_PORT + u16::try_from(tag.0).unwrap_or(0));
@@ -405,7 +418,17 @@ pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
         if shape.cm_bad_nonce {
             let mut bad = client_step(shape, 2, tag);
             bad.name = tag.name(BAD_NONCE);
-            bad.argv.extend(owned(&["--fault", "cm-bad-nonce"]));
+            // The test-only peer: rdma-client's arguments after its `--fault`.
+            if let Some(ours) = &shape.ours {
+                bad.argv.splice(
+                    0..1,
+                    [
+                        ours.misbehave_client.clone(),
+                        "--fault".to_owned(),
+                        "cm-bad-nonce".to_owned(),
+                    ],
+                );
+            }
             // Rejected by the server's RDMA CM listener: an RDMA error (3), not a crash.
             bad.expect_exit = 3;
             b_steps.push(bad);

@@ -125,9 +125,16 @@ mod tests {
         assert_eq!(shapes.len(), 17);
         assert_eq!(groups.len(), 9);
         let key = |a: &SmokeArgs| {
-            a.shape(None, a.rdma_write.then(|| ("s".to_owned(), "c".to_owned())))
-                .unwrap()
-                .network()
+            a.shape(
+                None,
+                a.rdma_write.then(|| crate::smoke::plans::Ours {
+                    server: "s".to_owned(),
+                    client: "c".to_owned(),
+                    misbehave_client: "m".to_owned(),
+                }),
+            )
+            .unwrap()
+            .network()
         };
         for g in &groups {
             assert!(g.iter().all(|a| key(a) == key(&g[0])), "{g:?}");

@@ -44,19 +44,9 @@ pub(super) fn bench() -> Vec<Scenario> {
             clients: vec![
                 ClientRun {
                     label: "bench lat pinging once a second",
-                    tool: Tool::RdmaClient,
+                    tool: Tool::Misbehave("slow-ping"),
                     target: Target::Server,
-                    args: strings(&[
-                        "--json",
-                        "--bench",
-                        "lat",
-                        "--size",
-                        "64",
-                        "--iters",
-                        "20",
-                        "--fault",
-                        "slow-ping",
-                    ]),
+                    args: strings(&["--json", "--bench", "lat", "--size", "64", "--iters", "20"]),
                     env: vec![],
                     exit: Some(Exit::Timeout),
                     expect: vec![],
@@ -75,7 +65,8 @@ pub(super) fn bench() -> Vec<Scenario> {
 pub(super) fn server_side() -> Vec<Scenario> {
     vec![
         Scenario {
-            server_args: strings(&["--json", "--serve", "--fault", "no-remote-write"]),
+            server_args: strings(&["--json", "--serve"]),
+            server_fault: Some("no-remote-write"),
             server_expect: vec![
                 server_error(ErrorCode::WriteFailed),
                 server("stopped by signal, nothing verified", |e| {

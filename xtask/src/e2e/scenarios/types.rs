@@ -76,6 +76,9 @@ pub enum Target {
 pub enum Tool {
     /// `rdma-client SERVER:PORT ARGS…`
     RdmaClient,
+    /// `rdma-misbehave-client --fault KIND SERVER:PORT ARGS…`: `rdma-client` with one step done
+    /// wrong (the test-only peer).
+    Misbehave(&'static str),
     /// `xtask hostile --server SERVER:PORT ARGS…`: the protocol-level misbehaviour matrix.
     Hostile,
     /// A plain command on the client's node (e.g. `ip link set eth0 down`); `args` unused.
@@ -108,6 +111,8 @@ pub struct Scenario {
     pub name: &'static str,
     pub about: &'static str,
     pub server_args: Vec<String>,
+    /// Run the test-only `rdma-misbehave-server --fault KIND` instead of `rdma-server`.
+    pub server_fault: Option<&'static str>,
     pub server_env: Vec<(&'static str, &'static str)>,
     /// How the server must end: `None` is success (0).
     pub server_exit: Option<Exit>,
@@ -128,6 +133,7 @@ impl Scenario {
             name,
             about,
             server_args: Vec::new(),
+            server_fault: None,
             server_env: Vec::new(),
             server_exit: None,
             server_expect: Vec::new(),

@@ -168,12 +168,10 @@ pub(super) fn misbehaving_clients() -> Vec<Scenario> {
                 server_verified(SEED_MESSAGE),
             ],
             clients: vec![
-                failing_client(
-                    "wrong rkey",
-                    Exit::Transfer,
-                    &["--fault", "wrong-rkey"],
-                    "remote access",
-                ),
+                ClientRun {
+                    tool: Tool::Misbehave("wrong-rkey"),
+                    ..failing_client("wrong rkey", Exit::Transfer, &[], "remote access")
+                },
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             ..Scenario::new(
@@ -185,12 +183,10 @@ pub(super) fn misbehaving_clients() -> Vec<Scenario> {
             server_args: strings(&["--json"]),
             server_expect: vec![server_verified(SEED_MESSAGE)],
             clients: vec![
-                failing_client(
-                    "past the end",
-                    Exit::Transfer,
-                    &["--fault", "out-of-bounds"],
-                    "remote access",
-                ),
+                ClientRun {
+                    tool: Tool::Misbehave("out-of-bounds"),
+                    ..failing_client("past the end", Exit::Transfer, &[], "remote access")
+                },
                 good_client("then a normal client", SEED_MESSAGE, &[]),
             ],
             ..Scenario::new(
@@ -212,19 +208,17 @@ pub(super) fn misbehaving_clients() -> Vec<Scenario> {
                             matches!(e, ClientEvent::Verified { length: 17, .. })
                         }),
                     ],
-                    ..good_client(
-                        "keeps rewriting after its write",
-                        SEED_MESSAGE,
-                        &["--fault", "rewrite-after-imm"],
-                    )
+                    tool: Tool::Misbehave("rewrite-after-imm"),
+                    ..good_client("keeps rewriting after its write", SEED_MESSAGE, &[])
                 },
                 ClientRun {
                     // With notify=tcp its rewrites race its `written` notice instead.
                     expect: vec![Expect::StderrHas("the server's verdict (verified=")],
+                    tool: Tool::Misbehave("rewrite-after-imm"),
                     ..good_client(
                         "keeps rewriting, notify tcp",
                         SEED_MESSAGE,
-                        &["--fault", "rewrite-after-imm", "--notify", "tcp"],
+                        &["--notify", "tcp"],
                     )
                 },
                 good_client("then a normal client", SEED_MESSAGE, &[]),

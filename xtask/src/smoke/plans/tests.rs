@@ -127,7 +127,11 @@ fn our_pair_takes_no_device_flags_and_needs_no_ipv4_on_ipv6() {
     let s = Shape {
         nics: 2,
         dead: Some(0),
-        ours: Some(("/t/rdma-server".into(), "/t/rdma-client".into())),
+        ours: Some(Ours {
+            server: "/t/rdma-server".into(),
+            client: "/t/rdma-client".into(),
+            misbehave_client: "/t/rdma-misbehave-client".into(),
+        }),
         ..shape()
     };
     let p = plans(&s);
@@ -212,7 +216,11 @@ fn siw_runs_rping_through_rdma_cm_and_capture_runs_tcpdump() {
 #[test]
 fn workloads_of_one_boot_take_turns_on_their_own_names_and_ports() {
     let ours = Shape {
-        ours: Some(("/t/rdma-server".into(), "/t/rdma-client".into())),
+        ours: Some(Ours {
+            server: "/t/rdma-server".into(),
+            client: "/t/rdma-client".into(),
+            misbehave_client: "/t/rdma-misbehave-client".into(),
+        }),
         ..shape()
     };
     let v6 = Shape {
@@ -258,4 +266,28 @@ fn workloads_of_one_boot_take_turns_on_their_own_names_and_ports() {
     assert_eq!(Tag(0).name(CAPTURE), CAPTURE);
     // One workload alone: today's names, and its failure is the plan's.
     assert!(!step(&plans(&ours)[1].1, "client").allow_failure);
+}
+
+/// The wrong-nonce client is the test-only peer with rdma-client's own arguments after its
+/// `--fault`, and the real client follows it.
+#[test]
+fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
+    let s = Shape {
+        cm: true,
+        cm_bad_nonce: true,
+        ours: Some(Ours {
+            server: "/t/rdma-server".into(),
+            client: "/t/rdma-client".into(),
+            misbehave_client: "/t/rdma-misbehave-client".into(),
+        }),
+        ..shape()
+    };
+    let two = plans(&s);
+    let bad = step(&two[1].1, BAD_NONCE);
+    assert_eq!(
+        bad.argv[..3],
+        owned(&["/t/rdma-misbehave-client", "--fault", "cm-bad-nonce"])[..]
+    );
+    assert!(bad.argv.iter().any(|a| a == "--cm"), "{:?}", bad.argv);
+    assert_eq!(step(&two[1].1, "client").argv[0], "/t/rdma-client");
 }

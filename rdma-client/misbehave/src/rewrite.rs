@@ -1,6 +1,6 @@
-//! Test hook `--fault rewrite-after-imm`: a client that keeps RDMA-Writing other bytes into the
-//! server's buffer right behind the write it announced, and then holds the server's verdict to
-//! what it really wrote.
+//! `rewrite-after-imm`: a client that keeps RDMA-Writing other bytes into the server's buffer
+//! right behind the write it announced, and then holds the server's verdict to what it really
+//! wrote.
 //!
 //! A server that reads its buffer while the client can still write it may verify one thing and
 //! report another. Whatever the timing, a correct server revokes the client's access first and
@@ -112,7 +112,7 @@ impl Rewriter {
             self.post_next(qp);
         }
         eprintln!(
-            "fault injection: rewrote the server's buffer {} time(s) after the write ({} posted)",
+            "misbehave: rewrote the server's buffer {} time(s) after the write ({} posted)",
             self.log.acked, self.log.posted
         );
         self.log
@@ -161,7 +161,7 @@ pub fn check_verdict(payload: &[u8], log: RewriteLog, verdict: &Outcome) -> Resu
         ));
     }
     eprintln!(
-        "fault injection: the server's verdict (verified={}) describes write {n} of {} whole",
+        "misbehave: the server's verdict (verified={}) describes write {n} of {} whole",
         verdict.verified, log.posted
     );
     Ok(())

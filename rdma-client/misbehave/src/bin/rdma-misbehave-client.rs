@@ -1,0 +1,13 @@
+//! `rdma-misbehave-client --fault KIND [rdma-client's arguments]`.
+
+use rdma_client::classify::classify;
+use rdma_misbehave::client::{self, Args};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    rdma_app::main(
+        |args: &Args| args.client.output.json,
+        |args, out| client::run(args, &out),
+        classify,
+    )
+}

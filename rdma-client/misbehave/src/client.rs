@@ -1,0 +1,260 @@
+//! `rdma-misbehave-client`: `rdma-client`'s own session steps ([`rdma_client::run`],
+//! [`rdma_client::session`], [`rdma_client::bench`]), with one done wrong.
+
+use crate::rewrite::{self, Rewriter};
+use color_eyre::eyre::{Result, bail};
+use rdma_client::bench::hot::Link;
+use rdma_client::bench::{self, Measure, params};
+use rdma_client::cli::{self as client_cli, Task};
+use rdma_client::output::Output;
+use rdma_client::run::{Connected, Write, WriteTask, qp_ready_line};
+use rdma_client::session::{Target, notify_for};
+use rdma_core_rs::RemoteBuffer;
+use std::time::{Duration, Instant};
+
+/// What the client does wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientFault {
+    /// Write with a corrupted rkey: the server's NIC must refuse it.
+    WrongRkey,
+    /// Write just past the end of the server's buffer.
+    OutOfBounds,
+    /// SIGKILL ourselves right after sending the hello.
+    KillAfterHello,
+    /// SIGKILL ourselves after the accept, with our QP in RTS.
+    KillAfterAccept,
+    /// SIGKILL ourselves after the write completed, before the verdict.
+    KillAfterWrite,
+    /// After the write the server is told about, keep RDMA-Writing other bytes into its buffer;
+    /// exit 0 only if the server's verdict describes bytes we wrote, consistently.
+    RewriteAfterImm,
+    /// In a `--bench lat` session, wait a second before each ping: a peer that holds its
+    /// bench slot by pinging just often enough (the server must end it at --bench-max-time).
+    SlowPing,
+    /// Through RDMA CM, present a nonce one bit off the server's: the server must reject the
+    /// connection request (and go on serving).
+    CmBadNonce,
+}
+
+/// The command line: the fault, then everything `rdma-client` takes.
+#[derive(Debug, clap::Parser)]
+#[command(name = "rdma-misbehave-client", version)]
+pub struct Args {
+    /// What to do wrong.
+    #[arg(long)]
+    pub fault: ClientFault,
+    #[command(flatten)]
+    pub client: client_cli::Args,
+}
+
+/// How long `slow-ping` waits before each ping.
+pub const SLOW_PING: Duration = Duration::from_secs(1);
+
+/// Runs the client's task with the fault.
+///
+/// # Errors
+/// As `rdma-client`'s, and the fault's own (a task it does not apply to).
+pub fn run(args: Args, out: &Output) -> Result<()> {
+    let fault = args.fault;
+    match (args.client.task()?, fault) {
+        (Task::Bench(task), ClientFault::SlowPing) => slow_ping(&task, out),
+        (Task::Write(task), f) if f != ClientFault::SlowPing => write(&task, f, out),
+        (_, f) => bail!("--fault {f:?} applies to {}", applies_to(f)),
+    }
+}
+
+fn applies_to(f: ClientFault) -> &'static str {
+    match f {
+        ClientFault::SlowPing => "a --bench lat session",
+        _ => "a plain write (no --bench, --fabric)",
+    }
+}
+
+/// SIGKILLs the process, as a crash would.
+fn die(at: &str) -> ! {
+    eprintln!("misbehave: SIGKILL {at}");
+    // SAFETY: kill(2) on our own pid with a valid signal number has no memory-safety
+    // preconditions; SIGKILL ends the process here, as a crash would.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    unreachable!("SIGKILL returned")
+}
+
+/// `rdma-client SERVER`'s write ([`rdma_client::run::run`]), step by step, one step wrong.
+fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
+    let payload = task.payload.load()?;
+    let token = task.session.token.load()?;
+    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
+    let (notify, _) = notify_for(task.notify, &local)?;
+    let w = Write {
+        target: &target,
+        payload: &payload,
+        notify,
+        token,
+        chosen: chosen.as_deref(),
+    };
+    let more = if fault == ClientFault::RewriteAfterImm {
+        2 * rewrite::DEPTH as u32
+    } else {
+        0
+    };
+    let opened = w.open(&local, &task.session, Some(out), more)?;
+    let mut c = match fault {
+        ClientFault::KillAfterHello | ClientFault::KillAfterAccept | ClientFault::CmBadNonce => {
+            let (mut session, qp, resources) = opened.into_parts();
+            let psn = session.hello(&qp)?;
+            if fault == ClientFault::KillAfterHello {
+                die("after the hello");
+            }
+            let accept = session.await_accept()?;
+            let nonce = accept.cm.map(|offer| {
+                let mut off = offer.nonce;
+                if fault == ClientFault::CmBadNonce {
+                    off[0] ^= 1;
+                }
+                off
+            });
+            let qp = session.connect_qp(qp, psn, &accept, nonce.as_ref(), |qp, a| {
+                qp_ready_line(&local, qp, a)
+            })?;
+            if fault == ClientFault::KillAfterAccept {
+                die("after the accept");
+            }
+            Connected::new(session, qp, &accept, resources)
+        }
+        _ => opened.connect()?,
+    };
+    let remote = aim(fault, c.remote);
+    let started = c.post(remote)?;
+    let rewrites = match fault {
+        ClientFault::RewriteAfterImm => Some(Rewriter::start(
+            &c.pd,
+            &c.qp,
+            c.write.payload.len(),
+            remote,
+        )?),
+        _ => None,
+    };
+    let micros = c.complete(started)?;
+    if fault == ClientFault::KillAfterWrite {
+        die("after the write");
+    }
+    match rewrites {
+        Some(rewriter) => judge_rewrites(c, rewriter),
+        None => c.finish(micros).map(|_| ()),
+    }
+}
+
+/// Where the write goes: a corrupted rkey, or past the buffer's end (while still claiming it
+/// fits); else the server's buffer.
+fn aim(fault: ClientFault, mut remote: RemoteBuffer) -> RemoteBuffer {
+    match fault {
+        ClientFault::WrongRkey => remote.rkey ^= 0x00ff_ff00,
+        ClientFault::OutOfBounds => remote.addr = remote.addr.wrapping_add(remote.len),
+        _ => {}
+    }
+    remote
+}
+
+/// Lets the rewrites run out, then holds the server's verdict to what we wrote: any verdict
+/// that describes bytes we wrote is right (see [`rewrite`]).
+fn judge_rewrites(mut c: Connected<'_>, rewriter: Rewriter) -> Result<()> {
+    c.session.written()?;
+    let judged = c.session.result();
+    let Some(verdict) = c.session.verdict().cloned() else {
+        return judged.map(|_| ());
+    };
+    let log = rewriter.finish(&c.qp, &c.cq, c.write.timeout);
+    rewrite::check_verdict(c.write.payload, log, &verdict)?;
+    c.emit_verified(&verdict);
+    Ok(())
+}
+
+/// `rdma-client SERVER --bench lat`, its pings paced [`SLOW_PING`] apart.
+fn slow_ping(task: &bench::BenchTask, out: &Output) -> Result<()> {
+    let t_start = Instant::now();
+    let sweep = params(&task.bench, task.mode)?;
+    let token = task.session.token.load()?;
+    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
+    let m = Measure {
+        target: &target,
+        params: sweep,
+        token,
+        knobs: task.bench.knobs(),
+        chosen: chosen.as_deref(),
+    };
+    let mut bench = m.connect(&local, &task.session, t_start, Some(out))?;
+    {
+        let (session, link, run) = bench.link();
+        run.measure(session, &mut Paced(link))?;
+    }
+    bench.finish()
+}
+
+/// A [`Link`] whose pings go out [`SLOW_PING`] apart.
+#[derive(Debug)]
+struct Paced<L>(L);
+
+impl<L: Link> Link for Paced<L> {
+    type Error = L::Error;
+    fn post(
+        &mut self,
+        size: usize,
+        last: Option<u8>,
+        signaled: bool,
+        wr_id: u64,
+    ) -> Result<(), L::Error> {
+        std::thread::sleep(SLOW_PING);
+        self.0.post(size, last, signaled, wr_id)
+    }
+    fn try_poll(&mut self) -> Result<Option<u64>, L::Error> {
+        self.0.try_poll()
+    }
+    fn poll(&mut self, deadline: Instant) -> Result<u64, L::Error> {
+        self.0.poll(deadline)
+    }
+    fn byte(&self, index: usize) -> u8 {
+        self.0.byte(index)
+    }
+    fn timeout(&self, what: &'static str, waited: Duration) -> L::Error {
+        self.0.timeout(what, waited)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[test]
+    fn the_client_command_line_comes_after_the_fault() {
+        let a = Args::try_parse_from([
+            "rdma-misbehave-client",
+            "--fault",
+            "wrong-rkey",
+            "10.0.0.1",
+            "--json",
+            "--message",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(a.fault, ClientFault::WrongRkey);
+        assert!(a.client.output.json);
+        let e = Args::try_parse_from(["rdma-misbehave-client", "10.0.0.1"]).unwrap_err();
+        assert!(e.to_string().contains("--fault"), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_aim_is_wrong_where_it_should_be() {
+        let r = RemoteBuffer {
+            addr: 0x1000,
+            rkey: 0x1234_5678,
+            len: 64,
+        };
+        assert_eq!(aim(ClientFault::WrongRkey, r).rkey, 0x12cb_a978);
+        assert_eq!(aim(ClientFault::WrongRkey, r).addr, r.addr);
+        assert_eq!(aim(ClientFault::OutOfBounds, r).addr, 0x1040);
+        assert_eq!(aim(ClientFault::KillAfterWrite, r), r);
+    }
+}

@@ -1,0 +1,290 @@
+//! One bench session: [`Measure::connect`] sets it up (verbs objects, the session, the queue
+//! pair in RTS), [`Bench::measure`] runs the loops over a [`Link`] (the real one is
+//! [`Bench::link`]'s), [`Bench::finish`] takes the server's verdict on the final bytes.
+
+use std::time::Instant;
+
+use color_eyre::eyre::Result;
+use rdma_core_rs::{
+    Access, CompletionQueue, ExposedRegion, LocalPort, MemoryRegion, ProtectionDomain, QpCaps,
+    QueuePair, RemoteBuffer, Rts,
+};
+use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, PongBuffer};
+use rdma_proto::{ClientHandshake, ClientRequest, Notify};
+
+use super::hot::{self, Link};
+use super::stats::{self, BwRow, LatRow};
+use super::verbs::Verbs;
+use super::{Knobs, Sweep};
+use crate::output::{Event, Output};
+use crate::session::{Session, SessionOptions, Target};
+
+/// A session's figures: a row per size, of its mode.
+#[derive(Debug, Default)]
+pub struct Rows {
+    pub lat: Vec<LatRow>,
+    pub bw: Vec<BwRow>,
+}
+
+/// One bench session of `params` against `target`.
+#[derive(Debug, Clone)]
+pub struct Measure<'a> {
+    pub target: &'a Target,
+    pub params: Sweep,
+    pub token: Option<String>,
+    pub knobs: Knobs,
+    /// Why the local end is what it is, when the route chose it (for the `connected` event).
+    pub chosen: Option<&'a str>,
+}
+
+impl<'a> Measure<'a> {
+    /// From connect to the server's verdict on the final bytes; `Ok` only when it verified
+    /// them. Each step is an event on `out`; with `None` (the fabric check measuring a pair)
+    /// nothing is printed and the rows are only returned.
+    pub fn run(
+        self,
+        local: &'a LocalPort,
+        opts: &'a SessionOptions,
+        t_start: Instant,
+        out: Option<&'a Output>,
+    ) -> Result<Rows> {
+        let mut bench = self.connect(local, opts, t_start, out)?;
+        let rows = {
+            let (session, mut link, run) = bench.link();
+            run.measure(session, &mut link)?
+        };
+        bench.finish()?;
+        Ok(rows)
+    }
+
+    /// Registers the buffers, connects to the server with the bench hello and brings the queue
+    /// pair to RTS: everything up to the first post (`bench_setup`, timed from `t_start`).
+    pub fn connect(
+        self,
+        local: &'a LocalPort,
+        opts: &'a SessionOptions,
+        t_start: Instant,
+        out: Option<&'a Output>,
+    ) -> Result<Bench<'a>> {
+        let Measure {
+            target,
+            params: sweep,
+            token,
+            knobs: b,
+            chosen,
+        } = self;
+        let mode = sweep.mode;
+        let max = sweep.sizes.last().copied().unwrap_or(1);
+        let buffer_size = usize::try_from(max)?;
+        let (ctx, port) = (&local.ctx, &local.port);
+
+        // Verbs objects first: the hello names our pong buffer.
+        let pd = ctx.alloc_pd()?;
+        let mut src = pd.register(buffer_size, Access::NONE)?;
+        bench::fill_pattern(src.as_mut_slice());
+        let (kind, pongs) = match mode {
+            BenchMode::Lat => {
+                let r =
+                    pd.register_exposed(buffer_size, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                let to = PongBuffer {
+                    addr: r.addr(),
+                    rkey: r.rkey(),
+                };
+                (BenchKind::Lat(to), Some(r))
+            }
+            BenchMode::Bw => (BenchKind::Bw, None),
+        };
+        let p = BenchParams {
+            kind,
+            sizes: sweep.sizes,
+            iters: sweep.iters,
+        };
+        let depth = match mode {
+            BenchMode::Lat => 4 * hot::SIGNAL_EVERY as u32 + 2,
+            BenchMode::Bw => b.tx_depth,
+        };
+        let cq = ctx.create_cq(depth + 8, opts.cq_mode)?;
+        let caps = |inline| QpCaps {
+            max_send_wr: depth,
+            max_inline_data: inline,
+            ..QpCaps::default()
+        };
+        let (qp, inline) = match pd.create_rc_qp(&cq, caps(b.inline)) {
+            Ok(qp) => (qp, b.inline),
+            Err(_) if b.inline > 0 => (pd.create_rc_qp(&cq, caps(0))?, 0),
+            Err(e) => return Err(e.into()),
+        };
+        let access = match mode {
+            BenchMode::Lat => Access::REMOTE_WRITE,
+            BenchMode::Bw => Access::NONE,
+        };
+        let qp = qp.to_init(port.num, access)?;
+
+        let fin = bench::final_content(&p, p.iters);
+        let hs = ClientHandshake::with_bench(
+            ClientRequest::for_payload(&fin, Notify::Tcp, token),
+            p.clone(),
+        );
+        let mut session = Session::open(target, hs, local, chosen, opts, out, |banner| {
+            format!(
+                "connected to {} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
+                target.name,
+                rdma_proto::printable(&banner.program),
+                rdma_proto::printable(&banner.program_version),
+                ctx.name(),
+                port.num,
+                local.gid.index,
+                local.gid.gid,
+                p.sizes,
+                match b.duration {
+                    Some(d) => format!("{d:?} per size"),
+                    None => format!("{} iterations per size", p.iters),
+                }
+            )
+        })?;
+        let (qp, accept) = session.connect(qp, |qp, accept| {
+            format!(
+                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, inline up to {inline} B, completions by {}",
+                qp.qpn(),
+                accept.endpoint.qpn,
+                qp.path_mtu().bytes(),
+                opts.cq_mode
+            )
+        })?;
+        let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
+        session.emit(&Event::BenchSetup { ready_us }, || {
+            format!("ready to post after {:.0} us", ready_us)
+        });
+        Ok(Bench {
+            run: Run {
+                params: p,
+                knobs: b,
+                timeout: opts.timeout,
+            },
+            remote: RemoteBuffer {
+                addr: accept.addr,
+                rkey: accept.rkey,
+                len: accept.buf_len,
+            },
+            inline: inline as usize,
+            qp,
+            cq,
+            src,
+            pongs,
+            _pd: pd,
+            session,
+        })
+    }
+}
+
+/// A bench session set up by [`Measure::connect`]: its queue pair in RTS towards the
+/// server's, the buffers registered.
+#[derive(Debug)]
+pub struct Bench<'a> {
+    run: Run,
+    remote: RemoteBuffer,
+    inline: usize,
+    // Field order is drop order: the queue pair before its completion queue, the regions
+    // before their protection domain, and the connection to the server last.
+    qp: QueuePair<Rts>,
+    cq: CompletionQueue,
+    src: MemoryRegion,
+    pongs: Option<ExposedRegion>,
+    _pd: ProtectionDomain,
+    session: Session<'a>,
+}
+
+/// What the loops run: the sizes and iterations, how they post, and the deadline of a wait.
+#[derive(Debug)]
+pub struct Run {
+    params: BenchParams,
+    knobs: Knobs,
+    timeout: std::time::Duration,
+}
+
+impl<'a> Bench<'a> {
+    /// The session, the real link (our queue pair, its completion queue, our buffers) and what
+    /// to run over it ([`Run::measure`]).
+    pub fn link(&mut self) -> (&mut Session<'a>, Verbs<'_>, &Run) {
+        let link = Verbs {
+            qp: &self.qp,
+            cq: &self.cq,
+            src: &mut self.src,
+            pongs: self.pongs.as_ref(),
+            remote: self.remote,
+            inline: self.inline,
+            counter_at: None,
+        };
+        (&mut self.session, link, &self.run)
+    }
+
+    /// Says the loops are done (`written`, naming the final bytes) and takes the server's
+    /// verdict on them: `Ok` only when it verified them.
+    pub fn finish(mut self) -> Result<()> {
+        self.session.written()?;
+        let outcome = self.session.result()?;
+        self.session.emit_verified(&outcome, || {
+            format!(
+                "server verified the final {} bytes (crc32c {:#010x})",
+                outcome.length, outcome.crc32c
+            )
+        });
+        Ok(())
+    }
+}
+
+impl Run {
+    /// Every size's loop over `link`, a row each (emitted on `session`'s output).
+    pub fn measure<L: Link>(&self, session: &mut Session<'_>, link: &mut L) -> Result<Rows>
+    where
+        color_eyre::Report: From<L::Error>,
+    {
+        let (p, b, timeout) = (&self.params, &self.knobs, self.timeout);
+        let mode = match p.kind {
+            BenchKind::Lat(_) => BenchMode::Lat,
+            BenchKind::Bw => BenchMode::Bw,
+        };
+        if session.human() {
+            println!("{}", stats::RULE);
+            println!(
+                "{}",
+                match mode {
+                    BenchMode::Lat => stats::LAT_HEADER,
+                    BenchMode::Bw => stats::BW_HEADER,
+                }
+            );
+        }
+        let mut rows = Rows::default();
+        let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
+        for (k, &size) in p.sizes.iter().enumerate() {
+            let wr_base = k as u64 * (p.iters + 1);
+            let size_us = usize::try_from(size)?;
+            match mode {
+                BenchMode::Lat => {
+                    hot::ping_pong(link, size_us, p.iters, wr_base, timeout, &mut samples)?;
+                    let row = stats::lat_row(size, &mut samples);
+                    session.emit(&Event::BenchLat(row), || stats::lat_line(&row));
+                    rows.lat.push(row);
+                }
+                BenchMode::Bw => {
+                    let s = hot::stream(
+                        link,
+                        size_us,
+                        p.iters,
+                        b.duration,
+                        u64::from(b.tx_depth),
+                        wr_base,
+                        timeout,
+                    )?;
+                    let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
+                    session.emit(&Event::BenchBw(row), || stats::bw_line(&row));
+                    rows.bw.push(row);
+                }
+            }
+        }
+        if session.human() {
+            println!("{}", stats::RULE);
+        }
+        Ok(rows)
+    }
+}
