@@ -39,7 +39,7 @@ pub enum ClientFault {
 /// The command line: the fault, then everything `rdma-client` takes.
 #[derive(Debug, clap::Parser)]
 #[command(name = "rdma-misbehave-client", version)]
-pub struct Args {
+pub struct MisbehaveArgs {
     /// What to do wrong.
     #[arg(long)]
     pub fault: ClientFault,
@@ -54,7 +54,7 @@ pub const SLOW_PING: Duration = Duration::from_secs(1);
 ///
 /// # Errors
 /// As `rdma-client`'s, and the fault's own (a task it does not apply to).
-pub fn run(args: Args, out: &Output) -> Result<()> {
+pub fn run(args: MisbehaveArgs, out: &Output) -> Result<()> {
     let fault = args.fault;
     match (args.client.task()?, fault) {
         (Task::Bench(task), ClientFault::SlowPing) => slow_ping(&task, out),
@@ -229,7 +229,8 @@ mod tests {
 
     #[test]
     fn the_client_command_line_comes_after_the_fault() {
-        let a = Args::try_parse_from([
+        <MisbehaveArgs as clap::CommandFactory>::command().debug_assert();
+        let a = MisbehaveArgs::try_parse_from([
             "rdma-misbehave-client",
             "--fault",
             "wrong-rkey",
@@ -241,7 +242,7 @@ mod tests {
         .unwrap();
         assert_eq!(a.fault, ClientFault::WrongRkey);
         assert!(a.client.output.json);
-        let e = Args::try_parse_from(["rdma-misbehave-client", "10.0.0.1"]).unwrap_err();
+        let e = MisbehaveArgs::try_parse_from(["rdma-misbehave-client", "10.0.0.1"]).unwrap_err();
         assert!(e.to_string().contains("--fault"), "{e}");
     }
 

@@ -13,7 +13,7 @@ pub enum ServerFault {
 /// The command line: the fault, then everything `rdma-server` takes.
 #[derive(Debug, clap::Parser)]
 #[command(name = "rdma-misbehave-server", version)]
-pub struct Args {
+pub struct MisbehaveArgs {
     /// What to do wrong.
     #[arg(long)]
     pub fault: ServerFault,
@@ -28,5 +28,26 @@ impl ServerFault {
         match self {
             ServerFault::NoRemoteWrite => Grant::local_only(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory as _, Parser as _};
+
+    #[test]
+    fn the_server_command_line_comes_after_the_fault() {
+        MisbehaveArgs::command().debug_assert();
+        let a = MisbehaveArgs::try_parse_from([
+            "rdma-misbehave-server",
+            "--fault",
+            "no-remote-write",
+            "--serve",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(a.fault.grant(), Grant::local_only());
+        assert!(a.server.serve && a.server.output.json);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use rdma_sys as cm;
+use super::sys as cm;
 
 use super::raw::{self, Channel, Id};
 use crate::error::{Error, Result, VerbOp};

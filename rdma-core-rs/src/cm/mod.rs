@@ -17,11 +17,12 @@
 pub(crate) mod bind;
 mod qp;
 mod raw;
+mod sys;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use rdma_sys as cm;
+use self::sys as cm;
 
 use crate::error::{Error, Result, VerbOp};
 use crate::local::LocalPort;

@@ -1,7 +1,7 @@
 //! InfiniBand/RoCE queue pairs through RDMA CM: the RTR and RTS attributes the CM resolved
 //! (`rdma_init_qp_attr`), applied through the typestate transitions.
 
-use rdma_sys as cm;
+use super::sys as cm;
 
 use super::raw::Id;
 use crate::error::{Error, Result, VerbOp};
@@ -10,9 +10,9 @@ use crate::types::{Gid, Mtu, PortInfo};
 use crate::{Init, PathClass, QueuePair, RemoteQp, RtrParams, Rts, RtsParams};
 
 /// `rdma_init_qp_attr` for `state`.
-fn cm_attr(id: &Id, state: cm::ibv_qp_state::Type) -> Result<cm::ibv_qp_attr> {
+fn cm_attr(id: &Id, state: ibverbs_sys::ibv_qp_state::Type) -> Result<ibverbs_sys::ibv_qp_attr> {
     // SAFETY: ibv_qp_attr is plain data; all zeros is a valid (empty) value.
-    let mut attr: cm::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let mut attr: ibverbs_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
     attr.qp_state = state;
     let mut mask: libc::c_int = 0;
     // SAFETY: valid, connecting id; both out-pointers are writable.
@@ -27,7 +27,11 @@ fn cm_attr(id: &Id, state: cm::ibv_qp_state::Type) -> Result<cm::ibv_qp_attr> {
 }
 
 /// Our [`RtrParams`] from the CM's INIT -> RTR attributes, for our `port`, marked with `class`.
-fn rtr_params(a: &cm::ibv_qp_attr, port: &PortInfo, class: PathClass) -> Result<RtrParams> {
+fn rtr_params(
+    a: &ibverbs_sys::ibv_qp_attr,
+    port: &PortInfo,
+    class: PathClass,
+) -> Result<RtrParams> {
     let path_mtu = Mtu::from_ibv(a.path_mtu).ok_or_else(|| {
         Error::invalid(
             format!("RDMA CM resolved path MTU code {}", a.path_mtu),
@@ -53,7 +57,7 @@ fn rtr_params(a: &cm::ibv_qp_attr, port: &PortInfo, class: PathClass) -> Result<
     })
 }
 
-fn rts_params(a: &cm::ibv_qp_attr) -> RtsParams {
+fn rts_params(a: &ibverbs_sys::ibv_qp_attr) -> RtsParams {
     RtsParams {
         sq_psn: a.sq_psn,
         timeout: a.timeout,
@@ -67,10 +71,10 @@ impl QueuePair<Init> {
     /// INIT -> RTR -> RTS with what the CM resolved for `id`'s connection: the peer's QP and
     /// PSN, the path (GID, LID, MTU), our send PSN.
     pub(super) fn ready_by_cm(self, id: &Id, local: &LocalPort) -> Result<QueuePair<Rts>> {
-        let attr = cm_attr(id, cm::ibv_qp_state::IBV_QPS_RTR)?;
+        let attr = cm_attr(id, ibverbs_sys::ibv_qp_state::IBV_QPS_RTR)?;
         let rtr = rtr_params(&attr, &local.port, local.class)?;
         let qp = self.to_rtr(&rtr)?;
-        let rts = rts_params(&cm_attr(id, cm::ibv_qp_state::IBV_QPS_RTS)?);
+        let rts = rts_params(&cm_attr(id, ibverbs_sys::ibv_qp_state::IBV_QPS_RTS)?);
         qp.to_rts(&rts)
     }
 }
@@ -97,8 +101,8 @@ mod tests {
             ..PathClass::default()
         };
         // SAFETY: plain data, zeros are valid.
-        let mut a: cm::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.path_mtu = cm::ibv_mtu::IBV_MTU_4096;
+        let mut a: ibverbs_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.path_mtu = ibverbs_sys::IBV_MTU_4096;
         a.dest_qp_num = 0x12;
         a.rq_psn = 0x345;
         a.sq_psn = 0x678;

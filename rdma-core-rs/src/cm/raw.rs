@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::ptr;
 use std::time::{Duration, Instant};
 
-use rdma_sys as cm;
+use super::sys as cm;
 
 use crate::error::{Error, Result, VerbOp};
 
@@ -143,7 +143,7 @@ impl Id {
             return None;
         }
         // SAFETY: a valid context's device; the name is a NUL-terminated string it owns.
-        let name = unsafe { cm::ibv_get_device_name((*verbs).device) };
+        let name = unsafe { ibverbs_sys::ibv_get_device_name((*verbs).device) };
         if name.is_null() {
             return None;
         }
@@ -158,7 +158,7 @@ impl Id {
     /// The peer's address (of a connection request, or the resolved destination).
     pub(crate) fn peer(&self) -> Option<SocketAddr> {
         // SAFETY: valid id; the route's destination is plain data, copied out.
-        let storage = unsafe { (*self.0).route.addr.dst_addr_union.dst_storage };
+        let storage = unsafe { (*self.0).route.addr.__bindgen_anon_2.dst_storage };
         sockaddr_to_std(&storage)
     }
 

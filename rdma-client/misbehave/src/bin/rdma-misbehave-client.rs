@@ -1,12 +1,12 @@
 //! `rdma-misbehave-client --fault KIND [rdma-client's arguments]`.
 
 use rdma_client::classify::classify;
-use rdma_misbehave::client::{self, Args};
+use rdma_misbehave::client::{self, MisbehaveArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     rdma_app::main(
-        |args: &Args| args.client.output.json,
+        |args: &MisbehaveArgs| args.client.output.json,
         |args, out| client::run(args, &out),
         classify,
     )
