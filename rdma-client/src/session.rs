@@ -378,9 +378,11 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Whether this session prints human lines (not JSON, not silent).
-    pub fn human(&self) -> bool {
-        self.out.is_some_and(|o| !o.json())
+    /// Lines for a person only (see `Output::human`), if this session prints.
+    pub fn human(&self, lines: impl FnOnce() -> String) {
+        if let Some(out) = self.out {
+            out.human(lines);
+        }
     }
 
     fn send(&mut self, line: &str) -> Result<()> {

@@ -244,16 +244,13 @@ impl Run {
             BenchKind::Lat(_) => BenchMode::Lat,
             BenchKind::Bw => BenchMode::Bw,
         };
-        if session.human() {
-            println!("{}", stats::RULE);
-            println!(
-                "{}",
-                match mode {
-                    BenchMode::Lat => stats::LAT_HEADER,
-                    BenchMode::Bw => stats::BW_HEADER,
-                }
-            );
-        }
+        session.human(|| {
+            let header = match mode {
+                BenchMode::Lat => stats::LAT_HEADER,
+                BenchMode::Bw => stats::BW_HEADER,
+            };
+            format!("{}\n{header}", stats::RULE)
+        });
         let mut rows = Rows::default();
         let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
         for (k, &size) in p.sizes.iter().enumerate() {
@@ -282,9 +279,7 @@ impl Run {
                 }
             }
         }
-        if session.human() {
-            println!("{}", stats::RULE);
-        }
+        session.human(|| stats::RULE.to_owned());
         Ok(rows)
     }
 }

@@ -38,10 +38,7 @@ pub fn run(
     out: &Output,
 ) -> Result<()> {
     let p = &m.params;
-    if !out.json() {
-        println!("{}", stats::RULE);
-        println!("{}  (#QPs {qps})", stats::BW_HEADER);
-    }
+    out.human(|| format!("{}\n{}  (#QPs {qps})", stats::RULE, stats::BW_HEADER));
     for &size in &p.sizes {
         let one = Sweep {
             sizes: vec![size],
@@ -73,13 +70,13 @@ pub fn run(
         let row = sum(&rows).ok_or_else(|| eyre!("no figures for {size} B"))?;
         out.emit(&Event::BenchBw(row), || stats::bw_line(&row));
     }
-    if !out.json() {
-        println!("{}", stats::RULE);
-        println!(
-            "server verified the final bytes of all {} sessions",
+    out.human(|| {
+        format!(
+            "{}\nserver verified the final bytes of all {} sessions",
+            stats::RULE,
             qps * p.sizes.len()
-        );
-    }
+        )
+    });
     Ok(())
 }
 

@@ -240,7 +240,7 @@ fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
             .collect::<Result<_, report::ReportError>>()?,
     };
     if f.retest_list {
-        print!("{}", retest_list(&reports));
+        out.listing(&retest_list(&reports));
         return Ok(());
     }
     for r in &reports {

@@ -88,6 +88,22 @@ impl<E: Events> Output<E> {
         self.json
     }
 
+    /// Lines for a person only (a table's rule or header, which no event carries): written
+    /// without `--json`, as an event's are; nothing with it.
+    pub fn human(&self, lines: impl FnOnce() -> String) {
+        if !self.json {
+            write_line(&lines());
+        }
+    }
+
+    /// `text` as it is, in either mode: a listing meant for a shell (one item a line, no event
+    /// around it, e.g. the client's `--retest-list`). Nothing is written for an empty one.
+    pub fn listing(&self, text: &str) {
+        if let Some(body) = text.strip_suffix('\n').or(Some(text)).filter(|t| !t.is_empty()) {
+            write_line(body);
+        }
+    }
+
     /// Emits `event` as one JSON line, or the `human` lines.
     pub fn emit(&self, event: &E::Event<'_>, human: impl FnOnce() -> String) {
         let text = if self.json {
@@ -99,10 +115,7 @@ impl<E: Events> Output<E> {
         } else {
             human()
         };
-        let mut stdout = std::io::stdout().lock();
-        // Losing stdout (e.g. `| head`) must not turn a success into a failure.
-        let _ = writeln!(stdout, "{text}");
-        let _ = stdout.flush();
+        write_line(&text);
     }
 
     /// Reports the failure that ends the process and returns its exit code: with `--json`, the
@@ -116,6 +129,14 @@ impl<E: Events> Output<E> {
         eprintln!("{}", report::render(report, exit, self.json));
         exit.into()
     }
+}
+
+/// One whole line (or lines) on stdout under its lock, so that threads never interleave lines.
+fn write_line(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    // Losing stdout (e.g. `| head`) must not turn a success into a failure.
+    let _ = writeln!(stdout, "{text}");
+    let _ = stdout.flush();
 }
 
 #[cfg(test)]
