@@ -103,7 +103,7 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
                 selftest: args.selftest,
                 load: args.load,
             };
-            let guests = plans::guests(topo, &selected, &bins, &files);
+            let guests = plans::guests(topo, &selected, &bins, &files)?;
             run::in_guests(&guests, args.nodes == 1, &args.vm, &mut phases)?
         }
         Backend::Rxe { netdev, ipv4 } => {
@@ -161,7 +161,7 @@ fn on_host(
         device,
         server_ip,
         sync.path().display().to_string(),
-    );
+    )?;
     Ok(run::on_host(&plan, phases))
 }
 

@@ -8,6 +8,7 @@ use super::steps::steps;
 use crate::deadline;
 use crate::plan::{GUEST_SYNC, Node, Plan, Step};
 use crate::vm::PlanGuest;
+use color_eyre::eyre::{Result, WrapErr as _};
 
 const SERVER_IP: &str = "10.0.0.1";
 const CLIENT_IP: &str = "10.0.0.2";
@@ -29,7 +30,7 @@ pub(super) fn guests(
     selected: &[Scenario],
     bins: &Bins,
     files: &Files,
-) -> Vec<PlanGuest> {
+) -> Result<Vec<PlanGuest>> {
     let guest = |name: &str, node: Node, steps: Vec<Step>| PlanGuest {
         name: name.into(),
         plan: Plan {
@@ -52,19 +53,17 @@ pub(super) fn guests(
             "rxe-e2e",
             SERVER_IP,
             "/s".into(),
-        );
-        step.timeout_s = match deadline::derive(std::slice::from_mut(&mut nested)) {
-            Ok(()) => (deadline::budget(&nested) + deadline::BOOT_AND_SETUP).as_secs_f64(),
-            // A plan bug: the nested run reports it itself, at once.
-            Err(_) => deadline::BOOT_AND_SETUP.as_secs_f64(),
-        };
-        return vec![guest("A", Node::guest(SERVER_IP, false), vec![step])];
+        )?;
+        deadline::derive(std::slice::from_mut(&mut nested))
+            .wrap_err("deriving the one-node plan's deadlines")?;
+        step.timeout_s = (deadline::budget(&nested) + deadline::BOOT_AND_SETUP).as_secs_f64();
+        return Ok(vec![guest("A", Node::guest(SERVER_IP, false), vec![step])]);
     }
-    let (servers, clients) = steps(selected, bins, files, SERVER_IP, topo.load, None);
-    vec![
+    let (servers, clients) = steps(selected, bins, files, SERVER_IP, topo.load, None)?;
+    Ok(vec![
         guest("A", Node::guest(SERVER_IP, true), servers),
         guest("B", Node::guest(CLIENT_IP, true), clients),
-    ]
+    ])
 }
 
 /// `xtask e2e --backend rxe --no-build` with the same scenarios and extras.
@@ -99,14 +98,14 @@ pub(super) fn local(
     device: &str,
     server_ip: &str,
     sync_dir: String,
-) -> Plan {
-    let (mut steps, clients) = steps(selected, bins, files, server_ip, load, Some(device));
+) -> Result<Plan> {
+    let (mut steps, clients) = steps(selected, bins, files, server_ip, load, Some(device))?;
     steps.extend(clients);
-    Plan {
+    Ok(Plan {
         node: Node::guest("127.0.0.1", false),
         steps,
         sync_dir,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -124,7 +123,7 @@ mod tests {
             selftest: false,
             load: true,
         };
-        let g = guests(two, &all, &bins, &files);
+        let g = guests(two, &all, &bins, &files).unwrap();
         assert_eq!(g.len(), 2);
         assert_eq!(g[0].plan.node, Node::guest("10.0.0.1", true));
         assert_eq!(g[1].plan.node, Node::guest("10.0.0.2", true));
@@ -141,7 +140,7 @@ mod tests {
             selftest: true,
             load: false,
         };
-        let g = guests(one, &all[..2], &bins, &files);
+        let g = guests(one, &all[..2], &bins, &files).unwrap();
         assert_eq!(g.len(), 1);
         assert_eq!(
             g[0].plan.node.nics[0].rdma, None,
@@ -156,7 +155,8 @@ mod tests {
             )
         );
         // The nested run's deadline covers the worst case of the plan it runs.
-        let mut nested = local(&all[..2], &bins, &files, false, "d", "1.2.3.4", "/s".into());
+        let mut nested =
+            local(&all[..2], &bins, &files, false, "d", "1.2.3.4", "/s".into()).unwrap();
         deadline::derive(std::slice::from_mut(&mut nested)).unwrap();
         assert!(g[0].plan.steps[0].timeout() > deadline::budget(&nested));
     }
@@ -173,7 +173,8 @@ mod tests {
             "rxe-e2e",
             "10.1.2.3",
             "/s".into(),
-        );
+        )
+        .unwrap();
         assert_eq!(p.node.nics[0].rdma, None);
         let first_client = p.steps.iter().position(|s| !s.background).unwrap();
         assert!(p.steps[..first_client].iter().all(|s| s.background));

@@ -5,6 +5,7 @@ use super::bins::Bins;
 use super::files::Files;
 use super::scenarios::{self, ClientRun, Scenario, Target, Tool};
 use crate::plan::Step;
+use color_eyre::eyre::Result;
 
 /// Step name of rdma-core-rs's device self-test.
 pub(super) const SELFTEST: &str = "rdma-core-rs self-test";
@@ -56,7 +57,7 @@ pub(super) fn steps(
     server_ip: &str,
     load: bool,
     device: Option<&str>,
-) -> (Vec<Step>, Vec<Step>) {
+) -> Result<(Vec<Step>, Vec<Step>)> {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     if let Some(selftest) = &bins.selftest {
@@ -136,12 +137,11 @@ pub(super) fn steps(
             step.argv.push(format!("--client-arg=--device={d}"));
         }
         // As long as its own phases may take (every client at its deadline, ...).
-        let worst = crate::load::worst_case_of(&step.argv[1..]);
-        step.timeout_s = worst.map_or(480.0, |d| d.as_secs_f64());
+        step.timeout_s = crate::load::worst_case_of(&step.argv[1..])?.as_secs_f64();
         step.allow_failure = true;
         clients.push(step);
     }
-    (servers, clients)
+    Ok((servers, clients))
 }
 
 /// Names the device explicitly (the rxe and hardware backends know which one they brought up),
@@ -224,7 +224,8 @@ mod tests {
     fn a_known_device_is_named_unless_the_scenario_names_its_own() {
         let (bins, files) = (Bins::for_tests(), Files::for_tests());
         let all = scenarios::all();
-        let (servers, clients) = steps(&all, &bins, &files, "127.0.0.1", true, Some("rxe-e2e"));
+        let (servers, clients) =
+            steps(&all, &bins, &files, "127.0.0.1", true, Some("rxe-e2e")).unwrap();
         let names_dev =
             |argv: &[String], dev: &str| argv.windows(2).any(|w| w[0] == "--device" && w[1] == dev);
         assert!(servers.iter().all(|s| names_dev(&s.argv, "rxe-e2e")));
@@ -247,7 +248,7 @@ mod tests {
             load.argv
                 .contains(&"--client-arg=--device=rxe-e2e".to_owned())
         );
-        let (servers, _) = steps(&all, &bins, &files, "10.0.0.1", false, None);
+        let (servers, _) = steps(&all, &bins, &files, "10.0.0.1", false, None).unwrap();
         assert!(
             servers
                 .iter()
@@ -259,7 +260,7 @@ mod tests {
     fn steps_put_each_server_on_its_own_port_and_clients_in_order() {
         let (bins, files) = (Bins::for_tests(), Files::for_tests());
         let all = scenarios::all();
-        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1", false, None);
+        let (servers, clients) = steps(&all, &bins, &files, "10.0.0.1", false, None).unwrap();
         assert_eq!(servers.len(), all.len());
         assert!(servers.iter().all(|s| s.background));
         let ports: std::collections::HashSet<_> = servers
