@@ -36,27 +36,73 @@ pub struct WriteTask {
 
 /// Runs the whole client flow; `Ok` only when the server verified the bytes.
 pub fn run(task: &WriteTask, out: &Output) -> Result<()> {
-    let payload = task.payload.load()?;
-    let token = task.session.token.load()?;
-    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
-    let (notify, why) = crate::session::notify_for(task.notify, &local)?;
-    if let Some(why) = why {
+    let r = task.resolve()?;
+    if let Some(why) = &r.notify_why {
         out.emit(
             &Event::NotifyChosen {
-                notify,
+                notify: r.notify,
                 why: why.as_str().into(),
             },
             || why.clone(),
         );
     }
-    let w = Write {
-        target: &target,
-        payload: &payload,
-        notify,
-        token,
-        chosen: chosen.as_deref(),
-    };
-    w.run(&local, &task.session, Some(out)).map(|_| ())
+    r.write()
+        .run(&r.local, &task.session, Some(out))
+        .map(|_| ())
+}
+
+/// What a write task resolves to before it connects: the payload and token read, the server
+/// resolved with the local end that reaches it, and the notify mode.
+#[derive(Debug)]
+pub struct Resolved {
+    pub payload: Vec<u8>,
+    pub token: Option<String>,
+    pub target: Target,
+    pub local: LocalPort,
+    /// Why the local end is what it is, when the route chose it.
+    pub chosen: Option<String>,
+    pub notify: Notify,
+    /// Why the notify mode is what it is, when the device chose it (see
+    /// [`crate::session::notify_for`]).
+    pub notify_why: Option<String>,
+}
+
+impl WriteTask {
+    /// Reads the payload and the token, resolves the server and opens the local end that
+    /// reaches it, and settles the notify mode.
+    ///
+    /// # Errors
+    /// An unreadable or empty payload or token file, a server that does not resolve, no local
+    /// end for it, `--notify imm` where the device has no write-with-immediate.
+    pub fn resolve(&self) -> Result<Resolved> {
+        let payload = self.payload.load()?;
+        let token = self.session.token.load()?;
+        let (target, local, chosen) = Target::with_local_end(&self.server, &self.device)?;
+        let (notify, notify_why) = crate::session::notify_for(self.notify, &local)?;
+        Ok(Resolved {
+            payload,
+            token,
+            target,
+            local,
+            chosen,
+            notify,
+            notify_why,
+        })
+    }
+}
+
+impl Resolved {
+    /// The write it resolved to.
+    #[must_use]
+    pub fn write(&self) -> Write<'_> {
+        Write {
+            target: &self.target,
+            payload: &self.payload,
+            notify: self.notify,
+            token: self.token.clone(),
+            chosen: self.chosen.as_deref(),
+        }
+    }
 }
 
 /// What one verified write took.
@@ -155,18 +201,20 @@ impl<'a> Write<'a> {
             Notify::Tcp => None,
         };
         Ok(Opened {
-            write: Written {
-                payload,
-                notify: self.notify,
-                crc,
-                imm,
-                timeout: opts.timeout,
-            },
             local,
             qp,
-            cq,
-            mr,
-            pd,
+            resources: Resources {
+                write: Written {
+                    payload,
+                    notify: self.notify,
+                    crc,
+                    imm,
+                    timeout: opts.timeout,
+                },
+                cq,
+                mr,
+                pd,
+            },
             session,
         })
     }
@@ -212,13 +260,10 @@ pub struct Written<'a> {
 /// [`Write::open`] leaves for the hello.
 #[derive(Debug)]
 pub struct Opened<'a> {
-    pub write: Written<'a>,
     pub local: &'a LocalPort,
     // Field order is drop order (see [`Connected`]).
     pub qp: QueuePair<Init>,
-    pub cq: CompletionQueue,
-    pub mr: MemoryRegion,
-    pub pd: ProtectionDomain,
+    pub resources: Resources<'a>,
     pub session: Session<'a>,
 }
 
@@ -235,20 +280,12 @@ impl<'a> Opened<'a> {
     /// ([`Session::hello`], [`Session::await_accept`], [`Session::connect_qp`]); then
     /// [`Connected::new`].
     pub fn into_parts(self) -> (Session<'a>, QueuePair<Init>, Resources<'a>) {
-        (
-            self.session,
-            self.qp,
-            Resources {
-                write: self.write,
-                cq: self.cq,
-                mr: self.mr,
-                pd: self.pd,
-            },
-        )
+        (self.session, self.qp, self.resources)
     }
 }
 
-/// A write's verbs objects besides its queue pair (see [`Opened::into_parts`]).
+/// A write's verbs objects besides its queue pair (see [`Opened::into_parts`]); field order is
+/// drop order: the completion queue, the region, then their protection domain.
 #[derive(Debug)]
 pub struct Resources<'a> {
     pub write: Written<'a>,
@@ -263,13 +300,10 @@ pub struct Resources<'a> {
 pub struct Connected<'a> {
     /// The server's buffer, as its accept named it.
     pub remote: RemoteBuffer,
-    pub write: Written<'a>,
-    // Field order is drop order: the queue pair before its completion queue, the region before
-    // its protection domain, and the connection to the server last.
+    // Field order is drop order: the queue pair before its completion queue and region, and
+    // the connection to the server last.
     pub qp: QueuePair<Rts>,
-    pub cq: CompletionQueue,
-    pub mr: MemoryRegion,
-    pub pd: ProtectionDomain,
+    pub resources: Resources<'a>,
     pub session: Session<'a>,
 }
 
@@ -288,11 +322,8 @@ impl<'a> Connected<'a> {
                 rkey: accept.rkey,
                 len: accept.buf_len,
             },
-            write: resources.write,
             qp,
-            cq: resources.cq,
-            mr: resources.mr,
-            pd: resources.pd,
+            resources,
             session,
         }
     }
@@ -302,10 +333,10 @@ impl<'a> Connected<'a> {
     pub fn post(&self, remote: RemoteBuffer) -> Result<Instant> {
         let started = Instant::now();
         self.qp.post_write(
-            &self.mr,
-            0..self.write.payload.len(),
+            &self.resources.mr,
+            0..self.resources.write.payload.len(),
             remote,
-            self.write.imm,
+            self.resources.write.imm,
             WRITE_WR_ID,
         )?;
         Ok(started)
@@ -315,8 +346,9 @@ impl<'a> Connected<'a> {
     /// `started`, in microseconds.
     pub fn complete(&mut self, started: Instant) -> Result<u128> {
         let completion = self
+            .resources
             .cq
-            .poll(Instant::now() + self.write.timeout)
+            .poll(Instant::now() + self.resources.write.timeout)
             .wrap_err("waiting for the RDMA Write to complete")?;
         if completion.wr_id != WRITE_WR_ID {
             bail!(
@@ -325,7 +357,7 @@ impl<'a> Connected<'a> {
             );
         }
         let micros = started.elapsed().as_micros();
-        let w = self.write;
+        let w = self.resources.write;
         let (len, crc, imm) = (w.payload.len(), w.crc, w.imm);
         self.session.emit(
             &Event::Written {

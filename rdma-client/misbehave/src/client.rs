@@ -3,12 +3,11 @@
 
 use crate::rewrite::{self, Rewriter};
 use color_eyre::eyre::{Result, bail};
+use rdma_client::bench;
 use rdma_client::bench::hot::Link;
-use rdma_client::bench::{self, Measure, params};
 use rdma_client::cli::{self as client_cli, Task};
 use rdma_client::output::Output;
-use rdma_client::run::{Connected, Write, WriteTask, qp_ready_line};
-use rdma_client::session::{Target, notify_for};
+use rdma_client::run::{Connected, WriteTask, qp_ready_line};
 use rdma_core_rs::RemoteBuffer;
 use std::time::{Duration, Instant};
 
@@ -83,23 +82,15 @@ fn die(at: &str) -> ! {
 
 /// `rdma-client SERVER`'s write ([`rdma_client::run::run`]), step by step, one step wrong.
 fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
-    let payload = task.payload.load()?;
-    let token = task.session.token.load()?;
-    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
-    let (notify, _) = notify_for(task.notify, &local)?;
-    let w = Write {
-        target: &target,
-        payload: &payload,
-        notify,
-        token,
-        chosen: chosen.as_deref(),
-    };
+    let r = task.resolve()?;
+    let local = &r.local;
+    let w = r.write();
     let more = if fault == ClientFault::RewriteAfterImm {
         2 * rewrite::DEPTH as u32
     } else {
         0
     };
-    let opened = w.open(&local, &task.session, Some(out), more)?;
+    let opened = w.open(local, &task.session, Some(out), more)?;
     let mut c = match fault {
         ClientFault::KillAfterHello | ClientFault::KillAfterAccept | ClientFault::CmBadNonce => {
             let (mut session, qp, resources) = opened.into_parts();
@@ -116,7 +107,7 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
                 off
             });
             let qp = session.connect_qp(qp, psn, &accept, nonce.as_ref(), |qp, a| {
-                qp_ready_line(&local, qp, a)
+                qp_ready_line(local, qp, a)
             })?;
             if fault == ClientFault::KillAfterAccept {
                 die("after the accept");
@@ -129,9 +120,9 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
     let started = c.post(remote)?;
     let rewrites = match fault {
         ClientFault::RewriteAfterImm => Some(Rewriter::start(
-            &c.pd,
+            &c.resources.pd,
             &c.qp,
-            c.write.payload.len(),
+            c.resources.write.payload.len(),
             remote,
         )?),
         _ => None,
@@ -165,8 +156,9 @@ fn judge_rewrites(mut c: Connected<'_>, rewriter: Rewriter) -> Result<()> {
     let Some(verdict) = c.session.verdict().cloned() else {
         return judged.map(|_| ());
     };
-    let log = rewriter.finish(&c.qp, &c.cq, c.write.timeout);
-    rewrite::check_verdict(c.write.payload, log, &verdict)?;
+    let w = c.resources.write;
+    let log = rewriter.finish(&c.qp, &c.resources.cq, w.timeout);
+    rewrite::check_verdict(w.payload, log, &verdict)?;
     c.emit_verified(&verdict);
     Ok(())
 }
@@ -174,17 +166,10 @@ fn judge_rewrites(mut c: Connected<'_>, rewriter: Rewriter) -> Result<()> {
 /// `rdma-client SERVER --bench lat`, its pings paced [`SLOW_PING`] apart.
 fn slow_ping(task: &bench::BenchTask, out: &Output) -> Result<()> {
     let t_start = Instant::now();
-    let sweep = params(&task.bench, task.mode)?;
-    let token = task.session.token.load()?;
-    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
-    let m = Measure {
-        target: &target,
-        params: sweep,
-        token,
-        knobs: task.bench.knobs(),
-        chosen: chosen.as_deref(),
-    };
-    let mut bench = m.connect(&local, &task.session, t_start, Some(out))?;
+    let r = task.resolve()?;
+    let mut bench = r
+        .measure(task)
+        .connect(&r.local, &task.session, t_start, Some(out))?;
     {
         let (session, link, run) = bench.link();
         run.measure(session, &mut Paced(link))?;

@@ -88,7 +88,7 @@ pub struct Sweep {
 }
 
 /// The sweep, iterations and mode the flags ask for.
-pub fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
+fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
     if mode == BenchMode::Lat && b.qps > 1 {
         bail!("--qps applies to --bench bw (perftest's latency tests use one QP too)");
     }
@@ -150,20 +150,60 @@ pub struct BenchTask {
 /// Runs a bench session; `Ok` only when the server verified the final bytes.
 pub fn run(task: &BenchTask, out: &Output) -> Result<()> {
     let t_start = Instant::now();
-    let p = params(&task.bench, task.mode)?;
-    let token = task.session.token.load()?;
-    let (target, local, chosen) = Target::with_local_end(&task.server, &task.device)?;
-    let m = Measure {
-        target: &target,
-        params: p,
-        token,
-        knobs: task.bench.knobs(),
-        chosen: chosen.as_deref(),
-    };
+    let r = task.resolve()?;
+    let m = r.measure(task);
     if task.bench.qps > 1 {
-        return multi::run(&m, task.bench.qps as usize, &local, &task.session, out);
+        return multi::run(&m, task.bench.qps as usize, &r.local, &task.session, out);
     }
-    m.run(&local, &task.session, t_start, Some(out)).map(|_| ())
+    m.run(&r.local, &task.session, t_start, Some(out))
+        .map(|_| ())
+}
+
+/// What a bench task resolves to before it connects: its sizes and iterations, the token, the
+/// server resolved with the local end that reaches it.
+#[derive(Debug)]
+pub struct Resolved {
+    pub sweep: Sweep,
+    pub token: Option<String>,
+    pub target: Target,
+    pub local: rdma_core_rs::LocalPort,
+    /// Why the local end is what it is, when the route chose it.
+    pub chosen: Option<String>,
+}
+
+impl BenchTask {
+    /// Reads the flags and the token, resolves the server and opens the local end that
+    /// reaches it.
+    ///
+    /// # Errors
+    /// Flags that contradict each other, an unreadable token file, a server that does not
+    /// resolve, no local end for it.
+    pub fn resolve(&self) -> Result<Resolved> {
+        let sweep = params(&self.bench, self.mode)?;
+        let token = self.session.token.load()?;
+        let (target, local, chosen) = Target::with_local_end(&self.server, &self.device)?;
+        Ok(Resolved {
+            sweep,
+            token,
+            target,
+            local,
+            chosen,
+        })
+    }
+}
+
+impl Resolved {
+    /// The measurement session `task` asks for.
+    #[must_use]
+    pub fn measure(&self, task: &BenchTask) -> Measure<'_> {
+        Measure {
+            target: &self.target,
+            params: self.sweep.clone(),
+            token: self.token.clone(),
+            knobs: task.bench.knobs(),
+            chosen: self.chosen.as_deref(),
+        }
+    }
 }
 
 #[cfg(test)]
