@@ -1,4 +1,5 @@
-//! RDMA CM connection mode (librdmacm, through `rdma-sys`): connects a [`QueuePair`] through
+//! RDMA CM connection mode (librdmacm, through the bindings `build.rs` generates over
+//! ibverbs-sys's types, module `sys`): connects a [`QueuePair`] through
 //! the RDMA connection manager instead of by exchanged QP numbers, PSNs and GIDs. iWARP needs
 //! it (siw refuses a hand-made RTS: the connection is a TCP socket the CM owns); InfiniBand and
 //! RoCE may use it.

@@ -1,4 +1,4 @@
-//! RAII owners of librdmacm's objects (through `rdma-sys`): the event channel, CM ids, and one
+//! RAII owners of librdmacm's objects (through `super::sys`): the event channel, CM ids, and one
 //! event at a time, waited for with a deadline.
 
 use std::ffi::CStr;
