@@ -6,12 +6,27 @@ use crate::output::{Event, Output};
 use crate::session::{Session, SessionOptions, Target};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_core_rs::{
-    Access, CompletionQueue, Init, LinkLayer, LocalPort, MemoryRegion, ProtectionDomain, QpCaps,
-    QueuePair, RemoteBuffer, Rts,
+    Access, CompletionQueue, ErrorKind, Init, LinkLayer, LocalPort, MemoryRegion, ProtectionDomain,
+    QpCaps, QueuePair, RemoteBuffer, Rts, WcStatus,
 };
 use rdma_proto::{Accept, ClientHandshake, ClientRequest, Notify, Outcome};
 use std::path::PathBuf;
 use std::time::Instant;
+
+/// How often a write waiting for its completion looks whether the server has answered.
+const ANSWER_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Whether `e` is a completion that says our requests went unacknowledged (the transport's
+/// retries ran out): the bytes may still have landed, and the server knows.
+fn acks_lost(e: &rdma_core_rs::Error) -> bool {
+    matches!(
+        e,
+        rdma_core_rs::Error::Completion {
+            status: WcStatus::RetryExcErr,
+            ..
+        }
+    )
+}
 
 /// Work request id of our single write.
 const WRITE_WR_ID: u64 = 0x5752_4954; // "WRIT"
@@ -344,20 +359,34 @@ impl<'a> Connected<'a> {
 
     /// Waits for our write's completion and emits `written`; returns how long it took from
     /// `started`, in microseconds.
+    ///
+    /// With immediate data the server may answer first: it hears of the write from its own
+    /// receive completion, destroys its queue pair before it reads the buffer, and sends its
+    /// verdict. Where the path lost the server's ACK, our completion then never comes, or comes
+    /// as a retry-exceeded error (the retransmission finds no queue pair), though the bytes
+    /// landed. So the wait ends as soon as the server has spoken, and a retry-exceeded
+    /// completion waits for the server's answer within the deadline: its verdict, which
+    /// [`finish`](Self::finish) reads, says what landed.
     pub fn complete(&mut self, started: Instant) -> Result<u128> {
-        let completion = self
-            .resources
-            .cq
-            .poll(Instant::now() + self.resources.write.timeout)
-            .wrap_err("waiting for the RDMA Write to complete")?;
-        if completion.wr_id != WRITE_WR_ID {
-            bail!(
-                "unexpected completion for work request {:#x}",
-                completion.wr_id
-            );
-        }
-        let micros = started.elapsed().as_micros();
         let w = self.resources.write;
+        let deadline = Instant::now() + w.timeout;
+        let answered_first = loop {
+            let slice = (Instant::now() + ANSWER_SLICE).min(deadline);
+            match self.resources.cq.poll(slice) {
+                Ok(c) if c.wr_id == WRITE_WR_ID => break false,
+                Ok(c) => bail!("unexpected completion for work request {:#x}", c.wr_id),
+                Err(e) if e.kind() == ErrorKind::Timeout && Instant::now() < deadline => {
+                    if w.imm.is_some() && self.session.server_spoke() {
+                        break true;
+                    }
+                }
+                Err(e) if w.imm.is_some() && acks_lost(&e) && self.server_answers(deadline) => {
+                    break true;
+                }
+                Err(e) => return Err(e).wrap_err("waiting for the RDMA Write to complete"),
+            }
+        };
+        let micros = started.elapsed().as_micros();
         let (len, crc, imm) = (w.payload.len(), w.crc, w.imm);
         self.session.emit(
             &Event::Written {
@@ -368,12 +397,31 @@ impl<'a> Connected<'a> {
             },
             || {
                 format!(
-                    "wrote {len} bytes with RDMA Write{} in {micros} us (crc32c {crc:#010x})",
-                    if imm.is_some() { " with immediate" } else { "" }
+                    "wrote {len} bytes with RDMA Write{} in {micros} us (crc32c {crc:#010x}){}",
+                    if imm.is_some() { " with immediate" } else { "" },
+                    if answered_first {
+                        "; the server answered before our completion came (a lost ACK)"
+                    } else {
+                        ""
+                    }
                 )
             },
         );
         Ok(micros)
+    }
+
+    /// Whether the server says something before `deadline` (looked at every [`ANSWER_SLICE`]).
+    fn server_answers(&self, deadline: Instant) -> bool {
+        loop {
+            if self.session.server_spoke() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            std::thread::sleep(ANSWER_SLICE.min(deadline - now));
+        }
     }
 
     /// Tells the server the write is done (where the handshake says so), takes its verdict and

@@ -371,6 +371,13 @@ impl<'a> Session<'a> {
         );
     }
 
+    /// Whether the server sent something (its verdict, an error) or closed the connection,
+    /// looked at without blocking and without reading it.
+    #[must_use]
+    pub fn server_spoke(&self) -> bool {
+        self.conn.peer_spoke()
+    }
+
     /// Emits `event`, if this session prints.
     pub fn emit(&self, event: &Event<'_>, human: impl FnOnce() -> String) {
         if let Some(out) = self.out {

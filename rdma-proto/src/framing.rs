@@ -97,6 +97,28 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
+impl LineConn<TcpStream> {
+    /// Whether the peer sent something (a line, or it closed or reset the connection) that
+    /// waits to be read, looked at without blocking and without consuming it: what a side
+    /// waiting on something else (a completion) checks now and then.
+    pub fn peer_spoke(&self) -> bool {
+        if self.has_buffered() {
+            // A line that arrived together with an earlier one is already in our buffer.
+            return true;
+        }
+        let sock = self.get_ref();
+        if sock.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let peeked = sock.peek(&mut byte);
+        let _ = sock.set_nonblocking(false);
+        // Ok(0): closed; Ok(_): bytes to read; an error other than WouldBlock: reset. The read
+        // that follows tells which.
+        !matches!(peeked, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
 impl<S: Deadlined> LineConn<S> {
     /// Wraps `stream`; lines longer than `max_line` bytes (without the line ending) are refused.
     pub fn new(stream: S, max_line: usize) -> Self {

@@ -380,3 +380,36 @@ fn a_second_line_read_with_the_first_is_reported_as_buffered() {
     );
     assert!(!conn.has_buffered());
 }
+
+/// `peer_spoke` sees a line waiting (on the socket, or already in our buffer) and a closed
+/// connection, without consuming either, and nothing while the peer is quiet.
+#[test]
+fn peer_spoke_sees_a_waiting_line_and_a_close_without_consuming_them() {
+    let (mut server, client) = pair();
+    let mut conn = LineConn::new(client, 1024);
+    assert!(!conn.peer_spoke(), "a quiet peer said nothing");
+    server.write_all(b"one\ntwo\n").unwrap();
+    let waited = Instant::now();
+    while !conn.peer_spoke() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the line never showed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(conn.peer_spoke(), "looking consumed nothing");
+    assert_eq!(conn.read_line(after(1000)).unwrap(), b"one");
+    // "two" came in the same read: it waits in our buffer, not on the socket.
+    assert!(conn.peer_spoke());
+    assert_eq!(conn.read_line(after(1000)).unwrap(), b"two");
+    assert!(!conn.peer_spoke());
+    drop(server);
+    let waited = Instant::now();
+    while !conn.peer_spoke() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the close never showed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -313,7 +313,7 @@ pub enum Error {
     },
     /// A wait ran past its deadline.
     #[error(
-        "timed out after {waited:?} {what}; the peer may be gone or the path broken (check both sides' logs)"
+        "timed out after {waited:?} {what}; the peer may be gone, or the path broken or dropping packets (check both sides' logs and the link's drop counters)"
     )]
     Timeout {
         /// What was waited for.
@@ -456,9 +456,13 @@ impl Error {
             }
             Error::Alloc { .. } => Some("use a smaller buffer".to_owned()),
             Error::MemlockLimit { need, pinned, .. } => Some(crate::memlock::advice(need + pinned)),
-            Error::Timeout { .. } => {
-                Some("the peer may be gone or the path broken; check both sides' logs".to_owned())
-            }
+            Error::Timeout { .. } => Some(
+                "the peer may be gone, or the path drops packets (RoCE retransmits a lost \
+                     packet only after the queue pair's timeout, so a lossy link can stall a \
+                     transfer); check both sides' logs and the link's drop counters \
+                     (`ethtool -S`, `rdma statistic`), or allow more with --timeout"
+                    .to_owned(),
+            ),
             Error::Random(_) => Some("check that getrandom(2) / /dev/urandom works".to_owned()),
             Error::InvalidRange { .. } | Error::NoRoute(_) => None,
         }

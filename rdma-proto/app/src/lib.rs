@@ -8,6 +8,7 @@
 //! neither depends on the other: [`verbs`] says which exit a verbs error ends in and converts
 //! the handshake's endpoint. Nothing here does network I/O or posts a verb.
 
+#[cfg(feature = "verbs")]
 pub mod device;
 pub mod generate;
 mod output;
@@ -15,6 +16,7 @@ pub mod report;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod token;
+#[cfg(feature = "verbs")]
 pub mod verbs;
 
 pub use output::{ClientEvents, Events, Output, ServerEvents};

@@ -49,11 +49,14 @@ pub enum Event<'a> {
     /// The notify mode was chosen for the device, not as the default says (iWARP has no
     /// RDMA Write with immediate: `tcp`).
     NotifyChosen { notify: Notify, why: Cow<'a, str> },
-    /// Our RDMA Write completed successfully on our side.
+    /// Our RDMA Write completed successfully on our side, or (with immediate) the server
+    /// answered before our completion came, which a lost ACK causes: the verdict that follows
+    /// says what landed.
     Written {
         length: u64,
         notify: Notify,
         crc32c: u32,
+        /// From posting the write to its completion (or to the server's answer).
         micros: u64,
     },
     /// The server's verdict.

@@ -174,20 +174,7 @@ pub(crate) fn wait_for_completion(
 
 /// Whether the client sent something or closed the connection (looked at without blocking).
 pub(crate) fn client_spoke(conn: &LineConn<TcpStream>) -> bool {
-    if conn.has_buffered() {
-        // A line that arrived together with an earlier one is already in our buffer.
-        return true;
-    }
-    let sock = conn.get_ref();
-    if sock.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let mut byte = [0u8; 1];
-    let peeked = sock.peek(&mut byte);
-    let _ = sock.set_nonblocking(false);
-    // Ok(0): closed; Ok(_): bytes to read; an error other than WouldBlock: reset. The read
-    // that follows tells which.
-    !matches!(peeked, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    conn.peer_spoke()
 }
 
 pub(crate) fn peer_gave_up(e: &ErrorMsg) -> Failure {

@@ -89,7 +89,7 @@ impl Group {
                 "libclang-dev",
                 "pkg-config",
                 "libibverbs-dev",
-                // rdma-sys (RDMA CM) binds the system's librdmacm headers.
+                // rdma-core-rs's build script binds RDMA CM over the system's librdmacm header.
                 "librdmacm-dev",
             ],
             Group::Run => &[

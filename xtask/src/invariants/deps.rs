@@ -50,6 +50,11 @@ pub const RULES: &[Rule] = &[
         says: "rdma-core-rs has no command line",
     },
     Rule {
+        package: "rdma-core-rs",
+        forbid: Forbid::Crates(&["rdma-sys", "ibverbs"]),
+        says: "one set of verbs types: RDMA CM is bound over ibverbs-sys's own (build.rs)",
+    },
+    Rule {
         package: "rdma-proto",
         forbid: Forbid::Crates(&["ibverbs", "ibverbs-sys", "rdma-sys", "rdma-core-rs"]),
         says: "rdma-proto never touches ibverbs",
@@ -107,7 +112,11 @@ pub fn hooks(metadata: &Metadata) -> Vec<String> {
     let mut out = Vec::new();
     for pkg in metadata.workspace_packages() {
         for feature in pkg.features.keys() {
-            if feature.contains("fault") || feature.contains("hook") {
+            let words = feature.split(['-', '_']);
+            if words
+                .into_iter()
+                .any(|w| matches!(w, "fault" | "faults" | "hook" | "hooks"))
+            {
                 out.push(format!(
                     "{} has a feature `{feature}`: test misbehaviour belongs in the rdma-misbehave peers, not behind a feature",
                     pkg.name
@@ -123,6 +132,42 @@ pub fn hooks(metadata: &Metadata) -> Vec<String> {
         }
     }
     out
+}
+
+/// The crates that need RDMA headers or libraries to build.
+const RDMA_BUILD: &[&str] = &["ibverbs-sys", "rdma-sys", "rdma-core-rs"];
+
+/// xtask builds on a machine without RDMA headers (it is what installs them): its own
+/// dependency tree, with the features it asks for, holds none of [`RDMA_BUILD`]. `tree` is
+/// `cargo tree -p xtask -e normal,build --prefix none --format {p}`.
+#[must_use]
+pub fn rdma_in_xtask_tree(tree: &str) -> Vec<String> {
+    let mut found: Vec<String> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| RDMA_BUILD.contains(name))
+        .map(|name| {
+            format!(
+                "\"xtask never links ibverbs\" is broken: its tree holds {name} (a dependency of ours that needs it must stay behind a feature xtask leaves off)"
+            )
+        })
+        .collect();
+    found.dedup();
+    found
+}
+
+/// `cargo tree` of xtask alone, as [`rdma_in_xtask_tree`] reads it.
+///
+/// # Errors
+/// cargo failing (what ran and its stderr).
+pub fn xtask_tree() -> color_eyre::Result<String> {
+    let sh = xshell::Shell::new()?;
+    sh.change_dir(crate::exec::workspace_root());
+    let format = "{p}";
+    crate::exec::run(xshell::cmd!(
+        sh,
+        "cargo tree -p xtask -e normal,build --prefix none --format {format}"
+    ))
 }
 
 fn offending(pkg: &Package, forbid: Forbid) -> Vec<String> {
@@ -157,6 +202,19 @@ mod tests {
         assert!(broken.is_empty(), "{broken:#?}");
         let hooks = hooks(&md);
         assert!(hooks.is_empty(), "{hooks:#?}");
+    }
+
+    #[test]
+    fn xtask_builds_without_rdma_headers() {
+        let tree = xtask_tree().unwrap();
+        assert!(tree.contains("rdma-proto"), "{tree}");
+        let found = rdma_in_xtask_tree(&tree);
+        assert!(found.is_empty(), "{found:#?}");
+        // The reader against a broken fake: a tree that pulls the verbs layer in.
+        let bad = "xtask v0.1.0\nrdma-app v0.1.0\nrdma-core-rs v0.1.0\nibverbs-sys v0.3.2\n";
+        let found = rdma_in_xtask_tree(bad);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found[1].contains("ibverbs-sys"), "{found:#?}");
     }
 
     /// The hook check against a broken fake: the workspace with a fault feature put back and

@@ -2,7 +2,8 @@
 //! checked (and run as unit tests of xtask, so `cargo test` holds them too):
 //!
 //! - the dependency rules between our crates ([`deps::RULES`]: rdma-core-rs depends on no crate
-//!   of ours and parses no JSON, rdma-proto has no CLI crate and no ibverbs, ...);
+//!   of ours and parses no JSON, rdma-proto has no CLI crate and no ibverbs, ...), and that
+//!   xtask's own tree needs no RDMA header ([`deps::rdma_in_xtask_tree`]);
 //! - no import circle between the files of any crate ([`circles`]);
 //! - no file over [`size::MAX_LINES`] lines outside its tests ([`size`]).
 //!
@@ -40,6 +41,7 @@ pub fn check() -> Result<Vec<String>> {
         .wrap_err("running `cargo metadata`")?;
     let mut broken = deps::broken(&metadata, deps::RULES);
     broken.extend(deps::hooks(&metadata));
+    broken.extend(deps::rdma_in_xtask_tree(&deps::xtask_tree()?));
     for krate in CRATES {
         let dir = root.join(krate);
         for circle in circles::circles(&dir)? {

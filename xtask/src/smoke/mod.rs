@@ -8,6 +8,7 @@
 //! `cargo xtask test` runs.
 
 mod judge;
+mod lossy;
 mod plans;
 mod suite;
 
@@ -77,12 +78,19 @@ pub struct SmokeArgs {
     /// cm-bad-nonce`) and must be rejected (exit 3), then the server must serve the real one.
     #[arg(long, requires = "rdma_write")]
     pub cm_bad_nonce: bool,
+    /// With --rdma-write: both guests drop this percentage of the frames they send on the
+    /// traffic link (`tc netem loss`) while our pair runs 20 one-shot writes against one
+    /// `--serve` server, each of which must be verified, and a 4 s `--bench bw` of 64 KiB,
+    /// whose row must come.
+    #[arg(long, requires = "rdma_write", value_name = "PCT",
+          value_parser = clap::value_parser!(u8).range(1..=50))]
+    pub loss: Option<u8>,
     /// Prepare kernel, initramfs (and siw.ko with --transport siw), boot nothing.
     #[arg(long)]
     pub prepare_only: bool,
     /// Run the suite `cargo xtask test` runs (two NICs with eth0's link cut, IPv6-only, siw,
     /// the capture), one after the other.
-    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "rdma_write", "tclass", "bench", "prepare_only"])]
+    #[arg(long, conflicts_with_all = ["nics", "dead_link", "down_link", "ipv6", "transport", "capture", "rdma_cm", "rdma_write", "tclass", "bench", "loss", "prepare_only"])]
     pub suite: bool,
 }
 
@@ -114,6 +122,11 @@ impl SmokeArgs {
         if self.cm_bad_nonce && self.transport != LinkKind::Siw && !self.rdma_cm {
             bail!("--cm-bad-nonce tries RDMA CM: use it with --transport siw or --rdma-cm");
         }
+        if self.loss.is_some() && (self.nodes < 2 || self.bench.is_some() || self.cm_bad_nonce) {
+            bail!(
+                "--loss runs its own workload (writes, then a bench) between two guests: use it with --nodes 2 and without --bench or --cm-bad-nonce"
+            );
+        }
         if (self.transport == LinkKind::Siw || self.rdma_cm) && self.nodes < 2 {
             bail!("rping (--transport siw, --rdma-cm) runs between two guests: use --nodes 2");
         }
@@ -133,6 +146,7 @@ impl SmokeArgs {
             tclass: self.tclass,
             bench: self.bench.clone(),
             cm_bad_nonce: self.cm_bad_nonce,
+            loss: self.loss,
         })
     }
 }
@@ -398,6 +412,15 @@ fn judge_workload(
     plan_failed: bool,
     problems: &mut Vec<String>,
 ) -> Verdict {
+    if shape.loss.is_some() {
+        return match lossy::judge(&|n: &str| tag.name(n), results) {
+            Ok(lines) => Verdict { lines },
+            Err(p) => {
+                problems.extend(p);
+                Verdict { lines: Vec::new() }
+            }
+        };
+    }
     let step = |name: &str| {
         let name = tag.name(name);
         results.iter().flatten().find_map(|r| r.step(&name))

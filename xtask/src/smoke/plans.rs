@@ -60,6 +60,9 @@ pub struct Shape {
     pub bench: Option<String>,
     /// A client with a wrong RDMA CM nonce goes first (see [`BAD_NONCE`]).
     pub cm_bad_nonce: bool,
+    /// Both guests drop this percentage of the frames they send on the traffic link while our
+    /// pair runs the lossy workload ([`super::lossy`]).
+    pub loss: Option<u8>,
 }
 
 impl Shape {
@@ -227,7 +230,7 @@ pub struct Ours {
 /// Our pair, with no device, port or GID flags: the server one-shot on its default dual-stack
 /// `[::]:7471`, the client to A's address on the traffic link; both must pick that link's
 /// device by themselves.
-fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>> {
+pub(super) fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>> {
     let Ours {
         server: srv,
         client: cli,
@@ -406,6 +409,21 @@ pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
         }
         if shape.capture {
             a_steps.push(capture_step(shape, tag));
+        }
+        if let Some(loss) = shape.loss {
+            let names = |n: &str| tag.name(n);
+            let parts = super::lossy::Parts {
+                tag: &names,
+                dev: format!("eth{}", shape.traffic_link()),
+                loss,
+                client: ours(shape, false, tag).unwrap_or_default(),
+                server: server_step(shape, tag),
+                started: tag.name(MARKER),
+            };
+            let (a, b) = super::lossy::steps(parts, &done);
+            a_steps.extend(a);
+            b_steps.extend(b);
+            continue;
         }
         let mut server = server_step(shape, tag);
         if shape.rping() && shape.ours.is_none() {

@@ -27,6 +27,7 @@ impl SmokeArgs {
             tclass: None,
             bench: None,
             cm_bad_nonce: false,
+            loss: None,
             prepare_only: false,
             suite: false,
         }
@@ -34,7 +35,7 @@ impl SmokeArgs {
 }
 
 /// The guest infrastructure the later scenarios stand on, and our pair with no device flags on
-/// each shape of network: seventeen workloads in nine boots, those of one network one after
+/// each shape of network: eighteen workloads in nine boots, those of one network one after
 /// the other in one boot (`run_group`; a boot costs about 9 s under TCG before the first step).
 /// What `cargo xtask test` runs as one phase.
 pub fn suite(vm: &vm::VmOptions) -> Result<()> {
@@ -97,7 +98,8 @@ fn groups(vm: &vm::VmOptions) -> Vec<Vec<SmokeArgs>> {
             bench("bw", cm(ours())),
         ],
         // The RoCE v2 capture: perftest's packets, then --tclass 0x6a (DSCP 26, ECN capable)
-        // on every packet of our pair.
+        // on every packet of our pair; then the lossy link (5% of the frames lost each way),
+        // last, though it takes its loss away again.
         vec![
             SmokeArgs {
                 capture: true,
@@ -108,6 +110,10 @@ fn groups(vm: &vm::VmOptions) -> Vec<Vec<SmokeArgs>> {
                 capture: true,
                 ..ours()
             },
+            SmokeArgs {
+                loss: Some(5),
+                ..ours()
+            },
         ],
     ]
 }
@@ -116,13 +122,14 @@ fn groups(vm: &vm::VmOptions) -> Vec<Vec<SmokeArgs>> {
 mod tests {
     use super::*;
 
-    /// The seventeen shapes of the suite, each once, in boots whose workloads share a network.
+    /// The eighteen shapes of the suite, each once, in boots whose workloads share a network.
     #[test]
     fn the_suite_keeps_every_shape_and_groups_by_network() {
         let vm = vm::VmOptions::default();
         let groups = groups(&vm);
         let shapes: Vec<_> = groups.iter().flatten().collect();
-        assert_eq!(shapes.len(), 17);
+        assert_eq!(shapes.len(), 18);
+        assert!(shapes.iter().any(|a| a.loss == Some(5) && a.rdma_write));
         assert_eq!(groups.len(), 9);
         let key = |a: &SmokeArgs| {
             a.shape(
@@ -141,6 +148,6 @@ mod tests {
         }
         let desc: std::collections::HashSet<String> =
             shapes.iter().map(|a| format!("{a:?}")).collect();
-        assert_eq!(desc.len(), 17, "a shape appears twice");
+        assert_eq!(desc.len(), shapes.len(), "a shape appears twice");
     }
 }

@@ -26,8 +26,14 @@ pub const MODULES: &[&str] = &[
     "overlay",
     "ib_uverbs",
     "rdma_rxe",
-    // `tc qdisc ... netem delay` (fabric-e2e slows one node's link).
+    // `tc qdisc ... netem delay` (fabric-e2e slows one node's link), `netem loss` (vm-smoke's
+    // lossy link).
     "sch_netem",
+    // vm-smoke's lossy link drops every RoCE packet a node sends: a prio root, a u32 filter on
+    // UDP 4791, the drop action.
+    "sch_prio",
+    "cls_u32",
+    "act_gact",
 ];
 
 /// Busybox in the initramfs.

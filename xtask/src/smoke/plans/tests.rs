@@ -18,6 +18,7 @@ pub(crate) fn shape() -> Shape {
         tclass: None,
         bench: None,
         cm_bad_nonce: false,
+        loss: None,
     }
 }
 
@@ -290,4 +291,89 @@ fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
     );
     assert!(bad.argv.iter().any(|a| a == "--cm"), "{:?}", bad.argv);
     assert_eq!(step(&two[1].1, "client").argv[0], "/t/rdma-client");
+}
+
+/// The lossy workload: the loss on both guests before the pair, a `--serve` server stopped
+/// when B is done, every write its own step with no retry, the bench, then the loss taken
+/// away on both sides.
+#[test]
+fn the_lossy_link_drops_frames_on_both_sides_around_its_own_writes() {
+    let s = Shape {
+        loss: Some(5),
+        ours: Some(Ours {
+            server: "/t/rdma-server".into(),
+            client: "/t/rdma-client".into(),
+            misbehave_client: "/t/rdma-misbehave-client".into(),
+        }),
+        ..shape()
+    };
+    let two = plans(&s);
+    let (a, b) = (&two[0].1, &two[1].1);
+    let names = |p: &Plan| p.steps.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    let (na, nb) = (names(a), names(b));
+    let at = |n: &[String], x: &str| n.iter().position(|s| s == x).unwrap();
+    assert!(at(&na, "netem-loss") < at(&na, "server"));
+    assert!(at(&na, "server") < at(&na, "netem-off"));
+    let loss = step(a, "netem-loss");
+    assert_eq!(
+        loss.argv,
+        owned(&[
+            "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "loss", "5%"
+        ])
+    );
+    let server = step(a, "server");
+    assert!(server.argv.iter().any(|x| x == "--serve"));
+    assert_eq!(server.stop_when_file.as_deref(), Some("client-done"));
+    assert_eq!(
+        step(a, "netem-off").wait_for_file.as_deref(),
+        Some("client-done")
+    );
+    let writes: Vec<&Step> = b
+        .steps
+        .iter()
+        .filter(|s| s.name.starts_with("write-"))
+        .collect();
+    assert_eq!(writes.len(), super::super::lossy::WRITES);
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.retries == 0 && w.argv[0] == "/t/rdma-client")
+    );
+    assert!(at(&nb, "netem-loss") < at(&nb, "write-1"));
+    assert!(at(&nb, "write-20") < at(&nb, "ackless-1"));
+    assert!(at(&nb, "ackless-3") < at(&nb, "bench-bw"));
+    // The ack-less phase: A drops every RoCE packet it sends between B's two series of writes.
+    assert_eq!(
+        step(b, "write-20").create_file_when_ended.as_deref(),
+        Some("lossy-writes-done")
+    );
+    assert_eq!(
+        step(a, "drop-acks-qdisc").wait_for_file.as_deref(),
+        Some("lossy-writes-done")
+    );
+    let drop = step(a, "drop-acks");
+    assert!(
+        drop.argv
+            .join(" ")
+            .ends_with("match ip dport 4791 0xffff action drop")
+    );
+    assert_eq!(
+        step(b, "ackless-1").wait_for_file.as_deref(),
+        Some("acks-dropped")
+    );
+    assert_eq!(
+        step(b, "ackless-3").create_file_when_ended.as_deref(),
+        Some("ackless-done")
+    );
+    assert_eq!(
+        step(a, "acks-back").wait_for_file.as_deref(),
+        Some("ackless-done")
+    );
+    assert_eq!(
+        step(b, "bench-bw").wait_for_file.as_deref(),
+        Some("acks-back")
+    );
+    let off = step(b, "netem-off");
+    assert_eq!(off.create_file_when_ended.as_deref(), Some("client-done"));
+    assert_eq!(nb.last().map(String::as_str), Some("netem-off"));
 }
