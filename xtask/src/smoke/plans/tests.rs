@@ -22,6 +22,15 @@ pub(crate) fn shape() -> Shape {
     }
 }
 
+/// Our binaries, as the guests would run them.
+fn our_bins() -> Ours {
+    Ours {
+        server: "/t/rdma-server".into(),
+        client: "/t/rdma-client".into(),
+        misbehave_client: "/t/rdma-misbehave-client".into(),
+    }
+}
+
 fn step<'a>(p: &'a Plan, name: &str) -> &'a Step {
     p.steps.iter().find(|s| s.name == name).unwrap()
 }
@@ -128,11 +137,7 @@ fn our_pair_takes_no_device_flags_and_needs_no_ipv4_on_ipv6() {
     let s = Shape {
         nics: 2,
         dead: Some(0),
-        ours: Some(Ours {
-            server: "/t/rdma-server".into(),
-            client: "/t/rdma-client".into(),
-            misbehave_client: "/t/rdma-misbehave-client".into(),
-        }),
+        ours: Some(our_bins()),
         ..shape()
     };
     let p = plans(&s);
@@ -217,11 +222,7 @@ fn siw_runs_rping_through_rdma_cm_and_capture_runs_tcpdump() {
 #[test]
 fn workloads_of_one_boot_take_turns_on_their_own_names_and_ports() {
     let ours = Shape {
-        ours: Some(Ours {
-            server: "/t/rdma-server".into(),
-            client: "/t/rdma-client".into(),
-            misbehave_client: "/t/rdma-misbehave-client".into(),
-        }),
+        ours: Some(our_bins()),
         ..shape()
     };
     let v6 = Shape {
@@ -276,11 +277,7 @@ fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
     let s = Shape {
         cm: true,
         cm_bad_nonce: true,
-        ours: Some(Ours {
-            server: "/t/rdma-server".into(),
-            client: "/t/rdma-client".into(),
-            misbehave_client: "/t/rdma-misbehave-client".into(),
-        }),
+        ours: Some(our_bins()),
         ..shape()
     };
     let two = plans(&s);
@@ -300,11 +297,7 @@ fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
 fn the_lossy_link_drops_frames_on_both_sides_around_its_own_writes() {
     let s = Shape {
         loss: Some(5),
-        ours: Some(Ours {
-            server: "/t/rdma-server".into(),
-            client: "/t/rdma-client".into(),
-            misbehave_client: "/t/rdma-misbehave-client".into(),
-        }),
+        ours: Some(our_bins()),
         ..shape()
     };
     let two = plans(&s);
