@@ -71,7 +71,9 @@ pub struct Args {
     pub max_clients: u32,
 
     /// Most connections at once from one address (one /64 for IPv6), under --max-clients: one
-    /// host cannot take every slot before sending a single line. One more gets `busy`.
+    /// address cannot take every slot before sending a single line. One more gets `busy`. It
+    /// counts addresses, not hosts: a host with several addresses or /64s gets this many for
+    /// each, and only --max-clients bounds them all.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_per_ip: u32,
 
