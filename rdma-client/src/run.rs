@@ -371,7 +371,11 @@ impl<'a> Connected<'a> {
         let w = self.resources.write;
         let deadline = Instant::now() + w.timeout;
         let answered_first = loop {
-            let slice = (Instant::now() + ANSWER_SLICE).min(deadline);
+            // Only with immediate data may the server answer first: without it, one wait.
+            let slice = match w.imm {
+                Some(_) => (Instant::now() + ANSWER_SLICE).min(deadline),
+                None => deadline,
+            };
             match self.resources.cq.poll(slice) {
                 Ok(c) if c.wr_id == WRITE_WR_ID => break false,
                 Ok(c) => bail!("unexpected completion for work request {:#x}", c.wr_id),

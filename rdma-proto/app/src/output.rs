@@ -99,11 +99,8 @@ impl<E: Events> Output<E> {
     /// `text` as it is, in either mode: a listing meant for a shell (one item a line, no event
     /// around it, e.g. the client's `--retest-list`). Nothing is written for an empty one.
     pub fn listing(&self, text: &str) {
-        if let Some(body) = text
-            .strip_suffix('\n')
-            .or(Some(text))
-            .filter(|t| !t.is_empty())
-        {
+        let body = text.strip_suffix('\n').unwrap_or(text);
+        if !body.is_empty() {
             write_line(body);
         }
     }

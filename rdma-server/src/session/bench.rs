@@ -22,7 +22,7 @@ use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
 use super::connect::connect_and_accept;
 use super::ctx::{Failure, SessionCtx};
-use super::steps::{client_spoke, emit_qp_ready, next_event, out_of_order, report_verdict, revoke};
+use super::steps::{emit_qp_ready, next_event, out_of_order, report_verdict, revoke};
 use crate::output::{Event, SessionNotify};
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
@@ -332,7 +332,7 @@ impl Pong<'_> {
                 }
                 // A client that closed or spoke mid-exchange ends the session now, not at the
                 // deadline (a syscall every ~64 Ki spins, or every nap).
-                if (napping || spins % (64 * 1024) == 0) && client_spoke(conn) {
+                if (napping || spins % (64 * 1024) == 0) && conn.peer_spoke() {
                     let event = next_event(conn, hs, clock.wait_deadline(now).0)?;
                     return Err(out_of_order(&event));
                 }

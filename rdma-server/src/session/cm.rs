@@ -3,7 +3,6 @@
 //! that is the session's client's.
 
 use super::ctx::{Failure, SessionCtx};
-use super::steps::client_spoke;
 use rdma_core_rs::{ExposedRegion, Init, LocalPort, QueuePair, Rts};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{CmOffer, ErrorCode, ServerHandshake};
@@ -49,7 +48,7 @@ pub(crate) fn accept(
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     let admit = |r: &rdma_core_rs::cm::Request<'_>| cm_admits(&offer, peer_ip, r);
     let conn = &*conn;
-    let cancel = || s.stopping.load(Ordering::Acquire) || client_spoke(conn);
+    let cancel = || s.stopping.load(Ordering::Acquire) || conn.peer_spoke();
     listener
         .accept(qp, local, &admit, Instant::now() + s.timeout, &cancel)
         .map_err(|e| {

@@ -163,18 +163,13 @@ pub(crate) fn wait_for_completion(
                 "the server is shutting down",
             ));
         }
-        if client_spoke(conn) {
+        if conn.peer_spoke() {
             // Nothing is expected from the client now: the handshake refuses whatever it sent
             // (or takes its `error`), and a closed connection is a failed read.
             let event = next_event(conn, hs, deadline)?;
             return Err(out_of_order(&event));
         }
     }
-}
-
-/// Whether the client sent something or closed the connection (looked at without blocking).
-pub(crate) fn client_spoke(conn: &LineConn<TcpStream>) -> bool {
-    conn.peer_spoke()
 }
 
 pub(crate) fn peer_gave_up(e: &ErrorMsg) -> Failure {

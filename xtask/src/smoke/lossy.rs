@@ -55,32 +55,27 @@ fn tc(dev: &str, name: String, args: &[&str]) -> Step {
 
 /// `tc qdisc` on the traffic link: `loss` percent dropped, or (`None`) the loss taken away.
 fn netem(dev: &str, tag: Names<'_>, loss: Option<u8>) -> Step {
-    let mut argv = vec!["tc".to_owned(), "qdisc".to_owned()];
-    let name = match loss {
-        Some(pct) => {
-            argv.extend(
-                [
-                    "replace",
-                    "dev",
-                    dev,
-                    "root",
-                    "netem",
-                    "loss",
-                    &format!("{pct}%"),
-                ]
-                .map(str::to_owned),
-            );
-            tag("netem-loss")
-        }
-        None => {
-            argv.extend(["del", "dev", dev, "root"].map(str::to_owned));
-            tag("netem-off")
-        }
-    };
-    let mut s = Step::new(name, &[]);
-    s.argv = argv;
-    s.timeout_s = 20.0;
-    s
+    match loss {
+        Some(pct) => tc(
+            dev,
+            tag("netem-loss"),
+            &[
+                "qdisc",
+                "replace",
+                "dev",
+                "DEV",
+                "root",
+                "netem",
+                "loss",
+                &format!("{pct}%"),
+            ],
+        ),
+        None => tc(
+            dev,
+            tag("netem-off"),
+            &["qdisc", "del", "dev", "DEV", "root"],
+        ),
+    }
 }
 
 /// What the workload is made of: its boot's names, the traffic link, the loss, our client's
