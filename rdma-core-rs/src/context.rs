@@ -302,6 +302,41 @@ impl Context {
         Ok(info)
     }
 
+    /// The GID in slot `index` of `port`'s table (all zeros where the slot is empty): one
+    /// query, where [`gid_table`](Self::gid_table) reads every slot.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] ([`VerbOp::QueryGid`]).
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        match self.gid_entry(port, index) {
+            Ok(entry) => Ok(Gid::from_ffi(&entry.gid)),
+            Err(libc::ENODATA | libc::EINVAL) => Ok(Gid([0; 16])),
+            Err(errno) => Err(Error::verb(
+                VerbOp::QueryGid,
+                format!("port {port} index {index}"),
+                errno,
+            )),
+        }
+    }
+
+    /// `ibv_query_gid_ex` for one slot; `Err` is its errno (`ENODATA`, or `EINVAL` from the
+    /// sysfs fallback, for an empty slot).
+    fn gid_entry(&self, port: u8, index: u32) -> std::result::Result<ffi::ibv_gid_entry, i32> {
+        let mut entry = zeroed_gid_entry();
+        // SAFETY: valid context; `entry` is a writable ibv_gid_entry and we pass its size.
+        let rc = unsafe {
+            ffi::_ibv_query_gid_ex(
+                self.raw(),
+                u32::from(port),
+                index,
+                &mut entry,
+                0,
+                size_of::<ffi::ibv_gid_entry>(),
+            )
+        };
+        if rc == 0 { Ok(entry) } else { Err(rc) }
+    }
+
     /// The valid (non-zero) entries of a port's GID table, sorted by index.
     ///
     /// # Errors
@@ -312,20 +347,8 @@ impl Context {
         let mut out = Vec::new();
         let mut last_err = None;
         for index in 0..len {
-            let mut entry = zeroed_gid_entry();
-            // SAFETY: valid context; `entry` is a writable ibv_gid_entry and we pass its size.
-            let rc = unsafe {
-                ffi::_ibv_query_gid_ex(
-                    self.raw(),
-                    u32::from(port),
-                    index,
-                    &mut entry,
-                    0,
-                    size_of::<ffi::ibv_gid_entry>(),
-                )
-            };
-            match rc {
-                0 => {
+            match self.gid_entry(port, index) {
+                Ok(entry) => {
                     let gid = Gid::from_ffi(&entry.gid);
                     if gid.is_zero() {
                         continue;
@@ -340,8 +363,8 @@ impl Context {
                     out.push(GidEntry { index, gid, kind });
                 }
                 // Empty entry (ENODATA from the kernel; the sysfs fallback gives EINVAL).
-                libc::ENODATA | libc::EINVAL => {}
-                other => last_err = Some(other),
+                Err(libc::ENODATA | libc::EINVAL) => {}
+                Err(other) => last_err = Some(other),
             }
         }
         if let (true, Some(errno)) = (out.is_empty(), last_err) {

@@ -15,8 +15,9 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use rdma_proto::{
-    ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, FrameError, LineConn, Notify,
-    ProtoError, QpEndpoint, ServerEvent, ServerHandshake, ServerMessage, ServerPolicy,
+    ClientHandshake, ClientRequest, DEFAULT_MAX_LINE, DEFAULT_PORT, FrameError, GidBinding,
+    LineConn, Notify, ProtoError, QpEndpoint, ServerEvent, ServerHandshake, ServerMessage,
+    ServerPolicy,
 };
 
 const STEP: Duration = Duration::from_secs(60);
@@ -64,6 +65,9 @@ fn serve(port: u16) -> Result<(), Box<dyn Error>> {
             ServerEvent::Hello(h) => h,
             _ => return Ok(None), // the client sent an error: just close
         };
+        // With no RDMA there is no port whose GIDs bind the hello: a real server binds it to
+        // its TCP peer (`GidBinding::Peer`), by the rules of the port that serves it.
+        hs.bind(GidBinding::Unbound)?;
         let accept = hs.accept(
             endpoint(0x12),
             buffer.as_ptr() as u64,

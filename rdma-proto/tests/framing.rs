@@ -183,6 +183,12 @@ fn handshake_over_tcp() {
             let ServerEvent::Hello(h) = hs.on_line(&line).unwrap() else {
                 panic!()
             };
+            let peer = conn.get_ref().peer_addr().unwrap().ip();
+            hs.bind(GidBinding::Peer {
+                peer,
+                local: vec![h.endpoint.gid],
+            })
+            .unwrap();
             conn.send_line(
                 &hs.accept(ep(2), 0x7f00_0000_0000, 9, 64).unwrap().to_line(),
                 after(2000),

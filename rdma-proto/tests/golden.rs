@@ -71,6 +71,13 @@ fn banner_and_hello_cm(
     let ServerEvent::Hello(h) = server.on_line(hello.as_bytes()).unwrap() else {
         panic!("expected hello event")
     };
+    // As a real server does: bound to the client's TCP address (10.0.0.2), on RoCE.
+    server
+        .bind(GidBinding::Peer {
+            peer: "10.0.0.2".parse().unwrap(),
+            local: vec![],
+        })
+        .unwrap();
     h
 }
 
@@ -305,10 +312,6 @@ fn cm_transcript() -> String {
         program_version: "0.1.0".to_owned(),
         features,
         bench_max_len: 0,
-    })
-    .bind(GidBinding::Peer {
-        peer: "10.0.0.2".parse().unwrap(),
-        local: vec![],
     });
     let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
     let iwarp = QpEndpoint {

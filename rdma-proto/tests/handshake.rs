@@ -65,10 +65,27 @@ fn server(token: Option<&str>) -> ServerHandshake {
     s
 }
 
+/// The binding of a connection from 10.0.0.1 (whose GID `ep` announces), on RoCE.
+fn peer_binding() -> GidBinding {
+    GidBinding::Peer {
+        peer: "10.0.0.1".parse().unwrap(),
+        local: vec![],
+    }
+}
+
+/// Feeds `msg` (a hello) and binds it to its connection from 10.0.0.1, as a server does once
+/// it has picked the port: `AwaitHello -> AwaitBinding -> AwaitAccept`.
+fn admit(s: &mut ServerHandshake, msg: ClientMessage) -> ServerEvent {
+    let event = s.on_message(msg).unwrap();
+    assert_eq!(s.state(), ServerState::AwaitBinding);
+    s.bind(peer_binding()).unwrap();
+    event
+}
+
 /// A server in AwaitWrite.
 fn accepted_server(notify: Notify) -> ServerHandshake {
     let mut s = server(None);
-    s.on_message(hello(notify, 17, None)).unwrap();
+    admit(&mut s, hello(notify, 17, None));
     assert_eq!(s.state(), ServerState::AwaitAccept);
     s.accept(ep(9), 0x1_0000_0000, 5, 64).unwrap();
     assert_eq!(s.state(), ServerState::AwaitWrite { notify });
@@ -170,31 +187,86 @@ fn server_token_required_checked() {
 #[test]
 fn a_bound_server_refuses_a_hello_for_another_gid() {
     let bound = |peer: &str, token: Option<&str>| {
-        let mut s = ServerHandshake::new(policy(token)).bind(GidBinding::Peer {
+        let mut s = ServerHandshake::new(policy(token));
+        s.banner().unwrap();
+        let binding = GidBinding::Peer {
             peer: peer.parse().unwrap(),
             local: vec![],
-        });
-        s.banner().unwrap();
-        s
+        };
+        s.on_message(hello(Notify::Imm, 17, token))
+            .and_then(|_| s.bind(binding))
+            .map(|()| s)
     };
     // ep() announces ::ffff:10.0.0.1.
-    let mut s = bound("10.0.0.9", None);
-    let e = assert_code(
-        s.on_message(hello(Notify::Imm, 17, None)),
-        ErrorCode::InvalidField,
-    );
+    let e = assert_code(bound("10.0.0.9", None), ErrorCode::InvalidField);
     assert!(e.to_string().contains("field `gid`"), "{e}");
-    assert_eq!(s.state(), ServerState::Failed);
-    let mut s = bound("10.0.0.1", None);
-    assert!(matches!(
-        s.on_message(hello(Notify::Imm, 17, None)),
-        Ok(ServerEvent::Hello(_))
-    ));
-    let mut s = bound("10.0.0.9", Some("s3cret"));
+    let s = bound("10.0.0.1", None).unwrap();
+    assert_eq!(s.state(), ServerState::AwaitAccept);
+    // The token is checked first, before any binding: a wrong one is refused as such.
+    let mut s = ServerHandshake::new(policy(Some("s3cret")));
+    s.banner().unwrap();
     assert_code(
-        s.on_message(hello(Notify::Imm, 17, None)),
+        s.on_message(hello(Notify::Imm, 17, Some("wrong"))),
         ErrorCode::Unauthorized,
     );
+    // A failed binding leaves the handshake failed; nothing can be accepted after it.
+    let mut s = ServerHandshake::new(policy(None));
+    s.banner().unwrap();
+    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    assert!(
+        s.bind(GidBinding::Peer {
+            peer: "10.0.0.9".parse().unwrap(),
+            local: vec![]
+        })
+        .is_err()
+    );
+    assert_eq!(s.state(), ServerState::Failed);
+    assert_code(s.accept(ep(9), 1, 1, 64), ErrorCode::Internal);
+}
+
+/// Issue 23, items 2 and 3: the hello is admitted (token) before the server knows its port,
+/// and no accept comes before the binding of that port: `accept` in `AwaitBinding` is misuse.
+/// On a port with nothing to bind (InfiniBand), a bench hello needs the token; with the token
+/// configured, or on RoCE, it passes.
+#[test]
+fn the_binding_comes_from_the_sessions_port_after_the_hello() {
+    let bench_policy = |token: Option<&str>| ServerPolicy {
+        bench_max_len: 1 << 20,
+        ..policy(token)
+    };
+    let bench_hello = |token: Option<&str>| {
+        ClientMessage::Hello(Hello {
+            endpoint: ep(7),
+            length: 4096,
+            notify: Notify::Tcp,
+            crc32c: None,
+            token: token.map(str::to_owned),
+            bench: Some(bench_params(BenchMode::Lat, vec![4096])),
+            cm: false,
+        })
+    };
+    let admitted = |token: Option<&str>| {
+        let mut s = ServerHandshake::new(bench_policy(token));
+        s.banner().unwrap();
+        assert!(matches!(
+            s.on_message(bench_hello(token)),
+            Ok(ServerEvent::Hello(_))
+        ));
+        assert_eq!(s.state(), ServerState::AwaitBinding);
+        s
+    };
+    let mut s = admitted(None);
+    assert_code(s.accept(ep(9), 1, 1, 1 << 20), ErrorCode::Internal);
+    let mut s = admitted(None);
+    let e = assert_code(s.bind(GidBinding::Unbound), ErrorCode::InvalidField);
+    assert!(e.to_string().contains("InfiniBand"), "{e}");
+    assert!(e.to_string().contains("token"), "{e}");
+    let mut s = admitted(Some("t"));
+    s.bind(GidBinding::Unbound).unwrap();
+    let mut s = admitted(None);
+    s.bind(peer_binding()).unwrap();
+    assert_eq!(s.state(), ServerState::AwaitAccept);
+    assert_eq!(s.binding(), &peer_binding());
 }
 
 #[test]
@@ -466,17 +538,17 @@ fn server_misuse_is_internal() {
 #[test]
 fn server_accept_checks() {
     let mut s = server(None);
-    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    admit(&mut s, hello(Notify::Imm, 17, None));
     assert_code(s.accept(ep(9), 1, 1, 16), ErrorCode::TooLong);
     assert_eq!(s.state(), ServerState::Failed);
 
     let mut s = server(None);
-    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    admit(&mut s, hello(Notify::Imm, 17, None));
     let e = assert_code(s.accept(ep(1 << 24), 1, 1, 64), ErrorCode::InvalidField);
     assert!(e.to_string().contains("qpn"), "{e}");
 
     let mut s = server(None);
-    s.on_message(hello(Notify::Imm, 17, None)).unwrap();
+    admit(&mut s, hello(Notify::Imm, 17, None));
     let mut bad = ep(1);
     bad.mtu = 1500;
     assert_code(s.accept(bad, 1, 1, 64), ErrorCode::InvalidField);
@@ -825,6 +897,7 @@ fn full_handshake_over_lines() {
                 panic!()
             };
             assert_eq!(h.endpoint.qpn, 0xFF_FFFF);
+            s.bind(peer_binding()).unwrap();
             let wire = s.accept(ep(3), u64::MAX, u32::MAX, 64).unwrap().to_line();
             let a = c
                 .on_accept(ServerMessage::parse(wire.as_bytes()).unwrap())
@@ -856,6 +929,7 @@ fn tampered_payload_fails_end_to_end() {
         .unwrap();
     s.on_line(c.hello(ep(1)).unwrap().to_line().as_bytes())
         .unwrap();
+    s.bind(peer_binding()).unwrap();
     c.on_accept(
         ServerMessage::parse(s.accept(ep(2), 1, 1, 64).unwrap().to_line().as_bytes()).unwrap(),
     )
@@ -1004,16 +1078,18 @@ fn cm_mode_needs_the_feature_on_both_sides_and_skips_only_the_gid_binding() {
     assert!(e.to_string().contains("`cm`"), "{e}");
 
     // With the feature: the cm hello passes the binding its GID would fail...
-    let mut s = ServerHandshake::new(policy(true)).bind(bound.clone());
+    let mut s = ServerHandshake::new(policy(true));
     let mut c = ClientHandshake::new(ClientRequest::for_payload(b"hi", Notify::Tcp, None));
     c.on_banner(s.banner().unwrap()).unwrap();
     let hello = c.hello_cm(alien, true).unwrap();
     assert!(matches!(s.on_message(hello).unwrap(), ServerEvent::Hello(h) if h.cm));
+    s.bind(bound.clone()).unwrap();
     // ... the server must answer with an offer (not without one) ...
     assert!(s.accept(ep(18), 1, 2, 64).is_err());
-    let mut s = ServerHandshake::new(policy(true)).bind(bound.clone());
+    let mut s = ServerHandshake::new(policy(true));
     s.banner().unwrap();
     s.on_message(c_hello(alien, true)).unwrap();
+    s.bind(bound.clone()).unwrap();
     let offer = CmOffer {
         port: 9,
         nonce: [1; rdma_proto::cm::NONCE_LEN],
@@ -1030,9 +1106,10 @@ fn cm_mode_needs_the_feature_on_both_sides_and_skips_only_the_gid_binding() {
     assert!(e.to_string().contains("RDMA CM"), "{e}");
 
     // A plain hello from the same peer is still bound: its GID is refused.
-    let mut s = ServerHandshake::new(policy(true)).bind(bound);
+    let mut s = ServerHandshake::new(policy(true));
     s.banner().unwrap();
-    let e = s.on_message(c_hello(alien, false)).unwrap_err();
+    s.on_message(c_hello(alien, false)).unwrap();
+    let e = s.bind(bound).unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidField);
 }
 

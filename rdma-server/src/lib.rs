@@ -14,5 +14,6 @@ pub mod exit;
 pub mod grant;
 mod i18n;
 pub mod output;
+mod ports;
 pub mod run;
 mod session;

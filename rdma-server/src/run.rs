@@ -9,6 +9,7 @@ use crate::exit::ServerError;
 use crate::grant::Grant;
 use crate::i18n::Lang;
 use crate::output::{AuthMode, Event, Output, ServeMode, StopReason};
+use crate::ports::Ports;
 use crate::session::{self, SessionCtx};
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage, ServerPolicy};
@@ -75,8 +76,9 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
     ) {
         eprintln!("{warning}");
     }
-    let local = args.local.open()?;
-    let (bind_gids, bench_max_len) = binding(&local, token.is_some(), args.bench_max_bytes);
+    let ports = Ports::new(args.local.clone(), args.local.open()?);
+    let start = Arc::clone(ports.start());
+    warn_bench_on_infiniband(&start.local, token.is_some(), args.bench_max_bytes);
 
     let listener = listen(args.listen).map_err(|source| ServerError::Listen {
         addr: args.listen,
@@ -94,13 +96,13 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
 
     let shared = Arc::new(Shared {
         session: SessionCtx {
-            local,
+            ports: Box::new(ports),
             policy: ServerPolicy {
                 buffer_size: args.buffer_size,
                 token,
                 program_version: env!("CARGO_PKG_VERSION").to_owned(),
                 features: features(),
-                bench_max_len,
+                bench_max_len: args.bench_max_bytes,
             },
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,
@@ -111,8 +113,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
             verified: AtomicU64::new(0),
             bench_max_time: args.bench_max_time,
             pinned: budget::PinBudget::new(pinned.total),
-            device: args.local.clone(),
-            bind_gids,
+            stranger_log: Mutex::new(LogLimit::new(Instant::now())),
         },
         active: AtomicUsize::new(0),
         sockets: Mutex::new(HashMap::new()),
@@ -122,7 +123,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
     });
     let s = &shared;
     let out = &s.session.out;
-    let local = &s.session.local;
+    let local = &start.local;
     let mode = if s.args.serve {
         ServeMode::Serve
     } else {
@@ -258,35 +259,17 @@ pub(crate) fn canonical_peer(peer: SocketAddr) -> SocketAddr {
     SocketAddr::new(peer.ip().to_canonical(), peer.port())
 }
 
-/// How hellos are bound to their connection on this port (see `rdma_proto::GidBinding`): on
-/// RoCE to the TCP peer (this port's GIDs, for loopback peers); on InfiniBand not at all, so
-/// there bench sessions (whose lat pongs the server RDMA-Writes wherever the hello says) are
-/// served only to clients with the token: without one they are turned off, with a warning.
-/// Returns the GIDs to bind to and the bench cap.
-fn binding(
-    local: &rdma_core_rs::LocalPort,
-    token: bool,
-    bench_max_bytes: u64,
-) -> (Option<Vec<rdma_proto::Gid>>, u64) {
-    if local.port.link_layer == rdma_core_rs::LinkLayer::Ethernet {
-        let gids = local
-            .ctx
-            .gid_table(local.port.num)
-            .map(|t| t.iter().map(|e| rdma_proto::Gid(e.gid.0)).collect())
-            .unwrap_or_else(|e| {
-                tracing::warn!("cannot read the GID table ({e}): loopback clients will be refused");
-                Vec::new()
-            });
-        return (Some(gids), bench_max_bytes);
-    }
-    if bench_max_bytes > 0 && !token {
+/// On InfiniBand a hello's LID cannot be bound to its TCP address (see
+/// `rdma_proto::GidBinding`), so bench sessions (whose lat pongs the server RDMA-Writes
+/// wherever the hello says) are served there only to clients with the token: each session's
+/// port decides (`ServerHandshake::bind`). Said at start when the port opened then is one.
+fn warn_bench_on_infiniband(local: &rdma_core_rs::LocalPort, token: bool, bench_max_bytes: u64) {
+    if local.port.link_layer != rdma_core_rs::LinkLayer::Ethernet && bench_max_bytes > 0 && !token {
         tracing::warn!(
-            "bench sessions are off: on InfiniBand a hello's LID cannot be bound to its TCP \
-             address, so bench sessions need a token (--token-file); see SECURITY.md"
+            "bench sessions on InfiniBand are refused: there a hello's LID cannot be bound to \
+             its TCP address, so bench sessions need a token (--token-file); see SECURITY.md"
         );
-        return (None, 0);
     }
-    (None, bench_max_bytes)
 }
 
 /// Checks a new connection against `--allow` and `--max-clients`, then starts its session.

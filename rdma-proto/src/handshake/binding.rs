@@ -25,7 +25,8 @@ pub enum GidBinding {
         /// This host's GIDs (the server's port's GID table).
         local: Vec<Gid>,
     },
-    /// Nothing to bind (InfiniBand, or a server that chose not to).
+    /// Nothing to bind: InfiniBand, where a LID or GID is not the TCP address. A bench session
+    /// there needs the token ([`ServerHandshake::bind`](crate::ServerHandshake::bind)).
     Unbound,
 }
 
@@ -45,27 +46,50 @@ impl GidBinding {
     /// [`ProtoError::InvalidField`] naming `gid`, the address the connection comes from, and
     /// what to do.
     pub fn check(&self, gid: Gid) -> Result<(), ProtoError> {
+        self.whose(gid).map_or(Ok(()), |whose| {
+            Err(ProtoError::invalid(
+                "hello",
+                "gid",
+                format!(
+                    "{gid} is not {whose}: on RoCE the server connects only to the GID of the client's own \
+                     TCP address. Announce the GID of the address you connect from (rdma-client \
+                     --gid-index), or connect from the address of the GID you announce"
+                ),
+            ))
+        })
+    }
+
+    /// Checks the destination GID of the path RDMA CM set up for a `cm` session (what the
+    /// connection request said, which the requester writes itself): the same rule as
+    /// [`check`](Self::check), so that a CM session cannot point the server's queue pair at a
+    /// third host either.
+    ///
+    /// # Errors
+    /// Why not, for the log and the client.
+    pub fn check_path(&self, dgid: Gid) -> Result<(), String> {
+        self.whose(dgid).map_or(Ok(()), |whose| {
+            Err(format!(
+                "its RDMA CM path leads to GID {dgid}, which is not {whose}: on RoCE the server \
+                 connects only to the GID of the client's own TCP address; connect through RDMA \
+                 CM from the address you reach the server's TCP port from, with its own path"
+            ))
+        })
+    }
+
+    /// `None` when `gid` may be connected to; else whose GID it should have been.
+    fn whose(&self, gid: Gid) -> Option<String> {
         let GidBinding::Peer { peer, local } = self else {
-            return Ok(());
+            return None;
         };
         let peer = peer.to_canonical();
         if gid == gid_of(peer) || (peer.is_loopback() && local.contains(&gid)) {
-            return Ok(());
+            return None;
         }
-        let whose = if peer.is_loopback() {
+        Some(if peer.is_loopback() {
             "one of this host's own GIDs (the connection comes over loopback)".to_owned()
         } else {
             format!("{}, the address this connection comes from", gid_of(peer))
-        };
-        Err(ProtoError::invalid(
-            "hello",
-            "gid",
-            format!(
-                "{gid} is not {whose}: on RoCE the server connects only to the GID of the client's own \
-                 TCP address. Announce the GID of the address you connect from (rdma-client \
-                 --gid-index), or connect from the address of the GID you announce"
-            ),
-        ))
+        })
     }
 }
 
@@ -119,5 +143,23 @@ mod tests {
         let e = b.check(gid("::ffff:10.0.0.2")).unwrap_err().to_string();
         assert!(e.contains("this host's own GIDs"), "{e}");
         assert!(GidBinding::Unbound.check(gid("::ffff:192.0.2.1")).is_ok());
+    }
+
+    /// Issue 23, item 1: an RDMA CM path to a third host is refused, by the same rule as a
+    /// hello's GID; the client's own path passes.
+    #[test]
+    fn a_cm_path_must_lead_to_the_peers_address() {
+        let b = GidBinding::Peer {
+            peer: "10.0.0.2".parse().unwrap(),
+            local: vec![],
+        };
+        assert_eq!(b.check_path(gid("::ffff:10.0.0.2")), Ok(()));
+        let e = b.check_path(gid("::ffff:10.0.0.3")).unwrap_err();
+        assert!(e.contains("leads to GID ::ffff:10.0.0.3"), "{e}");
+        assert!(e.contains("::ffff:10.0.0.2, the address"), "{e}");
+        assert_eq!(
+            GidBinding::Unbound.check_path(gid("::ffff:10.0.0.3")),
+            Ok(())
+        );
     }
 }

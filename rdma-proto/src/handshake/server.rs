@@ -53,7 +53,8 @@ impl ServerPolicy {
 /// What a client line meant to the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerEvent {
-    /// A valid `hello` passed the checks: set up the QP and call [`ServerHandshake::accept`].
+    /// A valid `hello` passed the checks (version, token, length): pick the port that serves
+    /// it, [`ServerHandshake::bind`] it, set up the QP and call [`ServerHandshake::accept`].
     /// Its `token` is always `None` (removed once checked, so it cannot leak into logs).
     Hello(Hello),
     /// The client says the write is done (notify=tcp): check the buffer, call `result`.
@@ -69,7 +70,10 @@ pub enum ServerState {
     Start,
     /// Banner sent, waiting for `hello`.
     AwaitHello,
-    /// `hello` accepted, the caller has to set up RDMA and call `accept`.
+    /// `hello` admitted (version, token, length); the caller picks the port that serves it
+    /// and calls [`ServerHandshake::bind`] with that port's binding.
+    AwaitBinding,
+    /// `hello` accepted and bound, the caller has to set up RDMA and call `accept`.
     AwaitAccept,
     /// `accept` sent; waiting for the write (immediate, or `written` in tcp mode).
     AwaitWrite {
@@ -87,6 +91,7 @@ impl fmt::Display for ServerState {
         match self {
             ServerState::Start => f.write_str("before the banner"),
             ServerState::AwaitHello => f.write_str("awaiting hello"),
+            ServerState::AwaitBinding => f.write_str("binding the hello to its connection"),
             ServerState::AwaitAccept => f.write_str("preparing accept"),
             ServerState::AwaitWrite { notify } => write!(f, "awaiting the write (notify={notify})"),
             ServerState::Done => f.write_str("done"),
@@ -117,12 +122,59 @@ impl ServerHandshake {
         }
     }
 
-    /// Requires the hello's GID to satisfy `binding` (see [`GidBinding`]); a fresh handshake
-    /// binds nothing. A real server binds every connection to its TCP peer.
-    #[must_use]
-    pub fn bind(mut self, binding: GidBinding) -> Self {
+    /// Binds the admitted hello to its connection, by the rules of the port that serves it
+    /// (see [`GidBinding`]). `AwaitBinding -> AwaitAccept`.
+    ///
+    /// The hello's GID must satisfy `binding` (a `cm` hello's GID is not used: its RDMA CM
+    /// path is checked against the same binding, [`GidBinding::check_path`], once the request
+    /// arrives); on a port with nothing to bind ([`GidBinding::Unbound`], InfiniBand) a bench
+    /// session needs the token, so a server without one refuses it. This is a separate step so
+    /// that the server does no device work (choosing the port) before the hello is admitted.
+    ///
+    /// # Errors
+    /// [`ProtoError::InvalidField`] naming `gid` or `bench`; the handshake is then `Failed`.
+    pub fn bind(&mut self, binding: GidBinding) -> Result<(), ProtoError> {
+        if self.state != ServerState::AwaitBinding {
+            return Err(self.misuse("bind()"));
+        }
+        let Some(hello) = self.hello.as_ref() else {
+            return Err(self.misuse("bind()"));
+        };
+        let checked = if !hello.cm {
+            binding.check(hello.endpoint.gid)
+        } else {
+            Ok(())
+        }
+        .and_then(|()| {
+            if binding == GidBinding::Unbound
+                && hello.bench.is_some()
+                && self.policy.token.is_none()
+            {
+                Err(ProtoError::invalid(
+                    "hello",
+                    "bench",
+                    "this server's port for your address is InfiniBand, where a hello's LID \
+                     cannot be bound to its TCP address, so it runs bench sessions only for \
+                     clients with a token, and it has none (see SECURITY.md); run a write \
+                     session, or ask for a server started with --token-file",
+                ))
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = checked {
+            self.state = ServerState::Failed;
+            return Err(e);
+        }
         self.binding = binding;
-        self
+        self.state = ServerState::AwaitAccept;
+        Ok(())
+    }
+
+    /// The binding of this connection, once [`bind`](Self::bind) took it (before: nothing is
+    /// bound, [`GidBinding::Unbound`]).
+    pub fn binding(&self) -> &GidBinding {
+        &self.binding
     }
 
     /// The current state.
@@ -199,18 +251,12 @@ impl ServerHandshake {
                 self.check_token(h.token.as_deref())?;
                 // The secret has done its job; keep it out of events, logs and `hello()`.
                 h.token = None;
-                if h.cm {
-                    if !self.policy.features.iter().any(|f| f == crate::cm::FEATURE) {
-                        return Err(ProtoError::invalid(
-                            "hello",
-                            "cm",
-                            "this server does not connect queue pairs through RDMA CM (its banner has no `cm` feature); leave `cm` out",
-                        ));
-                    }
-                    // The hello's GID is not used: the client connects to the server's CM
-                    // listener from its own address, checked against its TCP peer's.
-                } else {
-                    self.binding.check(h.endpoint.gid)?;
+                if h.cm && !self.policy.features.iter().any(|f| f == crate::cm::FEATURE) {
+                    return Err(ProtoError::invalid(
+                        "hello",
+                        "cm",
+                        "this server does not connect queue pairs through RDMA CM (its banner has no `cm` feature); leave `cm` out",
+                    ));
                 }
                 let max = if h.bench.is_some() {
                     if self.policy.bench_max_len == 0 {
@@ -230,7 +276,8 @@ impl ServerHandshake {
                         max,
                     });
                 }
-                self.state = ServerState::AwaitAccept;
+                // Its endpoint is checked by `bind`, against the port that serves it.
+                self.state = ServerState::AwaitBinding;
                 self.hello = Some(h.clone());
                 Ok(ServerEvent::Hello(h))
             }
@@ -462,7 +509,9 @@ fn unexpected_context(state: ServerState, msg: &ClientMessage) -> String {
     let expected = match state {
         ServerState::Start => "nothing yet (the server has not sent its banner)".to_owned(),
         ServerState::AwaitHello => "`hello`".to_owned(),
-        ServerState::AwaitAccept => "nothing (the server is preparing its accept)".to_owned(),
+        ServerState::AwaitBinding | ServerState::AwaitAccept => {
+            "nothing (the server is preparing its accept)".to_owned()
+        }
         ServerState::AwaitWrite { notify: Notify::Imm } => {
             "nothing: in notify=imm the write's immediate data signals completion, do not send `written`".to_owned()
         }
@@ -471,7 +520,10 @@ fn unexpected_context(state: ServerState, msg: &ClientMessage) -> String {
     };
     let dup = match (state, msg) {
         (
-            ServerState::AwaitAccept | ServerState::AwaitWrite { .. } | ServerState::Done,
+            ServerState::AwaitBinding
+            | ServerState::AwaitAccept
+            | ServerState::AwaitWrite { .. }
+            | ServerState::Done,
             ClientMessage::Hello(_),
         ) => " (duplicate hello: one hello per connection)",
         _ => "",

@@ -1,19 +1,22 @@
 //! What every session shares ([`SessionCtx`]) and how one ends without a verdict ([`Failure`]).
 
+use crate::admission::{Log, LogLimit};
 use crate::budget::PinBudget;
 use crate::i18n::Lang;
 use crate::output::Output;
-use rdma_core_rs::{CqMode, LocalPort};
+use crate::ports::PortSource;
+use rdma_core_rs::CqMode;
 use rdma_proto::framing::FrameError;
-use rdma_proto::{ErrorCode, GidBinding, ProtoError, ServerPolicy};
-use std::net::{IpAddr, SocketAddr};
+use rdma_proto::{ErrorCode, ProtoError, ServerPolicy};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
-pub struct SessionCtx {
-    /// The device, its port and GID, opened once.
-    pub local: LocalPort,
+pub(crate) struct SessionCtx {
+    /// Where each session gets its device, port and GID (chosen by the address its client
+    /// came in on, after the hello; [`crate::ports`]).
+    pub ports: Box<dyn PortSource>,
     /// What a hello may ask for (`buffer_size`: each session's buffer, `--buffer-size`) and what the banner says.
     pub policy: ServerPolicy,
     /// The deadline of each phase of a session.
@@ -32,40 +35,32 @@ pub struct SessionCtx {
     pub bench_max_time: Duration,
     /// What the live sessions may pin together (`--max-pinned`).
     pub pinned: PinBudget,
-    /// The device flags: without `--gid-index`, each session uses the device, port and GID
-    /// that carry the address its client came in on (`DeviceArgs::open_for`).
-    pub device: rdma_app::device::DeviceArgs,
-    /// On RoCE, this port's own GIDs: every hello's GID is bound to its TCP peer (a loopback
-    /// peer to one of these). `None` on InfiniBand, where nothing can be bound.
-    pub bind_gids: Option<Vec<rdma_proto::Gid>>,
+    /// How many lines connections that are not (yet) admitted may log: anyone can open a
+    /// connection, so its `connected` line and a failure before its hello is admitted are
+    /// rate-limited, as the accept loop's refusals are.
+    pub stranger_log: Mutex<LogLimit>,
 }
 
 impl SessionCtx {
-    /// The local end of a session whose client came in on `local`: the port opened at start
-    /// where the flags fix it or the address is loopback, else the one that carries `local`
-    /// (and why).
-    pub(crate) fn local_for(&self, local: IpAddr) -> Result<(LocalPort, Option<String>), Failure> {
-        if !self.device.chooses_by(local) {
-            return Ok((self.local.clone(), None));
-        }
-        self.device.open_for(local).map_err(|e| {
-            Failure::new(
-                ErrorCode::RdmaSetup,
-                format!(
-                    "the server has no RDMA port for the address this client reached it at: {e}"
-                ),
-            )
-        })
-    }
-
-    /// What the hello of a connection from `peer` must announce (see [`GidBinding`]).
-    pub fn binding(&self, peer: SocketAddr) -> GidBinding {
-        match &self.bind_gids {
-            Some(local) => GidBinding::Peer {
-                peer: peer.ip(),
-                local: local.clone(),
-            },
-            None => GidBinding::Unbound,
+    /// Whether a line of a connection not admitted yet is logged now ([`Self::stranger_log`]);
+    /// says once in a while how many were left out.
+    pub(crate) fn stranger_line(&self) -> bool {
+        let log = self
+            .stranger_log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .refusal(Instant::now());
+        match log {
+            Log::Drop => false,
+            Log::Line { dropped } => {
+                if dropped > 0 {
+                    tracing::warn!(
+                        "{dropped} more line(s) of connections without an admitted hello not logged (at most {} a second)",
+                        crate::admission::LOG_BURST
+                    );
+                }
+                true
+            }
         }
     }
 }

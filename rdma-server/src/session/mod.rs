@@ -13,13 +13,13 @@ mod ctx;
 mod steps;
 
 use connect::connect_and_accept;
-use ctx::Failure;
-pub use ctx::SessionCtx;
+pub(crate) use ctx::Failure;
+pub(crate) use ctx::SessionCtx;
 use steps::*;
 
 use crate::budget::{self};
 use crate::output::{Event, SessionNotify};
-use rdma_core_rs::{LocalPort, QpCaps, WcOpcode};
+use rdma_core_rs::{QpCaps, WcOpcode};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
     ErrorCode, ErrorMsg, Notify, Outcome, ServerEvent, ServerHandshake, ServerMessage,
@@ -31,28 +31,21 @@ use std::time::{Duration, Instant};
 /// Work request id of the receive that catches the write-with-immediate.
 const RECV_WR_ID: u64 = 0x5245_4356; // "RECV"
 
-/// What every session needs from the server, shared by the session threads.
 /// Serves one connection to its end; never panics on client input, never returns an error.
 pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
-    s.out.emit(
-        &Event::Connected {
-            session: id,
-            peer: peer.to_string().into(),
-        },
-        || format!("[{id}] client {peer} connected"),
-    );
+    if s.stranger_line() {
+        s.out.emit(
+            &Event::Connected {
+                session: id,
+                peer: peer.to_string().into(),
+            },
+            || format!("[{id}] client {peer} connected"),
+        );
+    }
     let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, rdma_proto::DEFAULT_MAX_LINE);
-    let mut hs = ServerHandshake::new(s.policy.clone()).bind(s.binding(peer));
-    let local_ip = conn.get_ref().local_addr().map(|a| a.ip());
-    let chosen = local_ip
-        .map_or_else(|_| Ok((s.local.clone(), None)), |ip| s.local_for(ip))
-        .inspect(|(local, why)| {
-            if let Some(why) = why {
-                emit_port_chosen(s, id, local, why);
-            }
-        });
-    let failure = match chosen.and_then(|(local, _)| session(s, &local, &mut conn, &mut hs, id)) {
+    let mut hs = ServerHandshake::new(s.policy.clone());
+    let failure = match session(s, &mut conn, &mut hs, peer, id) {
         Ok(()) => return,
         Err(f) => f,
     };
@@ -65,17 +58,20 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     } else {
         failure
     };
-    s.out.emit(
-        &Event::Error {
-            session: Some(id),
-            peer: Some(peer.to_string().into()),
-            code: failure.log_code().into(),
-            message: failure.message.as_str().into(),
-            fatal: false,
-            exit_code: None,
-        },
-        || failed_line(id, failure.log_code(), &failure.message),
-    );
+    // Before its hello is admitted a connection is anyone's: its line is rate-limited.
+    if hs.hello().is_some() || s.stranger_line() {
+        s.out.emit(
+            &Event::Error {
+                session: Some(id),
+                peer: Some(peer.to_string().into()),
+                code: failure.log_code().into(),
+                message: failure.message.as_str().into(),
+                fatal: false,
+                exit_code: None,
+            },
+            || failed_line(id, failure.log_code(), &failure.message),
+        );
+    }
     if failure.tell_peer {
         let line = ServerMessage::Error(ErrorMsg {
             code: failure.code,
@@ -99,9 +95,9 @@ fn failed_line(id: u64, code: &str, message: &str) -> String {
 
 fn session(
     s: &SessionCtx,
-    local: &LocalPort,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
+    peer: SocketAddr,
     id: u64,
 ) -> Result<(), Failure> {
     let phase = s.timeout;
@@ -111,6 +107,15 @@ fn session(
         ServerEvent::Hello(hello) => hello,
         other => return Err(out_of_order(&other)),
     };
+    // Admitted: only now is the device touched. The port is the one that carries the address
+    // the client came in on, and its rules bind the hello.
+    let local_ip = conn.get_ref().local_addr().ok().map(|a| a.ip());
+    let (served, why) = s.ports.serve(local_ip)?;
+    let local = &served.local;
+    if let Some(why) = why {
+        emit_port_chosen(s, id, local, &why);
+    }
+    hs.bind(served.binding(peer.ip()))?;
     if let Some(b) = &hello.bench {
         return bench::session(s, local, conn, hs, id, &hello, b);
     }
@@ -228,6 +233,136 @@ fn session(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ports::{PortSource, Served};
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A port source that counts its calls and has no port to give (no RDMA in `cargo test`).
+    #[derive(Debug, Default)]
+    struct CountingPorts(AtomicUsize);
+
+    impl PortSource for CountingPorts {
+        fn serve(
+            &self,
+            _: Option<std::net::IpAddr>,
+        ) -> Result<(Arc<Served>, Option<String>), Failure> {
+            self.0.fetch_add(1, Ordering::AcqRel);
+            Err(Failure::new(
+                ErrorCode::RdmaSetup,
+                "the fake has no RDMA port",
+            ))
+        }
+    }
+
+    fn ctx(ports: Arc<CountingPorts>) -> SessionCtx {
+        #[derive(Debug)]
+        struct Shared(Arc<CountingPorts>);
+        impl PortSource for Shared {
+            fn serve(
+                &self,
+                local: Option<std::net::IpAddr>,
+            ) -> Result<(Arc<Served>, Option<String>), Failure> {
+                self.0.serve(local)
+            }
+        }
+        SessionCtx {
+            ports: Box::new(Shared(ports)),
+            policy: rdma_proto::ServerPolicy {
+                buffer_size: 64,
+                token: Some("s3cret".to_owned()),
+                program_version: "0".to_owned(),
+                features: rdma_proto::ServerPolicy::default_features(),
+                bench_max_len: 0,
+            },
+            timeout: Duration::from_secs(5),
+            cq_mode: rdma_core_rs::CqMode::Poll,
+            grant: crate::grant::Grant::remote_write(),
+            out: crate::output::Output::new(true),
+            lang: crate::i18n::Lang::En,
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            verified: std::sync::atomic::AtomicU64::new(0),
+            bench_max_time: Duration::from_secs(5),
+            pinned: crate::budget::PinBudget::new(1 << 20),
+            stranger_log: std::sync::Mutex::new(crate::admission::LogLimit::new(Instant::now())),
+        }
+    }
+
+    /// One session over loopback TCP with `token` in the hello; returns the server's answer.
+    fn one_session(s: &SessionCtx, token: Option<&str>) -> rdma_proto::ServerMessage {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let (stream, peer) = l.accept().unwrap();
+                serve(s, stream, peer, 1);
+            });
+            let stream = TcpStream::connect(addr).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut lines = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            lines.read_line(&mut line).unwrap();
+            // Sent as it is, token or none: a stranger's client need not be ours.
+            let hello = rdma_proto::ClientMessage::Hello(rdma_proto::Hello {
+                endpoint: rdma_proto::QpEndpoint {
+                    qpn: 7,
+                    psn: 1,
+                    gid: "::ffff:127.0.0.1".parse().unwrap(),
+                    lid: 0,
+                    mtu: 1024,
+                },
+                length: 2,
+                notify: Notify::Tcp,
+                crc32c: None,
+                token: token.map(str::to_owned),
+                bench: None,
+                cm: false,
+            });
+            (&stream).write_all(hello.to_line().as_bytes()).unwrap();
+            line.clear();
+            lines.read_line(&mut line).unwrap();
+            rdma_proto::ServerMessage::parse(line.as_bytes()).unwrap()
+        })
+    }
+
+    fn code(m: &rdma_proto::ServerMessage) -> ErrorCode {
+        match m {
+            rdma_proto::ServerMessage::Error(e) => e.code,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    /// Issue 23, item 3: a connection whose hello is not admitted (a wrong token, none) costs
+    /// no device work: the port is chosen only after the hello passed, once per session.
+    #[test]
+    fn no_device_work_before_the_hello_is_admitted() {
+        let ports = Arc::new(CountingPorts::default());
+        let s = ctx(Arc::clone(&ports));
+        for token in [Some("wrong"), None, Some("s3cret!")] {
+            let answer = one_session(&s, token);
+            assert_eq!(code(&answer), ErrorCode::Unauthorized, "{answer:?}");
+        }
+        assert_eq!(
+            ports.0.load(Ordering::Acquire),
+            0,
+            "device work for a stranger"
+        );
+        let answer = one_session(&s, Some("s3cret"));
+        assert_eq!(code(&answer), ErrorCode::RdmaSetup, "{answer:?}");
+        assert_eq!(ports.0.load(Ordering::Acquire), 1);
+    }
+
+    /// Issue 23, item 3: the lines of connections not admitted are rate-limited (a flood of
+    /// strangers cannot fill the log); an admitted session's lines are not.
+    #[test]
+    fn strangers_lines_are_rate_limited() {
+        let s = ctx(Arc::new(CountingPorts::default()));
+        let logged = (0..1000).filter(|_| s.stranger_line()).count();
+        assert_eq!(logged, crate::admission::LOG_BURST as usize);
+    }
 
     /// A client cannot forge a log line or send ANSI escapes through a failure's text: neither
     /// through what the protocol quotes (its `type`) nor through any message (issue 16, item 6).

@@ -109,13 +109,14 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32, pinned: &AtomicU64) {
         features: ServerPolicy::default_features(),
         bench_max_len: 8 << 20,
     });
-    if let (false, Ok(peer)) = (f.unbound, peer) {
+    let binding = match (f.unbound, peer) {
         // Our hellos come over loopback announcing Config::for_tests's GID: "this host's".
-        hs = hs.bind(GidBinding::Peer {
+        (false, Ok(peer)) => GidBinding::Peer {
             peer,
             local: vec!["::ffff:10.0.0.2".parse().unwrap()],
-        });
-    }
+        },
+        _ => GidBinding::Unbound,
+    };
     // Given back when the session ends, however it ends.
     let mut reserved: Vec<Reserved<'_>> = Vec::new();
     let mut banner = hs.banner().unwrap().to_line();
@@ -134,7 +135,12 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32, pinned: &AtomicU64) {
             }
             Err(_) => return,
         };
-        let reply = match hs.on_line(&line) {
+        let event = match hs.on_line(&line) {
+            // As the real server: the hello is bound once admitted, by its port's rules.
+            Ok(ServerEvent::Hello(h)) => hs.bind(binding.clone()).map(|()| ServerEvent::Hello(h)),
+            other => other,
+        };
+        let reply = match event {
             Ok(ServerEvent::Hello(h))
                 if h.bench.is_some()
                     && reserve(f, pinned, &h).map(|r| reserved.push(r)).is_none() =>
