@@ -10,6 +10,7 @@
 //! from the TCP peer's address, so no one else can take the session's queue pair.
 
 use std::fmt;
+use std::net::IpAddr;
 
 use serde::{Serialize, Serializer};
 use subtle::ConstantTimeEq;
@@ -38,6 +39,27 @@ impl CmOffer {
             return false;
         };
         bool::from(head.ct_eq(&self.nonce)) && tail.iter().all(|b| *b == 0)
+    }
+
+    /// Whether an RDMA CM connection request is the offer's session's client's: `from` (where
+    /// it came from) is `peer`, the session's TCP peer (IPv4-mapped or not), and its
+    /// `private_data` carries the nonce. `Err` says why not (for the log).
+    ///
+    /// # Errors
+    /// From another address, an unknown one, or without the nonce.
+    pub fn admits_request(
+        &self,
+        peer: IpAddr,
+        from: Option<IpAddr>,
+        private_data: &[u8],
+    ) -> Result<(), String> {
+        let peer = peer.to_canonical();
+        match from.map(|ip| ip.to_canonical()) {
+            Some(ip) if ip != peer => Err(format!("from {ip}, not the session's client {peer}")),
+            None => Err("from an unknown address".to_owned()),
+            Some(_) if !self.admits(private_data) => Err("without the session's nonce".to_owned()),
+            Some(_) => Ok(()),
+        }
     }
 
     /// The nonce as the accept carries it: 32 lowercase hex digits.
@@ -96,6 +118,33 @@ mod tests {
         wrong[15] = 0xac;
         assert!(!offer.admits(&wrong));
         assert!(!offer.admits(&[]));
+    }
+
+    /// Only the session's client gets the CM connection: its address (IPv4-mapped or not) and
+    /// the nonce, both.
+    #[test]
+    fn a_cm_request_needs_the_peers_address_and_the_nonce() {
+        let offer = CmOffer {
+            port: 9,
+            nonce: [7; NONCE_LEN],
+        };
+        let peer: IpAddr = "10.0.0.2".parse().unwrap();
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let good = &[7u8; NONCE_LEN];
+        assert_eq!(offer.admits_request(peer, ip("10.0.0.2"), good), Ok(()));
+        assert_eq!(
+            offer.admits_request(peer, ip("::ffff:10.0.0.2"), good),
+            Ok(())
+        );
+        let other = offer
+            .admits_request(peer, ip("10.0.0.3"), good)
+            .unwrap_err();
+        assert!(other.contains("not the session's client"), "{other}");
+        let bad = offer
+            .admits_request(peer, ip("10.0.0.2"), &[7; 15])
+            .unwrap_err();
+        assert!(bad.contains("nonce"), "{bad}");
+        assert!(offer.admits_request(peer, None, good).is_err());
     }
 
     #[test]

@@ -11,9 +11,10 @@
 //! resolved (`rdma_init_qp_attr`), through the same typestate transitions as ever. The CM
 //! connection then belongs to the queue pair: dropping the queue pair disconnects it.
 //!
-//! Both ends wait with a deadline; the passive end ([`Listener`]) takes only a connection
-//! request its `admit` check allows (the binaries: the nonce in the private data and the TCP
-//! peer's address), rejects others and goes on waiting.
+//! Both ends wait with a deadline, checked before every event; the passive end ([`Listener`])
+//! takes only a connection request its [`Gate`] allows (the binaries: the nonce in the private
+//! data and the TCP peer's address), rejects others and goes on waiting (until the gate gives
+//! up), then lets the gate judge the path the request set up, and stops listening.
 
 pub(crate) mod bind;
 mod qp;
@@ -27,6 +28,7 @@ use self::sys as cm;
 
 use crate::error::{Error, Result, VerbOp};
 use crate::local::LocalPort;
+use crate::types::Gid;
 use crate::{Init, QueuePair, Rts};
 
 use bind::bind;
@@ -43,9 +45,8 @@ pub fn available() -> bool {
 /// the passive side, the listener it came from). Owned by the queue pair; dropped before the
 /// queue pair is destroyed, it disconnects.
 pub(crate) struct Link {
-    // Field order is drop order: the connection's id, the listener's, then their channel.
+    // Field order is drop order: the connection's id, then its channel.
     id: Id,
-    _listener: Option<Id>,
     _ch: Channel,
 }
 
@@ -217,7 +218,8 @@ impl QueuePair<Init> {
             (T::RDMA_CM_EVENT_ESTABLISHED, 0) => self.established_by_cm(local),
             // InfiniBand/RoCE: ours to move, then we tell the CM (RTU).
             (T::RDMA_CM_EVENT_CONNECT_RESPONSE, 0) => {
-                let qp = self.ready_by_cm(&id, local)?;
+                // The path is the one we resolved ourselves, to the listener we chose.
+                let qp = self.ready_by_cm(&id, local, &mut |_| Ok(()))?;
                 // SAFETY: valid id that got its connect response.
                 if unsafe { cm::rdma_establish(id.raw()) } != 0 {
                     return Err(Error::last_os(VerbOp::CmAccept, "rdma_establish"));
@@ -226,11 +228,7 @@ impl QueuePair<Init> {
             }
             _ => return Err(failed("connect", &ev)),
         };
-        Ok(qp.with_link(Link {
-            id,
-            _listener: None,
-            _ch: ch,
-        }))
+        Ok(qp.with_link(Link { id, _ch: ch }))
     }
 }
 
@@ -258,13 +256,44 @@ impl std::fmt::Debug for Listener {
     }
 }
 
-/// A connection request, for the [`Listener::accept`] caller to judge.
+/// A connection request, for the [`Gate`] to judge.
 #[derive(Debug)]
 pub struct Request<'a> {
     /// Where it came from.
     pub peer: Option<SocketAddr>,
     /// Its private data.
     pub private_data: &'a [u8],
+}
+
+/// What [`Listener::accept`] does with a connection request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Connect the queue pair to it.
+    Take,
+    /// Reject it and go on waiting.
+    Reject,
+    /// Reject it and stop waiting: [`Error::CmFlood`].
+    GiveUp,
+}
+
+/// The passive end's judge: of each connection request, and of the path of the one it takes.
+pub trait Gate {
+    /// Judges one connection request.
+    fn request(&mut self, req: &Request<'_>) -> Verdict;
+    /// Judges the destination GID of the path RDMA CM set up for the request taken
+    /// (InfiniBand/RoCE; on iWARP the kernel connects and nothing is asked). The connection
+    /// request says it, and the requester writes its request itself: `Err` rejects it.
+    ///
+    /// # Errors
+    /// Why the path is refused (becomes [`Error::CmPath`]).
+    fn path(&mut self, dgid: Gid) -> std::result::Result<(), String>;
+}
+
+/// Rejects a connection request we hold (no private data). A failure changes nothing: the
+/// requester then times out.
+fn reject(conn: &Id) {
+    // SAFETY: valid request id; no private data.
+    unsafe { cm::rdma_reject(conn.raw(), std::ptr::null(), 0) };
 }
 
 impl Listener {
@@ -292,25 +321,33 @@ impl Listener {
         self.port
     }
 
-    /// Takes the first connection request that `admit` allows (each other one is rejected and
-    /// logged), connects `qp` to it and brings it to RTS; waits until `deadline` or until
-    /// `cancel` says so. The listener then belongs to the queue pair, and stops taking
-    /// requests.
+    /// Takes the first connection request that `gate` allows (each other one is rejected; the
+    /// gate may give up), stops listening, lets the gate judge the request's path, connects
+    /// `qp` to it and brings it to RTS; waits until `deadline` or until `cancel` says so,
+    /// checked before every event, so a flood of requests cannot hold it longer.
+    ///
+    /// The listener is destroyed as soon as a request is taken: the kernel rejects later ones
+    /// (no listener), and destroys with it those still queued; one that comes out of the
+    /// channel anyway is rejected. Nothing is left listening, and no request id leaks.
     ///
     /// # Errors
-    /// A timeout (or `cancel`), the device mismatch, a failed transition or accept; the queue
-    /// pair is destroyed.
+    /// A timeout (or `cancel`), [`Error::CmFlood`], [`Error::CmPath`], the device mismatch, a
+    /// failed transition or accept; the queue pair is destroyed.
     pub fn accept(
         self,
         qp: QueuePair<Init>,
         local: &LocalPort,
-        admit: &dyn Fn(&Request<'_>) -> std::result::Result<(), String>,
+        gate: &mut dyn Gate,
         deadline: Instant,
         cancel: &dyn Fn() -> bool,
     ) -> Result<QueuePair<Rts>> {
         use cm::rdma_cm_event_type as T;
+        let Listener {
+            id: listening, ch, ..
+        } = self;
+        let mut rejected = 0u32;
         let conn = loop {
-            let ev = self.ch.next("a connection request", deadline, cancel)?;
+            let ev = ch.next("a connection request", deadline, cancel)?;
             if ev.kind != T::RDMA_CM_EVENT_CONNECT_REQUEST {
                 // Nothing else is expected on a listener; a device removal ends it.
                 if ev.kind == T::RDMA_CM_EVENT_DEVICE_REMOVAL {
@@ -324,43 +361,53 @@ impl Listener {
                 peer: conn.peer(),
                 private_data: &ev.private_data,
             };
-            match admit(&req) {
-                Ok(()) => break conn,
-                Err(why) => {
-                    tracing::warn!(peer = ?req.peer, %why, "RDMA CM connection request rejected");
-                    // SAFETY: valid request id; no private data.
-                    unsafe { cm::rdma_reject(conn.raw(), std::ptr::null(), 0) };
+            match gate.request(&req) {
+                Verdict::Take => break conn,
+                verdict => {
+                    reject(&conn);
+                    rejected = rejected.saturating_add(1);
+                    if verdict == Verdict::GiveUp {
+                        return Err(Error::CmFlood { rejected });
+                    }
                 }
             }
         };
-        same_device(&conn, local)?;
+        drop(listening);
         let qpn = qp.qpn();
-        let qp = if local.ctx.transport().needs_cm() {
-            Pending::Kernel(qp)
-        } else {
-            Pending::Ready(qp.ready_by_cm(&conn, local)?)
+        let ready = same_device(&conn, local).and_then(|()| {
+            Ok(if local.ctx.transport().needs_cm() {
+                Pending::Kernel(qp)
+            } else {
+                Pending::Ready(qp.ready_by_cm(&conn, local, &mut |gid| gate.path(gid))?)
+            })
+        });
+        let qp = match ready {
+            Ok(qp) => qp,
+            Err(e) => {
+                reject(&conn);
+                return Err(e);
+            }
         };
         let mut param = conn_param(qpn, &[]);
         // SAFETY: valid request id; `param` lives through the call, which copies it.
         if unsafe { cm::rdma_accept(conn.raw(), &mut param) } != 0 {
             return Err(Error::last_os(VerbOp::CmAccept, format!("QP {qpn}")));
         }
-        expect(
-            &self.ch,
-            "accept",
-            T::RDMA_CM_EVENT_ESTABLISHED,
-            deadline,
-            cancel,
-        )?;
+        loop {
+            let ev = ch.next("accept", deadline, cancel)?;
+            match (ev.kind, ev.status) {
+                (T::RDMA_CM_EVENT_ESTABLISHED, 0) => break,
+                (T::RDMA_CM_EVENT_CONNECT_REQUEST, _) => {
+                    // SAFETY: as above: a new request id, ours; rejected and destroyed here.
+                    reject(&unsafe { Id::adopt(ev.id) });
+                }
+                _ => return Err(failed("accept", &ev)),
+            }
+        }
         let qp = match qp {
             Pending::Ready(rts) => rts,
             Pending::Kernel(init) => init.established_by_cm(local),
         };
-        let Listener { id, ch, .. } = self;
-        Ok(qp.with_link(Link {
-            id: conn,
-            _listener: Some(id),
-            _ch: ch,
-        }))
+        Ok(qp.with_link(Link { id: conn, _ch: ch }))
     }
 }

@@ -69,10 +69,18 @@ fn rts_params(a: &ibverbs_sys::ibv_qp_attr) -> RtsParams {
 
 impl QueuePair<Init> {
     /// INIT -> RTR -> RTS with what the CM resolved for `id`'s connection: the peer's QP and
-    /// PSN, the path (GID, LID, MTU), our send PSN.
-    pub(super) fn ready_by_cm(self, id: &Id, local: &LocalPort) -> Result<QueuePair<Rts>> {
+    /// PSN, the path (GID, LID, MTU), our send PSN. `path` judges the destination GID first
+    /// (on the passive side it comes from the connection request, which the requester
+    /// writes); its `Err` leaves the queue pair where it was and is [`Error::CmPath`].
+    pub(super) fn ready_by_cm(
+        self,
+        id: &Id,
+        local: &LocalPort,
+        path: &mut dyn FnMut(Gid) -> std::result::Result<(), String>,
+    ) -> Result<QueuePair<Rts>> {
         let attr = cm_attr(id, ibverbs_sys::ibv_qp_state::IBV_QPS_RTR)?;
         let rtr = rtr_params(&attr, &local.port, local.class)?;
+        path(rtr.remote.gid).map_err(|why| Error::CmPath { why })?;
         let qp = self.to_rtr(&rtr)?;
         let rts = rts_params(&cm_attr(id, ibverbs_sys::ibv_qp_state::IBV_QPS_RTS)?);
         qp.to_rts(&rts)

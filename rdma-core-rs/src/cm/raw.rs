@@ -37,8 +37,9 @@ impl Channel {
         Ok(channel)
     }
 
-    /// The next event, waiting until `deadline` (checking `cancel` every 100 ms). The event is
-    /// copied out and acknowledged at once, so that destroying its id never waits on it.
+    /// The next event, waiting until `deadline` (checking `cancel` every 100 ms, and both
+    /// before every event). The event is copied out and acknowledged at once, so that
+    /// destroying its id never waits on it.
     pub(crate) fn next(
         &self,
         what: &'static str,
@@ -47,6 +48,15 @@ impl Channel {
     ) -> Result<Event> {
         let started = Instant::now();
         loop {
+            // Before every event, queued or not: a peer that floods the channel cannot hold
+            // the wait past its deadline (issue 23, item 4).
+            let now = Instant::now();
+            if now >= deadline || cancel() {
+                return Err(Error::Timeout {
+                    what,
+                    waited: now - started,
+                });
+            }
             let mut ev: *mut cm::rdma_cm_event = ptr::null_mut();
             // SAFETY: valid channel (non-blocking); `ev` is a writable out-pointer.
             let rc = unsafe { cm::rdma_get_cm_event(self.0, &mut ev) };
@@ -64,14 +74,8 @@ impl Channel {
             if errno != libc::EAGAIN && errno != libc::EWOULDBLOCK && errno != libc::EINTR {
                 return Err(Error::verb(VerbOp::CmEvent, what, errno));
             }
-            let now = Instant::now();
-            if now >= deadline || cancel() {
-                return Err(Error::Timeout {
-                    what,
-                    waited: now - started,
-                });
-            }
-            crate::fd::wait_readable(self.fd(), (deadline - now).min(SLICE))
+            let left = deadline.saturating_duration_since(Instant::now());
+            crate::fd::wait_readable(self.fd(), left.min(SLICE))
                 .map_err(|errno| Error::verb(VerbOp::CmEvent, "poll(2)", errno))?;
         }
     }

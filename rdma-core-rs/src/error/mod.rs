@@ -353,6 +353,21 @@ pub enum Error {
         /// What to do.
         advice: String,
     },
+    /// The path RDMA CM set up for a connection request leads somewhere its judge does not
+    /// allow (the passive side's [`crate::cm::Gate::path`]); the request was rejected.
+    #[error("RDMA CM connection request rejected: {why}")]
+    CmPath {
+        /// Why, from the judge.
+        why: String,
+    },
+    /// More connection requests than a [`crate::cm::Listener`] takes were rejected.
+    #[error(
+        "RDMA CM: {rejected} connection requests rejected without one the session admits; gave up"
+    )]
+    CmFlood {
+        /// How many were rejected.
+        rejected: u32,
+    },
     /// The OS random number generator failed.
     #[error(
         "the OS random number generator failed ({0}); check that getrandom(2) / /dev/urandom works"
@@ -411,7 +426,9 @@ impl Error {
             Error::Alloc { .. }
             | Error::Random(_)
             | Error::MemlockLimit { .. }
-            | Error::CmFailed { .. } => ErrorKind::Setup,
+            | Error::CmFailed { .. }
+            | Error::CmPath { .. }
+            | Error::CmFlood { .. } => ErrorKind::Setup,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Completion { .. } => ErrorKind::Transfer,
         }
@@ -464,7 +481,12 @@ impl Error {
                     .to_owned(),
             ),
             Error::Random(_) => Some("check that getrandom(2) / /dev/urandom works".to_owned()),
-            Error::InvalidRange { .. } | Error::NoRoute(_) => None,
+            Error::CmFlood { .. } => Some(
+                "somebody sends RDMA CM connection requests to this session's port that are not \
+                 its client's; see the log for where from"
+                    .to_owned(),
+            ),
+            Error::InvalidRange { .. } | Error::NoRoute(_) | Error::CmPath { .. } => None,
         }
     }
 

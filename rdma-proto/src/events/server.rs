@@ -45,6 +45,16 @@ pub enum Event<'a> {
         code: Cow<'a, str>,
         message: Cow<'a, str>,
     },
+    /// An RDMA CM connection request to this session's listener that is not its client's was
+    /// rejected (from another address, or without the session's nonce). At most a few are
+    /// logged per session; `rejected` counts them all so far.
+    CmRejected {
+        session: u64,
+        /// Where the request came from, when known.
+        peer: Option<Cow<'a, str>>,
+        why: Cow<'a, str>,
+        rejected: u32,
+    },
     /// This session's QP is connected to the client's and the buffer is offered.
     QpReady {
         session: u64,

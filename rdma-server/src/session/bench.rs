@@ -155,7 +155,7 @@ pub(crate) fn session(
     let qp = qp
         .to_init(local.port.num, Access::REMOTE_WRITE)
         .map_err(rdma)?;
-    let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, rdma)?;
+    let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, id, rdma)?;
     let clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
     let h = &hello.endpoint;
     let mode = SessionNotify::from(b.mode());

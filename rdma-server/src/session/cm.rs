@@ -3,9 +3,11 @@
 //! that is the session's client's.
 
 use super::ctx::{Failure, SessionCtx};
+use crate::output::Event;
+use rdma_core_rs::cm::{Gate, Request, Verdict};
 use rdma_core_rs::{ExposedRegion, Init, LocalPort, QueuePair, Rts};
 use rdma_proto::framing::LineConn;
-use rdma_proto::{CmOffer, ErrorCode, ServerHandshake};
+use rdma_proto::{CmOffer, ErrorCode, GidBinding, ServerHandshake};
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -23,6 +25,7 @@ pub(crate) fn accept(
     qp: QueuePair<Init>,
     mr: &ExposedRegion,
     psn: u32,
+    id: u64,
     rdma: impl Fn(rdma_core_rs::Error) -> Failure,
 ) -> Result<QueuePair<Rts>, Failure> {
     let sock = conn.get_ref();
@@ -46,11 +49,18 @@ pub(crate) fn accept(
     let ours = rdma_app::verbs::to_wire(local.endpoint(&qp, psn));
     let accept = hs.accept_cm(ours, mr.addr(), mr.rkey(), mr.len() as u64, Some(offer))?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
-    let admit = |r: &rdma_core_rs::cm::Request<'_>| cm_admits(&offer, peer_ip, r);
+    let mut gate = SessionGate {
+        offer,
+        peer: peer_ip,
+        binding: hs.binding().clone(),
+        out: &s.out,
+        id,
+        rejected: 0,
+    };
     let conn = &*conn;
     let cancel = || s.stopping.load(Ordering::Acquire) || conn.peer_spoke();
     listener
-        .accept(qp, local, &admit, Instant::now() + s.timeout, &cancel)
+        .accept(qp, local, &mut gate, Instant::now() + s.timeout, &cancel)
         .map_err(|e| {
             Failure::new(
                 ErrorCode::RdmaSetup,
@@ -59,20 +69,65 @@ pub(crate) fn accept(
         })
 }
 
-/// Whether an RDMA CM connection request is this session's client's: from its TCP peer's
-/// address, with the nonce of the session's offer. `Err` says why not (logged).
-fn cm_admits(
-    offer: &CmOffer,
+/// Rejected requests logged per session (the rest are counted in the next line, and in the
+/// session's failure).
+const LOGGED_REJECTS: u32 = 3;
+/// Rejected requests after which a session stops waiting for its client's (a flood).
+const MAX_REJECTS: u32 = 16;
+
+/// A session's judge of the RDMA CM requests to its listener: the client's only (its address,
+/// the nonce), along the path to its own GID (issue 23, items 1 and 4).
+struct SessionGate<'a> {
+    offer: CmOffer,
     peer: IpAddr,
-    req: &rdma_core_rs::cm::Request<'_>,
-) -> Result<(), String> {
-    match req.peer.map(|p| p.ip().to_canonical()) {
-        Some(ip) if ip != peer.to_canonical() => {
-            Err(format!("from {ip}, not the session's client {peer}"))
+    /// The session's binding: the path must lead where a hello's GID must be.
+    binding: GidBinding,
+    out: &'a crate::output::Output,
+    id: u64,
+    rejected: u32,
+}
+
+impl Gate for SessionGate<'_> {
+    fn request(&mut self, req: &Request<'_>) -> Verdict {
+        let from = req.peer.map(|p| p.ip());
+        let Err(why) = self.offer.admits_request(self.peer, from, req.private_data) else {
+            return Verdict::Take;
+        };
+        self.rejected += 1;
+        if self.rejected <= LOGGED_REJECTS || self.rejected == MAX_REJECTS {
+            let peer = req.peer.map(|p| p.to_string());
+            let id = self.id;
+            let rejected = self.rejected;
+            self.out.emit(
+                &Event::CmRejected {
+                    session: id,
+                    peer: peer.as_deref().map(Into::into),
+                    why: why.as_str().into(),
+                    rejected,
+                },
+                || {
+                    format!(
+                        "[{id}] RDMA CM connection request from {} rejected: {}{}",
+                        peer.as_deref().unwrap_or("an unknown address"),
+                        rdma_proto::printable(&why),
+                        if rejected == LOGGED_REJECTS {
+                            " (more are counted, not logged)"
+                        } else {
+                            ""
+                        }
+                    )
+                },
+            );
         }
-        None => Err("from an unknown address".to_owned()),
-        Some(_) if !offer.admits(req.private_data) => Err("without the session's nonce".to_owned()),
-        Some(_) => Ok(()),
+        if self.rejected >= MAX_REJECTS {
+            Verdict::GiveUp
+        } else {
+            Verdict::Reject
+        }
+    }
+
+    fn path(&mut self, dgid: rdma_core_rs::Gid) -> Result<(), String> {
+        self.binding.check_path(rdma_proto::Gid(dgid.0))
     }
 }
 
@@ -80,33 +135,59 @@ fn cm_admits(
 mod tests {
     use super::*;
 
-    /// Only the session's client gets the CM connection: its address (IPv4-mapped or not) and
-    /// the nonce, both.
-    #[test]
-    fn a_cm_request_needs_the_peers_address_and_the_nonce() {
-        let offer = CmOffer {
-            port: 9,
-            nonce: [7; rdma_proto::cm::NONCE_LEN],
-        };
-        let peer: IpAddr = "10.0.0.2".parse().unwrap();
-        let req = |from: &str, data: &'static [u8]| rdma_core_rs::cm::Request {
+    fn gate(out: &crate::output::Output) -> SessionGate<'_> {
+        SessionGate {
+            offer: CmOffer {
+                port: 9,
+                nonce: [7; rdma_proto::cm::NONCE_LEN],
+            },
+            peer: "10.0.0.2".parse().unwrap(),
+            binding: GidBinding::Peer {
+                peer: "10.0.0.2".parse().unwrap(),
+                local: vec![],
+            },
+            out,
+            id: 1,
+            rejected: 0,
+        }
+    }
+
+    fn request<'a>(from: &str, data: &'a [u8]) -> Request<'a> {
+        Request {
             peer: Some(from.parse().unwrap()),
             private_data: data,
-        };
-        let good = &[7u8; rdma_proto::cm::NONCE_LEN];
-        assert_eq!(cm_admits(&offer, peer, &req("10.0.0.2:5000", good)), Ok(()));
+        }
+    }
+
+    /// Issue 23, item 4: strangers' requests are rejected, and after MAX_REJECTS the session
+    /// gives up instead of waiting on (a flood ends it, with its deadline checked before every
+    /// event in rdma-core-rs); the client's own request is taken.
+    #[test]
+    fn a_session_takes_its_clients_request_and_gives_up_on_a_flood() {
+        let out = crate::output::Output::new(true);
+        let mut g = gate(&out);
+        let good = [7u8; rdma_proto::cm::NONCE_LEN];
+        assert_eq!(g.request(&request("10.0.0.2:5000", &good)), Verdict::Take);
+        let mut g = gate(&out);
+        for _ in 1..MAX_REJECTS {
+            assert_eq!(g.request(&request("10.0.0.3:5000", &good)), Verdict::Reject);
+        }
         assert_eq!(
-            cm_admits(&offer, peer, &req("[::ffff:10.0.0.2]:5000", good)),
-            Ok(())
+            g.request(&request("10.0.0.2:5000", &[0; 16])),
+            Verdict::GiveUp
         );
-        let other = cm_admits(&offer, peer, &req("10.0.0.3:5000", good)).unwrap_err();
-        assert!(other.contains("not the session's client"), "{other}");
-        let bad = cm_admits(&offer, peer, &req("10.0.0.2:5000", &[7; 15])).unwrap_err();
-        assert!(bad.contains("nonce"), "{bad}");
-        let unknown = rdma_core_rs::cm::Request {
-            peer: None,
-            private_data: good,
-        };
-        assert!(cm_admits(&offer, peer, &unknown).is_err());
+        assert_eq!(g.rejected, MAX_REJECTS);
+    }
+
+    /// Issue 23, item 1: the path of the request taken must lead to the TCP peer's GID; one
+    /// that points the server's queue pair at a third host is refused.
+    #[test]
+    fn the_path_must_lead_to_the_client() {
+        let out = crate::output::Output::new(true);
+        let mut g = gate(&out);
+        let gid = |s: &str| rdma_core_rs::Gid(s.parse::<std::net::Ipv6Addr>().unwrap().octets());
+        assert_eq!(g.path(gid("::ffff:10.0.0.2")), Ok(()));
+        let e = g.path(gid("::ffff:10.0.0.9")).unwrap_err();
+        assert!(e.contains("::ffff:10.0.0.9"), "{e}");
     }
 }

@@ -21,11 +21,12 @@ pub(crate) fn connect_and_accept(
     hello: &Hello,
     qp: QueuePair<Init>,
     mr: &ExposedRegion,
+    id: u64,
     rdma: impl Fn(rdma_core_rs::Error) -> Failure,
 ) -> Result<QueuePair<Rts>, Failure> {
     let psn = rdma_core_rs::random_psn().map_err(&rdma)?;
     if hello.cm {
-        return super::cm::accept(s, local, conn, hs, qp, mr, psn, rdma);
+        return super::cm::accept(s, local, conn, hs, qp, mr, psn, id, rdma);
     }
     let client = rdma_app::verbs::from_wire(&hello.endpoint);
     let qp = qp.connect_to(local, &client, psn).map_err(&rdma)?;

@@ -155,7 +155,7 @@ fn session(
         // Posted before the client can know our QP: the write-with-immediate finds it waiting.
         qp.post_recv(RECV_WR_ID).map_err(rdma)?;
     }
-    let qp = connect_and_accept(s, local, conn, hs, &hello, qp, &mr, rdma)?;
+    let qp = connect_and_accept(s, local, conn, hs, &hello, qp, &mr, id, rdma)?;
     let h = &hello.endpoint;
     let notify = SessionNotify::from(hello.notify);
     let path_mtu = qp.path_mtu().bytes();
