@@ -29,8 +29,11 @@ use crate::output::{Event, SessionNotify};
 const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;
 /// Inline data asked for (rxe and most NICs offer at least this); 0 if the device refuses.
 const INLINE: u32 = 256;
-/// How long the lat loop spins flat out for a ping before it starts to sleep between looks.
+/// How long the lat loop spins flat out for a ping before it starts to sleep between looks,
+/// until the session has measured its own round trip ([`Pace`]).
 const SPIN_FOR: Duration = Duration::from_millis(1);
+/// The longest spin, however slow the session's round trip: past it a client is stalled.
+const MAX_SPIN: Duration = Duration::from_millis(50);
 /// The longest sleep between two looks for a ping once the spin is over.
 const MAX_NAP: Duration = Duration::from_millis(1);
 
@@ -91,11 +94,39 @@ impl SessionClock {
     }
 }
 
+/// How long the lat loop spins for a ping: relative to the session's own round trip (issue
+/// 23, item 12). A fixed spin shorter than the round trip (a slow or congested link, every run
+/// under emulation) made the loop nap through live exchanges, each ping found only at the next
+/// look. The spin lasts twice the longest recent wait for a ping (at least [`SPIN_FOR`], at
+/// most [`MAX_SPIN`]), so a live exchange is always met spinning and a stalled client costs at
+/// most one spin before the naps.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Pace {
+    /// The longest recent wait for a ping (decaying by 1/8 a ping); `None` before the first.
+    recent: Option<Duration>,
+}
+
+impl Pace {
+    /// A ping came `waited` after the wait for it began.
+    pub(crate) fn saw(&mut self, waited: Duration) {
+        let decayed = self.recent.map_or(Duration::ZERO, |r| r - r / 8);
+        self.recent = Some(decayed.max(waited));
+    }
+
+    /// How long to spin before napping.
+    pub(crate) fn spin_for(&self) -> Duration {
+        self.recent
+            .map_or(SPIN_FOR, |r| r.saturating_mul(2))
+            .clamp(SPIN_FOR, MAX_SPIN)
+    }
+}
+
 /// How long to sleep before the next look for a ping, `waited` into the wait: nothing while
-/// the spin lasts ([`SPIN_FOR`]: a ping-pong in progress answers in microseconds), then naps
-/// that double up to [`MAX_NAP`], so a client that pings rarely costs a core nothing.
-pub(crate) fn nap(waited: Duration) -> Option<Duration> {
-    let over = waited.checked_sub(SPIN_FOR)?;
+/// the spin lasts (`spin_for`, from [`Pace`]: a ping-pong in progress answers within its round
+/// trip), then naps that double up to [`MAX_NAP`], so a client that pings rarely costs a core
+/// nothing.
+pub(crate) fn nap(waited: Duration, spin_for: Duration) -> Option<Duration> {
+    let over = waited.checked_sub(spin_for)?;
     let micros = 10u64.saturating_mul(1 << (over.as_micros() / 100).min(10));
     Some(Duration::from_micros(micros).min(MAX_NAP))
 }
@@ -155,8 +186,10 @@ pub(crate) fn session(
     let qp = qp
         .to_init(local.port.num, Access::REMOTE_WRITE)
         .map_err(rdma)?;
-    let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, id, rdma)?;
+    // From the accept, which `connect_and_accept` sends: an RDMA CM connection (up to
+    // --timeout) counts against --bench-max-time like the rest (issue 23, item 6).
     let clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
+    let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, id, rdma)?;
     let h = &hello.endpoint;
     let mode = SessionNotify::from(b.mode());
     let path_mtu = qp.path_mtu().bytes();
@@ -252,6 +285,7 @@ impl Pong<'_> {
         let mut posted: u64 = 0;
         let mut completed: u64 = 0;
         let mut restore: Option<usize> = None;
+        let mut pace = Pace::default();
         for &size in &b.sizes {
             let size = usize::try_from(size).unwrap_or(usize::MAX).min(src.len());
             let last = size - 1;
@@ -262,7 +296,7 @@ impl Pong<'_> {
             };
             for n in 1..=b.iters {
                 let want = bench::counter(n);
-                self.wait_ping(s, conn, hs, last, want, &mut completed, clock)?;
+                self.wait_ping(s, conn, hs, last, want, &mut completed, clock, &mut pace)?;
                 // A ping of the next size means the client read our last pong of the previous
                 // one: the byte that carried its counter goes back to the pattern.
                 if let Some(i) = restore.take() {
@@ -290,7 +324,7 @@ impl Pong<'_> {
 
     /// Spins on the last byte of the ping until it is `want`, reaping completions meanwhile;
     /// a client that stops answering, the session's end, or a server stopping, ends the wait.
-    /// After a short spin the loop naps between looks (see [`nap`]).
+    /// After a spin as long as `pace` says the loop naps between looks (see [`nap`]).
     #[allow(clippy::too_many_arguments)]
     fn wait_ping(
         &self,
@@ -301,23 +335,22 @@ impl Pong<'_> {
         want: u8,
         completed: &mut u64,
         clock: &SessionClock,
+        pace: &mut Pace,
     ) -> Result<(), Failure> {
-        // The clock is read only when a ping is slow to come (a read is costly under
-        // emulation); the first SPIN_FOR never pauses the CPU.
-        let mut start: Option<(Instant, Instant, Limit)> = None;
+        // Two clock reads a ping (here and when it lands); in between the clock is read only
+        // every 1,024 looks (a read is costly under emulation).
+        let begun = Instant::now();
+        let (deadline, limit) = clock.wait_deadline(begun);
+        let spin_for = pace.spin_for();
         let mut spins: u32 = 0;
         let mut napping = false;
         loop {
             if self.mr.volatile_byte(last) == Some(want) {
+                pace.saw(begun.elapsed());
                 return Ok(());
             }
             spins = spins.wrapping_add(1);
             if napping || spins % 1024 == 0 {
-                let (begun, deadline, limit) = *start.get_or_insert_with(|| {
-                    let now = Instant::now();
-                    let (deadline, limit) = clock.wait_deadline(now);
-                    (now, deadline, limit)
-                });
                 if let Some(c) = self.cq.try_poll().map_err(|e| {
                     Failure::new(
                         ErrorCode::WriteFailed,
@@ -342,7 +375,7 @@ impl Pong<'_> {
                         "the server is shutting down",
                     ));
                 }
-                if let Some(d) = nap(now - begun) {
+                if let Some(d) = nap(now - begun, spin_for) {
                     napping = true;
                     std::thread::sleep(d.min(deadline - now));
                 }
@@ -393,20 +426,51 @@ mod tests {
         );
     }
 
-    /// The wait spins for SPIN_FOR, then sleeps between looks, never longer than MAX_NAP.
+    /// The wait spins for as long as the pace says, then sleeps between looks, never longer
+    /// than MAX_NAP.
     #[test]
     fn the_spin_turns_into_naps() {
-        assert_eq!(nap(Duration::ZERO), None);
-        assert_eq!(nap(SPIN_FOR - Duration::from_micros(1)), None);
-        let first = nap(SPIN_FOR).unwrap();
+        assert_eq!(nap(Duration::ZERO, SPIN_FOR), None);
+        assert_eq!(nap(SPIN_FOR - Duration::from_micros(1), SPIN_FOR), None);
+        let first = nap(SPIN_FOR, SPIN_FOR).unwrap();
         assert!(first > Duration::ZERO && first <= MAX_NAP);
-        let later = nap(SPIN_FOR + Duration::from_secs(5)).unwrap();
+        let later = nap(SPIN_FOR + Duration::from_secs(5), SPIN_FOR).unwrap();
         assert_eq!(later, MAX_NAP);
         let mut last = Duration::ZERO;
         for ms in 1..50 {
-            let d = nap(Duration::from_millis(ms) + SPIN_FOR).unwrap();
+            let d = nap(Duration::from_millis(ms) + SPIN_FOR, SPIN_FOR).unwrap();
             assert!(d >= last && d <= MAX_NAP);
             last = d;
         }
+    }
+
+    /// Issue 23, item 12: where a round trip takes longer than the fixed spin (2 ms here, the
+    /// 1 ms spin would nap through every ping), the loop spins through it; a stall later costs
+    /// at most MAX_SPIN before the naps; the pace forgets an old slow round trip.
+    #[test]
+    fn the_spin_follows_the_sessions_round_trip() {
+        let mut pace = Pace::default();
+        assert_eq!(pace.spin_for(), SPIN_FOR);
+        let rtt = Duration::from_millis(2);
+        for _ in 0..100 {
+            pace.saw(rtt);
+            assert_eq!(
+                nap(rtt, pace.spin_for()),
+                None,
+                "napped through a live ping"
+            );
+        }
+        assert!(pace.spin_for() >= 2 * rtt);
+        pace.saw(Duration::from_secs(9)); // a stall: its ping came late
+        assert_eq!(pace.spin_for(), MAX_SPIN);
+        assert!(nap(MAX_SPIN, pace.spin_for()).is_some());
+        for _ in 0..200 {
+            pace.saw(Duration::from_micros(100));
+        }
+        assert_eq!(
+            pace.spin_for(),
+            SPIN_FOR,
+            "fast again: the short spin is back"
+        );
     }
 }
