@@ -58,6 +58,11 @@ pub struct BenchArgs {
     /// Seconds of the TCP stream that measures the link.
     #[arg(long, default_value_t = 5.0)]
     pub tcp_secs: f64,
+    /// Delay each guest's frames by this many milliseconds (`tc qdisc … netem delay`, so a
+    /// round trip takes twice it more): a slow link, where a latency loop that naps through a
+    /// live exchange shows (issue 23, item 12). 0: none.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub delay_ms: u32,
     /// Skip timing the warm `cargo xtask e2e` (then the binaries must be built already).
     #[arg(long)]
     pub no_e2e: bool,
@@ -180,6 +185,7 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         tx_depth: args.tx_depth.max(1),
         tcp_secs: args.tcp_secs.clamp(1.0, 60.0),
         setup_reps: 3,
+        delay_ms: args.delay_ms,
     };
     let guests = plans::plans(&params, &bins);
     let run = vm::run_plans(&guests, &args.vm)?;
@@ -207,8 +213,13 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
     let targets = results::judge(&summary, &setup, e2e_wall_s, E2E_TARGET.as_secs_f64());
     let environment = format!(
         "Soft-RoCE (rdma_rxe) between two QEMU guests on one virtual link, {} \
-         (emulated CPUs: compare the tools, not absolute numbers), host with {} CPU(s)",
+         (emulated CPUs: compare the tools, not absolute numbers){}, host with {} CPU(s)",
         run.guests.prepared.accel_why,
+        if params.delay_ms > 0 {
+            format!(", each frame delayed {} ms (netem)", params.delay_ms)
+        } else {
+            String::new()
+        },
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
     let r = Results {

@@ -34,6 +34,31 @@ pub struct Params {
     pub tcp_secs: f64,
     /// Setup probes per tool (5-exchange latency runs).
     pub setup_reps: u32,
+    /// Milliseconds each guest delays its frames by (netem), 0 for none.
+    pub delay_ms: u32,
+}
+
+/// The guests' one link.
+const DEV: &str = "eth0";
+
+/// `tc qdisc replace … netem delay`: the guest's frames wait `ms` before they leave.
+fn delay_step(ms: u32) -> Step {
+    let mut s = Step::new(
+        format!("netem delay {ms} ms"),
+        &[
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            DEV,
+            "root",
+            "netem",
+            "delay",
+            &format!("{ms}ms"),
+        ],
+    );
+    s.timeout_s = 20.0;
+    s
 }
 
 /// One measured client run.
@@ -169,17 +194,26 @@ fn ours_argv(u: &Unit, bins: &Bins) -> Vec<String> {
     v
 }
 
-/// Seconds one run may take: generous, the emulated link is slow and noisy.
-fn run_timeout(u: &Unit) -> f64 {
+/// Seconds one run may take: generous, the emulated link is slow and noisy; a delayed link
+/// adds a round trip (twice the delay) per exchange, and per window of writes.
+fn run_timeout(u: &Unit, delay_ms: u32) -> f64 {
     let bytes = (u.bytes * u.iters) as f64 * if u.mode == Mode::Lat { 2.0 } else { 1.0 };
+    let round_trips = match u.mode {
+        Mode::Lat => u.iters,
+        Mode::Bw => u.iters / u64::from(u.tx_depth.max(1)) + 1,
+    } + 20;
     // 1 MB/s worst case plus start-up.
-    60.0 + bytes / 1e6
+    60.0 + bytes / 1e6 + round_trips as f64 * 2.0 * f64::from(delay_ms) / 1e3
 }
 
 /// The plans of guests A (serves) and B (measures).
 pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
     let mut a = Vec::new();
     let mut b = Vec::new();
+    if p.delay_ms > 0 {
+        a.push(delay_step(p.delay_ms));
+        b.push(delay_step(p.delay_ms));
+    }
     let mut server = Step::new(
         "rdma-server",
         &[
@@ -232,7 +266,7 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
 
     for (k, u) in units(p).iter().enumerate() {
         let mut c = Step::new(u.step_name(), &[]);
-        c.timeout_s = run_timeout(u);
+        c.timeout_s = run_timeout(u, p.delay_ms);
         c.allow_failure = true;
         c.retry_delay_s = 0.5;
         match u.tool {
@@ -242,7 +276,7 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
                 s.argv = perftest_argv(u, None);
                 s.create_file_when_started = Some(marker.clone());
                 // Waits for its client: the client's retries plus the run.
-                s.timeout_s = run_timeout(u) + 30.0;
+                s.timeout_s = run_timeout(u, p.delay_ms) + 30.0;
                 s.allow_failure = true;
                 a.push(s);
                 c.argv = perftest_argv(u, Some(SERVER_IP));
@@ -288,7 +322,40 @@ mod tests {
             tx_depth: 128,
             tcp_secs: 3.0,
             setup_reps: 1,
+            delay_ms: 0,
         }
+    }
+
+    /// Issue 23, item 12: `--delay-ms` delays both guests' frames before anything runs, and
+    /// the runs' deadlines grow with the round trips it adds.
+    #[test]
+    fn a_delayed_bench_delays_both_guests_first() {
+        let bins = crate::e2e::Bins::for_tests();
+        let plain = plans(&params(), &bins);
+        let delayed = plans(
+            &Params {
+                delay_ms: 5,
+                ..params()
+            },
+            &bins,
+        );
+        for (p, d) in plain.iter().zip(&delayed) {
+            assert!(
+                p.plan
+                    .steps
+                    .iter()
+                    .all(|s| !s.argv.contains(&"netem".to_owned()))
+            );
+            assert_eq!(
+                d.plan.steps[0].argv,
+                [
+                    "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", "5ms"
+                ]
+            );
+            assert_eq!(d.plan.steps.len(), p.plan.steps.len() + 1);
+        }
+        let lat = &units(&params())[0];
+        assert!(run_timeout(lat, 5) > run_timeout(lat, 0));
     }
 
     #[test]
