@@ -284,6 +284,17 @@ impl<'a> Session<'a> {
         Ok(psn)
     }
 
+    /// The TCP connection's local and peer addresses (IPv4-mapped as IPv4): where an RDMA CM
+    /// connection of this session comes from and goes to.
+    ///
+    /// # Errors
+    /// The socket has no address (it was closed).
+    pub fn tcp_addrs(&self) -> Result<(SocketAddr, SocketAddr)> {
+        let sock = self.conn.get_ref();
+        let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+        Ok((canonical(sock.local_addr()?), canonical(sock.peer_addr()?)))
+    }
+
     /// Reads the server's accept of our hello.
     pub fn await_accept(&mut self) -> Result<Accept> {
         let msg = self.recv()?;
@@ -303,12 +314,11 @@ impl<'a> Session<'a> {
     ) -> Result<QueuePair<Rts>> {
         let qp = match (&accept.cm, nonce) {
             (Some(offer), Some(nonce)) => {
-                let sock = self.conn.get_ref();
-                let (from, to) = (sock.local_addr()?, sock.peer_addr()?);
+                let (from, to) = self.tcp_addrs()?;
                 qp.connect_cm(
                     self.local,
-                    Some(from.ip().to_canonical()),
-                    SocketAddr::new(to.ip().to_canonical(), offer.port),
+                    Some(from.ip()),
+                    SocketAddr::new(to.ip(), offer.port),
                     nonce,
                     Instant::now() + self.opts.timeout,
                 )

@@ -33,6 +33,12 @@ pub enum ClientFault {
     /// Through RDMA CM, present a nonce one bit off the server's: the server must reject the
     /// connection request (and go on serving).
     CmBadNonce,
+    /// Through RDMA CM, flood the session's listener with wrong-nonce requests: the server
+    /// must give the session up, naming the rejects, within its --timeout ([`crate::cm`]).
+    CmFlood,
+    /// Through RDMA CM, connect, then send a second request with the right nonce: it must be
+    /// refused at once (nothing listens any more).
+    CmTwice,
 }
 
 /// The command line: the fault, then everything `rdma-client` takes.
@@ -92,6 +98,8 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
     };
     let opened = w.open(local, &task.session, Some(out), more)?;
     let mut c = match fault {
+        ClientFault::CmFlood => return crate::cm::flood(opened, local, task.session.timeout),
+        ClientFault::CmTwice => return crate::cm::twice(opened, local),
         ClientFault::KillAfterHello | ClientFault::KillAfterAccept | ClientFault::CmBadNonce => {
             let (mut session, qp, resources) = opened.into_parts();
             let psn = session.hello(&qp)?;

@@ -179,7 +179,15 @@ impl Drop for Id {
         // `Channel::next`), so this does not wait.
         let rc = unsafe { cm::rdma_destroy_id(self.0) };
         if rc != 0 {
-            tracing::warn!(rc, "rdma_destroy_id failed");
+            let errno = std::io::Error::last_os_error();
+            // A failed destroy leaves the id as it was, so it can still say which it is.
+            tracing::warn!(
+                rc,
+                %errno,
+                port = self.local_port(),
+                peer = ?self.peer(),
+                "rdma_destroy_id failed"
+            );
         }
     }
 }

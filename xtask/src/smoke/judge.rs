@@ -95,29 +95,59 @@ pub(super) fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<()
 }
 
 /// With `--cm-bad-nonce`: the first client's connection request was refused for its nonce
-/// (its error names the CM's REJECTED event) and the server said the session failed, then
-/// served the real client (judged by [`our_choice`]).
-pub(super) fn rejected(
+/// (its error names the CM's REJECTED event) and the server said the session failed; a flood
+/// of wrong-nonce requests made the server give that session up in time, with `cm_rejected`
+/// events; a second request after a session's own was refused at once (issue 23, items 4 and
+/// 5); then the server served the real client (judged by [`our_choice`]).
+pub(super) fn rejected<'a>(
     shape: &Shape,
-    bad: Option<&crate::plan::StepResult>,
+    step: &dyn Fn(&str) -> Option<&'a crate::plan::StepResult>,
     server: &str,
 ) -> Result<(), String> {
+    use rdma_proto::events::server::Event as S;
     if !shape.cm_bad_nonce {
         return Ok(());
     }
-    let Some(bad) = bad else {
+    let Some(bad) = step(plans::BAD_NONCE) else {
         return Err(format!("no {} step ran", plans::BAD_NONCE));
     };
     let refused = bad.stdout.contains("RDMA_CM_EVENT_REJECTED");
     let told = server.contains("did not connect through RDMA CM");
-    if refused && told && bad.ok {
-        println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
-        Ok(())
-    } else {
-        Err(format!(
+    if !(refused && told && bad.ok) {
+        return Err(format!(
             "a wrong RDMA CM nonce should be rejected (client exit 3 naming RDMA_CM_EVENT_REJECTED: {refused}, exit {:?}; server failing that session: {told}); client said {}",
             bad.exit_code,
             crate::text::tail(&bad.stdout, 600)
-        ))
+        ));
     }
+    println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
+    for name in [plans::CM_FLOOD, plans::CM_TWICE] {
+        match step(name) {
+            Some(s) if s.ok && s.exit_code == Some(0) => {
+                let said = s.stdout.lines().last().unwrap_or_default();
+                println!("  {name}  {said}");
+            }
+            Some(s) => {
+                return Err(format!(
+                    "{name} should exit 0 (the server behaved); it exited {:?}: {}",
+                    s.exit_code,
+                    crate::text::tail(&format!("{}{}", s.stdout, s.stderr), 1200)
+                ));
+            }
+            None => return Err(format!("no {name} step ran")),
+        }
+    }
+    let rejects = server
+        .lines()
+        .filter_map(|l| serde_json::from_str::<S<'static>>(l).ok())
+        .filter(|e| matches!(e, S::CmRejected { .. }))
+        .count();
+    // The bad nonce's one, and at most 3 + the last of the flood's 16: logged, not 24.
+    if !(3..=6).contains(&rejects) {
+        return Err(format!(
+            "the server should log a few `cm_rejected` events (the bad nonce's and the flood's \
+             first), not {rejects}"
+        ));
+    }
+    Ok(())
 }

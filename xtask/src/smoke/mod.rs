@@ -425,7 +425,7 @@ fn judge_workload(
         let name = tag.name(name);
         results.iter().flatten().find_map(|r| r.step(&name))
     };
-    let (client, server, bad) = (step("client"), step("server"), step(plans::BAD_NONCE));
+    let (client, server) = (step("client"), step("server"));
     let bw = client.and_then(|c| parse_bw_average(&c.stdout));
     let pings = client.map_or(0, |c| plans::rping_verified(&c.stdout));
     let worked = if plan_failed {
@@ -450,7 +450,7 @@ fn judge_workload(
         let shown = if shape.ours.is_some() {
             match (client, server) {
                 (Some(c), Some(s)) => match judge::our_choice(shape, &c.stdout, &s.stdout)
-                    .and_then(|()| judge::rejected(shape, bad, &s.stdout))
+                    .and_then(|()| judge::rejected(shape, &step, &s.stdout))
                 {
                     Ok(()) => true,
                     Err(e) => {

@@ -270,6 +270,28 @@ pub(super) fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>>
 
 /// The step of a client that presents a wrong RDMA CM nonce (`--cm-bad-nonce`).
 pub const BAD_NONCE: &str = "client-bad-nonce";
+/// The step of a client that floods its session's RDMA CM listener (`--cm-bad-nonce`).
+pub const CM_FLOOD: &str = "client-cm-flood";
+/// The step of a client that sends a second RDMA CM request after its own (`--cm-bad-nonce`).
+pub const CM_TWICE: &str = "client-cm-twice";
+
+/// Our client's step made the test-only peer's, with `--fault fault`, named `name`.
+fn misbehaving(shape: &Shape, tag: Tag, name: &str, fault: &str) -> Step {
+    let mut step = client_step(shape, 2, tag);
+    step.name = tag.name(name);
+    // The test-only peer: rdma-client's arguments after its `--fault`.
+    if let Some(ours) = &shape.ours {
+        step.argv.splice(
+            0..1,
+            [
+                ours.misbehave_client.clone(),
+                "--fault".to_owned(),
+                fault.to_owned(),
+            ],
+        );
+    }
+    step
+}
 
 /// What our client writes (`--rdma-write`).
 pub const OUR_MESSAGE: &str = "Hello RDMA Write!";
@@ -434,22 +456,17 @@ pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
         }
         a_steps.push(server);
         if shape.cm_bad_nonce {
-            let mut bad = client_step(shape, 2, tag);
-            bad.name = tag.name(BAD_NONCE);
-            // The test-only peer: rdma-client's arguments after its `--fault`.
-            if let Some(ours) = &shape.ours {
-                bad.argv.splice(
-                    0..1,
-                    [
-                        ours.misbehave_client.clone(),
-                        "--fault".to_owned(),
-                        "cm-bad-nonce".to_owned(),
-                    ],
-                );
-            }
+            let mut bad = misbehaving(shape, tag, BAD_NONCE, "cm-bad-nonce");
             // Rejected by the server's RDMA CM listener: an RDMA error (3), not a crash.
             bad.expect_exit = 3;
             b_steps.push(bad);
+            // Each exits 0 only where the server behaved; judged (with its output) by
+            // `judge::rejected`, so a failure shows what it saw.
+            for (name, fault) in [(CM_FLOOD, "cm-flood"), (CM_TWICE, "cm-twice")] {
+                let mut step = misbehaving(shape, tag, name, fault);
+                step.allow_failure = true;
+                b_steps.push(step);
+            }
         }
         let mut client = client_step(shape, 2, tag);
         // Made whatever the client's outcome, so that the next workload's turn comes.

@@ -287,6 +287,15 @@ fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
         owned(&["/t/rdma-misbehave-client", "--fault", "cm-bad-nonce"])[..]
     );
     assert!(bad.argv.iter().any(|a| a == "--cm"), "{:?}", bad.argv);
+    // Then the flood and the second request (issue 23, items 4 and 5), judged by their output.
+    for (name, fault) in [(CM_FLOOD, "cm-flood"), (CM_TWICE, "cm-twice")] {
+        let s = step(&two[1].1, name);
+        assert_eq!(s.argv[..3], owned(&["/t/rdma-misbehave-client", "--fault", fault])[..]);
+        assert!(s.allow_failure && s.argv.iter().any(|a| a == "--cm"));
+    }
+    let names: Vec<&str> = two[1].1.steps.iter().map(|s| s.name.as_str()).collect();
+    let at = |n: &str| names.iter().position(|m| m.ends_with(n));
+    assert!(at(CM_TWICE) < at("client"), "{names:?}");
     assert_eq!(step(&two[1].1, "client").argv[0], "/t/rdma-client");
 }
 

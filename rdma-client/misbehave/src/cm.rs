@@ -1,0 +1,103 @@
+//! The RDMA CM misbehaviours (issue 23, items 4 and 5): a flood of wrong-nonce connection
+//! requests at the session's listener, and a second request after the session's own. Each
+//! exits 0 only when the server behaved: it gave the flooded session up, naming the rejects,
+//! within its `--timeout`; it left nothing listening once it had taken the session's request.
+
+use color_eyre::eyre::{Result, bail, eyre};
+use rdma_client::run::{Opened, Resources, qp_ready_line};
+use rdma_client::session::Session;
+use rdma_core_rs::{Access, ErrorKind, Init, LocalPort, QpCaps, QueuePair};
+use rdma_proto::{Accept, CmOffer};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Wrong-nonce requests the flood sends: more than the server's cap on rejects (16).
+pub const FLOOD: u32 = 24;
+/// How long one stray request may wait for its answer: a reject (or an unreachable port)
+/// comes in milliseconds; a request that meets a listener nobody reads waits until this.
+const ANSWER: Duration = Duration::from_secs(5);
+
+/// A fresh queue pair for one more connection request, on the write's own PD and CQ.
+fn fresh_qp(local: &LocalPort, r: &Resources<'_>) -> Result<QueuePair<Init>> {
+    let qp = r.pd.create_rc_qp(&r.cq, QpCaps::default())?;
+    Ok(qp.to_init(local.port.num, Access::NONE)?)
+}
+
+/// Where the session's RDMA CM listener is, and where we come from.
+fn listener(session: &Session<'_>, accept: &Accept) -> Result<(CmOffer, SocketAddr, SocketAddr)> {
+    let offer = accept
+        .cm
+        .ok_or_else(|| eyre!("the server offered no RDMA CM listener: run with --cm"))?;
+    let (from, to) = session.tcp_addrs()?;
+    Ok((offer, from, SocketAddr::new(to.ip(), offer.port)))
+}
+
+/// One connection request to `to` presenting `nonce`; `Ok(why)` when it was refused in time,
+/// as it should be.
+fn stray(
+    local: &LocalPort,
+    r: &Resources<'_>,
+    from: SocketAddr,
+    to: SocketAddr,
+    nonce: &[u8],
+) -> Result<String> {
+    let started = Instant::now();
+    match fresh_qp(local, r)?.connect_cm(local, Some(from.ip()), to, nonce, started + ANSWER) {
+        Ok(_) => bail!("a connection request that is not the session's was taken"),
+        Err(e) if e.kind() == ErrorKind::Timeout => bail!(
+            "a connection request to {to} waited {:?} unanswered: something still listens there \
+             and nobody takes or rejects its requests",
+            started.elapsed()
+        ),
+        Err(e) => Ok(format!("refused in {:?}: {e}", started.elapsed())),
+    }
+}
+
+/// `--fault cm-flood`: after the accept, wrong-nonce requests at the session's listener until
+/// the server gives the session up; the server's error must come within `timeout` and name
+/// the rejects.
+pub fn flood(opened: Opened<'_>, local: &LocalPort, timeout: Duration) -> Result<()> {
+    let (mut session, qp, r) = opened.into_parts();
+    session.hello(&qp)?;
+    let accept = session.await_accept()?;
+    let (offer, from, to) = listener(&session, &accept)?;
+    let mut wrong = offer.nonce;
+    wrong[0] ^= 1;
+    let started = Instant::now();
+    for n in 1..=FLOOD {
+        let why = stray(local, &r, from, to, &wrong)?;
+        eprintln!("misbehave: stray request {n}: {why}");
+    }
+    let answer = session.result();
+    let elapsed = started.elapsed();
+    match answer {
+        Err(e) if format!("{e:#}").contains("rejected without one the session admits") => {
+            if elapsed > timeout {
+                bail!("the server gave up only after {elapsed:?}, past its --timeout {timeout:?}");
+            }
+            println!(
+                "cm-flood: {FLOOD} wrong-nonce requests rejected; the server gave the session up \
+                 in {elapsed:?}: {e:#}"
+            );
+            Ok(())
+        }
+        Err(e) => bail!("the server ended the flooded session otherwise: {e:#}"),
+        Ok(o) => bail!("the flooded session got a verdict: {o:?}"),
+    }
+}
+
+/// `--fault cm-twice`: the session's own RDMA CM connection, then a second request with the
+/// right nonce, which must be refused at once (the listener is gone); then it leaves, without
+/// the write (a one-shot server would stop at a verified write, before the clients after us).
+pub fn twice(opened: Opened<'_>, local: &LocalPort) -> Result<()> {
+    let (mut session, qp, r) = opened.into_parts();
+    let psn = session.hello(&qp)?;
+    let accept = session.await_accept()?;
+    let (offer, from, to) = listener(&session, &accept)?;
+    let _qp = session.connect_qp(qp, psn, &accept, Some(&offer.nonce), |qp, a| {
+        qp_ready_line(local, qp, a)
+    })?;
+    let why = stray(local, &r, from, to, &offer.nonce)?;
+    println!("cm-twice: a second request to the session's listener was {why}");
+    Ok(())
+}
