@@ -342,12 +342,11 @@ impl Listener {
         cancel: &dyn Fn() -> bool,
     ) -> Result<QueuePair<Rts>> {
         use cm::rdma_cm_event_type as T;
-        let Listener {
-            id: listening, ch, ..
-        } = self;
         let mut rejected = 0u32;
+        // Until a request is taken `self` stays whole, so that an early return drops its id
+        // before its channel (field order); a channel closed first fails the id's destroy.
         let conn = loop {
-            let ev = ch.next("a connection request", deadline, cancel)?;
+            let ev = self.ch.next("a connection request", deadline, cancel)?;
             if ev.kind != T::RDMA_CM_EVENT_CONNECT_REQUEST {
                 // Nothing else is expected on a listener; a device removal ends it.
                 if ev.kind == T::RDMA_CM_EVENT_DEVICE_REMOVAL {
@@ -372,7 +371,11 @@ impl Listener {
                 }
             }
         };
+        let Listener { id: listening, ch, .. } = self;
         drop(listening);
+        // Moved here, after `ch`: locals drop in reverse order, so on every return below the
+        // connection's id goes before its channel.
+        let conn = conn;
         let qpn = qp.qpn();
         let ready = same_device(&conn, local).and_then(|()| {
             Ok(if local.ctx.transport().needs_cm() {
