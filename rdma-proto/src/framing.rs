@@ -18,6 +18,17 @@ pub trait Deadlined: Read + Write {
     /// Sets the read and write timeouts for the next calls (`None` = block forever; never
     /// passed by [`LineConn`], which always has a deadline). `remaining` is never zero.
     fn set_timeouts(&self, remaining: Option<Duration>) -> io::Result<()>;
+
+    /// Sets the timeout of the next reads only ([`set_timeouts`](Self::set_timeouts) unless a
+    /// stream can set one alone: a socket then makes one system call, not two).
+    fn set_read_timeouts(&self, remaining: Option<Duration>) -> io::Result<()> {
+        self.set_timeouts(remaining)
+    }
+
+    /// Sets the timeout of the next writes only (see [`set_read_timeouts`](Self::set_read_timeouts)).
+    fn set_write_timeouts(&self, remaining: Option<Duration>) -> io::Result<()> {
+        self.set_timeouts(remaining)
+    }
 }
 
 impl Deadlined for TcpStream {
@@ -25,6 +36,21 @@ impl Deadlined for TcpStream {
         self.set_read_timeout(remaining)?;
         self.set_write_timeout(remaining)
     }
+
+    fn set_read_timeouts(&self, remaining: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(remaining)
+    }
+
+    fn set_write_timeouts(&self, remaining: Option<Duration>) -> io::Result<()> {
+        self.set_write_timeout(remaining)
+    }
+}
+
+/// Which way a deadline applies.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    Read,
+    Write,
 }
 
 /// What can go wrong reading or writing a line.
@@ -149,9 +175,14 @@ impl<S: Deadlined> LineConn<S> {
         !self.inner.buffer().is_empty()
     }
 
-    /// Sets the stream's timeouts to the time left until `deadline`; `Timeout` (counted from
-    /// `start`) if it has passed.
-    fn apply_deadline(&self, start: Instant, deadline: Instant) -> Result<(), FrameError> {
+    /// Sets the stream's timeout `way` to the time left until `deadline`; `Timeout` (counted
+    /// from `start`) if it has passed.
+    fn apply_deadline(
+        &self,
+        way: Way,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<(), FrameError> {
         let now = Instant::now();
         let remaining = deadline.saturating_duration_since(now);
         if remaining.is_zero() {
@@ -159,7 +190,11 @@ impl<S: Deadlined> LineConn<S> {
                 after: now.duration_since(start),
             });
         }
-        self.inner.get_ref().set_timeouts(Some(remaining))?;
+        let stream = self.inner.get_ref();
+        match way {
+            Way::Read => stream.set_read_timeouts(Some(remaining))?,
+            Way::Write => stream.set_write_timeouts(Some(remaining))?,
+        }
         Ok(())
     }
 
@@ -173,7 +208,7 @@ impl<S: Deadlined> LineConn<S> {
         let hard_cap = self.max_line.saturating_add(1);
         let mut line = Vec::new();
         loop {
-            self.apply_deadline(start, deadline)?;
+            self.apply_deadline(Way::Read, start, deadline)?;
             let chunk = match self.inner.fill_buf() {
                 Ok(c) => c,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -217,7 +252,7 @@ impl<S: Deadlined> LineConn<S> {
         let start = Instant::now();
         let mut rest = line.as_bytes();
         while !rest.is_empty() {
-            self.apply_deadline(start, deadline)?;
+            self.apply_deadline(Way::Write, start, deadline)?;
             match self.inner.get_mut().write(rest) {
                 Ok(0) => {
                     return Err(FrameError::Io(io::Error::new(
@@ -230,11 +265,16 @@ impl<S: Deadlined> LineConn<S> {
                 Err(e) => return Err(FrameError::Io(e)),
             }
         }
+        // The write timeout the last write set still bounds a flush right after it (a
+        // socket's flush does nothing); it is set again only for a flush tried again.
+        let mut again = line.is_empty();
         loop {
-            self.apply_deadline(start, deadline)?;
+            if again {
+                self.apply_deadline(Way::Write, start, deadline)?;
+            }
             match self.inner.get_mut().flush() {
                 Ok(()) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted || is_timeout(&e) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || is_timeout(&e) => again = true,
                 Err(e) => return Err(FrameError::Io(e)),
             }
         }

@@ -17,3 +17,4 @@ pub mod output;
 mod ports;
 pub mod run;
 mod session;
+mod workers;

@@ -11,6 +11,7 @@ use crate::i18n::Lang;
 use crate::output::{AuthMode, Event, Output, ServeMode, StopReason};
 use crate::ports::Ports;
 use crate::session::{self, SessionCtx};
+use crate::workers::Workers;
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage, ServerPolicy};
 use std::collections::HashMap;
@@ -18,7 +19,6 @@ use std::io::Write as _;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often the accept loop looks at the stop flags.
@@ -175,7 +175,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
 
     let started = Instant::now();
     let mut next_id = 0u64;
-    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    let mut workers = Workers::new();
     let reason = loop {
         if signalled.load(Ordering::Relaxed) {
             break StopReason::Signal;
@@ -186,17 +186,14 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         if let Some(lifetime) = s.args.lifetime
             && started.elapsed() >= lifetime
         {
-            stop(s, threads);
+            stop(s, workers);
             return Err(ServerError::Lifetime(lifetime).into());
         }
-        threads.retain(|t| !t.is_finished());
         match listener.accept() {
             Ok((stream, peer)) => {
                 let peer = canonical_peer(peer);
                 next_id += 1;
-                if let Some(t) = admit(s, stream, peer, next_id) {
-                    threads.push(t);
-                }
+                admit(s, &mut workers, stream, peer, next_id);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(TICK),
             Err(e) => {
@@ -206,16 +203,38 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
             }
         }
     };
-    stop(s, threads);
+    stop(s, workers);
+    let cpu_ms = cpu_used().map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     out.emit(
         &Event::Stopped {
             reason,
             sessions: next_id,
             verified: s.session.verified.load(Ordering::Acquire),
+            cpu_ms,
         },
-        || format!("stopped ({reason}) after {next_id} connection(s)"),
+        || {
+            format!(
+                "stopped ({reason}) after {next_id} connection(s){}",
+                cpu_ms.map_or_else(String::new, |ms| format!(", {ms} ms of CPU"))
+            )
+        },
     );
     Ok(())
+}
+
+/// The CPU time this process used so far, user and system (`getrusage(RUSAGE_SELF)`).
+fn cpu_used() -> Option<Duration> {
+    // SAFETY: rusage is plain data; all zeros is a valid value for getrusage to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return None;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).ok()?)
+            .checked_add(Duration::from_micros(u64::try_from(t.tv_usec).ok()?))
+    };
+    tv(usage.ru_utime)?.checked_add(tv(usage.ru_stime)?)
 }
 
 /// A listener on `addr`. `[::]` listens dual-stack (IPv4 clients arrive as `::ffff:a.b.c.d`,
@@ -273,7 +292,7 @@ fn warn_bench_on_infiniband(local: &rdma_core_rs::LocalPort, token: bool, bench_
 }
 
 /// Checks a new connection against `--allow` and `--max-clients`, then starts its session.
-fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Option<JoinHandle<()>> {
+fn admit(s: &Arc<Shared>, workers: &mut Workers, stream: TcpStream, peer: SocketAddr, id: u64) {
     let refusal = if !access::allowed(&s.args.allow, peer.ip()) {
         Some((
             ErrorCode::Forbidden,
@@ -319,20 +338,22 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
             );
         }
         refuse(stream, code, message);
-        return None;
+        return;
     }
     // From here on the source's slot is held: the session's ActiveGuard gives it back, and
     // every early return below.
 
-    // The accepted socket may inherit non-blocking mode on some platforms: sessions block with deadlines.
+    // Sessions block with deadlines. Elsewhere an accepted socket may inherit the listener's
+    // non-blocking mode; on Linux it never does (accept(2)), and the call is saved.
+    #[cfg(not(target_os = "linux"))]
     if let Err(e) = stream.set_nonblocking(false) {
         tracing::warn!("session {id}: {e}");
         lock(&s.per_source).give_back(peer.ip());
-        return None;
+        return;
     }
-    // The guard exists before the thread does and moves into it: if the thread cannot start,
-    // the closure (guard and socket with it) is dropped at once, and the guard hands back the
-    // slot, the active count and the socket clone registered for shutdown, as any session end.
+    // The guard exists before the job does and moves into it: if no thread can run it, the
+    // job (guard and socket with it) is dropped at once, and the guard hands back the slot,
+    // the active count and the socket clone registered for shutdown, as any session end.
     s.active.fetch_add(1, Ordering::AcqRel);
     let guard = ActiveGuard {
         shared: Arc::clone(s),
@@ -344,18 +365,12 @@ fn admit(s: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, id: u64) -> Optio
     {
         map.insert(id, clone);
     }
-    let spawned = std::thread::Builder::new()
-        .name(format!("session-{id}"))
-        .spawn(move || {
-            let guard = guard;
-            session::serve(&guard.shared.session, stream, peer, id);
-        });
-    match spawned {
-        Ok(t) => Some(t),
-        Err(e) => {
-            tracing::error!("cannot start a thread for session {id}: {e}");
-            None
-        }
+    let started = workers.run(move || {
+        let guard = guard;
+        session::serve(&guard.shared.session, stream, peer, id);
+    });
+    if let Err(e) = started {
+        tracing::error!("cannot start a thread for session {id}: {e}");
     }
 }
 
@@ -374,7 +389,7 @@ fn refuse(mut stream: TcpStream, code: ErrorCode, message: String) {
 }
 
 /// Stops every live session (they answer `shutting_down`) and waits for their threads.
-fn stop(s: &Arc<Shared>, threads: Vec<JoinHandle<()>>) {
+fn stop(s: &Arc<Shared>, workers: Workers) {
     s.session.stopping.store(true, Ordering::Release);
     if let Ok(map) = s.sockets.lock() {
         for sock in map.values() {
@@ -383,15 +398,10 @@ fn stop(s: &Arc<Shared>, threads: Vec<JoinHandle<()>>) {
             let _ = sock.shutdown(Shutdown::Read);
         }
     }
-    let deadline = Instant::now() + s.args.timeout + Duration::from_secs(1);
-    for t in threads {
-        while !t.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(TICK);
-        }
-        if t.is_finished() {
-            let _ = t.join();
-        }
-    }
+    workers.stop(
+        Instant::now() + s.args.timeout + Duration::from_secs(1),
+        TICK,
+    );
 }
 
 /// Keeps the active-session count, the per-source counts and socket registry right however a
@@ -435,6 +445,18 @@ mod tests {
             // An IPv4 client is seen as the IPv4 address it is, not as ::ffff:127.0.0.1.
             assert_eq!(canonical_peer(peer).ip(), to.ip(), "{peer}");
         }
+    }
+
+    /// The `stopped` event's CPU time: known, and growing with work done.
+    #[test]
+    fn the_cpu_used_is_measured() {
+        let before = cpu_used().unwrap();
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(cpu_used().unwrap() > before, "{x}");
     }
 
     #[test]

@@ -82,6 +82,10 @@ enum Cmd {
     /// (inside a guest) A plain TCP stream between the guests: the link's ceiling for bench.
     #[command(hide = true)]
     BenchTcp(bench::tcp::TcpArgs),
+    /// (inside a guest) A flood of connections that read the banner and close, or the CPU
+    /// time of the process listening on a port: what a stranger costs the server.
+    #[command(hide = true)]
+    BenchFlood(bench::flood::FloodArgs),
     /// (inside a guest) One check of an installed package (pkg-test).
     #[command(hide = true)]
     PkgGuest(pkgtest::PkgGuestArgs),
@@ -130,5 +134,6 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::VmRun(a) => vm::run_cmd::cmd(a),
         Cmd::GuestAgent(a) => agent::cmd(a),
         Cmd::BenchTcp(a) => bench::tcp::cmd(a),
+        Cmd::BenchFlood(a) => bench::flood::cmd(a),
     }
 }

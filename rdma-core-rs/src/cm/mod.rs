@@ -371,7 +371,9 @@ impl Listener {
                 }
             }
         };
-        let Listener { id: listening, ch, .. } = self;
+        let Listener {
+            id: listening, ch, ..
+        } = self;
         drop(listening);
         // Moved here, after `ch`: locals drop in reverse order, so on every return below the
         // connection's id goes before its channel.

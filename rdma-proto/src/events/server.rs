@@ -98,6 +98,10 @@ pub enum Event<'a> {
         reason: StopReason,
         sessions: u64,
         verified: u64,
+        /// The CPU time the server used, user and system, in milliseconds (`getrusage`), when
+        /// known: over `sessions`, what a connection costs it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cpu_ms: Option<u64>,
     },
 }
 

@@ -42,7 +42,6 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
             || format!("[{id}] client {peer} connected"),
         );
     }
-    let _ = stream.set_nodelay(true);
     let mut conn = LineConn::new(stream, rdma_proto::DEFAULT_MAX_LINE);
     let mut hs = ServerHandshake::new(s.policy.clone());
     let failure = match session(s, &mut conn, &mut hs, peer, id) {
@@ -107,8 +106,11 @@ fn session(
         ServerEvent::Hello(hello) => hello,
         other => return Err(out_of_order(&other)),
     };
-    // Admitted: only now is the device touched. The port is the one that carries the address
-    // the client came in on, and its rules bind the hello.
+    // Admitted: only now is the device touched (and the socket tuned: nothing a stranger's
+    // connection needs; Nagle never held back the banner, the first segment).
+    let _ = conn.get_ref().set_nodelay(true);
+    // The port is the one that carries the address the client came in on, and its rules
+    // bind the hello.
     let local_ip = conn.get_ref().local_addr().ok().map(|a| a.ip());
     let (served, why) = s.ports.serve(local_ip)?;
     let local = &served.local;

@@ -10,6 +10,7 @@
 //! Modules: `plans` (what each guest runs), `parse` (the tools' outputs), `results` (samples,
 //! summaries, targets, files), `report` (the table), `plot`, `tcp` (the hidden link probe).
 
+pub mod flood;
 mod parse;
 mod plans;
 mod plot;
@@ -63,6 +64,10 @@ pub struct BenchArgs {
     /// live exchange shows (issue 23, item 12). 0: none.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub delay_ms: u32,
+    /// Seconds of the stranger flood: connections that read the banner and close, against a
+    /// server with a token; the server's CPU a connection is a target (0: none).
+    #[arg(long, default_value_t = 10.0)]
+    pub flood_secs: f64,
     /// Skip timing the warm `cargo xtask e2e` (then the binaries must be built already).
     #[arg(long)]
     pub no_e2e: bool,
@@ -144,6 +149,9 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         }
         r.summary = results::summarize(&r.samples, &r.sizes, r.link_mbs);
         r.targets = results::judge(&r.summary, &r.setup, r.e2e_wall_s, E2E_TARGET.as_secs_f64());
+        if r.flood_secs > 0.0 {
+            r.targets.extend(flood::targets(r.flood.as_ref()));
+        }
         return finish(args, &r);
     }
     let mut sizes = if args.all_sizes {
@@ -186,6 +194,7 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         tcp_secs: args.tcp_secs.clamp(1.0, 60.0),
         setup_reps: 3,
         delay_ms: args.delay_ms,
+        flood_secs: args.flood_secs.clamp(0.0, 300.0),
     };
     let guests = plans::plans(&params, &bins);
     let run = vm::run_plans(&guests, &args.vm)?;
@@ -210,7 +219,13 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         }
     }
     let summary = results::summarize(&samples, &sizes, link_mbs);
-    let targets = results::judge(&summary, &setup, e2e_wall_s, E2E_TARGET.as_secs_f64());
+    let mut targets = results::judge(&summary, &setup, e2e_wall_s, E2E_TARGET.as_secs_f64());
+    let flood = (params.flood_secs > 0.0)
+        .then(|| flood::collect(a, b))
+        .flatten();
+    if params.flood_secs > 0.0 {
+        targets.extend(flood::targets(flood.as_ref()));
+    }
     let environment = format!(
         "Soft-RoCE (rdma_rxe) between two QEMU guests on one virtual link, {} \
          (emulated CPUs: compare the tools, not absolute numbers){}, host with {} CPU(s)",
@@ -238,6 +253,8 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         samples,
         summary,
         targets,
+        flood_secs: params.flood_secs,
+        flood,
     };
     if !a.ok {
         println!(

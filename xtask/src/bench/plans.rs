@@ -36,6 +36,8 @@ pub struct Params {
     pub setup_reps: u32,
     /// Milliseconds each guest delays its frames by (netem), 0 for none.
     pub delay_ms: u32,
+    /// Seconds of the stranger flood ([`super::flood`]), 0 for none.
+    pub flood_secs: f64,
 }
 
 /// The guests' one link.
@@ -230,6 +232,12 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
     server.stop_when_file = Some(ALL_DONE.into());
     server.allow_failure = true;
     a.push(server);
+    if p.flood_secs > 0.0 {
+        // First: its CPU is read before and after, while nothing else runs in the guest.
+        let (fa, fb) = super::flood::steps(bins, SERVER_IP, p.flood_secs, ALL_DONE);
+        a.extend(fa);
+        b.extend(fb);
+    }
 
     let mut sink = Step::new(
         TCP_SINK,
@@ -323,7 +331,42 @@ mod tests {
             tcp_secs: 3.0,
             setup_reps: 1,
             delay_ms: 0,
+            flood_secs: 0.0,
         }
+    }
+
+    /// Issue 23, item 3: the flood comes first in both guests (A reads the flooded server's
+    /// CPU before and after it, then serves the TCP stream), so neither waits on the other.
+    #[test]
+    fn the_flood_runs_first_in_both_guests() {
+        let bins = crate::e2e::Bins::for_tests();
+        let g = plans(
+            &Params {
+                flood_secs: 10.0,
+                ..params()
+            },
+            &bins,
+        );
+        let names =
+            |k: usize| -> Vec<&str> { g[k].plan.steps.iter().map(|s| s.name.as_str()).collect() };
+        assert_eq!(
+            names(0)[..7],
+            [
+                "rdma-server",
+                "flood server",
+                "bare server",
+                "flood cpu before",
+                "flood cpu after",
+                "bare cpu before",
+                "bare cpu after",
+            ]
+        );
+        assert_eq!(names(0)[7], TCP_SINK);
+        assert_eq!(
+            names(1)[..4],
+            ["flood", "flood client", "bare flood", TCP_SOURCE]
+        );
+        assert!(plans(&params(), &bins)[1].plan.steps[0].name == TCP_SOURCE);
     }
 
     /// Issue 23, item 12: `--delay-ms` delays both guests' frames before anything runs, and

@@ -279,6 +279,8 @@ mod tests {
             samples,
             summary: vec![],
             targets: vec![],
+            flood_secs: 0.0,
+            flood: None,
         };
         let files = write(dir.path(), &r, "test").unwrap();
         assert_eq!(files.len(), 4);

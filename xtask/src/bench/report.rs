@@ -178,6 +178,8 @@ mod tests {
             samples,
             summary,
             targets,
+            flood_secs: 0.0,
+            flood: None,
         };
         let out = render(&r);
         assert!(out.contains("2 B"), "{out}");

@@ -117,6 +117,12 @@ pub struct Results {
     pub samples: Vec<Sample>,
     pub summary: Vec<Summary>,
     pub targets: Vec<Target>,
+    /// Seconds of the stranger flood (0: none ran).
+    #[serde(default)]
+    pub flood_secs: f64,
+    /// What the flood measured ([`super::flood`]).
+    #[serde(default)]
+    pub flood: Option<super::flood::Flood>,
 }
 
 /// Median of the values (NaN-free input), `None` when empty.
@@ -453,6 +459,8 @@ pub(super) mod tests {
             samples: vec![bw_sample(Tool::Ours, 64, 0, 1.0), bad],
             summary: vec![],
             targets: vec![],
+            flood_secs: 0.0,
+            flood: None,
         };
         let c = csv(&r);
         let lines: Vec<&str> = c.lines().collect();

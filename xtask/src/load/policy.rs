@@ -91,6 +91,7 @@ pub(super) fn stop_failures(
         reason,
         sessions,
         verified: counted,
+        ..
     }) = stopped
     else {
         return vec!["the server printed no `stopped` event".to_owned()];
@@ -223,6 +224,7 @@ mod tests {
             reason,
             sessions: 5,
             verified: 4,
+            cpu_ms: Some(12),
         };
         let ev = stopped(StopReason::Signal);
         assert!(stop_failures(Some(&ev), 5, 4).is_empty());

@@ -290,7 +290,10 @@ fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
     // Then the flood and the second request (issue 23, items 4 and 5), judged by their output.
     for (name, fault) in [(CM_FLOOD, "cm-flood"), (CM_TWICE, "cm-twice")] {
         let s = step(&two[1].1, name);
-        assert_eq!(s.argv[..3], owned(&["/t/rdma-misbehave-client", "--fault", fault])[..]);
+        assert_eq!(
+            s.argv[..3],
+            owned(&["/t/rdma-misbehave-client", "--fault", fault])[..]
+        );
         assert!(s.allow_failure && s.argv.iter().any(|a| a == "--cm"));
     }
     let names: Vec<&str> = two[1].1.steps.iter().map(|s| s.name.as_str()).collect();

@@ -1,0 +1,243 @@
+//! The session threads, reused (issue 23, item 3). Under emulation a thread made for each
+//! connection and gone after it (its stack mapped and unmapped, a guard page, the kernel's
+//! task) was most of what a stranger's connection cost; a worker that ends a session waits
+//! for the next instead, and goes after [`IDLE`] without one. There are never more workers
+//! than sessions at once (`--max-clients`): one is started only when none is idle.
+//!
+//! A job queue with a condition variable rather than a pool crate: the pool must grow on
+//! demand up to the live sessions, shrink when idle, and be joined with a deadline at stop,
+//! which the fixed-size pools do not do.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a worker with nothing to do waits before it ends.
+pub(crate) const IDLE: Duration = Duration::from_secs(30);
+
+type Job = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Workers waiting for a job.
+    idle: usize,
+    /// Set at stop: workers end once the queue is empty.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Threads that run sessions, started as needed and reused.
+pub(crate) struct Workers {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    idle_for: Duration,
+}
+
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers")
+            .field("threads", &self.threads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Workers {
+    pub(crate) fn new() -> Self {
+        Self::with_idle(IDLE)
+    }
+
+    fn with_idle(idle_for: Duration) -> Self {
+        Workers {
+            shared: Arc::default(),
+            threads: Vec::new(),
+            idle_for,
+        }
+    }
+
+    /// Runs `job` on an idle worker, or on a new one when none is idle.
+    ///
+    /// # Errors
+    /// No thread could be started (the job is dropped, and with it what it owns).
+    pub(crate) fn run(&mut self, job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+        self.threads.retain(|t| !t.is_finished());
+        let mut q = self.shared.lock();
+        q.jobs.push_back(Box::new(job));
+        if q.idle > 0 {
+            q.idle -= 1;
+            drop(q);
+            self.shared.ready.notify_one();
+            return Ok(());
+        }
+        drop(q);
+        let shared = Arc::clone(&self.shared);
+        let idle_for = self.idle_for;
+        match std::thread::Builder::new()
+            .name("session".to_owned())
+            .spawn(move || work(&shared, idle_for))
+        {
+            Ok(t) => {
+                self.threads.push(t);
+                Ok(())
+            }
+            Err(e) => {
+                // Nobody will take it: drop it here (its guard gives its slot back).
+                self.shared.lock().jobs.pop_back();
+                Err(e)
+            }
+        }
+    }
+
+    /// The workers alive.
+    #[cfg(test)]
+    fn threads(&mut self) -> usize {
+        self.threads.retain(|t| !t.is_finished());
+        self.threads.len()
+    }
+
+    /// Lets the workers finish what they run and what is queued, and waits for them until
+    /// `deadline`; those still busy then are left (the process is ending).
+    pub(crate) fn stop(self, deadline: Instant, tick: Duration) {
+        self.shared.lock().closed = true;
+        self.shared.ready.notify_all();
+        for t in self.threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(tick);
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// A worker: takes jobs until the pool is closed and empty, or it was idle for `idle_for`.
+fn work(shared: &Shared, idle_for: Duration) {
+    let mut q = shared.lock();
+    loop {
+        if let Some(job) = q.jobs.pop_front() {
+            drop(q);
+            job();
+            q = shared.lock();
+            continue;
+        }
+        if q.closed {
+            return;
+        }
+        q.idle += 1;
+        let (mut woken, timeout) = shared
+            .ready
+            .wait_timeout_while(q, idle_for, |q| q.jobs.is_empty() && !q.closed)
+            .unwrap_or_else(PoisonError::into_inner);
+        if timeout.timed_out() && woken.jobs.is_empty() {
+            // Still counted idle (no `run` took this worker): it ends.
+            woken.idle -= 1;
+            return;
+        }
+        // `run` took this worker's idle count when it queued the job; `stop` did not.
+        if woken.closed && woken.jobs.is_empty() {
+            woken.idle = woken.idle.saturating_sub(1);
+            return;
+        }
+        q = woken;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    /// Jobs one after the other reuse one thread; jobs at once get one each.
+    #[test]
+    fn a_thread_is_started_only_when_none_is_idle() {
+        let mut w = Workers::new();
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..50 {
+            let (tx, rx) = mpsc::channel();
+            let d = Arc::clone(&done);
+            w.run(move || {
+                d.fetch_add(1, Ordering::AcqRel);
+                let _ = tx.send(());
+            })
+            .unwrap();
+            rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            // Let the worker go back to waiting before the next job comes.
+            let by = Instant::now() + Duration::from_secs(5);
+            while w.shared.lock().idle == 0 && Instant::now() < by {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(done.load(Ordering::Acquire), 50);
+        assert_eq!(w.threads(), 1, "one thread for fifty sessions in turn");
+        let release = Arc::new(std::sync::Barrier::new(5));
+        for _ in 0..4 {
+            let b = Arc::clone(&release);
+            w.run(move || {
+                b.wait();
+            })
+            .unwrap();
+        }
+        release.wait();
+        assert_eq!(w.threads(), 4, "four at once: four threads");
+        w.stop(
+            Instant::now() + Duration::from_secs(5),
+            Duration::from_millis(5),
+        );
+    }
+
+    /// An idle worker ends after its idle time; a job after that starts a new one.
+    #[test]
+    fn idle_workers_end() {
+        let mut w = Workers::with_idle(Duration::from_millis(20));
+        let (tx, rx) = mpsc::channel();
+        let tx2 = tx.clone();
+        w.run(move || tx.send(()).unwrap()).unwrap();
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let by = Instant::now() + Duration::from_secs(5);
+        while w.threads() > 0 && Instant::now() < by {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(w.threads(), 0);
+        assert_eq!(w.shared.lock().idle, 0);
+        w.run(move || tx2.send(()).unwrap()).unwrap();
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        w.stop(
+            Instant::now() + Duration::from_secs(5),
+            Duration::from_millis(5),
+        );
+    }
+
+    /// Stop runs what is queued and waits for the workers.
+    #[test]
+    fn stop_finishes_the_queue() {
+        let mut w = Workers::new();
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..10 {
+            let d = Arc::clone(&done);
+            w.run(move || {
+                std::thread::sleep(Duration::from_millis(5));
+                d.fetch_add(1, Ordering::AcqRel);
+            })
+            .unwrap();
+        }
+        w.stop(
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_millis(5),
+        );
+        assert_eq!(done.load(Ordering::Acquire), 10);
+    }
+}
