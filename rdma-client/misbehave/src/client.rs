@@ -39,6 +39,10 @@ pub enum ClientFault {
     /// Through RDMA CM, connect, then send a second request with the right nonce: it must be
     /// refused at once (nothing listens any more).
     CmTwice,
+    /// A bench lat session through RDMA CM that connects late and pings slowly: the server
+    /// must end it at --bench-max-time counted from its accept ([`crate::cm::late_bench`];
+    /// give the server's --bench-max-time with --server-bench-max-time).
+    CmLateBench,
 }
 
 /// The command line: the fault, then everything `rdma-client` takes.
@@ -48,6 +52,10 @@ pub struct MisbehaveArgs {
     /// What to do wrong.
     #[arg(long)]
     pub fault: ClientFault,
+    /// For `cm-late-bench`: the server's --bench-max-time, which must bound the session from
+    /// its accept.
+    #[arg(long, value_parser = rdma_app::parse_duration)]
+    pub server_bench_max_time: Option<Duration>,
     #[command(flatten)]
     pub client: client_cli::Args,
 }
@@ -63,7 +71,19 @@ pub fn run(args: MisbehaveArgs, out: &Output) -> Result<()> {
     let fault = args.fault;
     match (args.client.task()?, fault) {
         (Task::Bench(task), ClientFault::SlowPing) => slow_ping(&task, out),
-        (Task::Write(task), f) if f != ClientFault::SlowPing => write(&task, f, out),
+        (Task::Bench(task), ClientFault::CmLateBench) => {
+            let Some(max) = args.server_bench_max_time else {
+                bail!(
+                    "--fault cm-late-bench needs --server-bench-max-time (the server's --bench-max-time)"
+                );
+            };
+            crate::cm::late_bench(&task, out, max)
+        }
+        (Task::Write(task), f)
+            if !matches!(f, ClientFault::SlowPing | ClientFault::CmLateBench) =>
+        {
+            write(&task, f, out)
+        }
         (_, f) => bail!("--fault {f:?} applies to {}", applies_to(f)),
     }
 }
@@ -71,6 +91,7 @@ pub fn run(args: MisbehaveArgs, out: &Output) -> Result<()> {
 fn applies_to(f: ClientFault) -> &'static str {
     match f {
         ClientFault::SlowPing => "a --bench lat session",
+        ClientFault::CmLateBench => "a --bench lat session through RDMA CM (--cm)",
         _ => "a plain write (no --bench, --fabric)",
     }
 }

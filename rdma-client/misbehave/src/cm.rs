@@ -101,3 +101,89 @@ pub fn twice(opened: Opened<'_>, local: &LocalPort) -> Result<()> {
     println!("cm-twice: a second request to the session's listener was {why}");
     Ok(())
 }
+
+/// How long `cm-late-bench` waits between the accept and its RDMA CM connection: under the
+/// server's `--timeout` (2 s in the guests), so the connection is taken.
+pub const LATE_CM: Duration = Duration::from_millis(1500);
+
+/// `--fault cm-late-bench` (issue 23, item 6): a bench lat session through RDMA CM that
+/// connects [`LATE_CM`] after the accept, then pings [`crate::client::SLOW_PING`] apart, just
+/// often enough for the server's `--timeout`: the server must end it at `max_time` (its
+/// `--bench-max-time`) counted from the accept, not from the CM connection. Exits 0 only when
+/// the server's error came within `max_time` (and a slice) of the accept and names the limit.
+pub fn late_bench(
+    task: &rdma_client::bench::BenchTask,
+    out: &rdma_client::output::Output,
+    max_time: Duration,
+) -> Result<()> {
+    let t_start = Instant::now();
+    let r = task.resolve()?;
+    let mut opened = r.measure(task).open(&r.local, &task.session, Some(out))?;
+    let (session, qp) = opened.session();
+    let psn = session.hello(qp)?;
+    let accept = session.await_accept()?;
+    let accepted = Instant::now();
+    if accept.cm.is_none() {
+        bail!("the server offered no RDMA CM listener: run with --cm");
+    }
+    std::thread::sleep(LATE_CM);
+    let mut bench = opened.connect_accepted(psn, &accept, t_start)?;
+    let (session, mut link, _) = bench.link();
+    // One size (`--size`): the server waits for the ping's last byte at the buffer's end.
+    let size = usize::try_from(accept.buf_len)?;
+    let spoke_at = pace_pings(session, &mut link, size, accepted + max_time * 3)?;
+    let after = spoke_at.duration_since(accepted);
+    let told = session.result();
+    let said = match &told {
+        Err(e) => format!("{e:#}"),
+        Ok(o) => bail!("the server gave a verdict instead of ending the session: {o:?}"),
+    };
+    if !said.contains("--bench-max-time") {
+        bail!("the server ended the session otherwise: {said}");
+    }
+    // A slice for the server's wait to notice and its line to come; the late connection
+    // (LATE_CM) must not be added to the session's time.
+    let slack = Duration::from_millis(900);
+    if after > max_time + slack {
+        bail!(
+            "the server ended the session {after:?} after its accept: its --bench-max-time of \
+             {max_time:?} was counted from the RDMA CM connection ({LATE_CM:?} later), not from \
+             the accept"
+        );
+    }
+    println!(
+        "cm-late-bench: connected {LATE_CM:?} after the accept; the server ended the session \
+         {after:?} after the accept (--bench-max-time {max_time:?}): {said}"
+    );
+    Ok(())
+}
+
+/// Pings of `size` bytes (counter 1, 2, …) [`crate::client::SLOW_PING`] apart until the server
+/// says something on the TCP connection (or `give_up`); returns when it did. Pongs are left to
+/// land.
+fn pace_pings<L: rdma_client::bench::hot::Link>(
+    session: &Session<'_>,
+    link: &mut L,
+    size: usize,
+    give_up: Instant,
+) -> Result<Instant>
+where
+    color_eyre::Report: From<L::Error>,
+{
+    const LOOK: Duration = Duration::from_millis(20);
+    for n in 1u64.. {
+        let next = Instant::now() + crate::client::SLOW_PING;
+        while Instant::now() < next {
+            if session.server_spoke() {
+                return Ok(Instant::now());
+            }
+            if Instant::now() >= give_up {
+                bail!("the server never ended the paced session");
+            }
+            std::thread::sleep(LOOK);
+        }
+        link.post(size, Some(rdma_proto::bench::counter(n)), true, n)?;
+        link.poll(Instant::now() + Duration::from_secs(5))?;
+    }
+    unreachable!("pinged past u64::MAX")
+}

@@ -1,16 +1,17 @@
-//! One bench session: [`Measure::connect`] sets it up (verbs objects, the session, the queue
-//! pair in RTS), [`Bench::measure`] runs the loops over a [`Link`] (the real one is
-//! [`Bench::link`]'s), [`Bench::finish`] takes the server's verdict on the final bytes.
+//! One bench session: [`Measure::connect`] sets it up (verbs objects and the session,
+//! [`Measure::open`]; the hello, the accept and the queue pair in RTS, [`Opened::connect`]),
+//! [`Run::measure`] runs the loops over a [`Link`] (the real one is [`Bench::link`]'s),
+//! [`Bench::finish`] takes the server's verdict on the final bytes.
 
 use std::time::Instant;
 
 use color_eyre::eyre::Result;
 use rdma_core_rs::{
-    Access, CompletionQueue, ExposedRegion, LocalPort, MemoryRegion, ProtectionDomain, QpCaps,
-    QueuePair, RemoteBuffer, Rts,
+    Access, CompletionQueue, ExposedRegion, Init, LocalPort, MemoryRegion, ProtectionDomain,
+    QpCaps, QueuePair, RemoteBuffer, Rts,
 };
 use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, PongBuffer};
-use rdma_proto::{ClientHandshake, ClientRequest, Notify};
+use rdma_proto::{Accept, ClientHandshake, ClientRequest, Notify};
 
 use super::hot::{self, Link};
 use super::stats::{self, BwRow, LatRow};
@@ -58,7 +59,8 @@ impl<'a> Measure<'a> {
     }
 
     /// Registers the buffers, connects to the server with the bench hello and brings the queue
-    /// pair to RTS: everything up to the first post (`bench_setup`, timed from `t_start`).
+    /// pair to RTS: everything up to the first post (`bench_setup`, timed from `t_start`):
+    /// [`open`](Self::open), then [`Opened::connect`].
     pub fn connect(
         self,
         local: &'a LocalPort,
@@ -66,6 +68,17 @@ impl<'a> Measure<'a> {
         t_start: Instant,
         out: Option<&'a Output>,
     ) -> Result<Bench<'a>> {
+        self.open(local, opts, out)?.connect(t_start)
+    }
+
+    /// Registers the buffers, creates the queue pair (INIT) and opens the session (the
+    /// banner read); the hello is not sent yet.
+    pub fn open(
+        self,
+        local: &'a LocalPort,
+        opts: &'a SessionOptions,
+        out: Option<&'a Output>,
+    ) -> Result<Opened<'a>> {
         let Measure {
             target,
             params: sweep,
@@ -125,7 +138,7 @@ impl<'a> Measure<'a> {
             ClientRequest::for_payload(&fin, Notify::Tcp, token),
             p.clone(),
         );
-        let mut session = Session::open(target, hs, local, chosen, opts, out, |banner| {
+        let session = Session::open(target, hs, local, chosen, opts, out, |banner| {
             format!(
                 "connected to {} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
                 target.name,
@@ -142,13 +155,82 @@ impl<'a> Measure<'a> {
                 }
             )
         })?;
-        let (qp, accept) = session.connect(qp, |qp, accept| {
+        Ok(Opened {
+            qp,
+            cq,
+            src,
+            pongs,
+            pd,
+            session,
+            run: Run {
+                params: p,
+                knobs: b,
+                timeout: opts.timeout,
+            },
+            inline,
+            cq_mode: opts.cq_mode,
+        })
+    }
+}
+
+/// A bench session opened ([`Measure::open`]): its banner read, its queue pair in INIT; what
+/// [`connect`](Self::connect) takes to RTS, or a caller step by step
+/// ([`session`](Self::session), then [`connect_accepted`](Self::connect_accepted)).
+#[derive(Debug)]
+pub struct Opened<'a> {
+    // Field order is drop order, as in [`Bench`].
+    qp: QueuePair<Init>,
+    cq: CompletionQueue,
+    src: MemoryRegion,
+    pongs: Option<ExposedRegion>,
+    pd: ProtectionDomain,
+    session: Session<'a>,
+    run: Run,
+    inline: u32,
+    cq_mode: rdma_core_rs::CqMode,
+}
+
+impl<'a> Opened<'a> {
+    /// The session, and the queue pair its hello announces: for [`Session::hello`] and
+    /// [`Session::await_accept`] when a caller takes the steps itself.
+    pub fn session(&mut self) -> (&mut Session<'a>, &QueuePair<Init>) {
+        (&mut self.session, &self.qp)
+    }
+
+    /// The hello, the accept, the queue pair to RTS and `bench_setup` (timed from `t_start`).
+    pub fn connect(mut self, t_start: Instant) -> Result<Bench<'a>> {
+        let psn = self.session.hello(&self.qp)?;
+        let accept = self.session.await_accept()?;
+        self.connect_accepted(psn, &accept, t_start)
+    }
+
+    /// After the hello (which announced `psn`) and the server's `accept`: the queue pair to
+    /// RTS, `qp_ready` and `bench_setup` (timed from `t_start`).
+    pub fn connect_accepted(
+        self,
+        psn: u32,
+        accept: &Accept,
+        t_start: Instant,
+    ) -> Result<Bench<'a>> {
+        let Opened {
+            qp,
+            cq,
+            src,
+            pongs,
+            pd,
+            mut session,
+            run,
+            inline,
+            cq_mode,
+        } = self;
+        let nonce = accept.cm.map(|offer| offer.nonce);
+        let qp = session.connect_qp(qp, psn, accept, nonce.as_ref(), |qp, accept| {
             format!(
                 "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, inline up to {inline} B, completions by {}",
                 qp.qpn(),
                 accept.endpoint.qpn,
                 qp.path_mtu().bytes(),
-                opts.cq_mode
+                cq_mode
             )
         })?;
         let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
@@ -156,11 +238,7 @@ impl<'a> Measure<'a> {
             format!("ready to post after {:.0} us", ready_us)
         });
         Ok(Bench {
-            run: Run {
-                params: p,
-                knobs: b,
-                timeout: opts.timeout,
-            },
+            run,
             remote: RemoteBuffer {
                 addr: accept.addr,
                 rkey: accept.rkey,

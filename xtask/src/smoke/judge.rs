@@ -97,8 +97,9 @@ pub(super) fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<()
 /// With `--cm-bad-nonce`: the first client's connection request was refused for its nonce
 /// (its error names the CM's REJECTED event) and the server said the session failed; a flood
 /// of wrong-nonce requests made the server give that session up in time, with `cm_rejected`
-/// events; a second request after a session's own was refused at once (issue 23, items 4 and
-/// 5); then the server served the real client (judged by [`our_choice`]).
+/// events; a second request after a session's own was refused at once; a bench session that
+/// connected late was ended at --bench-max-time from its accept (issue 23, items 4, 5 and 6);
+/// then the server served the real client (judged by [`our_choice`]).
 pub(super) fn rejected<'a>(
     shape: &Shape,
     step: &dyn Fn(&str) -> Option<&'a crate::plan::StepResult>,
@@ -121,7 +122,7 @@ pub(super) fn rejected<'a>(
         ));
     }
     println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
-    for name in [plans::CM_FLOOD, plans::CM_TWICE] {
+    for name in [plans::CM_FLOOD, plans::CM_TWICE, plans::CM_LATE] {
         match step(name) {
             Some(s) if s.ok && s.exit_code == Some(0) => {
                 let said = s.stdout.lines().last().unwrap_or_default();

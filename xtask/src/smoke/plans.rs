@@ -274,6 +274,71 @@ pub const BAD_NONCE: &str = "client-bad-nonce";
 pub const CM_FLOOD: &str = "client-cm-flood";
 /// The step of a client that sends a second RDMA CM request after its own (`--cm-bad-nonce`).
 pub const CM_TWICE: &str = "client-cm-twice";
+/// The step of a bench client that connects through RDMA CM late and pings slowly, against
+/// a server of its own (`--cm-bad-nonce`).
+pub const CM_LATE: &str = "client-cm-late-bench";
+/// That server's `--timeout` and `--bench-max-time`, and its port.
+const LATE_TIMEOUT: &str = "2s";
+const LATE_MAX_TIME: &str = "4s";
+const LATE_PORT: u16 = 7499;
+
+/// The late bench client's server (a `--serve` of its own, with short limits: issue 23, item
+/// 6), until `done`, and the client.
+fn late_bench(shape: &Shape, tag: Tag, done: &str) -> Option<(Step, Step)> {
+    let ours = shape.ours.as_ref()?;
+    let listen = format!("[::]:{LATE_PORT}");
+    let mut server = Step::new(
+        tag.name("server-late-bench"),
+        &[
+            &ours.server,
+            "--serve",
+            "--json",
+            "--timeout",
+            LATE_TIMEOUT,
+            "--bench-max-time",
+            LATE_MAX_TIME,
+            "--listen",
+            &listen,
+        ],
+    );
+    server.background = true;
+    server.create_file_when_started = Some(tag.name("late-bench-up"));
+    server.stop_when_file = Some(done.to_owned());
+    server.allow_failure = true;
+    let addr = shape.server_addr();
+    let to = if addr.contains(':') {
+        format!("[{addr}]:{LATE_PORT}")
+    } else {
+        format!("{addr}:{LATE_PORT}")
+    };
+    let mut client = Step::new(
+        tag.name(CM_LATE),
+        &[
+            &ours.misbehave_client,
+            "--fault",
+            "cm-late-bench",
+            "--server-bench-max-time",
+            LATE_MAX_TIME,
+            "--json",
+            "--cm",
+            "--bench",
+            "lat",
+            "--size",
+            "4096",
+            "--iters",
+            "100000",
+            // The marker says the server started, not that it listens yet: the client waits,
+            // and is tried once.
+            "--wait-for-server",
+            "20s",
+            &to,
+        ],
+    );
+    client.wait_for_file = Some(tag.name("late-bench-up"));
+    client.timeout_s = 60.0;
+    client.allow_failure = true;
+    Some((server, client))
+}
 
 /// Our client's step made the test-only peer's, with `--fault fault`, named `name`.
 fn misbehaving(shape: &Shape, tag: Tag, name: &str, fault: &str) -> Step {
@@ -290,6 +355,10 @@ fn misbehaving(shape: &Shape, tag: Tag, name: &str, fault: &str) -> Step {
             ],
         );
     }
+    // Tried once: a peer that fails must say so, not be tried again; the client itself waits
+    // for a server that does not listen yet.
+    step.retries = 0;
+    step.argv.extend(["--wait-for-server".to_owned(), "20s".to_owned()]);
     step
 }
 
@@ -466,6 +535,10 @@ pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
                 let mut step = misbehaving(shape, tag, name, fault);
                 step.allow_failure = true;
                 b_steps.push(step);
+            }
+            if let Some((server, client)) = late_bench(shape, tag, &done) {
+                a_steps.push(server);
+                b_steps.push(client);
             }
         }
         let mut client = client_step(shape, 2, tag);

@@ -296,6 +296,12 @@ fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
         );
         assert!(s.allow_failure && s.argv.iter().any(|a| a == "--cm"));
     }
+    // The late bench client has a server of its own, with short limits (issue 23, item 6).
+    let late = step(&two[1].1, CM_LATE);
+    assert_eq!(late.argv[1..3], owned(&["--fault", "cm-late-bench"])[..]);
+    assert!(late.argv.iter().any(|a| a == "--server-bench-max-time"));
+    let server = step(&two[0].1, "server-late-bench");
+    assert!(server.background && server.argv.iter().any(|a| a == "--bench-max-time"));
     let names: Vec<&str> = two[1].1.steps.iter().map(|s| s.name.as_str()).collect();
     let at = |n: &str| names.iter().position(|m| m.ends_with(n));
     assert!(at(CM_TWICE) < at("client"), "{names:?}");
