@@ -33,9 +33,12 @@ fn main() {
         .allowlist_function("rdma_.*")
         .allowlist_type("rdma_.*")
         .allowlist_var("RDMA_.*")
-        // ibverbs-sys's, glob-imported in `cm::sys`: everything `ibv_` but the `ibv_sa_` path
-        // record types, which it does not bind.
-        .blocklist_type("ibv_[^s].*|ibv_s[^a].*")
+        // The path record RDMA_OPTION_IB_PATH takes (infiniband/sa.h), and its flags.
+        .allowlist_type("ibv_path_data")
+        .allowlist_var("IBV_PATH_FLAG_.*")
+        // ibverbs-sys's, glob-imported in `cm::sys`: everything `ibv_` but the `ibv_sa_` and
+        // `ibv_path_` path record types (infiniband/sa.h), which it does not bind.
+        .blocklist_type("ibv_[^sp].*|ibv_s[^a].*|ibv_p[^a].*|ibv_pa[^t].*|ibv_pat[^h].*")
         .blocklist_function("ibv_.*")
         // libc's.
         .blocklist_type("sockaddr|sockaddr_in|sockaddr_in6|sockaddr_storage|in_addr|in6_addr|sa_family_t|in_port_t|in_addr_t|socklen_t|__be16|__be32|__be64|__u8|__u16|__u32|__u64")

@@ -43,6 +43,9 @@ pub enum ClientFault {
     /// must end it at --bench-max-time counted from its accept ([`crate::cm::late_bench`];
     /// give the server's --bench-max-time with --server-bench-max-time).
     CmLateBench,
+    /// Through RDMA CM, the right nonce from our own address, but along a path naming a third
+    /// host's GID as ours: the server must reject it ([`crate::cm::foreign_path`]).
+    CmForeignPath,
 }
 
 /// The command line: the fault, then everything `rdma-client` takes.
@@ -121,6 +124,9 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
     let mut c = match fault {
         ClientFault::CmFlood => return crate::cm::flood(opened, local, task.session.timeout),
         ClientFault::CmTwice => return crate::cm::twice(opened, local),
+        ClientFault::CmForeignPath => {
+            return crate::cm::foreign_path(opened, local, task.session.timeout);
+        }
         ClientFault::KillAfterHello | ClientFault::KillAfterAccept | ClientFault::CmBadNonce => {
             let (mut session, qp, resources) = opened.into_parts();
             let psn = session.hello(&qp)?;

@@ -17,6 +17,7 @@
 //! up), then lets the gate judge the path the request set up, and stops listening.
 
 pub(crate) mod bind;
+mod path;
 mod qp;
 mod raw;
 mod sys;
@@ -33,6 +34,7 @@ use crate::{Init, QueuePair, Rts};
 
 use bind::bind;
 pub use bind::device_for;
+pub use path::PathRecord;
 use raw::{Channel, Event, Id};
 
 /// Whether RDMA CM can be used here: its event channel opens (the rdma_ucm module is loaded).
@@ -144,6 +146,79 @@ fn same_device(id: &Id, local: &LocalPort) -> Result<()> {
     }
 }
 
+/// Resolves `to`'s address (from `from`, when given) for `id`, on `ch`, within `deadline`.
+fn resolve_addr(
+    ch: &Channel,
+    id: &Id,
+    from: Option<IpAddr>,
+    to: SocketAddr,
+    deadline: Instant,
+) -> Result<()> {
+    use cm::rdma_cm_event_type as T;
+    let src = from.map(|ip| raw::std_to_sockaddr(SocketAddr::new(ip, 0)));
+    let dst = raw::std_to_sockaddr(SocketAddr::new(raw::ip_of(to), to.port()));
+    // SAFETY: valid id; both addresses are valid sockaddrs librdmacm only reads (src may
+    // be NULL: the route chooses).
+    let rc = unsafe {
+        cm::rdma_resolve_addr(
+            id.raw(),
+            src.as_ref()
+                .map_or(std::ptr::null_mut(), |s| s.as_ptr().cast_mut().cast()),
+            dst.as_ptr().cast_mut().cast(),
+            ms_until(deadline),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::last_os(VerbOp::CmResolveAddr, to.to_string()));
+    }
+    expect(
+        ch,
+        "resolve address",
+        T::RDMA_CM_EVENT_ADDR_RESOLVED,
+        deadline,
+        &|| false,
+    )
+    .map(|_| ())
+}
+
+/// Resolves `id`'s route (its address resolved), within `deadline`.
+fn resolve_route(ch: &Channel, id: &Id, to: SocketAddr, deadline: Instant) -> Result<()> {
+    use cm::rdma_cm_event_type as T;
+    // SAFETY: valid id with a resolved address.
+    if unsafe { cm::rdma_resolve_route(id.raw(), ms_until(deadline)) } != 0 {
+        return Err(Error::last_os(VerbOp::CmResolveRoute, to.to_string()));
+    }
+    expect(
+        ch,
+        "resolve route",
+        T::RDMA_CM_EVENT_ROUTE_RESOLVED,
+        deadline,
+        &|| false,
+    )
+    .map(|_| ())
+}
+
+/// The path RDMA CM resolves from `from` to `to`, on an id of its own.
+fn resolved_path(from: Option<IpAddr>, to: SocketAddr, deadline: Instant) -> Result<PathRecord> {
+    let ch = Channel::new()?;
+    let id = Id::new(&ch)?;
+    resolve_addr(&ch, &id, from, to, deadline)?;
+    resolve_route(&ch, &id, to, deadline)?;
+    // SAFETY: valid id whose route is resolved: `path_rec` is NULL or `num_paths` records
+    // librdmacm owns while the id lives; the first is copied out here.
+    let first = unsafe {
+        let route = &(*id.raw()).route;
+        (route.num_paths > 0 && !route.path_rec.is_null())
+            .then(|| PathRecord::from_sa(&*route.path_rec))
+    };
+    first.ok_or_else(|| {
+        Error::invalid(
+            format!("RDMA CM resolved no path record to {to}"),
+            "check `rdma link` and the route to the peer",
+        )
+    })
+}
+
 impl QueuePair<Init> {
     /// Connects to the RDMA CM listener at `to` (from `from`, the local address, when given):
     /// resolves the address and route, sends `private_data` with the connection request and
@@ -161,6 +236,37 @@ impl QueuePair<Init> {
         private_data: &[u8],
         deadline: Instant,
     ) -> Result<QueuePair<Rts>> {
+        self.connect_cm_via(local, from, to, private_data, deadline, None)
+    }
+
+    /// [`connect_cm`](Self::connect_cm) along a path of the caller's: the one RDMA CM
+    /// resolves, as `edit` changes it, set with `rdma_set_option(RDMA_OPTION_IB_PATH)` (as an
+    /// InfiniBand application with its own path record does). The connection request carries
+    /// the record's GIDs; a test peer uses this to name another source GID than its own.
+    ///
+    /// # Errors
+    /// As [`connect_cm`](Self::connect_cm), and a path the kernel refuses.
+    pub fn connect_cm_with_path(
+        self,
+        local: &LocalPort,
+        from: Option<IpAddr>,
+        to: SocketAddr,
+        private_data: &[u8],
+        deadline: Instant,
+        edit: &mut dyn FnMut(&mut PathRecord),
+    ) -> Result<QueuePair<Rts>> {
+        self.connect_cm_via(local, from, to, private_data, deadline, Some(edit))
+    }
+
+    fn connect_cm_via(
+        self,
+        local: &LocalPort,
+        from: Option<IpAddr>,
+        to: SocketAddr,
+        private_data: &[u8],
+        deadline: Instant,
+        edit: Option<&mut dyn FnMut(&mut PathRecord)>,
+    ) -> Result<QueuePair<Rts>> {
         use cm::rdma_cm_event_type as T;
         if private_data.len() > MAX_PRIVATE_DATA {
             return Err(Error::invalid(
@@ -168,44 +274,49 @@ impl QueuePair<Init> {
                 "send at most 56 bytes",
             ));
         }
+        let path = match edit {
+            Some(edit) => {
+                let mut path = resolved_path(from, to, deadline)?;
+                edit(&mut path);
+                Some(path)
+            }
+            None => None,
+        };
         let never = || false;
         let ch = Channel::new()?;
         let id = Id::new(&ch)?;
-        let src = from.map(|ip| raw::std_to_sockaddr(SocketAddr::new(ip, 0)));
-        let dst = raw::std_to_sockaddr(SocketAddr::new(raw::ip_of(to), to.port()));
-        // SAFETY: valid id; both addresses are valid sockaddrs librdmacm only reads (src may
-        // be NULL: the route chooses).
-        let rc = unsafe {
-            cm::rdma_resolve_addr(
-                id.raw(),
-                src.as_ref()
-                    .map_or(std::ptr::null_mut(), |s| s.as_ptr().cast_mut().cast()),
-                dst.as_ptr().cast_mut().cast(),
-                ms_until(deadline),
-            )
-        };
-        if rc != 0 {
-            return Err(Error::last_os(VerbOp::CmResolveAddr, to.to_string()));
-        }
-        expect(
-            &ch,
-            "resolve address",
-            T::RDMA_CM_EVENT_ADDR_RESOLVED,
-            deadline,
-            &never,
-        )?;
+        resolve_addr(&ch, &id, from, to, deadline)?;
         same_device(&id, local)?;
-        // SAFETY: valid id with a resolved address.
-        if unsafe { cm::rdma_resolve_route(id.raw(), ms_until(deadline)) } != 0 {
-            return Err(Error::last_os(VerbOp::CmResolveRoute, to.to_string()));
+        match path {
+            None => resolve_route(&ch, &id, to, deadline)?,
+            Some(path) => {
+                let mut data = path.to_path_data();
+                // SAFETY: valid id with a resolved address; `data` is one ibv_path_data that
+                // lives through the call, which copies it, and its size is the length given.
+                let rc = unsafe {
+                    cm::rdma_set_option(
+                        id.raw(),
+                        cm::RDMA_OPTION_IB as libc::c_int,
+                        cm::RDMA_OPTION_IB_PATH as libc::c_int,
+                        (&raw mut data).cast(),
+                        std::mem::size_of::<cm::ibv_path_data>(),
+                    )
+                };
+                if rc != 0 {
+                    return Err(Error::last_os(
+                        VerbOp::CmResolveRoute,
+                        "rdma_set_option(RDMA_OPTION_IB_PATH)",
+                    ));
+                }
+                expect(
+                    &ch,
+                    "set the path",
+                    T::RDMA_CM_EVENT_ROUTE_RESOLVED,
+                    deadline,
+                    &never,
+                )?;
+            }
         }
-        expect(
-            &ch,
-            "resolve route",
-            T::RDMA_CM_EVENT_ROUTE_RESOLVED,
-            deadline,
-            &never,
-        )?;
         let mut param = conn_param(self.qpn(), private_data);
         // SAFETY: valid id with a route; `param` (and the private data it points to) lives
         // through the call, which copies it.

@@ -97,7 +97,8 @@ pub(super) fn our_choice(shape: &Shape, client: &str, server: &str) -> Result<()
 /// With `--cm-bad-nonce`: the first client's connection request was refused for its nonce
 /// (its error names the CM's REJECTED event) and the server said the session failed; a flood
 /// of wrong-nonce requests made the server give that session up in time, with `cm_rejected`
-/// events; a second request after a session's own was refused at once; a bench session that
+/// events; a second request after a session's own was refused at once; a request along a
+/// path to a third host was rejected for its path; a bench session that
 /// connected late was ended at --bench-max-time from its accept (issue 23, items 4, 5 and 6);
 /// then the server served the real client (judged by [`our_choice`]).
 pub(super) fn rejected<'a>(
@@ -122,7 +123,12 @@ pub(super) fn rejected<'a>(
         ));
     }
     println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
-    for name in [plans::CM_FLOOD, plans::CM_TWICE, plans::CM_LATE] {
+    for name in [
+        plans::CM_FLOOD,
+        plans::CM_TWICE,
+        plans::CM_FOREIGN,
+        plans::CM_LATE,
+    ] {
         match step(name) {
             Some(s) if s.ok && s.exit_code == Some(0) => {
                 let said = s.stdout.lines().last().unwrap_or_default();

@@ -274,6 +274,8 @@ pub const BAD_NONCE: &str = "client-bad-nonce";
 pub const CM_FLOOD: &str = "client-cm-flood";
 /// The step of a client that sends a second RDMA CM request after its own (`--cm-bad-nonce`).
 pub const CM_TWICE: &str = "client-cm-twice";
+/// The step of a client whose RDMA CM request names a third host's GID (`--cm-bad-nonce`).
+pub const CM_FOREIGN: &str = "client-cm-foreign-path";
 /// The step of a bench client that connects through RDMA CM late and pings slowly, against
 /// a server of its own (`--cm-bad-nonce`).
 pub const CM_LATE: &str = "client-cm-late-bench";
@@ -358,7 +360,8 @@ fn misbehaving(shape: &Shape, tag: Tag, name: &str, fault: &str) -> Step {
     // Tried once: a peer that fails must say so, not be tried again; the client itself waits
     // for a server that does not listen yet.
     step.retries = 0;
-    step.argv.extend(["--wait-for-server".to_owned(), "20s".to_owned()]);
+    step.argv
+        .extend(["--wait-for-server".to_owned(), "20s".to_owned()]);
     step
 }
 
@@ -531,7 +534,11 @@ pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
             b_steps.push(bad);
             // Each exits 0 only where the server behaved; judged (with its output) by
             // `judge::rejected`, so a failure shows what it saw.
-            for (name, fault) in [(CM_FLOOD, "cm-flood"), (CM_TWICE, "cm-twice")] {
+            for (name, fault) in [
+                (CM_FLOOD, "cm-flood"),
+                (CM_TWICE, "cm-twice"),
+                (CM_FOREIGN, "cm-foreign-path"),
+            ] {
                 let mut step = misbehaving(shape, tag, name, fault);
                 step.allow_failure = true;
                 b_steps.push(step);
