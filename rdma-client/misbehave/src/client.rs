@@ -1,6 +1,7 @@
 //! `rdma-misbehave-client`: `rdma-client`'s own session steps ([`rdma_client::run`],
 //! [`rdma_client::session`], [`rdma_client::bench`]), with one done wrong.
 
+use crate::pace::SLOW_PING;
 use crate::rewrite::{self, Rewriter};
 use color_eyre::eyre::{Result, bail};
 use rdma_client::bench;
@@ -62,9 +63,6 @@ pub struct MisbehaveArgs {
     #[command(flatten)]
     pub client: client_cli::Args,
 }
-
-/// How long `slow-ping` waits before each ping.
-pub const SLOW_PING: Duration = Duration::from_secs(1);
 
 /// Runs the client's task with the fault.
 ///

@@ -12,5 +12,6 @@
 
 pub mod client;
 pub mod cm;
+pub mod pace;
 pub mod rewrite;
 pub mod server;

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::e2e::Bins;
 use crate::plan::{PlanResult, Step};
 
-use super::results::Target;
+use super::results::{Count, Flood, Floor, Target};
 
 /// Arguments of `xtask bench-flood`.
 #[derive(Debug, Args)]
@@ -66,42 +66,11 @@ const BARE_FLOOD: &str = "bare flood";
 const BARE_GO: &str = "bare-go";
 const BARE_DONE: &str = "bare-done";
 
-/// What a flood counted.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Count {
-    pub connections: u64,
-    pub failed: u64,
-    pub secs: f64,
-}
-
 /// A process's CPU time.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct Cpu {
     pid: u32,
     cpu_ms: f64,
-}
-
-/// The measurement, as `results.json` keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Flood {
-    pub count: Count,
-    /// Server CPU over the flood, milliseconds.
-    pub cpu_ms: f64,
-    pub cpu_per_connection_ms: f64,
-    /// The real client's write after the flood verified.
-    pub verified: bool,
-    /// The floor under the same emulation: the same flood against a bare loop that accepts,
-    /// writes a line, reads to the end and closes.
-    #[serde(default)]
-    pub bare: Option<Floor>,
-}
-
-/// What the bare loop's connections cost.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Floor {
-    pub count: Count,
-    pub cpu_ms: f64,
-    pub cpu_per_connection_ms: f64,
 }
 
 /// Entry point.

@@ -122,7 +122,38 @@ pub struct Results {
     pub flood_secs: f64,
     /// What the flood measured ([`super::flood`]).
     #[serde(default)]
-    pub flood: Option<super::flood::Flood>,
+    pub flood: Option<Flood>,
+}
+
+/// What a stranger flood ([`super::flood`]) counted.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Count {
+    pub connections: u64,
+    pub failed: u64,
+    pub secs: f64,
+}
+
+/// The measurement, as `results.json` keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flood {
+    pub count: Count,
+    /// Server CPU over the flood, milliseconds.
+    pub cpu_ms: f64,
+    pub cpu_per_connection_ms: f64,
+    /// The real client's write after the flood verified.
+    pub verified: bool,
+    /// The floor under the same emulation: the same flood against a bare loop that accepts,
+    /// writes a line, reads to the end and closes.
+    #[serde(default)]
+    pub bare: Option<Floor>,
+}
+
+/// What the bare loop's connections cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Floor {
+    pub count: Count,
+    pub cpu_ms: f64,
+    pub cpu_per_connection_ms: f64,
 }
 
 /// Median of the values (NaN-free input), `None` when empty.
