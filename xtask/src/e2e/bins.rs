@@ -35,6 +35,29 @@ pub fn build(selftest: bool) -> Result<()> {
     .wrap_err("building the binaries")
 }
 
+/// Builds rdma-core-rs's example `name` and returns its path (valid in the guests too).
+pub fn build_example(name: &str) -> Result<String> {
+    let sh = Shell::new()?;
+    println!("e2e: building rdma-core-rs's example {name}");
+    exec::run_loud(
+        cmd!(sh, "cargo build --package rdma-core-rs --example {name}"),
+        Duration::from_secs(1200),
+    )
+    .wrap_err_with(|| format!("building the example {name}"))?;
+    let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
+    let path = xtask
+        .parent()
+        .ok_or_else(|| eyre!("xtask binary has no directory"))?
+        .join("examples")
+        .join(name);
+    if !path.exists() {
+        bail!("{} is missing after building it", path.display());
+    }
+    path.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| eyre!("{} is not UTF-8", path.display()))
+}
+
 /// Absolute paths of the binaries (valid in the guests too: they see the host's root).
 #[derive(Debug, Clone)]
 pub struct Bins {

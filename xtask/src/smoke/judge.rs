@@ -124,6 +124,7 @@ pub(super) fn rejected<'a>(
     }
     println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
     for name in [
+        plans::CM_EXAMPLE,
         plans::CM_FLOOD,
         plans::CM_TWICE,
         plans::CM_FOREIGN,

@@ -242,10 +242,16 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
     let ours = if group.iter().any(|a| a.rdma_write) {
         crate::e2e::build(false)?;
         let b = crate::e2e::Bins::locate(false)?;
+        let cm_example = if group.iter().any(|a| a.cm_bad_nonce) {
+            Some(crate::e2e::build_example("cm_connect")?)
+        } else {
+            None
+        };
         Some(plans::Ours {
             server: b.server,
             client: b.client,
             misbehave_client: b.misbehave_client,
+            cm_example,
         })
     } else {
         None

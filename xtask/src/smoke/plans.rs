@@ -225,6 +225,8 @@ pub struct Ours {
     pub client: String,
     /// The test-only misbehaving client (`rdma-misbehave-client`).
     pub misbehave_client: String,
+    /// rdma-core-rs's RDMA CM example (`examples/cm_connect`), where a shape runs it.
+    pub cm_example: Option<String>,
 }
 
 /// Our pair, with no device, port or GID flags: the server one-shot on its default dual-stack
@@ -274,6 +276,8 @@ pub const BAD_NONCE: &str = "client-bad-nonce";
 pub const CM_FLOOD: &str = "client-cm-flood";
 /// The step of a client that sends a second RDMA CM request after its own (`--cm-bad-nonce`).
 pub const CM_TWICE: &str = "client-cm-twice";
+/// The step of rdma-core-rs's RDMA CM example in guest A (`--cm-bad-nonce`).
+pub const CM_EXAMPLE: &str = "cm-example";
 /// The step of a client whose RDMA CM request names a third host's GID (`--cm-bad-nonce`).
 pub const CM_FOREIGN: &str = "client-cm-foreign-path";
 /// The step of a bench client that connects through RDMA CM late and pings slowly, against
@@ -525,6 +529,19 @@ pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
             // judged by the pings it printed (vm-smoke), not by how it ended.
             server.stop_when_file = Some(done.clone());
             server.allow_failure = true;
+        }
+        if let (true, Some(example)) = (
+            shape.cm_bad_nonce,
+            shape.ours.as_ref().and_then(|o| o.cm_example.as_ref()),
+        ) {
+            // rdma-core-rs's own RDMA CM example, both ends in guest A, before our pair.
+            let mut step = Step::new(
+                tag.name(CM_EXAMPLE),
+                &[example, &shape.addr(1, shape.traffic_link())],
+            );
+            step.timeout_s = 60.0;
+            step.allow_failure = true;
+            a_steps.push(step);
         }
         a_steps.push(server);
         if shape.cm_bad_nonce {

@@ -138,6 +138,7 @@ mod tests {
                     server: "s".to_owned(),
                     client: "c".to_owned(),
                     misbehave_client: "m".to_owned(),
+                    cm_example: None,
                 }),
             )
             .unwrap()

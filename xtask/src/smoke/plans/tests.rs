@@ -28,6 +28,7 @@ fn our_bins() -> Ours {
         server: "/t/rdma-server".into(),
         client: "/t/rdma-client".into(),
         misbehave_client: "/t/rdma-misbehave-client".into(),
+        cm_example: Some("/t/examples/cm_connect".into()),
     }
 }
 
@@ -300,6 +301,8 @@ fn a_bad_nonce_is_presented_by_the_misbehaving_peer() {
     let late = step(&two[1].1, CM_LATE);
     assert_eq!(late.argv[1..3], owned(&["--fault", "cm-late-bench"])[..]);
     assert!(late.argv.iter().any(|a| a == "--server-bench-max-time"));
+    let example = step(&two[0].1, CM_EXAMPLE);
+    assert_eq!(example.argv[0], "/t/examples/cm_connect");
     let server = step(&two[0].1, "server-late-bench");
     assert!(server.background && server.argv.iter().any(|a| a == "--bench-max-time"));
     let names: Vec<&str> = two[1].1.steps.iter().map(|s| s.name.as_str()).collect();
