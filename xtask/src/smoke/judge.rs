@@ -1,7 +1,7 @@
 //! The verdicts on our own pair in a `vm-smoke` run (`--rdma-write`): what both ends chose and
 //! said, read from their `--json` events.
 
-use super::plans::{self, Shape};
+use super::plans::Shape;
 use crate::plan::LinkKind;
 
 /// Our pair's verdict: the client's write verified, and both ends on the traffic link's device
@@ -110,8 +110,8 @@ pub(super) fn rejected<'a>(
     if !shape.cm_bad_nonce {
         return Ok(());
     }
-    let Some(bad) = step(plans::BAD_NONCE) else {
-        return Err(format!("no {} step ran", plans::BAD_NONCE));
+    let Some(bad) = step(super::cm::BAD_NONCE) else {
+        return Err(format!("no {} step ran", super::cm::BAD_NONCE));
     };
     let refused = bad.stdout.contains("RDMA_CM_EVENT_REJECTED");
     let told = server.contains("did not connect through RDMA CM");
@@ -124,11 +124,11 @@ pub(super) fn rejected<'a>(
     }
     println!("  bad nonce  rejected by the server's RDMA CM listener, which went on serving");
     for name in [
-        plans::CM_EXAMPLE,
-        plans::CM_FLOOD,
-        plans::CM_TWICE,
-        plans::CM_FOREIGN,
-        plans::CM_LATE,
+        super::cm::CM_EXAMPLE,
+        super::cm::CM_FLOOD,
+        super::cm::CM_TWICE,
+        super::cm::CM_FOREIGN,
+        super::cm::CM_LATE,
     ] {
         match step(name) {
             Some(s) if s.ok && s.exit_code == Some(0) => {

@@ -7,6 +7,7 @@
 //! [`plans`] holds what each guest does, `judge` the verdicts on our pair, `suite` the shapes
 //! `cargo xtask test` runs.
 
+mod cm;
 mod judge;
 mod lossy;
 mod plans;

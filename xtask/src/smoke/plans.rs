@@ -58,7 +58,7 @@ pub struct Shape {
     pub tclass: Option<u8>,
     /// `--bench MODE` for our client (a short run of 4096-byte messages).
     pub bench: Option<String>,
-    /// A client with a wrong RDMA CM nonce goes first (see [`BAD_NONCE`]).
+    /// A client with a wrong RDMA CM nonce goes first (see [`super::cm::BAD_NONCE`]).
     pub cm_bad_nonce: bool,
     /// Both guests drop this percentage of the frames they send on the traffic link while our
     /// pair runs the lossy workload ([`super::lossy`]).
@@ -270,105 +270,6 @@ pub(super) fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>>
     Some(v)
 }
 
-/// The step of a client that presents a wrong RDMA CM nonce (`--cm-bad-nonce`).
-pub const BAD_NONCE: &str = "client-bad-nonce";
-/// The step of a client that floods its session's RDMA CM listener (`--cm-bad-nonce`).
-pub const CM_FLOOD: &str = "client-cm-flood";
-/// The step of a client that sends a second RDMA CM request after its own (`--cm-bad-nonce`).
-pub const CM_TWICE: &str = "client-cm-twice";
-/// The step of rdma-core-rs's RDMA CM example in guest A (`--cm-bad-nonce`).
-pub const CM_EXAMPLE: &str = "cm-example";
-/// The step of a client whose RDMA CM request names a third host's GID (`--cm-bad-nonce`).
-pub const CM_FOREIGN: &str = "client-cm-foreign-path";
-/// The step of a bench client that connects through RDMA CM late and pings slowly, against
-/// a server of its own (`--cm-bad-nonce`).
-pub const CM_LATE: &str = "client-cm-late-bench";
-/// That server's `--timeout` and `--bench-max-time`, and its port.
-const LATE_TIMEOUT: &str = "2s";
-const LATE_MAX_TIME: &str = "4s";
-const LATE_PORT: u16 = 7499;
-
-/// The late bench client's server (a `--serve` of its own, with short limits: issue 23, item
-/// 6), until `done`, and the client.
-fn late_bench(shape: &Shape, tag: Tag, done: &str) -> Option<(Step, Step)> {
-    let ours = shape.ours.as_ref()?;
-    let listen = format!("[::]:{LATE_PORT}");
-    let mut server = Step::new(
-        tag.name("server-late-bench"),
-        &[
-            &ours.server,
-            "--serve",
-            "--json",
-            "--timeout",
-            LATE_TIMEOUT,
-            "--bench-max-time",
-            LATE_MAX_TIME,
-            "--listen",
-            &listen,
-        ],
-    );
-    server.background = true;
-    server.create_file_when_started = Some(tag.name("late-bench-up"));
-    server.stop_when_file = Some(done.to_owned());
-    server.allow_failure = true;
-    let addr = shape.server_addr();
-    let to = if addr.contains(':') {
-        format!("[{addr}]:{LATE_PORT}")
-    } else {
-        format!("{addr}:{LATE_PORT}")
-    };
-    let mut client = Step::new(
-        tag.name(CM_LATE),
-        &[
-            &ours.misbehave_client,
-            "--fault",
-            "cm-late-bench",
-            "--server-bench-max-time",
-            LATE_MAX_TIME,
-            "--json",
-            "--cm",
-            "--bench",
-            "lat",
-            "--size",
-            "4096",
-            "--iters",
-            "100000",
-            // The marker says the server started, not that it listens yet: the client waits,
-            // and is tried once.
-            "--wait-for-server",
-            "20s",
-            &to,
-        ],
-    );
-    client.wait_for_file = Some(tag.name("late-bench-up"));
-    client.timeout_s = 60.0;
-    client.allow_failure = true;
-    Some((server, client))
-}
-
-/// Our client's step made the test-only peer's, with `--fault fault`, named `name`.
-fn misbehaving(shape: &Shape, tag: Tag, name: &str, fault: &str) -> Step {
-    let mut step = client_step(shape, 2, tag);
-    step.name = tag.name(name);
-    // The test-only peer: rdma-client's arguments after its `--fault`.
-    if let Some(ours) = &shape.ours {
-        step.argv.splice(
-            0..1,
-            [
-                ours.misbehave_client.clone(),
-                "--fault".to_owned(),
-                fault.to_owned(),
-            ],
-        );
-    }
-    // Tried once: a peer that fails must say so, not be tried again; the client itself waits
-    // for a server that does not listen yet.
-    step.retries = 0;
-    step.argv
-        .extend(["--wait-for-server".to_owned(), "20s".to_owned()]);
-    step
-}
-
 /// What our client writes (`--rdma-write`).
 pub const OUR_MESSAGE: &str = "Hello RDMA Write!";
 
@@ -530,41 +431,27 @@ pub fn plans_for(shapes: &[Shape]) -> Vec<(String, Plan)> {
             server.stop_when_file = Some(done.clone());
             server.allow_failure = true;
         }
-        if let (true, Some(example)) = (
-            shape.cm_bad_nonce,
-            shape.ours.as_ref().and_then(|o| o.cm_example.as_ref()),
-        ) {
-            // rdma-core-rs's own RDMA CM example, both ends in guest A, before our pair.
-            let mut step = Step::new(
-                tag.name(CM_EXAMPLE),
-                &[example, &shape.addr(1, shape.traffic_link())],
-            );
-            step.timeout_s = 60.0;
-            step.allow_failure = true;
-            a_steps.push(step);
-        }
+        let cm = match (&shape.ours, shape.cm_bad_nonce) {
+            (Some(ours), true) => {
+                let names = |n: &str| tag.name(n);
+                super::cm::steps(&super::cm::Parts {
+                    tag: &names,
+                    client: client_step(shape, 2, tag),
+                    server_bin: &ours.server,
+                    misbehave_client: &ours.misbehave_client,
+                    cm_example: ours.cm_example.as_deref(),
+                    server: shape.server_addr(),
+                    guest_a: shape.addr(1, shape.traffic_link()),
+                    done: &done,
+                })
+            }
+            _ => Default::default(),
+        };
+        let ((before, after), cm_b) = cm;
+        a_steps.extend(before);
         a_steps.push(server);
-        if shape.cm_bad_nonce {
-            let mut bad = misbehaving(shape, tag, BAD_NONCE, "cm-bad-nonce");
-            // Rejected by the server's RDMA CM listener: an RDMA error (3), not a crash.
-            bad.expect_exit = 3;
-            b_steps.push(bad);
-            // Each exits 0 only where the server behaved; judged (with its output) by
-            // `judge::rejected`, so a failure shows what it saw.
-            for (name, fault) in [
-                (CM_FLOOD, "cm-flood"),
-                (CM_TWICE, "cm-twice"),
-                (CM_FOREIGN, "cm-foreign-path"),
-            ] {
-                let mut step = misbehaving(shape, tag, name, fault);
-                step.allow_failure = true;
-                b_steps.push(step);
-            }
-            if let Some((server, client)) = late_bench(shape, tag, &done) {
-                a_steps.push(server);
-                b_steps.push(client);
-            }
-        }
+        a_steps.extend(after);
+        b_steps.extend(cm_b);
         let mut client = client_step(shape, 2, tag);
         // Made whatever the client's outcome, so that the next workload's turn comes.
         client.create_file_when_ended = Some(done);

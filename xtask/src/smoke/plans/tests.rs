@@ -1,6 +1,7 @@
 //! The plans of each vm-smoke shape, and of several in one boot.
 
 use super::*;
+use crate::smoke::cm::{BAD_NONCE, CM_EXAMPLE, CM_FLOOD, CM_LATE, CM_TWICE};
 
 pub(crate) fn shape() -> Shape {
     Shape {
