@@ -13,8 +13,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long a worker with nothing to do waits before it ends.
-pub(crate) const IDLE: Duration = Duration::from_secs(30);
+/// How long a worker with nothing to do waits before it ends: long enough to carry a burst of
+/// connections, short enough that an idle server is back to its accept loop alone soon (the
+/// load test holds it to that 20 s after its clients are done).
+pub(crate) const IDLE: Duration = Duration::from_secs(5);
 
 type Job = Box<dyn FnOnce() + Send>;
 

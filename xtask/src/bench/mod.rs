@@ -129,6 +129,7 @@ fn release_bins() -> Result<e2e::Bins> {
         misbehave_server: path("rdma-misbehave-server")?,
         xtask: crate::exec::self_exe()?,
         selftest: None,
+        cm_example: None,
     })
 }
 

@@ -9,8 +9,9 @@ use xshell::{Shell, cmd};
 /// test-only peers that misbehave on purpose (`rdma-misbehave`).
 pub const PACKAGES: [&str; 3] = ["rdma-server", "rdma-client", "rdma-misbehave"];
 
-/// Builds the binaries the scenarios run ([`PACKAGES`]), and the self-test example when asked
-/// for.
+/// Builds the binaries the scenarios run ([`PACKAGES`]), and rdma-core-rs's examples (the
+/// self-test, the RDMA CM example) when asked for: in one cargo invocation, so that the
+/// features of shared dependencies are the same in every build with examples.
 pub fn build(selftest: bool) -> Result<()> {
     let sh = Shell::new()?;
     println!("e2e: building {}", PACKAGES.join(", "));
@@ -24,6 +25,8 @@ pub fn build(selftest: bool) -> Result<()> {
             "rdma-core-rs",
             "--example",
             "loopback",
+            "--example",
+            "cm_connect",
         ]
     } else {
         &[]
@@ -33,29 +36,6 @@ pub fn build(selftest: bool) -> Result<()> {
         Duration::from_secs(1200),
     )
     .wrap_err("building the binaries")
-}
-
-/// Builds rdma-core-rs's example `name` and returns its path (valid in the guests too).
-pub fn build_example(name: &str) -> Result<String> {
-    let sh = Shell::new()?;
-    println!("e2e: building rdma-core-rs's example {name}");
-    exec::run_loud(
-        cmd!(sh, "cargo build --package rdma-core-rs --example {name}"),
-        Duration::from_secs(1200),
-    )
-    .wrap_err_with(|| format!("building the example {name}"))?;
-    let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
-    let path = xtask
-        .parent()
-        .ok_or_else(|| eyre!("xtask binary has no directory"))?
-        .join("examples")
-        .join(name);
-    if !path.exists() {
-        bail!("{} is missing after building it", path.display());
-    }
-    path.to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| eyre!("{} is not UTF-8", path.display()))
 }
 
 /// Absolute paths of the binaries (valid in the guests too: they see the host's root).
@@ -70,6 +50,8 @@ pub struct Bins {
     pub xtask: String,
     /// rdma-core-rs's device self-test, when asked for.
     pub selftest: Option<String>,
+    /// rdma-core-rs's RDMA CM example, built with the self-test.
+    pub cm_example: Option<String>,
 }
 
 impl Bins {
@@ -102,6 +84,11 @@ impl Bins {
             } else {
                 None
             },
+            cm_example: if selftest {
+                Some(path("examples/cm_connect")?)
+            } else {
+                None
+            },
         })
     }
 }
@@ -117,6 +104,7 @@ impl Bins {
             misbehave_server: "/bin/rdma-misbehave-server".into(),
             xtask: "/bin/xtask".into(),
             selftest: None,
+            cm_example: None,
         }
     }
 }

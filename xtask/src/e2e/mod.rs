@@ -19,7 +19,7 @@ mod run;
 pub mod scenarios;
 mod steps;
 
-pub use bins::{Bins, build, build_example};
+pub use bins::{Bins, build};
 
 use crate::backend::{self, Backend, BackendChoice};
 use crate::deps::{self, Group};

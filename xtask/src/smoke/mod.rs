@@ -241,18 +241,17 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
         return Ok(());
     }
     let ours = if group.iter().any(|a| a.rdma_write) {
-        crate::e2e::build(false)?;
-        let b = crate::e2e::Bins::locate(false)?;
-        let cm_example = if group.iter().any(|a| a.cm_bad_nonce) {
-            Some(crate::e2e::build_example("cm_connect")?)
-        } else {
-            None
-        };
+        // With rdma-core-rs's examples, as the one-node e2e builds them: one set of features,
+        // so no build here or there compiles the dependencies again.
+        crate::e2e::build(true)?;
+        let b = crate::e2e::Bins::locate(true)?;
         Some(plans::Ours {
             server: b.server,
             client: b.client,
             misbehave_client: b.misbehave_client,
-            cm_example,
+            cm_example: b
+                .cm_example
+                .filter(|_| group.iter().any(|a| a.cm_bad_nonce)),
         })
     } else {
         None
