@@ -188,25 +188,22 @@ where
     unreachable!("pinged past u64::MAX")
 }
 
-/// The host part `cm-foreign-path` claims: an address of our own subnet that nobody has.
-const THIRD_HOST: u8 = 250;
-
 /// `--fault cm-foreign-path` (issue 23, item 1): the session's RDMA CM connection request,
 /// with the right nonce and from our own address, but along a path whose source GID is a
-/// third host's (`rdma_set_option(RDMA_OPTION_IB_PATH)`, as any unprivileged process may):
-/// the server would point its queue pair there. It must reject the request and end the
-/// session naming the path. Exits 0 only then.
+/// host's other than ours (`rdma_set_option(RDMA_OPTION_IB_PATH)`, as any unprivileged process
+/// may): the server would point its queue pair there. The GID is the server's own address's,
+/// a host that answers (no neighbour resolution to wait out) and surely not ours. The server
+/// must reject the request and end the session naming the path. Exits 0 only then.
 pub fn foreign_path(opened: Opened<'_>, local: &LocalPort, timeout: Duration) -> Result<()> {
     let (mut session, qp, _r) = opened.into_parts();
     session.hello(&qp)?;
     let accept = session.await_accept()?;
     let (offer, from, to) = listener(&session, &accept)?;
-    let std::net::IpAddr::V4(ours) = from.ip() else {
-        bail!("cm-foreign-path claims a third IPv4 host: connect over IPv4");
-    };
-    let [a, b, c, _] = ours.octets();
-    let third = std::net::Ipv4Addr::new(a, b, c, THIRD_HOST);
-    let gid = rdma_core_rs::Gid(third.to_ipv6_mapped().octets());
+    let third = to.ip();
+    let gid = rdma_core_rs::Gid(match third {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(v6) => v6.octets(),
+    });
     let connected = qp.connect_cm_with_path(
         local,
         Some(from.ip()),
@@ -217,8 +214,8 @@ pub fn foreign_path(opened: Opened<'_>, local: &LocalPort, timeout: Duration) ->
     );
     if connected.is_ok() {
         bail!(
-            "the server connected its queue pair along a path to {third}, a third host, \
-             because our connection request said so"
+            "the server connected its queue pair along a path to {third}, not to us, because \
+             our connection request said so"
         );
     }
     let refused = connected
