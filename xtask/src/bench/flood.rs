@@ -228,8 +228,58 @@ fn cpu_ms(stat: &str, ticks_per_s: f64) -> Result<f64> {
     Ok((tick(11)? + tick(12)?) * 1000.0 / ticks_per_s)
 }
 
-/// The flood's steps: guest A's server (until `all_done`), its CPU read before and after;
-/// guest B's flood and the real client, which ends it. `server_ip` is guest A's.
+/// Guest A's two reads of the CPU of the process listening on `port`, named `names`: before
+/// the flood (once `ready` exists, when given; it then makes `go`) and after it (once `done`
+/// exists).
+fn cpu_reads(
+    bins: &Bins,
+    port: u16,
+    names: [&str; 2],
+    ready: Option<&str>,
+    go: &str,
+    done: &str,
+) -> [Step; 2] {
+    let port = port.to_string();
+    let cpu = |name: &str| {
+        let mut s = Step::new(name, &[&bins.xtask, "bench-flood", "--cpu-of", &port]);
+        s.allow_failure = true;
+        s
+    };
+    let mut before = cpu(names[0]);
+    before.wait_for_file = ready.map(str::to_owned);
+    // The process starts before it listens: read once it does (the flood's own first
+    // connection waits for that too, and the read is cheap to retry).
+    before.retries = 20;
+    before.retry_delay_s = 0.5;
+    before.create_file_when_done = Some(go.into());
+    let mut after = cpu(names[1]);
+    after.wait_for_file = Some(done.into());
+    [before, after]
+}
+
+/// Guest B's flood of `to` for `secs`, once `go` exists.
+fn flood_step(bins: &Bins, name: &str, to: &str, secs: f64, go: &str) -> Step {
+    let secs_arg = secs.to_string();
+    let mut flood = Step::new(
+        name,
+        &[
+            &bins.xtask,
+            "bench-flood",
+            "--connect",
+            to,
+            "--secs",
+            &secs_arg,
+        ],
+    );
+    flood.wait_for_file = Some(go.into());
+    flood.timeout_s = secs + 120.0;
+    flood.allow_failure = true;
+    flood
+}
+
+/// The flood's steps: guest A's server (until `all_done`) and the bare loop, each's CPU read
+/// before and after its flood; guest B's flood of ours, the real client (which ends it), and
+/// the bare loop's flood. `server_ip` is guest A's.
 pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<Step>, Vec<Step>) {
     let token = format!("RDMA_WRITE_TOKEN={TOKEN}");
     let listen = format!("0.0.0.0:{PORT}");
@@ -249,19 +299,7 @@ pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<St
     server.create_file_when_started = Some(UP.into());
     server.stop_when_file = Some(all_done.into());
     server.allow_failure = true;
-    let port = PORT.to_string();
-    let cpu = |name: &str| Step::new(name, &[&bins.xtask, "bench-flood", "--cpu-of", &port]);
-    let mut before = cpu(CPU_BEFORE);
-    before.wait_for_file = Some(UP.into());
-    // The server process starts before it listens: read once it answers (the flood's own
-    // first connection waits for that too, and the read is cheap to retry).
-    before.retries = 20;
-    before.retry_delay_s = 0.5;
-    before.create_file_when_done = Some(GO.into());
-    before.allow_failure = true;
-    let mut after = cpu(CPU_AFTER);
-    after.wait_for_file = Some(DONE.into());
-    after.allow_failure = true;
+    let [before, after] = cpu_reads(bins, PORT, [CPU_BEFORE, CPU_AFTER], Some(UP), GO, DONE);
     let bare_listen = format!("0.0.0.0:{BARE_PORT}");
     let mut bare = Step::new(
         BARE,
@@ -277,33 +315,17 @@ pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<St
     bare.background = true;
     bare.stop_when_file = Some(all_done.into());
     bare.allow_failure = true;
-    let bare_port = BARE_PORT.to_string();
-    let bare_cpu =
-        |name: &str| Step::new(name, &[&bins.xtask, "bench-flood", "--cpu-of", &bare_port]);
-    let mut bare_before = bare_cpu(BARE_BEFORE);
-    bare_before.retries = 20;
-    bare_before.retry_delay_s = 0.5;
-    bare_before.create_file_when_done = Some(BARE_GO.into());
-    bare_before.allow_failure = true;
-    let mut bare_after = bare_cpu(BARE_AFTER);
-    bare_after.wait_for_file = Some(BARE_DONE.into());
-    bare_after.allow_failure = true;
+    let [bare_before, bare_after] = cpu_reads(
+        bins,
+        BARE_PORT,
+        [BARE_BEFORE, BARE_AFTER],
+        None,
+        BARE_GO,
+        BARE_DONE,
+    );
 
     let to = format!("{server_ip}:{PORT}");
-    let mut flood = Step::new(
-        FLOOD,
-        &[
-            &bins.xtask,
-            "bench-flood",
-            "--connect",
-            &to,
-            "--secs",
-            &secs.to_string(),
-        ],
-    );
-    flood.wait_for_file = Some(GO.into());
-    flood.timeout_s = secs + 120.0;
-    flood.allow_failure = true;
+    let flood = flood_step(bins, FLOOD, &to, secs, GO);
     let mut client = Step::new(
         CLIENT,
         &[
@@ -318,20 +340,13 @@ pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<St
     );
     client.create_file_when_ended = Some(DONE.into());
     client.allow_failure = true;
-    let bare_to = format!("{server_ip}:{BARE_PORT}");
-    let mut bare_flood = flood.clone();
-    bare_flood.name = BARE_FLOOD.into();
-    bare_flood.argv = [
-        &bins.xtask,
-        "bench-flood",
-        "--connect",
-        &bare_to,
-        "--secs",
-        &secs.to_string(),
-    ]
-    .map(String::from)
-    .to_vec();
-    bare_flood.wait_for_file = Some(BARE_GO.into());
+    let mut bare_flood = flood_step(
+        bins,
+        BARE_FLOOD,
+        &format!("{server_ip}:{BARE_PORT}"),
+        secs,
+        BARE_GO,
+    );
     bare_flood.create_file_when_ended = Some(BARE_DONE.into());
     (
         vec![server, bare, before, after, bare_before, bare_after],
@@ -339,16 +354,35 @@ pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<St
     )
 }
 
+/// The last JSON line of step `name`'s output.
+fn json_of<T: serde::de::DeserializeOwned>(r: &PlanResult, name: &str) -> Option<T> {
+    let step = r.step(name)?;
+    let line = step.stdout.lines().rev().find(|l| l.starts_with('{'))?;
+    serde_json::from_str(line).ok()
+}
+
+/// What one flood cost: its count and the CPU the flooded process used over it (from guest
+/// A's reads `before` and `after`, guest B's flood `flood`), and whether one process was read.
+fn cost(
+    a: &PlanResult,
+    b: &PlanResult,
+    [before, after, flood]: [&str; 3],
+) -> Option<(Floor, bool)> {
+    let before: Cpu = json_of(a, before)?;
+    let after: Cpu = json_of(a, after)?;
+    let count: Count = json_of(b, flood)?;
+    let cpu_ms = (after.cpu_ms - before.cpu_ms).max(0.0);
+    let floor = Floor {
+        count,
+        cpu_ms,
+        cpu_per_connection_ms: cpu_ms / count.connections.max(1) as f64,
+    };
+    Some((floor, before.pid == after.pid))
+}
+
 /// The measurement from both guests' results; `None` where a step gave nothing to go on.
 pub fn collect(a: &PlanResult, b: &PlanResult) -> Option<Flood> {
-    let json = |r: &PlanResult, name: &str| {
-        r.step(name)
-            .and_then(|s| s.stdout.lines().rev().find(|l| l.starts_with('{')))
-            .map(str::to_owned)
-    };
-    let before: Cpu = serde_json::from_str(&json(a, CPU_BEFORE)?).ok()?;
-    let after: Cpu = serde_json::from_str(&json(a, CPU_AFTER)?).ok()?;
-    let count: Count = serde_json::from_str(&json(b, FLOOD)?).ok()?;
+    let (ours, one_process) = cost(a, b, [CPU_BEFORE, CPU_AFTER, FLOOD])?;
     let verified = b.step(CLIENT).is_some_and(|s| {
         s.stdout.lines().any(|l| {
             matches!(
@@ -357,24 +391,12 @@ pub fn collect(a: &PlanResult, b: &PlanResult) -> Option<Flood> {
             )
         })
     });
-    let cpu_ms = (after.cpu_ms - before.cpu_ms).max(0.0);
-    let bare = (|| {
-        let before: Cpu = serde_json::from_str(&json(a, BARE_BEFORE)?).ok()?;
-        let after: Cpu = serde_json::from_str(&json(a, BARE_AFTER)?).ok()?;
-        let count: Count = serde_json::from_str(&json(b, BARE_FLOOD)?).ok()?;
-        let cpu_ms = (after.cpu_ms - before.cpu_ms).max(0.0);
-        Some(Floor {
-            count,
-            cpu_ms,
-            cpu_per_connection_ms: cpu_ms / count.connections.max(1) as f64,
-        })
-    })();
     Some(Flood {
-        count,
-        cpu_ms,
-        cpu_per_connection_ms: cpu_ms / count.connections.max(1) as f64,
-        verified: verified && before.pid == after.pid,
-        bare,
+        count: ours.count,
+        cpu_ms: ours.cpu_ms,
+        cpu_per_connection_ms: ours.cpu_per_connection_ms,
+        verified: verified && one_process,
+        bare: cost(a, b, [BARE_BEFORE, BARE_AFTER, BARE_FLOOD]).map(|(floor, _)| floor),
     })
 }
 
@@ -464,6 +486,59 @@ mod tests {
         let count = flood(addr, Duration::from_millis(300), 2).unwrap();
         assert!(count.connections > 0, "{count:?}");
         assert_eq!(count.failed, 0, "{count:?}");
+    }
+
+    /// Both floods' costs from the guests' step outputs: CPU after less before, over the
+    /// connections; the real client's `verified` and one process read both times are needed.
+    #[test]
+    fn the_costs_come_from_the_guests_steps() {
+        let step = |name: &str, stdout: &str| crate::plan::StepResult {
+            name: name.into(),
+            stdout: stdout.into(),
+            ..Default::default()
+        };
+        let guests = |pid_after: u32| {
+            let a = PlanResult {
+                steps: vec![
+                    step(CPU_BEFORE, r#"{"pid":7,"cpu_ms":100.0}"#),
+                    step(
+                        CPU_AFTER,
+                        &format!(r#"{{"pid":{pid_after},"cpu_ms":1700.0}}"#),
+                    ),
+                    step(BARE_BEFORE, r#"{"pid":8,"cpu_ms":10.0}"#),
+                    step(BARE_AFTER, r#"{"pid":8,"cpu_ms":1310.0}"#),
+                ],
+                ..Default::default()
+            };
+            let b = PlanResult {
+                steps: vec![
+                    step(FLOOD, r#"{"connections":1000,"failed":0,"secs":10.0}"#),
+                    step(
+                        CLIENT,
+                        "{\"type\":\"verified\",\"verified\":true,\"length\":15,\"crc32c\":1,\"text\":\"after the flood\",\"truncated\":false}\n",
+                    ),
+                    step(BARE_FLOOD, r#"{"connections":1000,"failed":0,"secs":10.0}"#),
+                ],
+                ..Default::default()
+            };
+            (a, b)
+        };
+        let (a, b) = guests(7);
+        let f = collect(&a, &b).unwrap();
+        assert_eq!(
+            (f.cpu_ms, f.cpu_per_connection_ms, f.verified),
+            (1600.0, 1.6, true)
+        );
+        let bare = f.bare.unwrap();
+        assert_eq!((bare.cpu_ms, bare.cpu_per_connection_ms), (1300.0, 1.3));
+        let (a, b) = guests(9);
+        assert!(
+            !collect(&a, &b).unwrap().verified,
+            "another process read after"
+        );
+        let (mut a, b) = guests(7);
+        a.steps.truncate(2);
+        assert!(collect(&a, &b).unwrap().bare.is_none());
     }
 
     #[test]
