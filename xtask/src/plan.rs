@@ -113,6 +113,15 @@ pub struct Modules {
     pub insmod: Vec<String>,
 }
 
+/// `host:port`, an IPv6 address in brackets (`[fd00::1]:7471`), as our clients take a server.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 impl Node {
     /// A guest of the project's virtual link: `ip`/24 on eth0, with Soft-RoCE `rxe0` on it
     /// when `rxe` (the agent then creates it).
@@ -359,6 +368,12 @@ pub struct Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_and_port_bracket_ipv6() {
+        assert_eq!(host_port("10.0.0.1", 7471), "10.0.0.1:7471");
+        assert_eq!(host_port("fd00::1", 7499), "[fd00::1]:7499");
+    }
 
     #[test]
     fn minimal_plan_gets_defaults() {

@@ -60,12 +60,7 @@ fn late_bench(p: &Parts<'_>) -> (Step, Step) {
     server.create_file_when_started = Some(tag("late-bench-up"));
     server.stop_when_file = Some(p.done.to_owned());
     server.allow_failure = true;
-    let addr = &p.server;
-    let to = if addr.contains(':') {
-        format!("[{addr}]:{LATE_PORT}")
-    } else {
-        format!("{addr}:{LATE_PORT}")
-    };
+    let to = crate::plan::host_port(&p.server, LATE_PORT);
     let mut client = Step::new(
         tag(CM_LATE),
         &[

@@ -248,11 +248,8 @@ pub(super) fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>>
         }
         v
     } else {
-        let to = match (port, shape.server_addr()) {
-            (None, a) => a,
-            (Some(p), a) if a.contains(':') => format!("[{a}]:{p}"),
-            (Some(p), a) => format!("{a}:{p}"),
-        };
+        let addr = shape.server_addr();
+        let to = port.map_or_else(|| addr.clone(), |p| crate::plan::host_port(&addr, p));
         owned(&[cli, "--json", "--message", OUR_MESSAGE, &to])
     };
     if let Some(tc) = shape.tclass {
