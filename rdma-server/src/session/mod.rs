@@ -241,11 +241,12 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
 
-    /// A port source that counts its calls and has no port to give (no RDMA in `cargo test`).
+    /// A port source that counts its calls and has no port to give (no RDMA in `cargo test`);
+    /// shared, so that the test reads the count the session's context moved on.
     #[derive(Debug, Default)]
     struct CountingPorts(AtomicUsize);
 
-    impl PortSource for CountingPorts {
+    impl PortSource for Arc<CountingPorts> {
         fn serve(
             &self,
             _: Option<std::net::IpAddr>,
@@ -259,18 +260,8 @@ mod tests {
     }
 
     fn ctx(ports: Arc<CountingPorts>) -> SessionCtx {
-        #[derive(Debug)]
-        struct Shared(Arc<CountingPorts>);
-        impl PortSource for Shared {
-            fn serve(
-                &self,
-                local: Option<std::net::IpAddr>,
-            ) -> Result<(Arc<Served>, Option<String>), Failure> {
-                self.0.serve(local)
-            }
-        }
         SessionCtx {
-            ports: Box::new(Shared(ports)),
+            ports: Box::new(ports),
             policy: rdma_proto::ServerPolicy {
                 buffer_size: 64,
                 token: Some("s3cret".to_owned()),
