@@ -190,18 +190,26 @@ impl<'a> Write<'a> {
             token: self.token,
         });
         let server = &self.target.name;
-        let session = Session::open(self.target, hs, local, self.chosen, opts, out, |banner| {
-            format!(
-                "connected to {} ({} {}); local {} port {} gid[{}] {}",
-                server,
-                rdma_proto::printable(&banner.program),
-                rdma_proto::printable(&banner.program_version),
-                ctx.name(),
-                port.num,
-                gid.index,
-                gid.gid
-            )
-        })?;
+        let session = Session::open(
+            self.target,
+            hs,
+            &local.into(),
+            self.chosen,
+            opts,
+            out,
+            |banner| {
+                format!(
+                    "connected to {} ({} {}); local {} port {} gid[{}] {}",
+                    server,
+                    rdma_proto::printable(&banner.program),
+                    rdma_proto::printable(&banner.program_version),
+                    ctx.name(),
+                    port.num,
+                    gid.index,
+                    gid.gid
+                )
+            },
+        )?;
 
         // Verbs objects: the source buffer needs no remote access at all.
         let pd = ctx.alloc_pd()?;
@@ -287,7 +295,8 @@ impl<'a> Opened<'a> {
     pub fn connect(self) -> Result<Connected<'a>> {
         let local = self.local;
         let (mut session, qp, resources) = self.into_parts();
-        let (qp, accept) = session.connect(qp, |qp, accept| qp_ready_line(local, qp, accept))?;
+        let (qp, accept) =
+            session.connect(local, qp, |qp, accept| qp_ready_line(local, qp, accept))?;
         Ok(Connected::new(session, qp, &accept, resources))
     }
 

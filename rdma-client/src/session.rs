@@ -12,7 +12,7 @@ use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
     Accept, Banner, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, ErrorCode, Notify, Outcome,
-    ServerMessage,
+    QpEndpoint, ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::path::PathBuf;
@@ -168,12 +168,33 @@ fn first_addr((name, port): (&str, Option<u16>)) -> Option<SocketAddr> {
     found.ok().and_then(|mut addrs| addrs.next())
 }
 
-/// A session with one server, from its banner to its verdict.
+/// The device, port and GID a session's queue pairs live on, as its `connected` event names
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndName {
+    pub device: String,
+    pub port: u8,
+    pub gid_index: u32,
+    pub gid: String,
+}
+
+impl From<&LocalPort> for EndName {
+    fn from(local: &LocalPort) -> Self {
+        EndName {
+            device: local.ctx.name().to_owned(),
+            port: local.port.num,
+            gid_index: local.gid.index,
+            gid: local.gid.gid.to_string(),
+        }
+    }
+}
+
+/// A session with one server, from its banner to its verdict: the protocol half of every
+/// client run (the verbs are the caller's, passed to the steps that need them).
 #[derive(Debug)]
 pub struct Session<'a> {
     conn: LineConn<TcpStream>,
     hs: ClientHandshake,
-    local: &'a LocalPort,
     opts: &'a SessionOptions,
     out: Option<&'a Output>,
 }
@@ -184,7 +205,7 @@ impl<'a> Session<'a> {
     pub fn open(
         to: &Target,
         mut hs: ClientHandshake,
-        local: &'a LocalPort,
+        end: &EndName,
         chosen: Option<&str>,
         opts: &'a SessionOptions,
         out: Option<&'a Output>,
@@ -204,7 +225,6 @@ impl<'a> Session<'a> {
             let mut s = Session {
                 conn: LineConn::new(stream, DEFAULT_MAX_LINE),
                 hs,
-                local,
                 opts,
                 out,
             };
@@ -239,10 +259,10 @@ impl<'a> Session<'a> {
                 server: to.name.as_str().into(),
                 program: banner.program.as_str().into(),
                 program_version: banner.program_version.as_str().into(),
-                device: local.ctx.name().into(),
-                port: local.port.num,
-                gid_index: local.gid.index,
-                gid: local.gid.gid.to_string().into(),
+                device: end.device.as_str().into(),
+                port: end.port,
+                gid_index: end.gid_index,
+                gid: end.gid.as_str().into(),
                 chosen: chosen.map(Into::into),
             },
             || match chosen {
@@ -262,26 +282,31 @@ impl<'a> Session<'a> {
     /// [`connect_qp`]: Self::connect_qp
     pub fn connect(
         &mut self,
+        local: &LocalPort,
         qp: QueuePair<Init>,
         human: impl FnOnce(&QueuePair<Rts>, &Accept) -> String,
     ) -> Result<(QueuePair<Rts>, Accept)> {
-        let psn = self.hello(&qp)?;
+        let psn = self.hello(local, &qp)?;
         let accept = self.await_accept()?;
         let nonce = accept.cm.map(|offer| offer.nonce);
-        let qp = self.connect_qp(qp, psn, &accept, nonce.as_ref(), human)?;
+        let qp = self.connect_qp(local, qp, psn, &accept, nonce.as_ref(), human)?;
         Ok((qp, accept))
     }
 
-    /// Sends our hello for `qp` (through RDMA CM with `--cm`, or where the transport needs
-    /// it); returns the send PSN it announced.
-    pub fn hello(&mut self, qp: &QueuePair<Init>) -> Result<u32> {
+    /// Sends our hello for `qp` on `local` (through RDMA CM with `--cm`, or where the
+    /// transport needs it); returns the send PSN it announced.
+    pub fn hello(&mut self, local: &LocalPort, qp: &QueuePair<Init>) -> Result<u32> {
         let psn = rdma_core_rs::random_psn()?;
-        let cm = self.opts.cm || self.local.ctx.transport().needs_cm();
-        let hello = self
-            .hs
-            .hello_cm(rdma_app::verbs::to_wire(self.local.endpoint(qp, psn)), cm)?;
-        self.send(&hello.to_line())?;
+        let cm = self.opts.cm || local.ctx.transport().needs_cm();
+        self.hello_endpoint(rdma_app::verbs::to_wire(local.endpoint(qp, psn)), cm)?;
         Ok(psn)
+    }
+
+    /// Sends our hello for the queue pair at `endpoint` ([`hello`](Self::hello)'s protocol
+    /// half: any fabric's queue pair, a fake one in tests), through RDMA CM with `cm`.
+    pub fn hello_endpoint(&mut self, endpoint: QpEndpoint, cm: bool) -> Result<()> {
+        let hello = self.hs.hello_cm(endpoint, cm)?;
+        self.send(&hello.to_line())
     }
 
     /// The TCP connection's local and peer addresses (IPv4-mapped as IPv4): where an RDMA CM
@@ -306,6 +331,7 @@ impl<'a> Session<'a> {
     /// presents `nonce` (the offer's own is the one the server admits).
     pub fn connect_qp(
         &mut self,
+        local: &LocalPort,
         qp: QueuePair<Init>,
         psn: u32,
         accept: &Accept,
@@ -316,7 +342,7 @@ impl<'a> Session<'a> {
             (Some(offer), Some(nonce)) => {
                 let (from, to) = self.tcp_addrs()?;
                 qp.connect_cm(
-                    self.local,
+                    local,
                     Some(from.ip()),
                     SocketAddr::new(to.ip(), offer.port),
                     nonce,
@@ -327,11 +353,9 @@ impl<'a> Session<'a> {
             (Some(_), None) => {
                 bail!("the server offers RDMA CM, but no nonce was given to present")
             }
-            (None, _) => qp.connect_to(
-                self.local,
-                &rdma_app::verbs::from_wire(&accept.endpoint),
-                psn,
-            )?,
+            (None, _) => {
+                qp.connect_to(local, &rdma_app::verbs::from_wire(&accept.endpoint), psn)?
+            }
         };
         self.emit(
             &Event::QpReady {

@@ -14,7 +14,10 @@ pub mod exit;
 pub mod grant;
 mod i18n;
 pub mod output;
+#[cfg(test)]
+mod pair;
 mod ports;
 pub mod run;
 mod session;
+mod verbs;
 mod workers;

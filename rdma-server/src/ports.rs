@@ -13,8 +13,9 @@
 //! port the session really uses, not the one opened at start.
 
 use crate::session::Failure;
+use crate::verbs::WriteVerbs;
 use rdma_app::device::DeviceArgs;
-use rdma_core_rs::{LinkLayer, LocalPort, PortState};
+use rdma_core_rs::{LinkLayer, LocalPort};
 use rdma_proto::{ErrorCode, Gid, GidBinding};
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -24,8 +25,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// The port that serves a session, with what its sessions are bound by.
 #[derive(Debug)]
 pub(crate) struct Served {
-    /// The device, port and GID.
-    pub local: LocalPort,
+    /// The device, port and GID (a fake fabric's, in tests).
+    pub verbs: Arc<dyn WriteVerbs>,
     /// On RoCE, this port's GIDs (a loopback peer's hello must name one of them); `None` on
     /// InfiniBand, where nothing can be bound.
     gids: Option<Vec<Gid>>,
@@ -34,7 +35,7 @@ pub(crate) struct Served {
 impl Served {
     /// `local`, with its GID table read where the link is Ethernet (RoCE).
     #[must_use]
-    pub fn new(local: LocalPort) -> Self {
+    pub fn new(local: Arc<LocalPort>) -> Self {
         let gids = (local.port.link_layer == LinkLayer::Ethernet).then(|| {
             local
                 .ctx
@@ -49,7 +50,14 @@ impl Served {
                     Vec::new()
                 })
         });
-        Served { local, gids }
+        Served { verbs: local, gids }
+    }
+
+    /// A port of any fabric, with `gids` as [`Served::new`] reads them (the fake's, in tests).
+    #[cfg(test)]
+    #[must_use]
+    pub fn with(verbs: Arc<dyn WriteVerbs>, gids: Option<Vec<Gid>>) -> Self {
+        Served { verbs, gids }
     }
 
     /// What the hello of a connection from `peer` on this port must announce.
@@ -58,17 +66,9 @@ impl Served {
         binding_for(self.gids.as_deref(), peer)
     }
 
-    /// Whether the port is still as it was chosen: ACTIVE, with its GID in its slot. Two
-    /// queries, made for admitted sessions only.
+    /// Whether the port is still as it was chosen (see [`WriteVerbs::still_fresh`]).
     fn still_fresh(&self) -> bool {
-        let (ctx, port) = (&self.local.ctx, self.local.port.num);
-        let active = ctx
-            .query_port(port)
-            .is_ok_and(|p| p.state == PortState::Active);
-        active
-            && ctx
-                .query_gid(port, self.local.gid.index)
-                .is_ok_and(|g| g == self.local.gid.gid)
+        self.verbs.still_fresh()
     }
 }
 
@@ -98,6 +98,7 @@ pub(crate) trait PortSource: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub(crate) struct Ports {
     device: DeviceArgs,
+    start_port: Arc<LocalPort>,
     start: Arc<Served>,
     chosen: Cache<IpAddr, Served>,
 }
@@ -106,17 +107,19 @@ impl Ports {
     /// `start` is the port the flags opened at start.
     #[must_use]
     pub fn new(device: DeviceArgs, start: LocalPort) -> Self {
+        let start_port = Arc::new(start);
         Ports {
             device,
-            start: Arc::new(Served::new(start)),
+            start: Arc::new(Served::new(Arc::clone(&start_port))),
+            start_port,
             chosen: Cache::default(),
         }
     }
 
     /// The port opened at start.
     #[must_use]
-    pub fn start(&self) -> &Arc<Served> {
-        &self.start
+    pub fn start(&self) -> &Arc<LocalPort> {
+        &self.start_port
     }
 }
 
@@ -131,7 +134,7 @@ impl PortSource for Ports {
             .get(ip.to_canonical(), Served::still_fresh, || {
                 let (local, said) = self.device.open_for(ip)?;
                 why = said;
-                Ok(Served::new(local))
+                Ok(Served::new(Arc::new(local)))
             })
             .map_err(|e: rdma_core_rs::Error| {
                 Failure::new(

@@ -78,7 +78,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
     }
     let ports = Ports::new(args.local.clone(), args.local.open()?);
     let start = Arc::clone(ports.start());
-    warn_bench_on_infiniband(&start.local, token.is_some(), args.bench_max_bytes);
+    warn_bench_on_infiniband(&start, token.is_some(), args.bench_max_bytes);
 
     let listener = listen(args.listen).map_err(|source| ServerError::Listen {
         addr: args.listen,
@@ -123,7 +123,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
     });
     let s = &shared;
     let out = &s.session.out;
-    let local = &start.local;
+    let local = &*start;
     let mode = if s.args.serve {
         ServeMode::Serve
     } else {

@@ -127,7 +127,7 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
         }
         ClientFault::KillAfterHello | ClientFault::KillAfterAccept | ClientFault::CmBadNonce => {
             let (mut session, qp, resources) = opened.into_parts();
-            let psn = session.hello(&qp)?;
+            let psn = session.hello(local, &qp)?;
             if fault == ClientFault::KillAfterHello {
                 die("after the hello");
             }
@@ -139,7 +139,7 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
                 }
                 off
             });
-            let qp = session.connect_qp(qp, psn, &accept, nonce.as_ref(), |qp, a| {
+            let qp = session.connect_qp(local, qp, psn, &accept, nonce.as_ref(), |qp, a| {
                 qp_ready_line(local, qp, a)
             })?;
             if fault == ClientFault::KillAfterAccept {

@@ -58,7 +58,7 @@ fn stray(
 /// the rejects.
 pub fn flood(opened: Opened<'_>, local: &LocalPort, timeout: Duration) -> Result<()> {
     let (mut session, qp, r) = opened.into_parts();
-    session.hello(&qp)?;
+    session.hello(local, &qp)?;
     let accept = session.await_accept()?;
     let (offer, from, to) = listener(&session, &accept)?;
     let mut wrong = offer.nonce;
@@ -91,10 +91,10 @@ pub fn flood(opened: Opened<'_>, local: &LocalPort, timeout: Duration) -> Result
 /// the write (a one-shot server would stop at a verified write, before the clients after us).
 pub fn twice(opened: Opened<'_>, local: &LocalPort) -> Result<()> {
     let (mut session, qp, r) = opened.into_parts();
-    let psn = session.hello(&qp)?;
+    let psn = session.hello(local, &qp)?;
     let accept = session.await_accept()?;
     let (offer, from, to) = listener(&session, &accept)?;
-    let _qp = session.connect_qp(qp, psn, &accept, Some(&offer.nonce), |qp, a| {
+    let _qp = session.connect_qp(local, qp, psn, &accept, Some(&offer.nonce), |qp, a| {
         qp_ready_line(local, qp, a)
     })?;
     let why = stray(local, &r, from, to, &offer.nonce)?;
@@ -119,8 +119,8 @@ pub fn late_bench(
     let t_start = Instant::now();
     let r = task.resolve()?;
     let mut opened = r.measure(task).open(&r.local, &task.session, Some(out))?;
-    let (session, qp) = opened.session();
-    let psn = session.hello(qp)?;
+    let (session, local, qp) = opened.session();
+    let psn = session.hello(local, qp)?;
     let accept = session.await_accept()?;
     let accepted = Instant::now();
     if accept.cm.is_none() {
@@ -196,7 +196,7 @@ where
 /// must reject the request and end the session naming the path. Exits 0 only then.
 pub fn foreign_path(opened: Opened<'_>, local: &LocalPort, timeout: Duration) -> Result<()> {
     let (mut session, qp, _r) = opened.into_parts();
-    session.hello(&qp)?;
+    session.hello(local, &qp)?;
     let accept = session.await_accept()?;
     let (offer, from, to) = listener(&session, &accept)?;
     let third = to.ip();

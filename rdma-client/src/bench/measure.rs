@@ -138,7 +138,7 @@ impl<'a> Measure<'a> {
             ClientRequest::for_payload(&fin, Notify::Tcp, token),
             p.clone(),
         );
-        let session = Session::open(target, hs, local, chosen, opts, out, |banner| {
+        let session = Session::open(target, hs, &local.into(), chosen, opts, out, |banner| {
             format!(
                 "connected to {} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
                 target.name,
@@ -162,6 +162,7 @@ impl<'a> Measure<'a> {
             pongs,
             pd,
             session,
+            local,
             run: Run {
                 params: p,
                 knobs: b,
@@ -185,6 +186,7 @@ pub struct Opened<'a> {
     pongs: Option<ExposedRegion>,
     pd: ProtectionDomain,
     session: Session<'a>,
+    local: &'a LocalPort,
     run: Run,
     inline: u32,
     cq_mode: rdma_core_rs::CqMode,
@@ -193,13 +195,13 @@ pub struct Opened<'a> {
 impl<'a> Opened<'a> {
     /// The session, and the queue pair its hello announces: for [`Session::hello`] and
     /// [`Session::await_accept`] when a caller takes the steps itself.
-    pub fn session(&mut self) -> (&mut Session<'a>, &QueuePair<Init>) {
-        (&mut self.session, &self.qp)
+    pub fn session(&mut self) -> (&mut Session<'a>, &'a LocalPort, &QueuePair<Init>) {
+        (&mut self.session, self.local, &self.qp)
     }
 
     /// The hello, the accept, the queue pair to RTS and `bench_setup` (timed from `t_start`).
     pub fn connect(mut self, t_start: Instant) -> Result<Bench<'a>> {
-        let psn = self.session.hello(&self.qp)?;
+        let psn = self.session.hello(self.local, &self.qp)?;
         let accept = self.session.await_accept()?;
         self.connect_accepted(psn, &accept, t_start)
     }
@@ -219,12 +221,13 @@ impl<'a> Opened<'a> {
             pongs,
             pd,
             mut session,
+            local,
             run,
             inline,
             cq_mode,
         } = self;
         let nonce = accept.cm.map(|offer| offer.nonce);
-        let qp = session.connect_qp(qp, psn, accept, nonce.as_ref(), |qp, accept| {
+        let qp = session.connect_qp(local, qp, psn, accept, nonce.as_ref(), |qp, accept| {
             format!(
                 "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, inline up to {inline} B, completions by {}",
                 qp.qpn(),

@@ -193,7 +193,7 @@ pub(crate) fn session(
     let h = &hello.endpoint;
     let mode = SessionNotify::from(b.mode());
     let path_mtu = qp.path_mtu().bytes();
-    emit_qp_ready(s, id, &qp, hello, mode, || {
+    emit_qp_ready(s, id, (qp.qpn(), path_mtu), hello, mode, || {
         format!(
             "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, {mode}: sizes {:?}, {} iterations each",
             qp.qpn(),

@@ -12,14 +12,14 @@ mod connect;
 mod ctx;
 mod steps;
 
-use connect::connect_and_accept;
+use connect::accept_exposed;
 pub(crate) use ctx::Failure;
 pub(crate) use ctx::SessionCtx;
 use steps::*;
 
 use crate::budget::{self};
 use crate::output::{Event, SessionNotify};
-use rdma_core_rs::{QpCaps, WcOpcode};
+use rdma_core_rs::WcOpcode;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
     ErrorCode, ErrorMsg, Notify, Outcome, ServerEvent, ServerHandshake, ServerMessage,
@@ -27,9 +27,6 @@ use rdma_proto::{
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-/// Work request id of the receive that catches the write-with-immediate.
-const RECV_WR_ID: u64 = 0x5245_4356; // "RECV"
 
 /// Serves one connection to its end; never panics on client input, never returns an error.
 pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
@@ -113,22 +110,25 @@ fn session(
     // bind the hello.
     let local_ip = conn.get_ref().local_addr().ok().map(|a| a.ip());
     let (served, why) = s.ports.serve(local_ip)?;
-    let local = &served.local;
+    let verbs = &*served.verbs;
     if let Some(why) = why {
-        emit_port_chosen(s, id, local, &why);
+        emit_port_chosen(s, id, &verbs.name(), &why);
     }
     hs.bind(served.binding(peer.ip()))?;
     if let Some(b) = &hello.bench {
+        let local = verbs.device().ok_or_else(|| {
+            Failure::new(ErrorCode::RdmaSetup, "bench sessions need an RDMA device")
+        })?;
         return bench::session(s, local, conn, hs, id, &hello, b);
     }
 
     // Before anything is reserved or registered: a write this device cannot take.
-    if hello.notify == Notify::Imm && !local.ctx.transport().has_write_with_imm() {
+    if hello.notify == Notify::Imm && !verbs.has_write_with_imm() {
         return Err(Failure::new(
             ErrorCode::InvalidField,
             format!(
                 "notify imm: this server's device {} is iWARP, which has no RDMA Write with immediate; use notify tcp",
-                local.ctx.name()
+                verbs.name().device
             ),
         ));
     }
@@ -140,7 +140,6 @@ fn session(
             format!("server-side RDMA setup failed: {e}"),
         )
     };
-    let (mr_access, qp_access) = (s.grant.region, s.grant.qp);
     let buffer_size = usize::try_from(s.policy.buffer_size)
         .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
     // Held until the session ends, after the buffer is gone.
@@ -148,25 +147,21 @@ fn session(
         .pinned
         .reserve(budget::write_session(s.policy.buffer_size))
         .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
-    let pd = local.ctx.alloc_pd().map_err(rdma)?;
-    let mr = pd.register_exposed(buffer_size, mr_access).map_err(rdma)?;
-    let cq = local.ctx.create_cq(4, s.cq_mode).map_err(rdma)?;
-    let qp = pd.create_rc_qp(&cq, QpCaps::default()).map_err(rdma)?;
-    let qp = qp.to_init(local.port.num, qp_access).map_err(rdma)?;
-    if hello.notify == Notify::Imm {
-        // Posted before the client can know our QP: the write-with-immediate finds it waiting.
-        qp.post_recv(RECV_WR_ID).map_err(rdma)?;
-    }
-    let qp = connect_and_accept(s, local, conn, hs, &hello, qp, &mr, id, rdma)?;
+    // With `imm` the receive is posted before the client can know our QP: the
+    // write-with-immediate finds it waiting.
+    let imm = hello.notify == Notify::Imm;
+    let mut x = verbs
+        .expose(buffer_size, &s.grant, s.cq_mode, imm)
+        .map_err(rdma)?;
+    accept_exposed(s, conn, hs, &hello, &mut *x, id, rdma)?;
     let h = &hello.endpoint;
     let notify = SessionNotify::from(hello.notify);
-    let path_mtu = qp.path_mtu().bytes();
-    emit_qp_ready(s, id, &qp, &hello, notify, || {
+    let (qpn, path_mtu) = x.qp();
+    let offered = x.region().len;
+    emit_qp_ready(s, id, (qpn, path_mtu), &hello, notify, || {
         format!(
-            "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, offering {} bytes (notify {notify})",
-            qp.qpn(),
+            "[{id}] QP {qpn:#08x} <- client QP {:#08x}, path MTU {path_mtu}, offering {offered} bytes (notify {notify})",
             h.qpn,
-            mr.len()
         )
     });
 
@@ -174,7 +169,7 @@ fn session(
     let deadline = Instant::now() + phase;
     let (imm, written) = match hello.notify {
         Notify::Imm => {
-            let c = wait_for_completion(s, conn, hs, &cq, deadline)?;
+            let c = wait_for_completion(s, conn, hs, &|d| x.poll(d), deadline)?;
             if c.opcode != WcOpcode::RecvRdmaWithImm {
                 return Err(Failure::new(
                     ErrorCode::WriteFailed,
@@ -204,9 +199,7 @@ fn session(
 
     // Take the client's access away before reading a byte; this also frees its slot under
     // --max-clients before it hears the verdict.
-    let buf = revoke(qp, mr)?;
-    drop(cq);
-    drop(pd);
+    let buf = x.revoke()?;
     let length = usize::try_from(hello.length)
         .unwrap_or(usize::MAX)
         .min(buf.len());

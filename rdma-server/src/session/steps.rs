@@ -3,7 +3,8 @@
 //! write's completion.
 
 use crate::output::{Event, SessionNotify};
-use rdma_core_rs::{Completion, ErrorKind, ExposedRegion, LocalPort, OwnedBuffer, QueuePair, Rts};
+use crate::verbs::PortName;
+use rdma_core_rs::{Completion, ErrorKind, ExposedRegion, OwnedBuffer, QueuePair, Rts};
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{ErrorCode, ErrorMsg, Hello, Outcome, ServerEvent, ServerHandshake};
@@ -21,26 +22,21 @@ const SLICE: Duration = Duration::from_millis(100);
 /// deregisters the MR (the rkey dies); returns the buffer.
 pub(crate) fn revoke(qp: QueuePair<Rts>, mr: ExposedRegion) -> Result<OwnedBuffer, Failure> {
     drop(qp);
-    mr.deregister().map_err(|e| {
-        Failure::new(
-            ErrorCode::Internal,
-            format!("could not revoke the client's access to the buffer: {e}"),
-        )
-    })
+    crate::verbs::revoke_region(mr)
 }
 
 /// Logs [`Event::QpReady`]: `qp` is in RTS towards the client's QP from `hello`; `notify` says
 /// how the session goes on (`imm`, `tcp`, `bench-lat`, `bench-bw`), `human` is the line
 /// without `--json`.
 /// Says which device, port and GID the session uses, and why (chosen by its address).
-pub(crate) fn emit_port_chosen(s: &SessionCtx, id: u64, local: &LocalPort, why: &str) {
+pub(crate) fn emit_port_chosen(s: &SessionCtx, id: u64, port: &PortName, why: &str) {
     s.out.emit(
         &Event::PortChosen {
             session: id,
-            device: local.ctx.name().into(),
-            port: local.port.num,
-            gid_index: local.gid.index,
-            gid: local.gid.gid.to_string().into(),
+            device: port.device.as_str().into(),
+            port: port.port,
+            gid_index: port.gid_index,
+            gid: port.gid.as_str().into(),
             why: why.into(),
         },
         || format!("[{id}] RDMA on {why}"),
@@ -50,7 +46,7 @@ pub(crate) fn emit_port_chosen(s: &SessionCtx, id: u64, local: &LocalPort, why: 
 pub(crate) fn emit_qp_ready(
     s: &SessionCtx,
     id: u64,
-    qp: &QueuePair<Rts>,
+    (qpn, path_mtu): (u32, u32),
     hello: &Hello,
     notify: SessionNotify,
     human: impl FnOnce() -> String,
@@ -58,9 +54,9 @@ pub(crate) fn emit_qp_ready(
     s.out.emit(
         &Event::QpReady {
             session: id,
-            local_qpn: qp.qpn(),
+            local_qpn: qpn,
             remote_qpn: hello.endpoint.qpn,
-            path_mtu: qp.path_mtu().bytes(),
+            path_mtu,
             notify,
             length: hello.length,
             via: QpVia::from_cm(hello.cm),
@@ -133,7 +129,7 @@ pub(crate) fn wait_for_completion(
     s: &SessionCtx,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
-    cq: &rdma_core_rs::CompletionQueue,
+    poll: &dyn Fn(Instant) -> Result<Completion, rdma_core_rs::Error>,
     deadline: Instant,
 ) -> Result<Completion, Failure> {
     loop {
@@ -147,7 +143,7 @@ pub(crate) fn wait_for_completion(
                 ),
             ));
         }
-        match cq.poll((now + SLICE).min(deadline)) {
+        match poll((now + SLICE).min(deadline)) {
             Ok(c) => return Ok(c),
             Err(e) if e.kind() == ErrorKind::Timeout => {}
             Err(e) => {
