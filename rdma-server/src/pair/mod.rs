@@ -109,26 +109,7 @@ impl Pair {
     pub fn on(buffer_size: u64, imm: bool) -> Self {
         let fabric = Fabric::new();
         let port = crate::ports::Served::with(Arc::new(fabric.port(imm)), None);
-        let server = SessionCtx {
-            ports: Box::new(OnePort(Arc::new(port))),
-            policy: rdma_proto::ServerPolicy {
-                buffer_size,
-                token: Some(TOKEN.to_owned()),
-                program_version: "0".to_owned(),
-                features: rdma_proto::ServerPolicy::default_features(),
-                bench_max_len: 0,
-            },
-            timeout: TIMEOUT,
-            cq_mode: rdma_core_rs::CqMode::Poll,
-            grant: crate::grant::Grant::remote_write(),
-            out: crate::output::Output::new(true),
-            lang: crate::i18n::Lang::En,
-            stopping: std::sync::atomic::AtomicBool::new(false),
-            verified: std::sync::atomic::AtomicU64::new(0),
-            bench_max_time: TIMEOUT,
-            pinned: crate::budget::PinBudget::new(1 << 30),
-            stranger_log: std::sync::Mutex::new(crate::admission::LogLimit::new(Instant::now())),
-        };
+        let server = context(Box::new(OnePort(Arc::new(port))), buffer_size);
         Pair { fabric, server }
     }
 
@@ -227,6 +208,31 @@ impl Pair {
             color_eyre::eyre::bail!("a write after the verdict landed");
         }
         verdict
+    }
+}
+
+/// A server context for tests: sessions get their ports from `ports`, buffers of
+/// `buffer_size` bytes, [`TOKEN`], each phase [`TIMEOUT`], JSON events.
+pub(crate) fn context(ports: Box<dyn crate::ports::PortSource>, buffer_size: u64) -> SessionCtx {
+    SessionCtx {
+        ports,
+        policy: rdma_proto::ServerPolicy {
+            buffer_size,
+            token: Some(TOKEN.to_owned()),
+            program_version: "0".to_owned(),
+            features: rdma_proto::ServerPolicy::default_features(),
+            bench_max_len: 0,
+        },
+        timeout: TIMEOUT,
+        cq_mode: rdma_core_rs::CqMode::Poll,
+        grant: crate::grant::Grant::remote_write(),
+        out: crate::output::Output::new(true),
+        lang: crate::i18n::Lang::En,
+        stopping: std::sync::atomic::AtomicBool::new(false),
+        verified: std::sync::atomic::AtomicU64::new(0),
+        bench_max_time: TIMEOUT,
+        pinned: crate::budget::PinBudget::new(1 << 30),
+        stranger_log: std::sync::Mutex::new(crate::admission::LogLimit::new(Instant::now())),
     }
 }
 

@@ -253,26 +253,7 @@ mod tests {
     }
 
     fn ctx(ports: Arc<CountingPorts>) -> SessionCtx {
-        SessionCtx {
-            ports: Box::new(ports),
-            policy: rdma_proto::ServerPolicy {
-                buffer_size: 64,
-                token: Some("s3cret".to_owned()),
-                program_version: "0".to_owned(),
-                features: rdma_proto::ServerPolicy::default_features(),
-                bench_max_len: 0,
-            },
-            timeout: Duration::from_secs(5),
-            cq_mode: rdma_core_rs::CqMode::Poll,
-            grant: crate::grant::Grant::remote_write(),
-            out: crate::output::Output::new(true),
-            lang: crate::i18n::Lang::En,
-            stopping: std::sync::atomic::AtomicBool::new(false),
-            verified: std::sync::atomic::AtomicU64::new(0),
-            bench_max_time: Duration::from_secs(5),
-            pinned: crate::budget::PinBudget::new(1 << 20),
-            stranger_log: std::sync::Mutex::new(crate::admission::LogLimit::new(Instant::now())),
-        }
+        crate::pair::context(Box::new(ports), 64)
     }
 
     /// One session over loopback TCP with `token` in the hello; returns the server's answer.
@@ -327,7 +308,11 @@ mod tests {
     fn no_device_work_before_the_hello_is_admitted() {
         let ports = Arc::new(CountingPorts::default());
         let s = ctx(Arc::clone(&ports));
-        for token in [Some("wrong"), None, Some("s3cret!")] {
+        for token in [
+            Some("wrong"),
+            None,
+            Some(&format!("{}!", crate::pair::TOKEN)[..]),
+        ] {
             let answer = one_session(&s, token);
             assert_eq!(code(&answer), ErrorCode::Unauthorized, "{answer:?}");
         }
@@ -336,7 +321,7 @@ mod tests {
             0,
             "device work for a stranger"
         );
-        let answer = one_session(&s, Some("s3cret"));
+        let answer = one_session(&s, Some(crate::pair::TOKEN));
         assert_eq!(code(&answer), ErrorCode::RdmaSetup, "{answer:?}");
         assert_eq!(ports.0.load(Ordering::Acquire), 1);
     }
