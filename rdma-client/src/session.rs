@@ -7,6 +7,7 @@ use crate::exit::ClientError;
 use crate::output::{Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_app::device::DeviceArgs;
+use rdma_app::verbs::PortName;
 use rdma_core_rs::{CqMode, Init, LocalPort, QueuePair, Rts, Transport};
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
@@ -168,27 +169,6 @@ fn first_addr((name, port): (&str, Option<u16>)) -> Option<SocketAddr> {
     found.ok().and_then(|mut addrs| addrs.next())
 }
 
-/// The device, port and GID a session's queue pairs live on, as its `connected` event names
-/// them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndName {
-    pub device: String,
-    pub port: u8,
-    pub gid_index: u32,
-    pub gid: String,
-}
-
-impl From<&LocalPort> for EndName {
-    fn from(local: &LocalPort) -> Self {
-        EndName {
-            device: local.ctx.name().to_owned(),
-            port: local.port.num,
-            gid_index: local.gid.index,
-            gid: local.gid.gid.to_string(),
-        }
-    }
-}
-
 /// A session with one server, from its banner to its verdict: the protocol half of every
 /// client run (the verbs are the caller's, passed to the steps that need them).
 #[derive(Debug)]
@@ -205,7 +185,7 @@ impl<'a> Session<'a> {
     pub fn open(
         to: &Target,
         mut hs: ClientHandshake,
-        end: &EndName,
+        end: &PortName,
         chosen: Option<&str>,
         opts: &'a SessionOptions,
         out: Option<&'a Output>,

@@ -6,6 +6,7 @@
 
 use crate::grant::Grant;
 use crate::session::Failure;
+pub(crate) use rdma_app::verbs::PortName;
 use rdma_core_rs::{
     Completion, CqMode, ExposedRegion, Init, LocalPort, OwnedBuffer, PortState, QpCaps, QueuePair,
     Rts,
@@ -15,15 +16,6 @@ use std::time::Instant;
 
 /// Work request id of the receive that catches the write-with-immediate.
 const RECV_WR_ID: u64 = 0x5245_4356; // "RECV"
-
-/// The device, port and GID a session runs on, as its events name them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PortName {
-    pub device: String,
-    pub port: u8,
-    pub gid_index: u32,
-    pub gid: String,
-}
 
 /// The buffer a client may write: what the accept names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,12 +73,7 @@ pub(crate) trait Exposure {
 
 impl WriteVerbs for LocalPort {
     fn name(&self) -> PortName {
-        PortName {
-            device: self.ctx.name().to_owned(),
-            port: self.port.num,
-            gid_index: self.gid.index,
-            gid: self.gid.gid.to_string(),
-        }
+        self.into()
     }
 
     fn has_write_with_imm(&self) -> bool {

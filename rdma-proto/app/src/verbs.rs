@@ -2,7 +2,7 @@
 //! the handshake's endpoint ([`QpEndpoint`]) to and from the verbs layer's ([`Endpoint`]).
 //! rdma-core-rs knows neither the contract nor its exit codes; this is the one place they meet.
 
-use rdma_core_rs::{Endpoint, Error, ErrorKind, Gid, VerbOp};
+use rdma_core_rs::{Endpoint, Error, ErrorKind, Gid, LocalPort, VerbOp};
 use rdma_proto::{Exit, QpEndpoint};
 use std::error::Error as StdError;
 
@@ -49,6 +49,27 @@ pub fn from_wire(e: &QpEndpoint) -> Endpoint {
 #[must_use]
 pub fn to_wire(e: Endpoint) -> QpEndpoint {
     QpEndpoint::new(e.qpn, e.psn, rdma_proto::Gid(e.gid.0), e.lid, e.mtu)
+}
+
+/// The device, port and GID a session's queue pairs live on, as the binaries' events name them
+/// (`connected`, `port_chosen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortName {
+    pub device: String,
+    pub port: u8,
+    pub gid_index: u32,
+    pub gid: String,
+}
+
+impl From<&LocalPort> for PortName {
+    fn from(local: &LocalPort) -> Self {
+        PortName {
+            device: local.ctx.name().to_owned(),
+            port: local.port.num,
+            gid_index: local.gid.index,
+            gid: local.gid.gid.to_string(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ pub mod fabric;
 
 use crate::session::{SessionCtx, serve};
 use fabric::Fabric;
-use rdma_client::session::{EndName, Session, SessionOptions, Target, TokenSource};
+use rdma_app::verbs::PortName;
+use rdma_client::session::{Session, SessionOptions, Target, TokenSource};
 use rdma_proto::{ClientHandshake, ClientRequest, ErrorCode, Notify, Outcome, ProtoError};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -152,7 +153,7 @@ impl Pair {
             crc32c: c.crc.unwrap_or_else(|| rdma_proto::crc32c(&c.payload)),
             token: c.token.clone(),
         };
-        let end = EndName {
+        let end = PortName {
             device: "fake1".to_owned(),
             port: 1,
             gid_index: 1,
