@@ -62,8 +62,14 @@ pub(crate) fn accept(
     listener
         .accept(qp, local, &mut gate, Instant::now() + s.timeout, &cancel)
         .map_err(|e| {
+            // The stop cancels the wait: the session ends by it, not by the client.
+            let code = if s.stopping.load(Ordering::Acquire) {
+                ErrorCode::ShuttingDown
+            } else {
+                ErrorCode::RdmaSetup
+            };
             Failure::new(
-                ErrorCode::RdmaSetup,
+                code,
                 format!("the client's queue pair did not connect through RDMA CM: {e}"),
             )
         })

@@ -45,15 +45,8 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
         Ok(()) => return,
         Err(f) => f,
     };
-    // A client that stopped because we are stopping gets told so.
-    let failure = if s.stopping.load(Ordering::Acquire) && failure.code != ErrorCode::ShuttingDown {
-        Failure::new(
-            ErrorCode::ShuttingDown,
-            format!("the server is shutting down ({})", failure.message),
-        )
-    } else {
-        failure
-    };
+    // A client whose session the stop ended gets told so.
+    let failure = failure.as_told(s.stopping.load(Ordering::Acquire));
     // Before its hello is admitted a connection is anyone's: its line is rate-limited.
     if hs.hello().is_some() || s.stranger_line() {
         s.out.emit(

@@ -132,6 +132,12 @@ pub(crate) fn wait_for_completion(
     poll: &dyn Fn(Instant) -> Result<Completion, rdma_core_rs::Error>,
     deadline: Instant,
 ) -> Result<Completion, Failure> {
+    let did_not_land = |e: rdma_core_rs::Error| {
+        Failure::new(
+            ErrorCode::WriteFailed,
+            format!("the client's write did not land: {e}"),
+        )
+    };
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -146,18 +152,19 @@ pub(crate) fn wait_for_completion(
         match poll((now + SLICE).min(deadline)) {
             Ok(c) => return Ok(c),
             Err(e) if e.kind() == ErrorKind::Timeout => {}
-            Err(e) => {
-                return Err(Failure::new(
-                    ErrorCode::WriteFailed,
-                    format!("the client's write did not land: {e}"),
-                ));
-            }
+            Err(e) => return Err(did_not_land(e)),
         }
         if s.stopping.load(Ordering::Acquire) {
-            return Err(Failure::new(
-                ErrorCode::ShuttingDown,
-                "the server is shutting down",
-            ));
+            // One last look: a completion already queued (the write, or its failure) is the
+            // session's answer, not the stop.
+            return match poll(Instant::now()) {
+                Ok(c) => Ok(c),
+                Err(e) if e.kind() == ErrorKind::Timeout => Err(Failure::new(
+                    ErrorCode::ShuttingDown,
+                    "the server is shutting down",
+                )),
+                Err(e) => Err(did_not_land(e)),
+            };
         }
         if conn.peer_spoke() {
             // Nothing is expected from the client now: the handshake refuses whatever it sent
