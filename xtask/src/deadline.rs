@@ -1,15 +1,20 @@
 //! Deadlines derived from what each wait is for, never a fixed total.
 //!
-//! A step that waits for a marker (a client's `wait_for_file`, a server that lives until its
-//! scenario's clients are done) gets the worst case of the steps that create that marker,
-//! wherever they run, plus [`BOOT_AND_SETUP`] when they run in another guest (which may start
-//! that much later). A guest's own deadline is its boot plus the worst case of its plan
-//! ([`guest_deadline`]). So a plan that grows (one more scenario, a slower machine whose
+//! Times are on the run's clock: every guest's plan starts at the latest [`BOOT_AND_SETUP`]
+//! after the run's start (a plan run alone counts from its own first step). Each marker comes
+//! at the latest when its maker's steps, each at every attempt of its own deadline, have got
+//! that far; a wait lasts until its marker comes, so a chain of turns between guests adds up
+//! to the chain's own steps. A step that waits for a marker (a client's `wait_for_file`, a
+//! server that lives until its scenario's clients are done) gets that marker's latest time;
+//! a guest's own deadline is its plan's latest end plus one wait that runs out
+//! ([`guest_deadlines`]). So a plan that grows (one more scenario, a slower machine whose
 //! steps use more of their own deadlines) moves every deadline that covers it, and a wait that
 //! runs out says which step it was waiting on (the agent reads the `.steps-started/` markers).
+//! Waits in a circle are a plan error, not a deadline that grows until it is clamped.
 //!
 //! Only per-step deadlines are fixed numbers: one attempt of one command, one boot.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -57,137 +62,202 @@ pub fn started_marker(name: &str) -> String {
         .collect()
 }
 
-/// The worst case of one foreground step: its wait for a marker, every attempt at its full
-/// deadline, and the pauses between them.
+/// The worst case of one foreground step's command: every attempt at its full deadline, and
+/// the pauses between them (its wait for a marker is not in it: see [`Timeline`]).
 pub fn worst_case(step: &Step) -> Duration {
-    let wait = if step.wait_for_file.is_some() {
-        step.wait_timeout()
+    let attempts = step.retries.saturating_add(1);
+    step.timeout() * attempts + secs(step.retry_delay_s.clamp(0.0, 60.0)) * step.retries
+}
+
+/// The latest times at which one plan's steps end and create their markers, with every step
+/// at every attempt of its own deadline and every marker it waits for at the latest time that
+/// marker may come. Times are from the run's start: a plan starts at the latest at `start`.
+///
+/// A wait ends when its marker comes, so it costs `max(now, marker)`, not `now + wait`: waits
+/// that take turns between two guests (vm-smoke's workloads) then add up to the longest chain
+/// of what they wait on, not to a sum that doubles with every turn.
+#[derive(Debug, Default)]
+struct Timeline {
+    /// When the plan's last step (foreground or background) is over.
+    end: Duration,
+    /// The markers the plan creates, each at the latest time it may.
+    created: Vec<(String, Duration)>,
+    /// The longest wait of the plan at its own deadline: what one wait that runs out (its
+    /// marker's maker failed) adds to the plan, which then ends.
+    longest_wait: Duration,
+}
+
+impl Timeline {
+    /// `marker_at` says when a marker comes at the latest (`None`: not known, the waiting
+    /// step's own wait deadline stands for it).
+    fn of(plan: &Plan, start: Duration, marker_at: &dyn Fn(&str) -> Option<Duration>) -> Self {
+        let mut tl = Timeline::default();
+        let mut t = start;
+        let mut background: Vec<(Duration, &Step)> = Vec::new();
+        for step in &plan.steps {
+            let begins = match &step.wait_for_file {
+                Some(m) => {
+                    tl.longest_wait = tl.longest_wait.max(step.wait_timeout());
+                    t.max(marker_at(m).unwrap_or_else(|| step.wait_timeout()))
+                }
+                None => t,
+            };
+            if let Some(m) = &step.create_file_when_started {
+                tl.created.push((m.clone(), begins));
+            }
+            if step.background {
+                t = begins;
+                background.push((begins, step));
+                continue;
+            }
+            t = begins + worst_case(step);
+            for m in [&step.create_file_when_done, &step.create_file_when_ended]
+                .into_iter()
+                .flatten()
+            {
+                tl.created.push((m.clone(), t));
+            }
+        }
+        // The background steps are collected once the foreground ones are over: each is
+        // stopped once the marker it lives until comes (then has its grace), or at its own
+        // deadline.
+        tl.end = t;
+        for (begun, step) in background {
+            // Living until a marker, it is stopped when that comes ([`derive`] makes its own
+            // deadline no shorter); else it has its own deadline.
+            let own = begun + step.timeout();
+            let over = match step.until_file() {
+                Some(u) => t.max(marker_at(u).unwrap_or(own)),
+                None => t.max(own),
+            } + GRACE;
+            for m in [&step.create_file_when_done, &step.create_file_when_ended]
+                .into_iter()
+                .flatten()
+            {
+                tl.created.push((m.clone(), over));
+            }
+            tl.end = tl.end.max(over);
+        }
+        tl
+    }
+}
+
+/// Worst-case run time of a plan run alone, from its first step (node setup excluded): every
+/// step at every attempt of its deadline, each marker at the latest time its maker makes it,
+/// plus one wait that runs out.
+pub fn budget(plan: &Plan) -> color_eyre::Result<Duration> {
+    let own = markers(std::slice::from_ref(plan), Duration::ZERO)?;
+    let tl = Timeline::of(plan, Duration::ZERO, &|m| own.get(m).copied());
+    Ok(tl.end + tl.longest_wait)
+}
+
+/// Each guest's hard deadline, from its QEMU's start, for the plans of one run (after
+/// [`derive`]): the boot and node setup, then its plan's worst case (the markers it waits for
+/// at their latest), one wait that runs out, and the grace of its last step.
+pub fn guest_deadlines(plans: &[Plan]) -> color_eyre::Result<Vec<Duration>> {
+    let start = plans_start(plans);
+    let at = markers(plans, start)?;
+    Ok(plans
+        .iter()
+        .map(|p| {
+            let tl = Timeline::of(p, start, &|m| at.get(m).copied());
+            // A plan alone counts from its own first step: its guest boots first.
+            let boot = if plans.len() > 1 {
+                Duration::ZERO
+            } else {
+                BOOT_AND_SETUP
+            };
+            boot + tl.end + tl.longest_wait + GRACE
+        })
+        .collect())
+}
+
+/// When the plans of a run start at the latest, on the run's clock: a plan alone counts from
+/// its own first step; several guests boot side by side, and one may start its plan a whole
+/// boot after another.
+fn plans_start(plans: &[Plan]) -> Duration {
+    if plans.len() > 1 {
+        BOOT_AND_SETUP
     } else {
         Duration::ZERO
-    };
-    let attempts = step.retries.saturating_add(1);
-    wait + step.timeout() * attempts + secs(step.retry_delay_s.clamp(0.0, 60.0)) * step.retries
-}
-
-/// When a background step started at `start` is collected at the latest (its deadline, then
-/// the grace after the marker it lives until).
-fn background_end(start: Duration, step: &Step) -> Duration {
-    start + step.timeout() + GRACE
-}
-
-/// Worst-case run time of a plan's steps, from its first step (node setup excluded): the
-/// foreground steps one after another, and the last background step's collection.
-pub fn budget(plan: &Plan) -> Duration {
-    let mut t = Duration::ZERO;
-    let mut end = Duration::ZERO;
-    for step in &plan.steps {
-        if step.background {
-            end = end.max(background_end(t, step));
-        } else {
-            t += worst_case(step);
-        }
     }
-    end.max(t)
 }
 
-/// A guest's hard deadline: its boot and node setup, then its plan's worst case, then the
-/// grace of its last step.
-pub fn guest_deadline(plan: &Plan) -> Duration {
-    BOOT_AND_SETUP + budget(plan) + GRACE
-}
-
-/// The latest time (from the plan's first step) at which `plan` creates `marker`, if it does.
-pub fn time_to_marker(plan: &Plan, marker: &str) -> Option<Duration> {
-    let is = |m: &Option<String>| m.as_deref() == Some(marker);
-    let mut t = Duration::ZERO;
-    let mut latest: Option<Duration> = None;
-    let mut seen = |at: Duration| latest = Some(latest.map_or(at, |l| l.max(at)));
-    for step in &plan.steps {
-        let start = t + if step.wait_for_file.is_some() {
-            step.wait_timeout()
-        } else {
-            Duration::ZERO
-        };
-        if is(&step.create_file_when_started) {
-            // A step that retries creates it again at each attempt: the last one is latest.
-            seen(if step.background {
-                start
-            } else {
-                t + worst_case(step)
-            });
-        }
-        if step.background {
-            if is(&step.create_file_when_done) || is(&step.create_file_when_ended) {
-                seen(budget(plan));
-            }
-        } else {
-            t += worst_case(step);
-            if is(&step.create_file_when_done) || is(&step.create_file_when_ended) {
-                seen(t);
+/// When each marker of the run comes at the latest (the plans' deadlines as they stand).
+/// Waits that go round in a circle (a step waits, directly or through other guests, for a
+/// marker that only comes after it: a run that could only hang) are an error.
+fn markers(plans: &[Plan], start: Duration) -> color_eyre::Result<HashMap<String, Duration>> {
+    // Monotone from nothing: each round's times are at least the last round's, so the
+    // rounds end at the longest chain of waits, or grow without end around a circle.
+    let mut at: HashMap<String, Duration> = HashMap::new();
+    for _ in 0..rounds(plans) {
+        let mut next: HashMap<String, Duration> = HashMap::new();
+        for p in plans {
+            let tl = Timeline::of(p, start, &|m| Some(at.get(m).copied().unwrap_or_default()));
+            for (m, t) in tl.created {
+                let e = next.entry(m).or_default();
+                *e = (*e).max(t);
             }
         }
+        if next == at {
+            return Ok(at);
+        }
+        at = next;
     }
-    latest
+    let circle: Vec<&str> = at.keys().map(String::as_str).collect();
+    color_eyre::eyre::bail!(
+        "the plans' waits go round in a circle: a step waits, directly or through other \
+         guests, for a marker that only comes after it (a run that could only hang); markers: {}",
+        circle.join(", ")
+    )
 }
 
-/// When `marker` exists at the latest, seen from plan `me` of `plans` (every plan of one run,
-/// started together): its own plan's time, or another's plus [`BOOT_AND_SETUP`].
-fn marker_bound(plans: &[Plan], me: usize, marker: &str) -> Option<Duration> {
-    plans
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| {
-            time_to_marker(p, marker).map(|t| if i == me { t } else { t + BOOT_AND_SETUP })
-        })
-        .max()
+/// Enough rounds for the longest chain of markers through every step of the run.
+fn rounds(plans: &[Plan]) -> usize {
+    plans.iter().map(|p| p.steps.len()).sum::<usize>() + 2
 }
 
-/// Derives the deadline of every wait for a marker in the plans of one run (the guests booted
-/// together, or the one plan of this host): a `wait_for_file` waits as long as its marker's
-/// creators may take, and a step that lives until a marker (a background one, or a foreground
-/// one that waits for it itself) lives that long plus [`GRACE`]. A deadline a plan already sets higher is kept. Fails naming a marker that no
-/// plan creates (the wait could only run out).
+/// The latest time (from the plan's first step) at which `plan`, run alone, creates `marker`.
+#[cfg(test)]
+fn time_to_marker(plan: &Plan, marker: &str) -> Option<Duration> {
+    markers(std::slice::from_ref(plan), Duration::ZERO)
+        .ok()?
+        .get(marker)
+        .copied()
+}
+
+/// Derives the deadlines of every step that waits (in place, over all plans of one run): a
+/// wait for a marker gets the latest time that marker may come, on the run's clock (the
+/// waiting step starts no earlier than the run); a background step that lives until a marker
+/// gets that time plus [`GRACE`]. A deadline its plan set higher stays. A marker no step
+/// creates, and waits that go round in a circle (a plan that could only hang), are errors.
 pub fn derive(plans: &mut [Plan]) -> color_eyre::Result<()> {
-    // Waits feed the times of later markers, which other waits wait on: repeat until nothing
-    // moves (plans are short chains; a cycle stops growing after the passes below).
-    for _ in 0..8 {
-        let mut changed = false;
-        for me in 0..plans.len() {
-            for k in 0..plans[me].steps.len() {
-                let step = &plans[me].steps[k];
-                if let Some(m) = step.wait_for_file.clone() {
-                    let need = bound_or_err(plans, me, &m, &step.name)?;
-                    let step = &mut plans[me].steps[k];
-                    if need > step.wait_timeout() {
-                        step.wait_s = Some(need.as_secs_f64());
-                        changed = true;
-                    }
-                }
-                let step = &plans[me].steps[k];
-                if let Some(m) = step.until_file().map(str::to_owned) {
-                    let need = bound_or_err(plans, me, &m, &step.name)? + GRACE;
-                    let step = &mut plans[me].steps[k];
-                    if need > step.timeout() {
-                        step.timeout_s = need.as_secs_f64();
-                        changed = true;
-                    }
+    let at = markers(plans, plans_start(plans))?;
+    for plan in plans.iter_mut() {
+        for step in &mut plan.steps {
+            if let Some(m) = step.wait_for_file.clone() {
+                let need = bound_or_err(&at, &m, &step.name)?;
+                if need > step.wait_timeout() {
+                    step.wait_s = Some(need.as_secs_f64());
                 }
             }
-        }
-        if !changed {
-            break;
+            if let Some(u) = step.until_file().map(str::to_owned) {
+                let need = bound_or_err(&at, &u, &step.name)? + GRACE;
+                if need > step.timeout() {
+                    step.timeout_s = need.as_secs_f64();
+                }
+            }
         }
     }
     Ok(())
 }
 
 fn bound_or_err(
-    plans: &[Plan],
-    me: usize,
+    at: &HashMap<String, Duration>,
     marker: &str,
     step: &str,
 ) -> color_eyre::Result<Duration> {
-    marker_bound(plans, me, marker).ok_or_else(|| {
+    at.get(marker).copied().ok_or_else(|| {
         color_eyre::eyre::eyre!(
             "step {step} waits for marker {marker}, which no step of this run creates \
              (a plan bug: its wait could only run out)"
@@ -248,9 +318,10 @@ mod tests {
             );
         }
         // The server guest's deadline covers its last server; the client guest's its clients.
-        assert!(guest_deadline(&plans[0]) > Duration::from_secs(60 * 30) + BOOT_AND_SETUP);
+        let guests = guest_deadlines(&plans).unwrap();
+        assert!(guests[0] > Duration::from_secs(60 * 30) + BOOT_AND_SETUP);
         assert_eq!(
-            guest_deadline(&plans[1]),
+            guests[1],
             BOOT_AND_SETUP + Duration::from_secs(60 * 30) + GRACE
         );
         // One more scenario moves the last server's deadline with it: nothing is a fixed total.
@@ -279,14 +350,72 @@ mod tests {
         derive(&mut plans).unwrap();
         // "up" is created at the server plan's start: the client waits a boot for it.
         assert_eq!(plans[1].steps[0].wait_timeout(), BOOT_AND_SETUP);
-        // "done": that wait, three attempts of 40 s, two pauses, then 5 s.
-        let done = BOOT_AND_SETUP + Duration::from_secs(3 * 40 + 2 + 5);
-        assert_eq!(time_to_marker(&plans[1], "done"), Some(done));
-        assert_eq!(plans[0].steps[0].timeout(), done + BOOT_AND_SETUP + GRACE);
+        // "done", on the run's clock: the client plan's start at the latest (a boot), three
+        // attempts of 40 s, two pauses, then 5 s; the server lives until then, and its grace.
+        let steps = Duration::from_secs(3 * 40 + 2 + 5);
+        assert_eq!(time_to_marker(&plans[1], "done"), Some(steps));
+        assert_eq!(plans[0].steps[0].timeout(), BOOT_AND_SETUP + steps + GRACE);
         // A deadline set higher by its plan stays.
         plans[0].steps[0].timeout_s = 10_000.0;
         derive(&mut plans).unwrap();
         assert_eq!(plans[0].steps[0].timeout(), Duration::from_secs(10_000));
+    }
+
+    /// vm-smoke's workloads take turns between two guests: A's server of workload `i` starts
+    /// once B's client of `i - 1` is done, B's client of `i` waits for it. A wait costs until
+    /// its marker comes, so the deadlines grow by each turn's own time: 9 turns made 6 days
+    /// of deadline when every wait counted in full on top of the one before (CI's vm-smoke
+    /// phase: "369 s of 523682 s").
+    #[test]
+    fn turns_between_guests_add_up_to_the_chain_not_to_a_doubling_sum() {
+        let turns = 9;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..turns {
+            if i > 0 {
+                let mut turn = client(&format!("turn {i}"), 1.0);
+                turn.wait_for_file = Some(format!("done {}", i - 1));
+                a.push(turn);
+            }
+            let mut server = client(&format!("server {i}"), 30.0);
+            server.background = true;
+            server.create_file_when_started = Some(format!("up {i}"));
+            server.stop_when_file = Some(format!("done {i}"));
+            a.push(server);
+            let mut c = client(&format!("client {i}"), 60.0);
+            c.wait_for_file = Some(format!("up {i}"));
+            c.create_file_when_ended = Some(format!("done {i}"));
+            b.push(c);
+        }
+        let mut plans = [plan(a), plan(b)];
+        derive(&mut plans).unwrap();
+        // Client 0 ends 60 s after the latest start; each turn after it adds its own 1 s and
+        // the next client's 60 s.
+        let last_done = BOOT_AND_SETUP + Duration::from_secs(60 + 61 * (turns - 1));
+        let last_server = &plans[0].steps[plans[0].steps.len() - 1];
+        assert_eq!(last_server.timeout(), last_done + GRACE);
+        let guests = guest_deadlines(&plans).unwrap();
+        // A: its last server is stopped at the last "done", then its grace; one wait (its
+        // longest, for the turn before the last) may run out; then the guest's grace.
+        assert!(guests[0] <= 2 * last_done + 3 * GRACE, "{guests:?}");
+        assert!(guests[1] <= 2 * last_done + 2 * GRACE, "{guests:?}");
+        assert!(guests.iter().all(|g| *g > last_done), "{guests:?}");
+    }
+
+    #[test]
+    fn waits_in_a_circle_are_a_plan_error() {
+        let mut x = client("x", 5.0);
+        x.wait_for_file = Some("b".into());
+        x.create_file_when_done = Some("a".into());
+        let mut y = client("y", 5.0);
+        y.wait_for_file = Some("a".into());
+        y.create_file_when_done = Some("b".into());
+        let e = derive(&mut [plan(vec![x]), plan(vec![y])])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("circle") && e.contains('a') && e.contains('b'),
+            "{e}"
+        );
     }
 
     #[test]

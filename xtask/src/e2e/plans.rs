@@ -56,7 +56,7 @@ pub(super) fn guests(
         )?;
         deadline::derive(std::slice::from_mut(&mut nested))
             .wrap_err("deriving the one-node plan's deadlines")?;
-        step.timeout_s = (deadline::budget(&nested) + deadline::BOOT_AND_SETUP).as_secs_f64();
+        step.timeout_s = (deadline::budget(&nested)? + deadline::BOOT_AND_SETUP).as_secs_f64();
         return Ok(vec![guest("A", Node::guest(SERVER_IP, false), vec![step])]);
     }
     let (servers, clients) = steps(selected, bins, files, SERVER_IP, topo.load, None)?;
@@ -158,7 +158,7 @@ mod tests {
         let mut nested =
             local(&all[..2], &bins, &files, false, "d", "1.2.3.4", "/s".into()).unwrap();
         deadline::derive(std::slice::from_mut(&mut nested)).unwrap();
-        assert!(g[0].plan.steps[0].timeout() > deadline::budget(&nested));
+        assert!(g[0].plan.steps[0].timeout() > deadline::budget(&nested).unwrap());
     }
 
     #[test]

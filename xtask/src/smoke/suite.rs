@@ -151,4 +151,56 @@ mod tests {
             shapes.iter().map(|a| format!("{a:?}")).collect();
         assert_eq!(desc.len(), shapes.len(), "a shape appears twice");
     }
+
+    /// Each boot's guest deadlines are derived from what its plans wait for, and stay within
+    /// twice the whole boot's steps run one after another (the turns its workloads take
+    /// between the guests once summed every wait on top of the one before: 523682 s for the
+    /// suite's nine boots).
+    #[test]
+    fn each_boots_deadlines_stay_within_its_steps_end_to_end() {
+        use crate::deadline;
+        let vm = vm::VmOptions::default();
+        for g in groups(&vm) {
+            let shapes: Vec<_> = g
+                .iter()
+                .map(|a| {
+                    a.shape(
+                        None,
+                        a.rdma_write.then(|| crate::smoke::plans::Ours {
+                            server: "s".to_owned(),
+                            client: "c".to_owned(),
+                            misbehave_client: "m".to_owned(),
+                            cm_example: Some("x".to_owned()),
+                        }),
+                    )
+                    .unwrap()
+                })
+                .collect();
+            let mut plans: Vec<_> = crate::smoke::plans::plans_for(&shapes)
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect();
+            deadline::derive(&mut plans).unwrap();
+            let serial: std::time::Duration = plans
+                .iter()
+                .flat_map(|p| &p.steps)
+                .map(|s| {
+                    if s.background {
+                        deadline::GRACE
+                    } else {
+                        deadline::worst_case(s)
+                    }
+                })
+                .sum();
+            let bound = 2 * (deadline::BOOT_AND_SETUP + serial + deadline::GRACE);
+            let guests = deadline::guest_deadlines(&plans).unwrap();
+            for d in &guests {
+                assert!(
+                    *d <= bound,
+                    "{} workload(s): {guests:?} over {bound:?}",
+                    shapes.len()
+                );
+            }
+        }
+    }
 }

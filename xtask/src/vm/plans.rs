@@ -6,7 +6,7 @@ use crate::plan::{GUEST_SHARE, PLAN_FILE, Plan, PlanResult, RESULT_FILE};
 use color_eyre::eyre::{Result, eyre};
 
 /// A guest that runs a plan with `guest-agent`. Its deadline is derived from its plan
-/// ([`deadline::guest_deadline`], after [`deadline::derive`] over every plan of the run).
+/// ([`deadline::guest_deadlines`], after [`deadline::derive`] over every plan of the run).
 #[derive(Clone, Debug)]
 pub struct PlanGuest {
     pub name: String,
@@ -33,11 +33,12 @@ pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<
     let exe = crate::exec::self_exe()?;
     let mut plans: Vec<Plan> = nodes.iter().map(|n| n.plan.clone()).collect();
     deadline::derive(&mut plans)?;
+    let deadlines = deadline::guest_deadlines(&plans)?;
     let specs = nodes
         .iter()
-        .zip(plans)
+        .zip(plans.into_iter().zip(deadlines))
         .enumerate()
-        .map(|(i, (n, mut plan))| {
+        .map(|(i, (n, (mut plan, deadline)))| {
             let idx = u8::try_from(i + 1).map_err(|_| eyre!("too many guests"))?;
             if plan.node.nics.len() > net.nics {
                 return Err(eyre!(
@@ -59,7 +60,7 @@ pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<
                 ],
             );
             s.mem_mb = n.mem_mb;
-            s.timeout = deadline::guest_deadline(&plan);
+            s.timeout = deadline;
             for (nic, mac) in plan.node.nics.iter_mut().zip(&s.macs) {
                 nic.mac.get_or_insert_with(|| mac.clone());
             }
