@@ -116,7 +116,7 @@ impl Failure {
     /// failure the stop could have caused (its connection failed, or its wait was cancelled) is
     /// `shutting_down`, naming what it saw; one with a cause of its own keeps it, so a write
     /// that failed just before the stop is still logged as `write_failed`.
-    pub(crate) fn as_told(self, stopping: bool) -> Self {
+    pub(crate) fn told(self, stopping: bool) -> Self {
         if !stopping || !self.on_connection || self.code == ErrorCode::ShuttingDown {
             return self;
         }
@@ -162,14 +162,14 @@ mod tests {
     /// ends by the stop, and says so.
     #[test]
     fn a_connection_failure_while_stopping_is_the_stop() {
-        let f = Failure::from(FrameError::Closed).as_told(true);
+        let f = Failure::from(FrameError::Closed).told(true);
         assert_eq!(f.code, ErrorCode::ShuttingDown);
         assert!(
             f.message().starts_with("the server is shutting down ("),
             "{}",
             f.message()
         );
-        let f = Failure::from(FrameError::Closed).as_told(false);
+        let f = Failure::from(FrameError::Closed).told(false);
         assert_eq!(f.log_code(), "client_gone");
     }
 
@@ -183,7 +183,7 @@ mod tests {
             ErrorCode::RdmaSetup,
             ErrorCode::Timeout,
         ] {
-            let f = Failure::new(code, "the client's write did not land").as_told(true);
+            let f = Failure::new(code, "the client's write did not land").told(true);
             assert_eq!(f.code, code);
             assert_eq!(f.message(), "the client's write did not land");
         }

@@ -46,7 +46,7 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
         Err(f) => f,
     };
     // A client whose session the stop ended gets told so.
-    let failure = failure.as_told(s.stopping.load(Ordering::Acquire));
+    let failure = failure.told(s.stopping.load(Ordering::Acquire));
     // Before its hello is admitted a connection is anyone's: its line is rate-limited.
     if hs.hello().is_some() || s.stranger_line() {
         s.out.emit(
