@@ -2,12 +2,12 @@
 //! verdict (the session itself is [`crate::session`]'s).
 
 use crate::exit::ClientError;
-use crate::output::{Event, Output};
+use crate::output::{Detail, Event, Output};
 use crate::session::{Session, SessionOptions, Target};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_core_rs::{
-    Access, CompletionQueue, ErrorKind, Init, LinkLayer, LocalPort, MemoryRegion, ProtectionDomain,
-    QpCaps, QueuePair, RemoteBuffer, Rts, WcStatus,
+    Access, CompletionQueue, ErrorKind, Init, LocalPort, MemoryRegion, ProtectionDomain, QpCaps,
+    QueuePair, RemoteBuffer, Rts, WcStatus,
 };
 use rdma_proto::{Accept, ClientHandshake, ClientRequest, Notify, Outcome};
 use std::path::PathBuf;
@@ -53,13 +53,10 @@ pub struct WriteTask {
 pub fn run(task: &WriteTask, out: &Output) -> Result<()> {
     let r = task.resolve()?;
     if let Some(why) = &r.notify_why {
-        out.emit(
-            &Event::NotifyChosen {
-                notify: r.notify,
-                why: why.as_str().into(),
-            },
-            || why.clone(),
-        );
+        out.emit(&Event::NotifyChosen {
+            notify: r.notify,
+            why: why.as_str().into(),
+        });
     }
     r.write()
         .run(&r.local, &task.session, Some(out))
@@ -182,14 +179,13 @@ impl<'a> Write<'a> {
     ) -> Result<Opened<'a>> {
         let payload = self.payload;
         let crc = rdma_proto::crc32c(payload);
-        let LocalPort { ctx, port, gid, .. } = local;
+        let LocalPort { ctx, port, .. } = local;
         let hs = ClientHandshake::new(ClientRequest {
             length: payload.len() as u64,
             notify: self.notify,
             crc32c: crc,
             token: self.token,
         });
-        let server = &self.target.name;
         let session = Session::open(
             self.target,
             hs,
@@ -197,18 +193,7 @@ impl<'a> Write<'a> {
             self.chosen,
             opts,
             out,
-            |banner| {
-                format!(
-                    "connected to {} ({} {}); local {} port {} gid[{}] {}",
-                    server,
-                    rdma_proto::printable(&banner.program),
-                    rdma_proto::printable(&banner.program_version),
-                    ctx.name(),
-                    port.num,
-                    gid.index,
-                    gid.gid
-                )
-            },
+            &Detail::None,
         )?;
 
         // Verbs objects: the source buffer needs no remote access at all.
@@ -243,29 +228,6 @@ impl<'a> Write<'a> {
     }
 }
 
-/// The `qp_ready` line of a write's queue pair (without `--json`).
-#[must_use]
-pub fn qp_ready_line(local: &LocalPort, qp: &QueuePair<Rts>, accept: &Accept) -> String {
-    format!(
-        "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, remote buffer {:#x} ({} bytes, rkey {:#x}){}",
-        qp.qpn(),
-        accept.endpoint.qpn,
-        qp.path_mtu().bytes(),
-        accept.addr,
-        accept.buf_len,
-        accept.rkey,
-        match (
-            accept.cm.is_some(),
-            local.ctx.transport(),
-            local.port.link_layer
-        ) {
-            (true, t, _) => format!(", {t} via RDMA CM"),
-            (false, _, LinkLayer::Ethernet) => ", RoCE".to_owned(),
-            (false, _, _) => String::new(),
-        }
-    )
-}
-
 /// What a write writes: the payload and how the server learns of it.
 #[derive(Debug, Clone, Copy)]
 pub struct Written<'a> {
@@ -295,8 +257,7 @@ impl<'a> Opened<'a> {
     pub fn connect(self) -> Result<Connected<'a>> {
         let local = self.local;
         let (mut session, qp, resources) = self.into_parts();
-        let (qp, accept) =
-            session.connect(local, qp, |qp, accept| qp_ready_line(local, qp, accept))?;
+        let (qp, accept) = session.connect(local, qp, &Detail::Link(local))?;
         Ok(Connected::new(session, qp, &accept, resources))
     }
 
@@ -400,24 +361,17 @@ impl<'a> Connected<'a> {
             }
         };
         let micros = started.elapsed().as_micros();
-        let (len, crc, imm) = (w.payload.len(), w.crc, w.imm);
-        self.session.emit(
+        self.session.emit_with(
             &Event::Written {
-                length: len as u64,
+                length: w.payload.len() as u64,
                 notify: w.notify,
-                crc32c: crc,
+                crc32c: w.crc,
                 micros: u64::try_from(micros).unwrap_or(u64::MAX),
             },
-            || {
-                format!(
-                    "wrote {len} bytes with RDMA Write{} in {micros} us (crc32c {crc:#010x}){}",
-                    if imm.is_some() { " with immediate" } else { "" },
-                    if answered_first {
-                        "; the server answered before our completion came (a lost ACK)"
-                    } else {
-                        ""
-                    }
-                )
+            if answered_first {
+                &Detail::AnsweredFirst
+            } else {
+                &Detail::None
             },
         );
         Ok(micros)
@@ -451,19 +405,7 @@ impl<'a> Connected<'a> {
 
     /// Emits `outcome` as the `verified` event.
     pub fn emit_verified(&self, outcome: &Outcome) {
-        self.session.emit_verified(outcome, || {
-            format!(
-                "server verified {} bytes (crc32c {:#010x}): {:?}{}",
-                outcome.length,
-                outcome.crc32c,
-                outcome.text,
-                if outcome.truncated {
-                    " (truncated)"
-                } else {
-                    ""
-                }
-            )
-        });
+        self.session.emit_verified(outcome, &Detail::None);
     }
 }
 

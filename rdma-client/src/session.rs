@@ -4,7 +4,7 @@
 //! fabric check (both, per pair) differ only in what they register and post in between.
 
 use crate::exit::ClientError;
-use crate::output::{Event, Output};
+use crate::output::{Detail, Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_app::device::DeviceArgs;
 use rdma_app::verbs::PortName;
@@ -12,7 +12,7 @@ use rdma_core_rs::{CqMode, Init, LocalPort, QueuePair, Rts, Transport};
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
-    Accept, Banner, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, ErrorCode, Notify, Outcome,
+    Accept, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, ErrorCode, Notify, Outcome,
     QpEndpoint, ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
@@ -180,8 +180,8 @@ pub struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    /// Connects to `to`, reads the server's banner and emits `connected` (`human`: its line
-    /// without `--json`). With `out` `None` (the fabric check) nothing is printed.
+    /// Connects to `to`, reads the server's banner and emits `connected` (`detail`: what its
+    /// human line says besides). With `out` `None` (the fabric check) nothing is printed.
     pub fn open(
         to: &Target,
         mut hs: ClientHandshake,
@@ -189,7 +189,7 @@ impl<'a> Session<'a> {
         chosen: Option<&str>,
         opts: &'a SessionOptions,
         out: Option<&'a Output>,
-        human: impl FnOnce(&Banner) -> String,
+        detail: &Detail<'_>,
     ) -> Result<Self> {
         // `--wait-for-server` covers a server that is not listening yet and one that answers
         // `busy` (transient by definition): both are tried again, with back-off, until then.
@@ -214,27 +214,17 @@ impl<'a> Session<'a> {
                 break (s, msg);
             }
             attempt += 1;
-            s.emit(
-                &Event::Busy {
-                    server: to.name.as_str().into(),
-                    attempt,
-                    retry_in_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-                },
-                || {
-                    format!(
-                        "{} is busy (all its client slots taken); trying again in {} ms \
-                         (--wait-for-server)",
-                        to.name,
-                        pause.as_millis()
-                    )
-                },
-            );
+            s.emit(&Event::Busy {
+                server: to.name.as_str().into(),
+                attempt,
+                retry_in_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+            });
             hs = s.hs;
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(500));
         };
         let banner = s.hs.on_banner(msg)?;
-        s.emit(
+        s.emit_with(
             &Event::Connected {
                 server: to.name.as_str().into(),
                 program: banner.program.as_str().into(),
@@ -245,16 +235,13 @@ impl<'a> Session<'a> {
                 gid: end.gid.as_str().into(),
                 chosen: chosen.map(Into::into),
             },
-            || match chosen {
-                Some(why) => format!("{} (chosen: {why})", human(&banner)),
-                None => human(&banner),
-            },
+            detail,
         );
         Ok(s)
     }
 
     /// Sends our hello for `qp`, reads the server's accept, brings `qp` to RTS towards the
-    /// server's and emits `qp_ready` (`human`: its line without `--json`): [`hello`],
+    /// server's and emits `qp_ready` (`detail`: what its human line says besides): [`hello`],
     /// [`await_accept`] and [`connect_qp`] in turn, presenting the nonce the accept offers.
     ///
     /// [`hello`]: Self::hello
@@ -264,12 +251,12 @@ impl<'a> Session<'a> {
         &mut self,
         local: &LocalPort,
         qp: QueuePair<Init>,
-        human: impl FnOnce(&QueuePair<Rts>, &Accept) -> String,
+        detail: &Detail<'_>,
     ) -> Result<(QueuePair<Rts>, Accept)> {
         let psn = self.hello(local, &qp)?;
         let accept = self.await_accept()?;
         let nonce = accept.cm.map(|offer| offer.nonce);
-        let qp = self.connect_qp(local, qp, psn, &accept, nonce.as_ref(), human)?;
+        let qp = self.connect_qp(local, qp, psn, &accept, nonce.as_ref(), detail)?;
         Ok((qp, accept))
     }
 
@@ -307,7 +294,7 @@ impl<'a> Session<'a> {
     }
 
     /// Brings `qp` (whose hello announced `psn`) to RTS towards the server's queue pair in
-    /// `accept`, and emits `qp_ready`. Where the accept offers RDMA CM, the connection request
+    /// `accept`, and emits `qp_ready` (`detail`: what its human line says besides). Where the accept offers RDMA CM, the connection request
     /// presents `nonce` (the offer's own is the one the server admits).
     pub fn connect_qp(
         &mut self,
@@ -316,7 +303,7 @@ impl<'a> Session<'a> {
         psn: u32,
         accept: &Accept,
         nonce: Option<&[u8; rdma_proto::cm::NONCE_LEN]>,
-        human: impl FnOnce(&QueuePair<Rts>, &Accept) -> String,
+        detail: &Detail<'_>,
     ) -> Result<QueuePair<Rts>> {
         let qp = match (&accept.cm, nonce) {
             (Some(offer), Some(nonce)) => {
@@ -337,7 +324,7 @@ impl<'a> Session<'a> {
                 qp.connect_to(local, &rdma_app::verbs::from_wire(&accept.endpoint), psn)?
             }
         };
-        self.emit(
+        self.emit_with(
             &Event::QpReady {
                 local_qpn: qp.qpn(),
                 remote_qpn: accept.endpoint.qpn,
@@ -347,7 +334,7 @@ impl<'a> Session<'a> {
                 buf_len: accept.buf_len,
                 via: QpVia::from_cm(accept.cm.is_some()),
             },
-            || human(&qp, accept),
+            detail,
         );
         Ok(qp)
     }
@@ -371,9 +358,9 @@ impl<'a> Session<'a> {
         self.hs.outcome()
     }
 
-    /// Emits `outcome` as the `verified` event (`human`: its line without `--json`).
-    pub fn emit_verified(&self, outcome: &Outcome, human: impl FnOnce() -> String) {
-        self.emit(
+    /// Emits `outcome` as the `verified` event (`detail`: what its human line says besides).
+    pub fn emit_verified(&self, outcome: &Outcome, detail: &Detail<'_>) {
+        self.emit_with(
             &Event::Verified {
                 verified: outcome.verified,
                 length: outcome.length,
@@ -381,7 +368,7 @@ impl<'a> Session<'a> {
                 text: outcome.text.as_str().into(),
                 truncated: outcome.truncated,
             },
-            human,
+            detail,
         );
     }
 
@@ -393,9 +380,14 @@ impl<'a> Session<'a> {
     }
 
     /// Emits `event`, if this session prints.
-    pub fn emit(&self, event: &Event<'_>, human: impl FnOnce() -> String) {
+    pub fn emit(&self, event: &Event<'_>) {
+        self.emit_with(event, &Detail::None);
+    }
+
+    /// Emits `event`, its human line told with `detail`, if this session prints.
+    pub fn emit_with(&self, event: &Event<'_>, detail: &Detail<'_>) {
         if let Some(out) = self.out {
-            out.emit(event, human);
+            out.emit_with(event, detail);
         }
     }
 

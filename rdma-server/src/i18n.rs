@@ -1,8 +1,9 @@
 //! The two lines that prove the write, in English or in the seed's own Chinese.
 
 /// Language of the human verdict lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Lang {
+    #[default]
     En,
     Zh,
 }

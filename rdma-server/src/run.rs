@@ -107,8 +107,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
             timeout: args.timeout,
             cq_mode: args.local.cq_mode,
             grant,
-            out,
-            lang: Lang::from_env(),
+            out: out.with_style(Lang::from_env()),
             stopping: AtomicBool::new(false),
             verified: AtomicU64::new(0),
             bench_max_time: args.bench_max_time,
@@ -140,38 +139,20 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         .features
         .iter()
         .any(|f| f == rdma_proto::cm::FEATURE);
-    out.emit(
-        &Event::Listening {
-            addr: local_addr.to_string().into(),
-            device: local.ctx.name().into(),
-            port: local.port.num,
-            gid_index: local.gid.index,
-            gid: local.gid.gid.to_string().into(),
-            mtu: local.port.active_mtu.bytes(),
-            buffer_size: s.args.buffer_size,
-            mode,
-            max_clients: s.args.max_clients,
-            auth,
-            timeout_ms: u64::try_from(s.args.timeout.as_millis()).unwrap_or(u64::MAX),
-            cm,
-        },
-        || {
-            format!(
-                "listening on {local_addr} ({mode}); device {} port {} gid[{}] {}, MTU {}, {} byte buffer per client{}",
-                local.ctx.name(),
-                local.port.num,
-                local.gid.index,
-                local.gid.gid,
-                local.port.active_mtu.bytes(),
-                s.args.buffer_size,
-                if cm {
-                    "; RDMA CM offered (iWARP, --cm)"
-                } else {
-                    ""
-                }
-            )
-        },
-    );
+    out.emit(&Event::Listening {
+        addr: local_addr.to_string().into(),
+        device: local.ctx.name().into(),
+        port: local.port.num,
+        gid_index: local.gid.index,
+        gid: local.gid.gid.to_string().into(),
+        mtu: local.port.active_mtu.bytes(),
+        buffer_size: s.args.buffer_size,
+        mode,
+        max_clients: s.args.max_clients,
+        auth,
+        timeout_ms: u64::try_from(s.args.timeout.as_millis()).unwrap_or(u64::MAX),
+        cm,
+    });
 
     let started = Instant::now();
     let mut next_id = 0u64;
@@ -205,20 +186,12 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
     };
     stop(s, workers);
     let cpu_ms = cpu_used().map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    out.emit(
-        &Event::Stopped {
-            reason,
-            sessions: next_id,
-            verified: s.session.verified.load(Ordering::Acquire),
-            cpu_ms,
-        },
-        || {
-            format!(
-                "stopped ({reason}) after {next_id} connection(s){}",
-                cpu_ms.map_or_else(String::new, |ms| format!(", {ms} ms of CPU"))
-            )
-        },
-    );
+    out.emit(&Event::Stopped {
+        reason,
+        sessions: next_id,
+        verified: s.session.verified.load(Ordering::Acquire),
+        cpu_ms,
+    });
     Ok(())
 }
 
@@ -328,14 +301,11 @@ fn admit(s: &Arc<Shared>, workers: &mut Workers, stream: TcpStream, peer: Socket
                     crate::admission::LOG_BURST
                 );
             }
-            s.session.out.emit(
-                &Event::Refused {
-                    peer: peer.to_string().into(),
-                    code: code.as_str().into(),
-                    message: message.as_str().into(),
-                },
-                || format!("refused {peer}: {message}"),
-            );
+            s.session.out.emit(&Event::Refused {
+                peer: peer.to_string().into(),
+                code: code.as_str().into(),
+                message: message.as_str().into(),
+            });
         }
         refuse(stream, code, message);
         return;

@@ -7,8 +7,9 @@ use color_eyre::eyre::{Result, bail};
 use rdma_client::bench;
 use rdma_client::bench::hot::Link;
 use rdma_client::cli::{self as client_cli, Task};
+use rdma_client::output::Detail;
 use rdma_client::output::Output;
-use rdma_client::run::{Connected, WriteTask, qp_ready_line};
+use rdma_client::run::{Connected, WriteTask};
 use rdma_core_rs::RemoteBuffer;
 use std::time::{Duration, Instant};
 
@@ -139,9 +140,8 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
                 }
                 off
             });
-            let qp = session.connect_qp(local, qp, psn, &accept, nonce.as_ref(), |qp, a| {
-                qp_ready_line(local, qp, a)
-            })?;
+            let link = Detail::Link(local);
+            let qp = session.connect_qp(local, qp, psn, &accept, nonce.as_ref(), &link)?;
             if fault == ClientFault::KillAfterAccept {
                 die("after the accept");
             }

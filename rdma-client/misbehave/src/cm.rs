@@ -4,7 +4,8 @@
 //! within its `--timeout`; it left nothing listening once it had taken the session's request.
 
 use color_eyre::eyre::{Result, bail, eyre};
-use rdma_client::run::{Opened, Resources, qp_ready_line};
+use rdma_client::output::Detail;
+use rdma_client::run::{Opened, Resources};
 use rdma_client::session::Session;
 use rdma_core_rs::{Access, ErrorKind, Init, LocalPort, QpCaps, QueuePair};
 use rdma_proto::{Accept, CmOffer};
@@ -94,9 +95,8 @@ pub fn twice(opened: Opened<'_>, local: &LocalPort) -> Result<()> {
     let psn = session.hello(local, &qp)?;
     let accept = session.await_accept()?;
     let (offer, from, to) = listener(&session, &accept)?;
-    let _qp = session.connect_qp(local, qp, psn, &accept, Some(&offer.nonce), |qp, a| {
-        qp_ready_line(local, qp, a)
-    })?;
+    let link = Detail::Link(local);
+    let _qp = session.connect_qp(local, qp, psn, &accept, Some(&offer.nonce), &link)?;
     let why = stray(local, &r, from, to, &offer.nonce)?;
     println!("cm-twice: a second request to the session's listener was {why}");
     Ok(())

@@ -17,7 +17,7 @@ use super::hot::{self, Link};
 use super::stats::{self, BwRow, LatRow};
 use super::verbs::Verbs;
 use super::{Knobs, Sweep};
-use crate::output::{Event, Output};
+use crate::output::{Detail, Event, Output, human};
 use crate::session::{Session, SessionOptions, Target};
 
 /// A session's figures: a row per size, of its mode.
@@ -138,23 +138,13 @@ impl<'a> Measure<'a> {
             ClientRequest::for_payload(&fin, Notify::Tcp, token),
             p.clone(),
         );
-        let session = Session::open(target, hs, &local.into(), chosen, opts, out, |banner| {
-            format!(
-                "connected to {} ({} {}); local {} port {} gid[{}] {}; bench {mode}, sizes {:?}, {}",
-                target.name,
-                rdma_proto::printable(&banner.program),
-                rdma_proto::printable(&banner.program_version),
-                ctx.name(),
-                port.num,
-                local.gid.index,
-                local.gid.gid,
-                p.sizes,
-                match b.duration {
-                    Some(d) => format!("{d:?} per size"),
-                    None => format!("{} iterations per size", p.iters),
-                }
-            )
-        })?;
+        let detail = Detail::Bench {
+            mode,
+            sizes: &p.sizes,
+            duration: b.duration,
+            iters: p.iters,
+        };
+        let session = Session::open(target, hs, &local.into(), chosen, opts, out, &detail)?;
         Ok(Opened {
             qp,
             cq,
@@ -227,19 +217,16 @@ impl<'a> Opened<'a> {
             cq_mode,
         } = self;
         let nonce = accept.cm.map(|offer| offer.nonce);
-        let qp = session.connect_qp(local, qp, psn, accept, nonce.as_ref(), |qp, accept| {
-            format!(
-                "QP {:#08x} ready (RTS) -> server QP {:#08x}, path MTU {}, inline up to {inline} B, completions by {}",
-                qp.qpn(),
-                accept.endpoint.qpn,
-                qp.path_mtu().bytes(),
-                cq_mode
-            )
-        })?;
+        let qp = session.connect_qp(
+            local,
+            qp,
+            psn,
+            accept,
+            nonce.as_ref(),
+            &Detail::BenchQp { inline, cq_mode },
+        )?;
         let ready_us = t_start.elapsed().as_secs_f64() * 1e6;
-        session.emit(&Event::BenchSetup { ready_us }, || {
-            format!("ready to post after {:.0} us", ready_us)
-        });
+        session.emit(&Event::BenchSetup { ready_us });
         Ok(Bench {
             run,
             remote: RemoteBuffer {
@@ -304,12 +291,7 @@ impl<'a> Bench<'a> {
     pub fn finish(mut self) -> Result<()> {
         self.session.written()?;
         let outcome = self.session.result()?;
-        self.session.emit_verified(&outcome, || {
-            format!(
-                "server verified the final {} bytes (crc32c {:#010x})",
-                outcome.length, outcome.crc32c
-            )
-        });
+        self.session.emit_verified(&outcome, &Detail::BenchFinal);
         Ok(())
     }
 }
@@ -325,13 +307,7 @@ impl Run {
             BenchKind::Lat(_) => BenchMode::Lat,
             BenchKind::Bw => BenchMode::Bw,
         };
-        session.human(|| {
-            let header = match mode {
-                BenchMode::Lat => stats::LAT_HEADER,
-                BenchMode::Bw => stats::BW_HEADER,
-            };
-            format!("{}\n{header}", stats::RULE)
-        });
+        session.human(|| human::bench_header(mode));
         let mut rows = Rows::default();
         let mut samples = Vec::with_capacity(usize::try_from(p.iters).unwrap_or(0).min(1 << 24));
         for (k, &size) in p.sizes.iter().enumerate() {
@@ -341,7 +317,7 @@ impl Run {
                 BenchMode::Lat => {
                     hot::ping_pong(link, size_us, p.iters, wr_base, timeout, &mut samples)?;
                     let row = stats::lat_row(size, &mut samples);
-                    session.emit(&Event::BenchLat(row), || stats::lat_line(&row));
+                    session.emit(&Event::BenchLat(row));
                     rows.lat.push(row);
                 }
                 BenchMode::Bw => {
@@ -355,12 +331,12 @@ impl Run {
                         timeout,
                     )?;
                     let row = stats::bw_row(size, s.writes, s.secs, s.peak_bytes_per_s);
-                    session.emit(&Event::BenchBw(row), || stats::bw_line(&row));
+                    session.emit(&Event::BenchBw(row));
                     rows.bw.push(row);
                 }
             }
         }
-        session.human(|| stats::RULE.to_owned());
+        session.human(|| human::RULE.to_owned());
         Ok(rows)
     }
 }

@@ -9,8 +9,9 @@ use rdma_core_rs::LocalPort;
 
 use super::stats::{self, BwRow};
 use super::{Measure, Rows, Sweep};
-use crate::output::{Event, Output};
+use crate::output::{Event, Output, human};
 use crate::session::SessionOptions;
+use rdma_proto::bench::BenchMode;
 
 /// The figures of N concurrent writers of one size, added up (peak: the sum of each QP's
 /// peak, an upper bound, as their peaks need not coincide).
@@ -38,7 +39,7 @@ pub fn run(
     out: &Output,
 ) -> Result<()> {
     let p = &m.params;
-    out.human(|| format!("{}\n{}  (#QPs {qps})", stats::RULE, stats::BW_HEADER));
+    out.human(|| format!("{}  (#QPs {qps})", human::bench_header(BenchMode::Bw)));
     for &size in &p.sizes {
         let one = Sweep {
             sizes: vec![size],
@@ -68,12 +69,12 @@ pub fn run(
             rows.extend(r.bw);
         }
         let row = sum(&rows).ok_or_else(|| eyre!("no figures for {size} B"))?;
-        out.emit(&Event::BenchBw(row), || stats::bw_line(&row));
+        out.emit(&Event::BenchBw(row));
     }
     out.human(|| {
         format!(
             "{}\nserver verified the final bytes of all {} sessions",
-            stats::RULE,
+            human::RULE,
             qps * p.sizes.len()
         )
     });

@@ -1,5 +1,6 @@
-//! The figures a bench run reports, computed the way perftest reports them, and their two
-//! forms: the human table (perftest's column names) and the `--json` rows (schema-versioned).
+//! The figures a bench run reports, computed the way perftest reports them, as the `--json`
+//! rows (schema-versioned); their human table (perftest's column names) is
+//! [`crate::output::human`]'s.
 
 pub use rdma_proto::events::bench::{BwRow, LatRow, SCHEMA};
 
@@ -54,41 +55,6 @@ pub fn bw_row(bytes: u64, writes: u64, secs: f64, peak_bytes_per_s: f64) -> BwRo
     }
 }
 
-pub const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
-pub const BW_HEADER: &str = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   BW peak[Gb/sec]   BW average[Gb/sec]   MsgRate[Mpps]";
-pub const RULE: &str =
-    "---------------------------------------------------------------------------------------";
-
-/// `row`'s table line under [`LAT_HEADER`].
-pub fn lat_line(r: &LatRow) -> String {
-    format!(
-        " {:<7} {:<13} {:<14.2} {:<12.2} {:<17.2} {:<14.2} {:<16.2} {:<22.2} {:.2}",
-        r.bytes,
-        r.iterations,
-        r.t_min_us,
-        r.t_max_us,
-        r.t_typical_us,
-        r.t_avg_us,
-        r.t_stdev_us,
-        r.p99_us,
-        r.p999_us
-    )
-}
-
-/// `row`'s table line under [`BW_HEADER`].
-pub fn bw_line(r: &BwRow) -> String {
-    format!(
-        " {:<10} {:<14} {:<18.2} {:<20.2} {:<17.3} {:<20.3} {:.6}",
-        r.bytes,
-        r.iterations,
-        r.bw_peak_mbs,
-        r.bw_avg_mbs,
-        r.bw_peak_gbps,
-        r.bw_avg_gbps,
-        r.msg_rate_mpps
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,7 +71,7 @@ mod tests {
         assert!((r.t_avg_us - 500.5).abs() < 1e-9);
         assert!((r.t_stdev_us - 288.67).abs() < 0.01);
         assert_eq!(r.iterations, 1000);
-        let line = lat_line(&r);
+        let line = crate::output::human::lat_line(&r);
         let cols: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cols.len(), 9);
         assert_eq!(cols[4], "500.00");

@@ -184,22 +184,14 @@ fn plan(f: &FabricArgs, out: &Output) -> Result<()> {
     let hosts = ranks::at_least_two(&list)?;
     let n = hosts.len();
     for s in schedule::plan(n) {
-        out.emit(
-            &Event::FabricPlan {
-                round: s.round,
-                rounds: schedule::rounds(n),
-                writer: s.writer,
-                writer_host: hosts[s.writer].as_str().into(),
-                target: s.target,
-                target_host: hosts[s.target].as_str().into(),
-            },
-            || {
-                format!(
-                    "round {:>3}: {:>4} {} -> {:>4} {}",
-                    s.round, s.writer, hosts[s.writer], s.target, hosts[s.target]
-                )
-            },
-        );
+        out.emit(&Event::FabricPlan {
+            round: s.round,
+            rounds: schedule::rounds(n),
+            writer: s.writer,
+            writer_host: hosts[s.writer].as_str().into(),
+            target: s.target,
+            target_host: hosts[s.target].as_str().into(),
+        });
     }
     Ok(())
 }
@@ -244,7 +236,7 @@ fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
         return Ok(());
     }
     for r in &reports {
-        out.emit(&Event::FabricReport(Cow::Borrowed(r)), || table::render(r));
+        out.emit(&Event::FabricReport(Cow::Borrowed(r)));
         for path in &f.heatmap {
             let path = match &r.rail {
                 Some(rail) => heatmap::for_rail(path, rail.index),

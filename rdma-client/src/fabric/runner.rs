@@ -37,7 +37,7 @@ use rdma_core_rs::LocalPort;
 use rdma_core_rs::route::Rail;
 use rdma_proto::bench::BenchMode;
 use rdma_proto::events::fabric::RailOf;
-use rdma_proto::{ErrorCode, Exit, ProtoError};
+use rdma_proto::{ErrorCode, ProtoError};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -91,7 +91,7 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
                 r.retest = f.retest.is_some();
                 r.rail.clone_from(&rail);
                 let r = with_failure(r, &e, "the writer's local RDMA: ");
-                out.emit(&Event::FabricPair(Cow::Borrowed(&r)), || human(&r));
+                out.emit(&Event::FabricPair(Cow::Borrowed(&r)));
             }
             return Err(e);
         }
@@ -108,9 +108,7 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
         for result in ends.run(&job, &payload, token.as_deref()) {
             pairs += 1;
             failed += usize::from(!result.verified);
-            out.emit(&Event::FabricPair(Cow::Borrowed(&result)), || {
-                human(&result)
-            });
+            out.emit(&Event::FabricPair(Cow::Borrowed(&result)));
         }
     }
     if failed > 0 {
@@ -395,34 +393,6 @@ fn must_wait(e: &Report) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
     })
-}
-
-fn human(r: &PairResult) -> String {
-    let head = format!(
-        "round {}{}: {} -> {}",
-        r.round,
-        if r.retest { " (re-test)" } else { "" },
-        rdma_proto::printable(&r.writer_host),
-        rdma_proto::printable(&r.target_host)
-    );
-    if r.verified {
-        let measured = |v: Option<f64>, unit: &str| {
-            v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} {unit}"))
-        };
-        format!(
-            "{head}: verified, write {:.0} us, latency {}, bandwidth {} (waited {} ms)",
-            r.write_us.unwrap_or_default(),
-            measured(r.lat_us, "us"),
-            measured(r.bw_mbs, "MB/s"),
-            r.waited_ms
-        )
-    } else {
-        format!(
-            "{head}: FAILED ({}): {}",
-            r.error_kind.unwrap_or(Exit::Unverified),
-            rdma_proto::printable(r.error.as_deref().unwrap_or_default())
-        )
-    }
 }
 
 #[cfg(test)]

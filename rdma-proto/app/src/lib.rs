@@ -19,7 +19,7 @@ pub mod token;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-pub use output::{ClientEvents, Events, Output, ServerEvents};
+pub use output::{Events, Output};
 pub use rdma_proto::exit::{Documented, Exit, exit_codes_help};
 
 use color_eyre::eyre::{Result, eyre};

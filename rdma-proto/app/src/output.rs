@@ -1,85 +1,83 @@
 //! Where a binary's events go: human lines by default, JSON Lines (`--json`) otherwise, and the
 //! one path that reports the failure ending the process.
 //!
-//! Each binary keeps its own event enum (their fields differ); [`Events`] names it and says how
-//! it spells a fatal error, so the writer and the fatal path are shared.
+//! Each binary keeps its own event enum (their fields differ) and renders its human lines in one
+//! place: its [`Events`] names the enum, renders an event as a person reads it, and says how it
+//! spells a fatal error; the writer and the fatal path are shared. Nothing else of a binary
+//! prints to stdout.
 
 use crate::report;
 use color_eyre::Report;
-use rdma_proto::events::{client, server};
 use rdma_proto::exit::Exit;
 use serde::Serialize;
+use std::fmt;
 use std::io::Write as _;
-use std::marker::PhantomData;
 
-/// A binary's `--json` events.
+/// A binary's `--json` events and their human lines.
 pub trait Events {
     /// One event; it may borrow from the caller.
     type Event<'a>: Serialize;
+
+    /// How the human lines are told, fixed for a run (the server's language); `()` where there
+    /// is nothing to choose.
+    type Style: Copy + Default + fmt::Debug;
+
+    /// What a human line may need that its event does not carry and that has no place in the
+    /// JSON contract (a bench run's sizes, the link a queue pair runs on); its `Default` is
+    /// "nothing", which most events need.
+    type Detail<'a>: Default;
+
+    /// The line (or lines) that `event` shows a person, without `--json`.
+    fn human(event: &Self::Event<'_>, style: Self::Style, detail: &Self::Detail<'_>) -> String;
 
     /// The event that reports the failure ending the process.
     fn fatal(exit: Exit, message: String) -> Self::Event<'static>;
 }
 
-/// The client's events ([`client::Event`]), for [`Output`].
-#[derive(Debug, Clone, Copy)]
-pub enum ClientEvents {}
-
-impl Events for ClientEvents {
-    type Event<'a> = client::Event<'a>;
-
-    fn fatal(exit: Exit, message: String) -> client::Event<'static> {
-        client::Event::Error {
-            kind: exit,
-            exit_code: exit.code(),
-            message: message.into(),
-        }
-    }
-}
-
-/// The server's events ([`server::Event`]), for [`Output`].
-#[derive(Debug, Clone, Copy)]
-pub enum ServerEvents {}
-
-impl Events for ServerEvents {
-    type Event<'a> = server::Event<'a>;
-
-    fn fatal(exit: Exit, message: String) -> server::Event<'static> {
-        server::Event::Error {
-            session: None,
-            peer: None,
-            code: exit.name().into(),
-            message: message.into(),
-            fatal: true,
-            exit_code: Some(exit.code()),
-        }
-    }
-}
-
 /// Where `E`'s events go. Copy it freely: every event is written as one whole line under the
 /// stdout lock, so threads never interleave lines.
-#[derive(Debug)]
-pub struct Output<E> {
+pub struct Output<E: Events> {
     json: bool,
-    events: PhantomData<fn() -> E>,
+    style: E::Style,
 }
 
-impl<E> Clone for Output<E> {
+impl<E: Events> fmt::Debug for Output<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Output")
+            .field("json", &self.json)
+            .field("style", &self.style)
+            .finish()
+    }
+}
+
+impl<E: Events> Clone for Output<E> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<E> Copy for Output<E> {}
+impl<E: Events> Copy for Output<E> {}
 
 impl<E: Events> Output<E> {
-    /// JSON Lines when `json`, human text otherwise.
+    /// JSON Lines when `json`, human text (in the default style) otherwise.
     #[must_use]
     pub fn new(json: bool) -> Self {
         Self {
             json,
-            events: PhantomData,
+            style: E::Style::default(),
         }
+    }
+
+    /// The same output, its human lines told in `style`.
+    #[must_use]
+    pub fn with_style(self, style: E::Style) -> Self {
+        Self { style, ..self }
+    }
+
+    /// The style of the human lines.
+    #[must_use]
+    pub fn style(&self) -> E::Style {
+        self.style
     }
 
     /// Whether events are JSON Lines.
@@ -105,8 +103,14 @@ impl<E: Events> Output<E> {
         }
     }
 
-    /// Emits `event` as one JSON line, or the `human` lines.
-    pub fn emit(&self, event: &E::Event<'_>, human: impl FnOnce() -> String) {
+    /// Emits `event` as one JSON line, or its human lines.
+    pub fn emit(&self, event: &E::Event<'_>) {
+        self.emit_with(event, &E::Detail::default());
+    }
+
+    /// Emits `event` as one JSON line, or its human lines told with `detail` (what the line
+    /// needs that the event does not carry).
+    pub fn emit_with(&self, event: &E::Event<'_>, detail: &E::Detail<'_>) {
         let text = if self.json {
             serde_json::to_string(event).unwrap_or_else(|e| {
                 // Unreachable for the binaries' plain enums; still one valid JSON line.
@@ -114,7 +118,7 @@ impl<E: Events> Output<E> {
                     .to_string()
             })
         } else {
-            human()
+            E::human(event, self.style, detail)
         };
         write_line(&text);
     }
@@ -125,7 +129,7 @@ impl<E: Events> Output<E> {
     #[must_use]
     pub fn fatal(&self, exit: Exit, report: &Report) -> std::process::ExitCode {
         if self.json {
-            self.emit(&E::fatal(exit, report::message(report)), String::new);
+            self.emit(&E::fatal(exit, report::message(report)));
         }
         eprintln!("{}", report::render(report, exit, self.json));
         exit.into()
@@ -155,6 +159,15 @@ mod tests {
 
     impl Events for Test {
         type Event<'a> = Event<'a>;
+        type Style = bool;
+        type Detail<'a> = Option<&'a str>;
+        fn human(event: &Event<'_>, loud: bool, detail: &Option<&str>) -> String {
+            let line = match event {
+                Event::Hello { name } => format!("hello {name}{}", detail.unwrap_or_default()),
+                Event::Error { kind, .. } => format!("error {kind}"),
+            };
+            if loud { line.to_uppercase() } else { line }
+        }
         fn fatal(exit: Exit, _message: String) -> Event<'static> {
             Event::Error {
                 kind: exit.name(),
@@ -174,5 +187,16 @@ mod tests {
         let out = Output::<Test>::new(true);
         let copy = out;
         assert!(out.json() && copy.json());
+    }
+
+    #[test]
+    fn the_style_is_the_outputs_and_the_detail_the_callers() {
+        let out = Output::<Test>::new(false);
+        assert!(!out.style());
+        let loud = out.with_style(true);
+        assert!(loud.style() && !loud.json());
+        let hello = Event::Hello { name: "x" };
+        assert_eq!(Test::human(&hello, out.style(), &None), "hello x");
+        assert_eq!(Test::human(&hello, loud.style(), &Some("!")), "HELLO X!");
     }
 }

@@ -168,7 +168,7 @@ impl Pair {
                 None,
                 &opts,
                 None,
-                |_| String::new(),
+                &rdma_client::output::Detail::None,
             )?);
             self.session(s, c)
         })();
@@ -228,7 +228,6 @@ pub(crate) fn context(ports: Box<dyn crate::ports::PortSource>, buffer_size: u64
         cq_mode: rdma_core_rs::CqMode::Poll,
         grant: crate::grant::Grant::remote_write(),
         out: crate::output::Output::new(true),
-        lang: crate::i18n::Lang::En,
         stopping: std::sync::atomic::AtomicBool::new(false),
         verified: std::sync::atomic::AtomicU64::new(0),
         bench_max_time: TIMEOUT,

@@ -23,7 +23,7 @@ use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 use super::connect::connect_and_accept;
 use super::ctx::{Failure, SessionCtx};
 use super::steps::{emit_qp_ready, next_event, out_of_order, report_verdict, revoke};
-use crate::output::{Event, SessionNotify};
+use crate::output::{Detail, Event, SessionNotify};
 
 /// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
 const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;
@@ -190,18 +190,14 @@ pub(crate) fn session(
     // --timeout) counts against --bench-max-time like the rest (issue 23, item 6).
     let clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
     let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, id, rdma)?;
-    let h = &hello.endpoint;
     let mode = SessionNotify::from(b.mode());
     let path_mtu = qp.path_mtu().bytes();
-    emit_qp_ready(s, id, (qp.qpn(), path_mtu), hello, mode, || {
-        format!(
-            "[{id}] QP {:#08x} <- client QP {:#08x}, path MTU {path_mtu}, {mode}: sizes {:?}, {} iterations each",
-            qp.qpn(),
-            h.qpn,
-            b.sizes,
-            b.iters
-        )
-    });
+    let detail = Detail::Bench {
+        mode,
+        sizes: &b.sizes,
+        iters: b.iters,
+    };
+    emit_qp_ready(s, id, (qp.qpn(), path_mtu), hello, mode, &detail);
 
     if let Some((src, to)) = pongs.as_mut() {
         let remote = RemoteBuffer {
@@ -225,14 +221,11 @@ pub(crate) fn session(
         ServerEvent::Written(w) => w,
         other => return Err(out_of_order(&other)),
     };
-    s.out.emit(
-        &Event::Written {
-            session: id,
-            length: hello.length,
-            notify: mode,
-        },
-        || format!("[{id}] {mode} done ({} bytes checked next)", hello.length),
-    );
+    s.out.emit(&Event::Written {
+        session: id,
+        length: hello.length,
+        notify: mode,
+    });
     // As for a write: no more packets from the client's QP, its rkey revoked, then read.
     let buf = revoke(qp, mr)?;
     drop(pongs);
@@ -243,13 +236,7 @@ pub(crate) fn session(
     // The bench pattern is not text: say what was checked instead of echoing bytes.
     outcome.text = format!("{mode} {:?} x {}", b.sizes, b.iters);
     outcome.truncated = false;
-    report_verdict(s, id, &outcome, || match &outcome.reason {
-        None => format!(
-            "[{id}] {mode} verified: the final {} bytes match (crc32c {:#010x})",
-            outcome.length, outcome.crc32c
-        ),
-        Some(r) => format!("[{id}] {mode} verification FAILED: {r}"),
-    });
+    report_verdict(s, id, &outcome, &detail);
     let result = hs.result(outcome)?;
     conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
     Ok(())

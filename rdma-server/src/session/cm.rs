@@ -3,7 +3,7 @@
 //! that is the session's client's.
 
 use super::ctx::{Failure, SessionCtx};
-use crate::output::Event;
+use crate::output::{Event, LOGGED_REJECTS};
 use rdma_core_rs::cm::{Gate, Request, Verdict};
 use rdma_core_rs::{ExposedRegion, Init, LocalPort, QueuePair, Rts};
 use rdma_proto::framing::LineConn;
@@ -75,9 +75,6 @@ pub(crate) fn accept(
         })
 }
 
-/// Rejected requests logged per session (the rest are counted in the next line, and in the
-/// session's failure).
-const LOGGED_REJECTS: u32 = 3;
 /// Rejected requests after which a session stops waiting for its client's (a flood).
 const MAX_REJECTS: u32 = 16;
 
@@ -104,26 +101,12 @@ impl Gate for SessionGate<'_> {
             let peer = req.peer.map(|p| p.to_string());
             let id = self.id;
             let rejected = self.rejected;
-            self.out.emit(
-                &Event::CmRejected {
-                    session: id,
-                    peer: peer.as_deref().map(Into::into),
-                    why: why.as_str().into(),
-                    rejected,
-                },
-                || {
-                    format!(
-                        "[{id}] RDMA CM connection request from {} rejected: {}{}",
-                        peer.as_deref().unwrap_or("an unknown address"),
-                        rdma_proto::printable(&why),
-                        if rejected == LOGGED_REJECTS {
-                            " (more are counted, not logged)"
-                        } else {
-                            ""
-                        }
-                    )
-                },
-            );
+            self.out.emit(&Event::CmRejected {
+                session: id,
+                peer: peer.as_deref().map(Into::into),
+                why: why.as_str().into(),
+                rejected,
+            });
         }
         if self.rejected >= MAX_REJECTS {
             Verdict::GiveUp

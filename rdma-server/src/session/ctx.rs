@@ -2,7 +2,6 @@
 
 use crate::admission::{Log, LogLimit};
 use crate::budget::PinBudget;
-use crate::i18n::Lang;
 use crate::output::Output;
 use crate::ports::PortSource;
 use rdma_core_rs::CqMode;
@@ -26,7 +25,6 @@ pub(crate) struct SessionCtx {
     /// What a write session grants its client (remote write, in `rdma-server`).
     pub grant: crate::grant::Grant,
     pub out: Output,
-    pub lang: Lang,
     /// Set when the server is stopping: sessions abort with `shutting_down`.
     pub stopping: AtomicBool,
     /// Writes verified so far.

@@ -18,7 +18,7 @@ pub(crate) use ctx::SessionCtx;
 use steps::*;
 
 use crate::budget::{self};
-use crate::output::{Event, SessionNotify};
+use crate::output::{Detail, Event, SessionNotify};
 use rdma_core_rs::WcOpcode;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
@@ -31,13 +31,10 @@ use std::time::{Duration, Instant};
 /// Serves one connection to its end; never panics on client input, never returns an error.
 pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     if s.stranger_line() {
-        s.out.emit(
-            &Event::Connected {
-                session: id,
-                peer: peer.to_string().into(),
-            },
-            || format!("[{id}] client {peer} connected"),
-        );
+        s.out.emit(&Event::Connected {
+            session: id,
+            peer: peer.to_string().into(),
+        });
     }
     let mut conn = LineConn::new(stream, rdma_proto::DEFAULT_MAX_LINE);
     let mut hs = ServerHandshake::new(s.policy.clone());
@@ -49,17 +46,14 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
     let failure = failure.told(s.stopping.load(Ordering::Acquire));
     // Before its hello is admitted a connection is anyone's: its line is rate-limited.
     if hs.hello().is_some() || s.stranger_line() {
-        s.out.emit(
-            &Event::Error {
-                session: Some(id),
-                peer: Some(peer.to_string().into()),
-                code: failure.log_code().into(),
-                message: failure.message.as_str().into(),
-                fatal: false,
-                exit_code: None,
-            },
-            || failed_line(id, failure.log_code(), &failure.message),
-        );
+        s.out.emit(&Event::Error {
+            session: Some(id),
+            peer: Some(peer.to_string().into()),
+            code: failure.log_code().into(),
+            message: failure.message.as_str().into(),
+            fatal: false,
+            exit_code: None,
+        });
     }
     if failure.tell_peer {
         let line = ServerMessage::Error(ErrorMsg {
@@ -75,13 +69,6 @@ pub fn serve(s: &SessionCtx, stream: TcpStream, peer: SocketAddr, id: u64) {
 /// The human log line of a failed session. Its message may quote what the client sent: it is
 /// escaped once more here ([`rdma_proto::printable`]), so that no failure, whatever built its
 /// text, can forge a log line or drive the operator's terminal.
-fn failed_line(id: u64, code: &str, message: &str) -> String {
-    format!(
-        "[{id}] session failed ({code}): {}; still serving",
-        rdma_proto::printable(message)
-    )
-}
-
 fn session(
     s: &SessionCtx,
     conn: &mut LineConn<TcpStream>,
@@ -147,16 +134,17 @@ fn session(
         .expose(buffer_size, &s.grant, s.cq_mode, imm)
         .map_err(rdma)?;
     accept_exposed(s, conn, hs, &hello, &mut *x, id, rdma)?;
-    let h = &hello.endpoint;
     let notify = SessionNotify::from(hello.notify);
     let (qpn, path_mtu) = x.qp();
     let offered = x.region().len;
-    emit_qp_ready(s, id, (qpn, path_mtu), &hello, notify, || {
-        format!(
-            "[{id}] QP {qpn:#08x} <- client QP {:#08x}, path MTU {path_mtu}, offering {offered} bytes (notify {notify})",
-            h.qpn,
-        )
-    });
+    emit_qp_ready(
+        s,
+        id,
+        (qpn, path_mtu),
+        &hello,
+        notify,
+        &Detail::Offered(offered),
+    );
 
     // Wait for the write: its immediate completion, or the client's `written` notice.
     let deadline = Instant::now() + phase;
@@ -176,19 +164,11 @@ fn session(
             other => return Err(out_of_order(&other)),
         },
     };
-    s.out.emit(
-        &Event::Written {
-            session: id,
-            length: hello.length,
-            notify,
-        },
-        || {
-            format!(
-                "[{id}] write complete ({} bytes, notify {notify})",
-                hello.length
-            )
-        },
-    );
+    s.out.emit(&Event::Written {
+        session: id,
+        length: hello.length,
+        notify,
+    });
 
     // Take the client's access away before reading a byte; this also frees its slot under
     // --max-clients before it hears the verdict.
@@ -198,21 +178,7 @@ fn session(
         .min(buf.len());
     let outcome: Outcome = hs.verify(&buf[..length], imm, written.as_ref());
     drop(buf);
-    report_verdict(s, id, &outcome, || {
-        if outcome.verified {
-            format!(
-                "{}\n{}",
-                s.lang.received(&outcome.text),
-                s.lang.verified(outcome.length, outcome.crc32c)
-            )
-        } else {
-            format!(
-                "[{id}] {}\n[{id}] verification FAILED: {}",
-                s.lang.received(&outcome.text),
-                outcome.reason.as_deref().unwrap_or("unknown reason")
-            )
-        }
-    });
+    report_verdict(s, id, &outcome, &Detail::None);
     let result = hs.result(outcome)?;
     conn.send_line(&result.to_line(), Instant::now() + phase)?;
     Ok(())
@@ -333,7 +299,7 @@ mod tests {
     #[test]
     fn failure_lines_escape_what_the_client_sent() {
         let line = "[3] session failed (bad_json): x\n[9] verified: RDMA Write data landed\x1b[31m";
-        let shown = failed_line(3, "bad_json", line);
+        let shown = crate::output::human::failed_line(3, "bad_json", line);
         assert!(!shown.chars().any(char::is_control), "{shown:?}");
         assert!(shown.contains(r"x\n[9] verified"), "{shown}");
         assert!(shown.contains(r"\u{1b}[31m"), "{shown}");
@@ -342,7 +308,7 @@ mod tests {
             panic!("parsed a hostile type")
         };
         let f = Failure::from(e);
-        let shown = failed_line(3, f.log_code(), &f.message);
+        let shown = crate::output::human::failed_line(3, f.log_code(), &f.message);
         assert!(!shown.chars().any(char::is_control), "{shown:?}");
         assert!(shown.contains(r"\n[9] verified\u{1b}[31m"), "{shown}");
     }

@@ -2,7 +2,7 @@
 //! queue pair and the verdict, feeding the client's lines to the handshake, waiting for the
 //! write's completion.
 
-use crate::output::{Event, SessionNotify};
+use crate::output::{Detail, Event, SessionNotify};
 use crate::verbs::PortName;
 use rdma_core_rs::{Completion, ErrorKind, ExposedRegion, OwnedBuffer, QueuePair, Rts};
 use rdma_proto::events::QpVia;
@@ -25,33 +25,30 @@ pub(crate) fn revoke(qp: QueuePair<Rts>, mr: ExposedRegion) -> Result<OwnedBuffe
     crate::verbs::revoke_region(mr)
 }
 
-/// Logs [`Event::QpReady`]: `qp` is in RTS towards the client's QP from `hello`; `notify` says
-/// how the session goes on (`imm`, `tcp`, `bench-lat`, `bench-bw`), `human` is the line
-/// without `--json`.
 /// Says which device, port and GID the session uses, and why (chosen by its address).
 pub(crate) fn emit_port_chosen(s: &SessionCtx, id: u64, port: &PortName, why: &str) {
-    s.out.emit(
-        &Event::PortChosen {
-            session: id,
-            device: port.device.as_str().into(),
-            port: port.port,
-            gid_index: port.gid_index,
-            gid: port.gid.as_str().into(),
-            why: why.into(),
-        },
-        || format!("[{id}] RDMA on {why}"),
-    );
+    s.out.emit(&Event::PortChosen {
+        session: id,
+        device: port.device.as_str().into(),
+        port: port.port,
+        gid_index: port.gid_index,
+        gid: port.gid.as_str().into(),
+        why: why.into(),
+    });
 }
 
+/// Logs [`Event::QpReady`]: `qp` is in RTS towards the client's QP from `hello`; `notify` says
+/// how the session goes on (`imm`, `tcp`, `bench-lat`, `bench-bw`), `detail` what its line
+/// says besides (the buffer offered, a bench's sizes).
 pub(crate) fn emit_qp_ready(
     s: &SessionCtx,
     id: u64,
     (qpn, path_mtu): (u32, u32),
     hello: &Hello,
     notify: SessionNotify,
-    human: impl FnOnce() -> String,
+    detail: &Detail<'_>,
 ) {
-    s.out.emit(
+    s.out.emit_with(
         &Event::QpReady {
             session: id,
             local_qpn: qpn,
@@ -61,7 +58,7 @@ pub(crate) fn emit_qp_ready(
             length: hello.length,
             via: QpVia::from_cm(hello.cm),
         },
-        human,
+        detail,
     );
 }
 
@@ -187,18 +184,13 @@ pub(crate) fn peer_gave_up(e: &ErrorMsg) -> Failure {
     .silent()
 }
 
-/// Counts a verified session and logs [`Event::Verified`] with the verdict; `human` is its line
-/// without `--json`.
-pub(crate) fn report_verdict(
-    s: &SessionCtx,
-    id: u64,
-    outcome: &Outcome,
-    human: impl FnOnce() -> String,
-) {
+/// Counts a verified session and logs [`Event::Verified`] with the verdict (`detail`: a bench
+/// session's, for its line).
+pub(crate) fn report_verdict(s: &SessionCtx, id: u64, outcome: &Outcome, detail: &Detail<'_>) {
     if outcome.verified {
         s.verified.fetch_add(1, Ordering::AcqRel);
     }
-    s.out.emit(
+    s.out.emit_with(
         &Event::Verified {
             session: id,
             verified: outcome.verified,
@@ -208,6 +200,6 @@ pub(crate) fn report_verdict(
             truncated: outcome.truncated,
             reason: outcome.reason.as_deref().map(Into::into),
         },
-        human,
+        detail,
     );
 }
