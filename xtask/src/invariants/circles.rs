@@ -213,7 +213,7 @@ fn flatten(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<ModPath>
     }
 }
 
-fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
+pub(super) fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
     use syn::Item as I;
     match item {
         I::Const(i) => &i.attrs,
@@ -236,7 +236,7 @@ fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
 }
 
 /// `#[cfg(test)]` (alone, not inside `not(...)` or `any(...)`).
-fn is_test_only(attrs: &[syn::Attribute]) -> bool {
+pub(super) fn is_test_only(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("cfg")
             && a.parse_args::<syn::Ident>()

@@ -5,12 +5,15 @@
 //!   of ours and parses no JSON, rdma-proto has no CLI crate and no ibverbs, ...), and that
 //!   xtask's own tree needs no RDMA header ([`deps::rdma_in_xtask_tree`]);
 //! - no import circle between the files of any crate ([`circles`]);
-//! - no file over [`size::MAX_LINES`] lines outside its tests ([`size`]).
+//! - no file over [`size::MAX_LINES`] lines outside its tests ([`size`]);
+//! - nothing prints around `Output`: no `println!`/`print!` in the binaries or rdma-app outside
+//!   their output modules ([`prints`]).
 //!
 //! It also prints the figures the README's development section quotes (lines per crate).
 
 pub mod circles;
 pub mod deps;
+pub mod prints;
 pub mod size;
 
 use crate::exec;
@@ -61,6 +64,14 @@ pub fn check() -> Result<Vec<String>> {
             }
         }
     }
+    for (krate, output) in prints::OUTPUT_MODULES {
+        for (file, calls) in prints::stray_prints(&root.join(krate), output)? {
+            broken.push(format!(
+                "{krate}/{}: {calls} println!/print! outside {output}: stdout is the events' (emit an event, or write through Output)",
+                file.display()
+            ));
+        }
+    }
     Ok(broken)
 }
 
@@ -97,7 +108,7 @@ pub fn cmd() -> Result<()> {
         bail!("{} invariant(s) broken (see above)", broken.len());
     }
     println!(
-        "invariants: {} dependency rules hold; no import circle; no file over {} lines outside its tests",
+        "invariants: {} dependency rules hold; no import circle; no file over {} lines outside its tests; nothing prints around Output",
         deps::RULES.len(),
         size::MAX_LINES
     );
