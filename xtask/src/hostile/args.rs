@@ -1,9 +1,8 @@
 //! The hostile client's command line, and the [`Config`] the cases read.
 
-use super::case::Case;
-use super::config::Config;
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _};
+use rdma_hostile::{Case, Config};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -110,7 +109,6 @@ impl HostileArgs {
             },
             reply: self.reply_timeout,
             rng_seed: self.rng_seed.unwrap_or_else(|| fastrand::u64(..)),
-            probe_client: self.probe_client.clone(),
         })
     }
 }

@@ -1,44 +1,26 @@
-//! `cargo xtask hostile`: a protocol-level hostile client for a live `rdma-server`.
-//!
-//! No RDMA, and none of `rdma-proto`'s message types: it speaks raw TCP and builds and checks
-//! its lines with `serde_json`, so it tests the wire as `PROTOCOL.md` writes it, not as our own
-//! library happens to implement it (only the line framing, `LineConn`, is shared).
-//! Each case connects, misbehaves, and checks what the server answers (an `error` line with the
-//! expected `code`, then a close; or a silent close) before a deadline. After every case a fresh
-//! connection must still get a banner: nothing a client does may take the server down.
-//!
-//! Every line the server sends before a valid `hello` is checked for secrets (`rkey`, `addr`,
-//! `qpn`): finding one fails the case.
+//! `cargo xtask hostile`: the hostile matrix (the test-only crate `rdma-hostile`: the cases,
+//! what each does on the wire, the checks of the answers, the runner) against a live
+//! `rdma-server`, as the guests' end-to-end scenarios run it. Here only the command: the
+//! arguments ([`args`]), the real client's write after every case (`--probe-client`,
+//! [`probe`]), the output ([`report`]) and the exit status. `rdma-server`'s tests run the same
+//! matrix against the real session on the in-memory Pair.
 //!
 //! Output: one line per case (`PASS`/`FAIL`, the case, what was seen), or one JSON object per
 //! case with `--json`, then a summary; the exit status is non-zero if any case failed.
-//!
-//! The parts: [`args`] (the command line) and [`config`] (the [`Config`](config::Config) it gives the cases),
-//! [`case`] (the table of cases and which fit a server), [`misbehave`] (what each case does on
-//! the wire), [`conn`] (one connection and its line reader), [`answer`] (pure checks of what
-//! the server sent), [`runner`] (one case on its own thread, then the health probes),
-//! [`report`] (the output).
 
-mod answer;
 mod args;
-mod case;
-mod config;
-mod conn;
-mod misbehave;
+mod probe;
 mod report;
-mod runner;
-#[cfg(test)]
-mod tests;
 
 pub use args::HostileArgs;
 
-use color_eyre::eyre::{Result, bail};
+use color_eyre::eyre::{Result, bail, eyre};
 use std::sync::Arc;
 
 /// Runs the selected cases and reports; `Err` if any failed.
 pub fn cmd(args: &HostileArgs) -> Result<()> {
     let cfg = Arc::new(args.config()?);
-    let cases = case::select(&args.cases, &cfg)?;
+    let cases = rdma_hostile::select(&args.cases, &cfg).map_err(|e| eyre!(e))?;
     if !args.json {
         println!(
             "hostile: {} case(s) against {} (rng seed {}, hello gid {})",
@@ -50,7 +32,10 @@ pub fn cmd(args: &HostileArgs) -> Result<()> {
     }
     let mut verdicts = Vec::new();
     for (i, &case) in cases.iter().enumerate() {
-        let v = runner::run_case(&cfg, case, i as u64);
+        let v = rdma_hostile::run_case_then(&cfg, case, i as u64, &|| match &args.probe_client {
+            Some(client) => probe::probe_write(client, &cfg),
+            None => Ok(()),
+        });
         report::print_verdict(&v, args.json);
         verdicts.push(v);
     }

@@ -1,6 +1,6 @@
 //! The hostile client's output: one line (or JSON object) per case, then a summary.
 
-use super::runner::Verdict;
+use rdma_hostile::Verdict;
 use serde_json::json;
 
 /// Prints one case's verdict, on one line whatever the server sent.

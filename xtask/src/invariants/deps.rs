@@ -71,15 +71,31 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         package: "rdma-server",
-        forbid: Forbid::Crates(&["rdma-client", "rdma-misbehave", "xtask"]),
+        forbid: Forbid::Crates(&["rdma-client", "rdma-misbehave", "rdma-hostile", "xtask"]),
         says: "each binary is deployable alone, and holds no test peer",
     },
     Rule {
         package: "rdma-client",
-        forbid: Forbid::Crates(&["rdma-server", "rdma-misbehave", "xtask"]),
+        forbid: Forbid::Crates(&["rdma-server", "rdma-misbehave", "rdma-hostile", "xtask"]),
         says: "each binary is deployable alone, and holds no test peer",
     },
+    Rule {
+        package: "rdma-hostile",
+        forbid: Forbid::Crates(&[
+            "ibverbs",
+            "ibverbs-sys",
+            "rdma-sys",
+            "rdma-core-rs",
+            "rdma-app",
+            "rdma-server",
+            "rdma-client",
+        ]),
+        says: "the hostile matrix needs no RDMA and links no binary of ours: it speaks the wire as PROTOCOL.md writes it",
+    },
 ];
+
+/// The test-only crates: never published.
+pub const TEST_ONLY: &[&str] = &["rdma-misbehave", "rdma-hostile", "xtask"];
 
 /// Every rule `metadata` breaks, as a line naming the rule, the package and the dependency.
 /// A rule about a package the workspace does not have is broken too (the rule went stale).
@@ -106,7 +122,8 @@ pub fn broken(metadata: &Metadata, rules: &[Rule]) -> Vec<String> {
 }
 
 /// The test peers' place: the binaries and libraries have no feature that switches test code
-/// on (the misbehaving peers are a crate of their own), and that crate is never published.
+/// on (the misbehaving peers are a crate of their own), and the test-only crates
+/// ([`TEST_ONLY`]) are never published.
 #[must_use]
 pub fn hooks(metadata: &Metadata) -> Vec<String> {
     let mut out = Vec::new();
@@ -123,8 +140,9 @@ pub fn hooks(metadata: &Metadata) -> Vec<String> {
                 ));
             }
         }
-        let test_only = pkg.name.as_str() == "rdma-misbehave" || pkg.name.as_str() == "xtask";
-        if test_only && pkg.publish.as_ref().is_none_or(|to| !to.is_empty()) {
+        if TEST_ONLY.contains(&pkg.name.as_str())
+            && pkg.publish.as_ref().is_none_or(|to| !to.is_empty())
+        {
             out.push(format!(
                 "{} is test-only: it must say `publish = false`",
                 pkg.name
@@ -226,7 +244,7 @@ mod tests {
             if pkg.name.as_str() == "rdma-client" {
                 pkg.features.insert("fault-injection".into(), vec![]);
             }
-            if pkg.name.as_str() == "rdma-misbehave" {
+            if matches!(pkg.name.as_str(), "rdma-misbehave" | "rdma-hostile") {
                 pkg.publish = None;
             }
         }
@@ -239,6 +257,11 @@ mod tests {
         assert!(
             got.iter()
                 .any(|l| l.contains("rdma-misbehave is test-only: it must say `publish = false`")),
+            "{got:#?}"
+        );
+        assert!(
+            got.iter()
+                .any(|l| l.contains("rdma-hostile is test-only: it must say `publish = false`")),
             "{got:#?}"
         );
     }

@@ -28,6 +28,7 @@ pub const CRATES: &[&str] = &[
     "rdma-server",
     "rdma-client",
     "rdma-client/misbehave",
+    "rdma-proto/hostile",
     "xtask",
 ];
 

@@ -2,7 +2,7 @@
 //! names a victim's GID, one host holding every slot, the pinned-memory budget.
 
 use super::{Answer, Cx, Got, Tok, check_accept, check_answer, check_banner, to_line};
-use crate::hostile::conn::{CaseResult, Conn};
+use crate::conn::{CaseResult, Conn};
 use serde_json::json;
 use std::time::{Duration, Instant};
 

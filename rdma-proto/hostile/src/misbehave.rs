@@ -1,9 +1,9 @@
 //! What each hostile case does on the wire, and what it expects back.
 
-use super::answer::{Answer, Got, check_accept, check_answer, check_banner};
-use super::case::Case;
-use super::config::Config;
-use super::conn::{CaseResult, Conn, is_timeout};
+use crate::answer::{Answer, Got, check_accept, check_answer, check_banner};
+use crate::case::Case;
+use crate::config::Config;
+use crate::conn::{CaseResult, Conn, is_timeout};
 use serde_json::{Value, json};
 
 mod weapon;
@@ -21,10 +21,10 @@ const TIMEOUT_MARGIN: Duration = Duration::from_secs(3);
 /// the server's: we start counting when the banner arrives).
 const TIMEOUT_EARLY: Duration = Duration::from_millis(500);
 /// How long a freshly closed session may keep its `--max-clients` slot.
-pub(super) const SETTLE: Duration = Duration::from_secs(3);
+pub(crate) const SETTLE: Duration = Duration::from_secs(3);
 
 /// A case's view of the configuration and its random numbers.
-pub(super) struct Cx<'a> {
+pub(crate) struct Cx<'a> {
     pub cfg: &'a Config,
     pub rng: &'a mut fastrand::Rng,
 }

@@ -1,7 +1,7 @@
 //! One TCP connection to the server: raw sends, and lines read through `rdma-proto`'s
 //! [`LineConn`] (cap, deadline) and classified as [`Got`].
 
-use super::answer::{Answer, Got, check_answer, parse_server_line, secrets_in};
+use crate::answer::{Answer, Got, check_answer, parse_server_line, secrets_in};
 use rdma_proto::{FrameError, LineConn};
 use std::io::{self, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 const MAX_SERVER_LINE: usize = 64 * 1024;
 
 /// What a case saw, on success, or what went wrong.
-pub(super) type CaseResult = Result<String, String>;
+pub(crate) type CaseResult = Result<String, String>;
 
 /// One TCP connection to the server with a line reader.
 #[derive(Debug)]
-pub(super) struct Conn {
+pub(crate) struct Conn {
     line: LineConn<TcpStream>,
     /// Set once a valid hello was sent: from then on the server may reveal its buffer.
     pub secrets_allowed: bool,
@@ -141,7 +141,7 @@ fn classify(e: FrameError) -> Got {
     }
 }
 
-pub(super) fn is_timeout(e: &io::Error) -> bool {
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut

@@ -1,13 +1,12 @@
-//! What a case needs to know about the server ([`Config`]), from the command line
-//! ([`super::args::HostileArgs::config`]).
+//! What a case needs to know about the server ([`Config`]): from `cargo xtask hostile`'s
+//! command line, or from the test that serves it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// What a case needs to know about the server, shared with the case threads.
 #[derive(Debug)]
-pub(crate) struct Config {
+pub struct Config {
     pub server: SocketAddr,
     pub buffer_size: u64,
     pub server_timeout: Duration,
@@ -22,12 +21,13 @@ pub(crate) struct Config {
     pub reply: Duration,
     /// Seeds every case's random number generator.
     pub rng_seed: u64,
-    pub probe_client: Option<PathBuf>,
 }
 
-#[cfg(test)]
 impl Config {
-    /// A server without token, client limit or allow list, 64-byte buffer, rng seed 7.
+    /// A server without token, client limit or allow list, 64-byte buffer, 800 ms timeout,
+    /// hellos from `::ffff:10.0.0.2`, replies within 3 s, rng seed 7: for tests, which change
+    /// what differs.
+    #[must_use]
     pub fn for_tests(server: SocketAddr) -> Self {
         Self {
             server,
@@ -41,7 +41,6 @@ impl Config {
             gid: "::ffff:10.0.0.2".to_owned(),
             reply: Duration::from_secs(3),
             rng_seed: 7,
-            probe_client: None,
         }
     }
 }

@@ -1,8 +1,7 @@
 //! The table of hostile cases, and which of them fit a server's configuration.
 
-use super::config::Config;
+use crate::config::Config;
 use clap::ValueEnum;
-use color_eyre::eyre::{Result, bail};
 
 /// One hostile behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,6 +77,7 @@ pub enum Case {
 
 impl Case {
     /// The name used on the command line and in reports.
+    #[must_use]
     pub fn name(self) -> String {
         self.to_possible_value()
             .map(|v| v.get_name().to_owned())
@@ -85,7 +85,8 @@ impl Case {
     }
 
     /// Why this case does not fit the server's configuration, if it does not.
-    pub(super) fn unfit(self, cfg: &Config) -> Option<&'static str> {
+    #[must_use]
+    pub fn unfit(self, cfg: &Config) -> Option<&'static str> {
         match self {
             Case::Forbidden if !cfg.expect_forbidden => {
                 Some("needs --expect-forbidden (a server whose --allow excludes us)")
@@ -112,7 +113,10 @@ impl Case {
 }
 
 /// The cases to run: the requested ones (all must fit), or every one that fits.
-pub(super) fn select(requested: &[Case], cfg: &Config) -> Result<Vec<Case>> {
+///
+/// # Errors
+/// A requested case that does not fit, and why.
+pub fn select(requested: &[Case], cfg: &Config) -> Result<Vec<Case>, String> {
     if requested.is_empty() {
         return Ok(Case::value_variants()
             .iter()
@@ -122,7 +126,10 @@ pub(super) fn select(requested: &[Case], cfg: &Config) -> Result<Vec<Case>> {
     }
     for c in requested {
         if let Some(why) = c.unfit(cfg) {
-            bail!("case `{}` does not fit this server: it {why}", c.name());
+            return Err(format!(
+                "case `{}` does not fit this server: it {why}",
+                c.name()
+            ));
         }
     }
     Ok(requested.to_vec())

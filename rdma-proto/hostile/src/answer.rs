@@ -1,7 +1,6 @@
 //! Pure checks of what the server sent: one line parsed strictly, secrets before a valid
 //! hello, banners, accepts, and whether an answer is the one a case expects.
 
-use crate::text::shorten;
 use serde_json::{Value, json};
 
 /// Secret fields that must not appear before a valid hello.
@@ -9,7 +8,7 @@ const SECRET_FIELDS: [&str; 3] = ["rkey", "addr", "qpn"];
 
 /// What the server should answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Answer {
+pub(crate) enum Answer {
     /// An `error` line with this code (and text in `message`), then a close.
     Error {
         code: &'static str,
@@ -21,7 +20,7 @@ pub(super) enum Answer {
 
 /// What came from the server.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Got {
+pub(crate) enum Got {
     /// One line, parsed as a JSON object with `type` and `v: 1`.
     Line(Value),
     /// The server closed the connection (FIN).
@@ -35,7 +34,7 @@ pub(super) enum Got {
 }
 
 impl Got {
-    pub(super) fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Got::Line(v) => format!("line {}", shorten(&v.to_string(), 300)),
             Got::Eof => "a close".to_owned(),
@@ -47,7 +46,7 @@ impl Got {
 }
 
 /// Matches what came against the answer the case expects; `Ok` describes it.
-pub(super) fn check_answer(want: &Answer, got: &Got) -> Result<String, String> {
+pub(crate) fn check_answer(want: &Answer, got: &Got) -> Result<String, String> {
     match (want, got) {
         (Answer::Error { code, mentions }, Got::Line(v)) => {
             let ty = v.get("type").and_then(Value::as_str);
@@ -85,7 +84,7 @@ pub(super) fn check_answer(want: &Answer, got: &Got) -> Result<String, String> {
 }
 
 /// Checks a banner: right type and version, speaks v1, says whether a token is needed.
-pub(super) fn check_banner(v: &Value, token_required: bool) -> Result<(), String> {
+pub(crate) fn check_banner(v: &Value, token_required: bool) -> Result<(), String> {
     if v.get("type") != Some(&json!("banner")) {
         return Err(format!(
             "expected a banner, got {}",
@@ -110,7 +109,7 @@ pub(super) fn check_banner(v: &Value, token_required: bool) -> Result<(), String
 }
 
 /// Checks an accept for a hello of `length` bytes; returns its rkey.
-pub(super) fn check_accept(got: &Got, length: u64, buffer_size: u64) -> Result<u32, String> {
+pub(crate) fn check_accept(got: &Got, length: u64, buffer_size: u64) -> Result<u32, String> {
     let v = match got {
         Got::Line(v) if v.get("type") == Some(&json!("accept")) => v,
         other => {
@@ -158,10 +157,10 @@ pub(super) fn check_accept(got: &Got, length: u64, buffer_size: u64) -> Result<u
 }
 
 /// The lowest `accept.addr` the server may offer (see `rdma_core_rs`'s `IOVA_MIN`).
-pub(super) const MIN_IOVA: u64 = 1 << 48;
+pub(crate) const MIN_IOVA: u64 = 1 << 48;
 
 /// The fields that must not appear in a line sent before a valid hello.
-pub(super) fn secrets_in(v: &Value) -> Vec<&'static str> {
+pub(crate) fn secrets_in(v: &Value) -> Vec<&'static str> {
     SECRET_FIELDS
         .iter()
         .copied()
@@ -170,7 +169,7 @@ pub(super) fn secrets_in(v: &Value) -> Vec<&'static str> {
 }
 
 /// Parses one line from the server: UTF-8, a JSON object, `type` a string, `v` = 1.
-pub(super) fn parse_server_line(bytes: &[u8]) -> Result<Value, String> {
+pub(crate) fn parse_server_line(bytes: &[u8]) -> Result<Value, String> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| format!("server sent a line that is not UTF-8 ({e})"))?;
     let v: Value = serde_json::from_str(text).map_err(|e| {
@@ -192,6 +191,18 @@ pub(super) fn parse_server_line(bytes: &[u8]) -> Result<Value, String> {
         ));
     }
     Ok(v)
+}
+
+/// `s`, cut to at most `max` bytes (on a character boundary) with an ellipsis.
+pub(crate) fn shorten(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", s.get(..end).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -236,6 +247,13 @@ mod tests {
         let v = json!({"type": "error", "v": 1, "rkey": 1, "qpn": 2});
         assert_eq!(secrets_in(&v), vec!["rkey", "qpn"]);
         assert!(secrets_in(&json!({"type": "banner", "message": "rkey addr qpn"})).is_empty());
+    }
+
+    #[test]
+    fn shorten_cuts_on_a_char_boundary() {
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(shorten("abcdef", 3), "abc…");
+        assert_eq!(shorten("héllo", 2), "h…");
     }
 
     #[test]
