@@ -19,8 +19,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 /// Where every region of the fabric lives in its (fake) address space: region `n` at
-/// `BASE * n`, so that addresses of different regions never overlap.
+/// `IOVA + BASE * n`, so that addresses of different regions never overlap, all of them at or
+/// above 2^48 as a device's registrations are (`rdma_core_rs`'s `IOVA_MIN`: below it an
+/// address could be a pointer into the server's heap, which the hostile matrix refuses).
 const BASE: u64 = 1 << 32;
+/// The lowest address of the fabric's regions.
+const IOVA: u64 = 1 << 48;
 
 /// The path MTU of every fake connection.
 pub const MTU: u32 = 1024;
@@ -254,7 +258,7 @@ impl WriteVerbs for FakePort {
                 ..Qp::default()
             },
         );
-        let addr = BASE * u64::from(rkey);
+        let addr = IOVA + BASE * u64::from(rkey);
         st.regions.insert(
             rkey,
             FakeRegion {

@@ -2,12 +2,14 @@
 //! real client session (`rdma_client::session::Session`) over loopback TCP, their verbs on a
 //! fake fabric ([`fabric::Fabric`]). What needs no RDMA runs here in milliseconds: the
 //! protocol, the security rules and the session's use of its verbs (expose, connect, wait,
-//! revoke); the guests keep what needs real verbs.
+//! revoke); the guests keep what needs real verbs. [`hostile`] runs the hostile matrix
+//! (`rdma-hostile`) against the real session here.
 //!
 //! Test-only code: compiled for `cargo test` alone.
 
 mod cases;
 pub mod fabric;
+mod hostile;
 
 use crate::session::{SessionCtx, serve};
 use fabric::Fabric;
