@@ -47,6 +47,78 @@ fn features() -> Vec<String> {
     f
 }
 
+/// The accept loop's state around `session`, with `args`' admission rules.
+fn shared(args: Args, session: SessionCtx) -> Arc<Shared> {
+    Arc::new(Shared {
+        session,
+        active: AtomicUsize::new(0),
+        sockets: Mutex::new(HashMap::new()),
+        per_source: Mutex::new(PerSource::default()),
+        refusal_log: Mutex::new(LogLimit::new(Instant::now())),
+        args,
+    })
+}
+
+/// Admits clients from `listener` (non-blocking) and serves them until a stop: `signalled`,
+/// the first verified write (one-shot), or the lifetime (an error). Every live session is
+/// stopped before it returns; `Ok` says why it stopped and how many connections came.
+fn accept_loop(
+    s: &Arc<Shared>,
+    listener: &TcpListener,
+    signalled: &AtomicBool,
+) -> Result<(StopReason, u64)> {
+    let started = Instant::now();
+    let mut next_id = 0u64;
+    let mut workers = Workers::new();
+    let reason = loop {
+        if signalled.load(Ordering::Relaxed) {
+            break StopReason::Signal;
+        }
+        if !s.args.serve && s.session.verified.load(Ordering::Acquire) > 0 {
+            break StopReason::Verified;
+        }
+        if let Some(lifetime) = s.args.lifetime
+            && started.elapsed() >= lifetime
+        {
+            stop(s, workers);
+            return Err(ServerError::Lifetime(lifetime).into());
+        }
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let peer = canonical_peer(peer);
+                next_id += 1;
+                admit(s, &mut workers, stream, peer, next_id);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(TICK),
+            Err(e) => {
+                // E.g. EMFILE: keep serving the sessions we have, try again shortly.
+                tracing::warn!("accept failed: {e}");
+                std::thread::sleep(TICK * 5);
+            }
+        }
+    };
+    stop(s, workers);
+    Ok((reason, next_id))
+}
+
+/// The accept loop alone, for tests: `session` (its ports a fake fabric's) behind `args`'
+/// admission rules (`--allow`, `--max-clients`, `--max-per-ip`), on `listener`, until `stop`.
+///
+/// # Errors
+/// As [`accept_loop`]'s: the lifetime ran out.
+#[cfg(test)]
+pub(crate) fn accept_with(
+    args: Args,
+    session: SessionCtx,
+    listener: &TcpListener,
+    stop: &AtomicBool,
+) -> Result<(StopReason, u64)> {
+    listener
+        .set_nonblocking(true)
+        .wrap_err("making the listener non-blocking")?;
+    accept_loop(&shared(args, session), listener, stop)
+}
+
 /// Runs the server until it is done; see the module docs.
 pub fn run(args: Args, out: Output) -> Result<()> {
     run_granting(args, out, Grant::remote_write())
@@ -94,32 +166,26 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&signalled)).map_err(ServerError::Signals)?;
     }
 
-    let shared = Arc::new(Shared {
-        session: SessionCtx {
-            ports: Box::new(ports),
-            policy: ServerPolicy {
-                buffer_size: args.buffer_size,
-                token,
-                program_version: env!("CARGO_PKG_VERSION").to_owned(),
-                features: features(),
-                bench_max_len: args.bench_max_bytes,
-            },
-            timeout: args.timeout,
-            cq_mode: args.local.cq_mode,
-            grant,
-            out: out.with_style(Lang::from_env()),
-            stopping: AtomicBool::new(false),
-            verified: AtomicU64::new(0),
-            bench_max_time: args.bench_max_time,
-            pinned: budget::PinBudget::new(pinned.total),
-            stranger_log: Mutex::new(LogLimit::new(Instant::now())),
+    let session = SessionCtx {
+        ports: Box::new(ports),
+        policy: ServerPolicy {
+            buffer_size: args.buffer_size,
+            token,
+            program_version: env!("CARGO_PKG_VERSION").to_owned(),
+            features: features(),
+            bench_max_len: args.bench_max_bytes,
         },
-        active: AtomicUsize::new(0),
-        sockets: Mutex::new(HashMap::new()),
-        per_source: Mutex::new(PerSource::default()),
-        refusal_log: Mutex::new(LogLimit::new(Instant::now())),
-        args,
-    });
+        timeout: args.timeout,
+        cq_mode: args.local.cq_mode,
+        grant,
+        out: out.with_style(Lang::from_env()),
+        stopping: AtomicBool::new(false),
+        verified: AtomicU64::new(0),
+        bench_max_time: args.bench_max_time,
+        pinned: budget::PinBudget::new(pinned.total),
+        stranger_log: Mutex::new(LogLimit::new(Instant::now())),
+    };
+    let shared = shared(args, session);
     let s = &shared;
     let out = &s.session.out;
     let local = &*start;
@@ -154,37 +220,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         cm,
     });
 
-    let started = Instant::now();
-    let mut next_id = 0u64;
-    let mut workers = Workers::new();
-    let reason = loop {
-        if signalled.load(Ordering::Relaxed) {
-            break StopReason::Signal;
-        }
-        if !s.args.serve && s.session.verified.load(Ordering::Acquire) > 0 {
-            break StopReason::Verified;
-        }
-        if let Some(lifetime) = s.args.lifetime
-            && started.elapsed() >= lifetime
-        {
-            stop(s, workers);
-            return Err(ServerError::Lifetime(lifetime).into());
-        }
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                let peer = canonical_peer(peer);
-                next_id += 1;
-                admit(s, &mut workers, stream, peer, next_id);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(TICK),
-            Err(e) => {
-                // E.g. EMFILE: keep serving the sessions we have, try again shortly.
-                tracing::warn!("accept failed: {e}");
-                std::thread::sleep(TICK * 5);
-            }
-        }
-    };
-    stop(s, workers);
+    let (reason, next_id) = accept_loop(s, &listener, &signalled)?;
     let cpu_ms = cpu_used().map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     out.emit(&Event::Stopped {
         reason,

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 /// What a case needs to know about the server, shared with the case threads.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Config {
     pub server: SocketAddr,
     pub buffer_size: u64,

@@ -1,18 +1,19 @@
 //! The hostile matrix (`rdma-hostile`, which `cargo xtask hostile` runs against the live server
 //! in the guests) against the real server session on the fake fabric: every case that needs
-//! neither a real device nor the accept loop, each judged by the matrix's own checks and its
-//! health probe (a fresh connection still gets its banner), and after each, every session
-//! ended with nothing left exposed.
+//! no real device, each judged by the matrix's own checks and its health probe (a fresh
+//! connection still gets its banner). The session's cases run on the session alone, and after
+//! each every session must have ended with nothing left exposed; what the accept loop decides
+//! before a session starts (`--allow`, `--max-clients`, `--max-per-ip`:
+//! [`THROUGH_THE_ACCEPT_LOOP`]) runs through the real accept loop (`run::accept_with`).
 //!
-//! The guests keep [`IN_THE_GUESTS`]: what the accept loop decides before a session starts
-//! (`--allow`, `--max-clients`, `--max-per-ip`), and the bench lat sessions, which run on a
-//! device of their own and not through the fabric's `WriteVerbs`.
+//! The guests keep [`IN_THE_GUESTS`]: the bench lat sessions, which run on a device of their
+//! own and not through the fabric's `WriteVerbs`.
 
 use super::fabric::Fabric;
 use super::{OnePort, TIMEOUT, TOKEN, context};
 use crate::ports::Served;
 use crate::session::{SessionCtx, serve};
-use clap::ValueEnum as _;
+use clap::{Parser as _, ValueEnum as _};
 use rdma_hostile::{Case, Config, Verdict};
 use rdma_proto::Gid;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -21,20 +22,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// The cases of the accept loop's admission, with the server's flags they need.
+const THROUGH_THE_ACCEPT_LOOP: &[(Case, &[&str])] = &[
+    (Case::Forbidden, &["--allow", "10.0.0.0/8"]),
+    (Case::Busy, &["--max-clients", "3"]),
+    (Case::PerIp, &["--max-per-ip", "2"]),
+];
+
 /// The cases the guests keep, and why.
 const IN_THE_GUESTS: &[(Case, &str)] = &[
-    (
-        Case::Forbidden,
-        "--allow is the accept loop's, before any session",
-    ),
-    (
-        Case::Busy,
-        "--max-clients is the accept loop's, before any session",
-    ),
-    (
-        Case::PerIp,
-        "--max-per-ip is the accept loop's, before any session",
-    ),
     (
         Case::PinnedBudget,
         "it needs two bench lat sessions accepted, which run on a real device",
@@ -171,15 +167,18 @@ fn every_hostile_case_without_rdma_passes_against_the_real_session() {
     let server = Server::start(true);
     let cfg = server.config();
     let guests: Vec<Case> = IN_THE_GUESTS.iter().map(|&(c, _)| c).collect();
+    let admission: Vec<Case> = THROUGH_THE_ACCEPT_LOOP.iter().map(|&(c, _)| c).collect();
     let here: Vec<Case> = rdma_hostile::select(&[], &cfg)
         .expect("every case fits")
         .into_iter()
         .filter(|c| !guests.contains(c))
         .collect();
     for c in Case::value_variants() {
-        assert!(
-            here.contains(c) != guests.contains(c),
-            "{}: runs here or in the guests, not both nor neither",
+        let places = [&here, &admission, &guests].map(|p| p.contains(c));
+        assert_eq!(
+            places.iter().filter(|&&p| p).count(),
+            1,
+            "{}: runs on the session, through the accept loop or in the guests: one of them",
             c.name()
         );
     }
@@ -202,7 +201,7 @@ fn every_hostile_case_without_rdma_passes_against_the_real_session() {
         started.elapsed()
     );
     assert_eq!(failed(&verdicts), Vec::<String>::new());
-    assert_eq!(verdicts.len(), 25, "the cases that run here");
+    assert_eq!(verdicts.len(), 25, "the cases that run on the session");
     assert!(
         server.fabric.exposed().len() >= 5,
         "the sessions that got an accept exposed their buffers on the fabric"
@@ -216,4 +215,118 @@ fn the_victim_gid_case_fails_where_nothing_binds_the_hello() {
     let server = Server::start(false);
     let v = server.run(&server.config(), Case::VictimGid, 0);
     assert!(!v.pass && v.seen.contains("victim GID"), "{}", v.seen);
+}
+
+/// The real accept loop ([`crate::run::accept_with`]) with `flags`, its sessions on a fake
+/// fabric's port; stopped when dropped.
+struct AcceptLoop {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AcceptLoop {
+    /// Each session phase's deadline under the accept loop: the admission cases hold idle
+    /// connections while they open the next.
+    const TIMEOUT: Duration = Duration::from_secs(2);
+
+    fn start(flags: &[&str]) -> Self {
+        let fabric = Fabric::new();
+        let port = Served::with(Arc::new(fabric.port(true)), Some(vec![port_gid()]));
+        let mut ctx = context(Box::new(OnePort(Arc::new(port))), 64);
+        let timeout = format!("{}ms", Self::TIMEOUT.as_millis());
+        let argv = ["rdma-server", "--serve", "--timeout", &timeout];
+        let args = crate::cli::Args::try_parse_from(argv.iter().chain(flags)).expect("the flags");
+        ctx.timeout = args.timeout;
+        let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+        let addr = l.local_addr().expect("its address");
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                if let Err(e) = crate::run::accept_with(args, ctx, &l, &stop) {
+                    panic!("the accept loop failed: {e:#}");
+                }
+            })
+        };
+        AcceptLoop {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// What the matrix knows of this server: `case`'s flag, as the guests pass it.
+    fn config(&self, case: Case) -> Arc<Config> {
+        let mut cfg = Config {
+            server_timeout: Self::TIMEOUT,
+            token: Some(TOKEN.to_owned()),
+            gid: port_gid().to_string(),
+            rng_seed: 22,
+            ..Config::for_tests(self.addr)
+        };
+        match case {
+            Case::Forbidden => cfg.expect_forbidden = true,
+            Case::Busy => cfg.max_clients = Some(3),
+            Case::PerIp => cfg.max_per_ip = Some(2),
+            _ => {}
+        }
+        Arc::new(cfg)
+    }
+}
+
+impl Drop for AcceptLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // The loop stops its sessions, each within its deadline, before it returns.
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Issue 22: what the accept loop decides before a session starts, through the real accept
+/// loop: `--allow`, `--max-clients`, `--max-per-ip`, each judged by the matrix.
+#[test]
+fn the_admission_cases_pass_through_the_real_accept_loop() {
+    let started = Instant::now();
+    for (i, &(case, flags)) in (0u64..).zip(THROUGH_THE_ACCEPT_LOOP) {
+        let server = AcceptLoop::start(flags);
+        let cfg = server.config(case);
+        assert_eq!(
+            rdma_hostile::select(&[], &cfg).map(|c| c.contains(&case)),
+            Ok(true)
+        );
+        let v = rdma_hostile::run_case(&cfg, case, i);
+        println!(
+            "{} {}: {} ({:?})",
+            if v.pass { "PASS" } else { "FAIL" },
+            case.name(),
+            v.seen,
+            v.elapsed
+        );
+        assert!(v.pass, "{}: {}", case.name(), v.seen);
+    }
+    println!(
+        "{} admission cases in {:?}",
+        THROUGH_THE_ACCEPT_LOOP.len(),
+        started.elapsed()
+    );
+}
+
+/// ...and they have teeth: a harness that claims a --max-clients the server does not have
+/// fails `busy`.
+#[test]
+fn busy_fails_against_a_server_with_more_room_than_claimed() {
+    let server = AcceptLoop::start(&["--max-clients", "3"]);
+    let cfg = Config {
+        max_clients: Some(2),
+        ..Arc::unwrap_or_clone(server.config(Case::Busy))
+    };
+    let v = rdma_hostile::run_case(&Arc::new(cfg), Case::Busy, 0);
+    assert!(
+        !v.pass && v.seen.contains("expected error `busy`"),
+        "{}",
+        v.seen
+    );
 }
