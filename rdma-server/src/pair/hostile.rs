@@ -221,6 +221,8 @@ fn the_victim_gid_case_fails_where_nothing_binds_the_hello() {
 /// fabric's port; stopped when dropped.
 struct AcceptLoop {
     addr: SocketAddr,
+    /// Its `--max-clients` and `--max-per-ip`, as the harness is told them.
+    caps: (u32, u32),
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -238,6 +240,7 @@ impl AcceptLoop {
         let argv = ["rdma-server", "--serve", "--timeout", &timeout];
         let args = crate::cli::Args::try_parse_from(argv.iter().chain(flags)).expect("the flags");
         ctx.timeout = args.timeout;
+        let caps = (args.max_clients, args.max_per_ip);
         let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
         let addr = l.local_addr().expect("its address");
         let stop = Arc::new(AtomicBool::new(false));
@@ -251,12 +254,13 @@ impl AcceptLoop {
         };
         AcceptLoop {
             addr,
+            caps,
             stop,
             thread: Some(thread),
         }
     }
 
-    /// What the matrix knows of this server: `case`'s flag, as the guests pass it.
+    /// What the matrix knows of this server: the value of `case`'s flag, as the guests pass it.
     fn config(&self, case: Case) -> Arc<Config> {
         let mut cfg = Config {
             server_timeout: Self::TIMEOUT,
@@ -267,8 +271,8 @@ impl AcceptLoop {
         };
         match case {
             Case::Forbidden => cfg.expect_forbidden = true,
-            Case::Busy => cfg.max_clients = Some(3),
-            Case::PerIp => cfg.max_per_ip = Some(2),
+            Case::Busy => cfg.max_clients = Some(self.caps.0),
+            Case::PerIp => cfg.max_per_ip = Some(self.caps.1),
             _ => {}
         }
         Arc::new(cfg)
