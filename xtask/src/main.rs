@@ -22,6 +22,7 @@ mod pcap;
 mod pkgtest;
 mod plan;
 mod rxe;
+mod scenario;
 mod smoke;
 mod test;
 mod text;

@@ -104,7 +104,7 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
                 load: args.load,
             };
             let guests = plans::guests(topo, &selected, &bins, &files)?;
-            run::in_guests(&guests, args.nodes == 1, &args.vm, &mut phases)?
+            run::in_guests(&guests, &selected, args.nodes == 1, &args.vm, &mut phases)?
         }
         Backend::Rxe { netdev, ipv4 } => {
             let t = Instant::now();
@@ -162,7 +162,7 @@ fn on_host(
         server_ip,
         sync.path().display().to_string(),
     )?;
-    Ok(run::on_host(&plan, phases))
+    Ok(run::on_host(&plan, selected, phases))
 }
 
 fn select(args: &E2eArgs) -> Result<Vec<Scenario>> {

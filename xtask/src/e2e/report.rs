@@ -5,7 +5,8 @@
 use super::run::{Collected, Phases};
 use super::scenarios::{self, Expect, Scenario};
 use super::steps::{LOAD, SELFTEST, client_step_name, server_step_name};
-use crate::plan::StepResult;
+use crate::scenario::judge;
+use crate::scenario::transcript::{Role, Transcript};
 use crate::text::{indent, tail};
 use color_eyre::eyre::{Result, bail};
 
@@ -34,8 +35,8 @@ pub(super) fn report(selected: &[Scenario], c: &Collected, phases: &Phases) -> R
             println!("--- end of the guest's e2e ---");
         }
         None => {
-            failed += report_extras(&c.results);
-            failed += report_scenarios(selected, &c.results);
+            failed += report_extras(&c.transcript);
+            failed += report_scenarios(selected, &c.transcript);
         }
     }
     for p in &c.problems {
@@ -73,10 +74,10 @@ pub(super) fn report(selected: &[Scenario], c: &Collected, phases: &Phases) -> R
 }
 
 /// The self-test and the load test, when they ran; returns how many failed.
-fn report_extras(results: &[StepResult]) -> usize {
+fn report_extras(t: &Transcript) -> usize {
     let mut failed = 0;
     for (name, about) in EXTRAS {
-        let Some(r) = results.iter().find(|r| r.name == name) else {
+        let Some(r) = t.role(name) else {
             continue;
         };
         if r.ok {
@@ -88,8 +89,8 @@ fn report_extras(results: &[StepResult]) -> usize {
         } else {
             failed += 1;
             println!(
-                "FAIL  {name} (exit {:?}):\n{}\n{}",
-                r.exit_code,
+                "FAIL  {name} ({}):\n{}\n{}",
+                r.exit,
                 indent(&tail(&r.stdout, 4000)),
                 indent(&tail(&r.stderr, 4000))
             );
@@ -100,14 +101,14 @@ fn report_extras(results: &[StepResult]) -> usize {
 
 /// One line per scenario, its proof when it passed, its failures and outputs when not;
 /// returns how many failed.
-fn report_scenarios(selected: &[Scenario], results: &[StepResult]) -> usize {
+fn report_scenarios(selected: &[Scenario], t: &Transcript) -> usize {
     let mut failed = 0;
     for s in selected {
-        let failures = scenario_failures(s, results);
+        let failures = scenario_failures(s, t);
         let status = if failures.is_empty() { "PASS" } else { "FAIL" };
         println!("{status}  {:<20} {}", s.name, s.about);
         if failures.is_empty() {
-            let server = results.iter().find(|r| r.name == server_step_name(s));
+            let server = t.role(&server_step_name(s));
             for line in server.map(|r| proof(s, &r.stdout)).unwrap_or_default() {
                 println!("      server: {line}");
             }
@@ -117,7 +118,7 @@ fn report_scenarios(selected: &[Scenario], results: &[StepResult]) -> usize {
         }
         if !failures.is_empty() {
             failed += 1;
-            print_outputs(s, results);
+            print_outputs(s, t);
         }
     }
     failed
@@ -137,56 +138,41 @@ fn proof<'a>(s: &Scenario, server_stdout: &'a str) -> Vec<&'a str> {
 }
 
 /// What went wrong in one scenario (empty = pass).
-fn scenario_failures(s: &Scenario, results: &[StepResult]) -> Vec<String> {
+fn scenario_failures(s: &Scenario, t: &Transcript) -> Vec<String> {
     let mut failures = Vec::new();
-    let mut check_step = |name: String, exit: i32, expect: &[Expect]| match results
-        .iter()
-        .find(|r| r.name == name)
-    {
+    let mut check_role = |name: String, exit, expect: &[Expect]| match t.role(&name) {
         None => failures.push(format!("{name}: never ran")),
         Some(r) => {
-            if r.timed_out {
-                // The agent says which deadline, and what the step was waiting on.
-                let why = r.error.as_deref().unwrap_or("killed at its deadline");
-                failures.push(format!("{name}: {why}"));
-            } else if r.exit_code != Some(exit) {
-                failures.push(format!(
-                    "{name}: exit {:?}, expected {exit}{}",
-                    r.exit_code,
-                    r.error
-                        .as_deref()
-                        .map(|e| format!(" ({e})"))
-                        .unwrap_or_default()
-                ));
-            }
+            failures.extend(judge::exit(r, exit).map(|f| format!("{name}: {f}")));
             failures.extend(
-                scenarios::check(expect, &r.stdout, &r.stderr)
+                scenarios::check(expect, r)
                     .into_iter()
                     .map(|f| format!("{name}: {f}")),
             );
         }
     };
-    check_step(
-        server_step_name(s),
-        scenarios::status(s.server_exit),
-        &s.server_expect,
-    );
+    check_role(server_step_name(s), s.server_exit, &s.server_expect);
     for (j, c) in s.clients.iter().enumerate() {
-        check_step(client_step_name(s, j), scenarios::status(c.exit), &c.expect);
+        check_role(client_step_name(s, j), c.exit, &c.expect);
     }
     failures
 }
 
-fn print_outputs(s: &Scenario, results: &[StepResult]) {
+fn print_outputs(s: &Scenario, t: &Transcript) {
     let names: Vec<String> = std::iter::once(server_step_name(s))
         .chain((0..s.clients.len()).map(|j| client_step_name(s, j)))
         .collect();
-    for r in results.iter().filter(|r| names.contains(&r.name)) {
-        println!("      --- {} ({}) ---", r.name, r.argv.join(" "));
-        for (label, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
-            if !text.trim().is_empty() {
-                println!("      {label}:\n{}", indent(&tail(text, 3000)));
-            }
+    let roles = t.roles.iter().filter(|r| names.contains(&r.name));
+    for r in roles {
+        print_role(r);
+    }
+}
+
+fn print_role(r: &Role) {
+    println!("      --- {} ({}) ---", r.name, r.argv.join(" "));
+    for (label, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
+        if !text.trim().is_empty() {
+            println!("      {label}:\n{}", indent(&tail(text, 3000)));
         }
     }
 }
@@ -194,6 +180,8 @@ fn print_outputs(s: &Scenario, results: &[StepResult]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{PlanResult, StepResult};
+    use crate::scenario::transcript::Machine;
 
     use rdma_proto::events::client::Event as ClientEvent;
     use rdma_proto::events::server::{AuthMode, Event as ServerEvent, ServeMode, SessionNotify};
@@ -201,6 +189,16 @@ mod tests {
     /// The JSON line a binary prints for `event`.
     fn line(event: &impl serde::Serialize) -> String {
         serde_json::to_string(event).unwrap() + "\n"
+    }
+
+    /// The transcript of one guest that ran `steps`, cast as e2e casts them.
+    fn t(steps: &[StepResult]) -> Transcript {
+        let cast = crate::e2e::steps::cast(&scenarios::all());
+        let r = PlanResult {
+            steps: steps.to_vec(),
+            ..PlanResult::default()
+        };
+        Transcript::build([(Machine::default(), Ok(r))], &|n: &str| cast(n))
     }
 
     fn result(name: String, exit: Option<i32>, stdout: &str) -> StepResult {
@@ -307,25 +305,25 @@ mod tests {
             result(client_step_name(&seed, 0), Some(0), client_ok),
         ];
         assert!(
-            scenario_failures(&seed, &good).is_empty(),
+            scenario_failures(&seed, &t(&good)).is_empty(),
             "{:?}",
-            scenario_failures(&seed, &good)
+            scenario_failures(&seed, &t(&good))
         );
 
         let mut wrong_exit = good.clone();
         wrong_exit[1].exit_code = Some(i32::from(rdma_proto::Exit::Transfer.code()));
-        assert_eq!(scenario_failures(&seed, &wrong_exit).len(), 1);
+        assert_eq!(scenario_failures(&seed, &t(&wrong_exit)).len(), 1);
 
         let mut unverified = good.clone();
         unverified[0].stdout = server_ok.replace("\"verified\":true", "\"verified\":false");
-        assert_eq!(scenario_failures(&seed, &unverified).len(), 1);
+        assert_eq!(scenario_failures(&seed, &t(&unverified)).len(), 1);
 
         let missing = vec![good[0].clone()];
-        assert!(scenario_failures(&seed, &missing)[0].contains("never ran"));
+        assert!(scenario_failures(&seed, &t(&missing))[0].contains("never ran"));
 
         let mut killed = good;
         killed[0].timed_out = true;
-        assert!(scenario_failures(&seed, &killed)[0].contains("deadline"));
+        assert!(scenario_failures(&seed, &t(&killed))[0].contains("deadline"));
     }
 
     #[test]

@@ -5,7 +5,10 @@ use super::bins::Bins;
 use super::files::Files;
 use super::scenarios::{self, ClientRun, Scenario, Target, Tool};
 use crate::plan::Step;
+use crate::scenario::exit::Speaks;
+use crate::scenario::role::Invocation;
 use color_eyre::eyre::Result;
+use std::collections::HashMap;
 
 /// Step name of rdma-core-rs's device self-test.
 pub(super) const SELFTEST: &str = "rdma-core-rs self-test";
@@ -17,25 +20,6 @@ const LOAD_PORT: &str = "7470";
 /// server's job is over then.
 pub(super) fn clients_done(s: &Scenario) -> String {
     format!("clients-done-{}", s.name)
-}
-
-/// argv: `env NAME=VALUE…` when the run needs an environment, then the wrapper (valgrind),
-/// then the program.
-fn argv(
-    env: &[(&str, &str)],
-    wrapper: &[&str],
-    program: &str,
-    args: impl IntoIterator<Item = String>,
-) -> Vec<String> {
-    let mut v = Vec::new();
-    if !env.is_empty() {
-        v.push("env".to_owned());
-        v.extend(env.iter().map(|(k, val)| format!("{k}={val}")));
-    }
-    v.extend(wrapper.iter().map(|w| (*w).to_owned()));
-    v.push(program.to_owned());
-    v.extend(args);
-    v
 }
 
 /// The step name of a scenario's server.
@@ -70,18 +54,19 @@ pub(super) fn steps(
     for (i, s) in selected.iter().enumerate() {
         let port =
             scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
-        let mut args = vec!["--listen".to_owned(), format!("[::]:{port}")];
-        args.extend(s.server_args.iter().map(|a| files.expand(a)));
-        with_device(&mut args, device);
+        let listen = ["--listen".to_owned(), format!("[::]:{port}")];
         let program = match s.server_fault {
-            Some(fault) => {
-                args.splice(0..0, ["--fault".to_owned(), fault.to_owned()]);
-                &bins.misbehave_server
-            }
-            None => &bins.server,
+            Some(fault) => Invocation::misbehaving(Speaks::Server, &bins.misbehave_server, fault),
+            None => Invocation::server(&bins.server),
         };
         let mut server = Step::new(server_step_name(s), &[]);
-        server.argv = argv(&s.server_env, s.wrapper, program, args);
+        server.argv = program
+            .env(&s.server_env)
+            .wrapper(s.wrapper)
+            .args(listen)
+            .args(s.server_args.iter().map(|a| files.expand(a)))
+            .device(device)
+            .argv();
         server.background = true;
         server.expect_exit = scenarios::status(s.server_exit);
         // It lives until its own clients are done, plus a grace: its deadline is derived from
@@ -97,11 +82,7 @@ pub(super) fn steps(
             .collect();
         servers.push(server);
         for (j, c) in s.clients.iter().enumerate() {
-            let mut step = client_step(s, j, c, bins, files, server_ip, port);
-            if matches!(c.tool, Tool::RdmaClient | Tool::Misbehave(_)) {
-                with_device(&mut step.argv, device);
-            }
-            clients.push(step);
+            clients.push(client_step(s, j, c, bins, files, server_ip, port, device));
         }
         match clients.last_mut() {
             Some(last) if !s.clients.is_empty() => last.create_file_when_ended = Some(done),
@@ -144,17 +125,26 @@ pub(super) fn steps(
     Ok((servers, clients))
 }
 
-/// Names the device explicitly (the rxe and hardware backends know which one they brought up),
-/// unless the scenario picks its own.
-fn with_device(argv: &mut Vec<String>, device: Option<&str>) {
-    if let Some(d) = device
-        && !argv.iter().any(|a| a == "--device")
-    {
-        argv.push("--device".to_owned());
-        argv.push(d.to_owned());
+/// Which role each scenario step plays: the servers speak as servers, our clients (and the
+/// misbehaving one) as clients; the hostile peer and plain commands are not ours.
+pub(super) fn cast(selected: &[Scenario]) -> impl Fn(&str) -> Speaks + use<> {
+    let mut roles = HashMap::new();
+    for s in selected {
+        roles.insert(server_step_name(s), Speaks::Server);
+        for (j, c) in s.clients.iter().enumerate() {
+            let speaks = match c.tool {
+                Tool::RdmaClient | Tool::Misbehave(_) => Speaks::Client,
+                Tool::Hostile | Tool::Command(_) => Speaks::Other,
+            };
+            roles.insert(client_step_name(s, j), speaks);
+        }
     }
+    move |name: &str| roles.get(name).copied().unwrap_or_default()
 }
 
+/// One client's step; our client (and the misbehaving one) name `device` unless the scenario
+/// names its own.
+#[allow(clippy::too_many_arguments)]
 fn client_step(
     s: &Scenario,
     j: usize,
@@ -163,6 +153,7 @@ fn client_step(
     files: &Files,
     ip: &str,
     port: u16,
+    device: Option<&str>,
 ) -> Step {
     if let Tool::Command(argv) = c.tool {
         let mut step = Step::new(client_step_name(s, j), argv);
@@ -180,14 +171,21 @@ fn client_step(
             bins.client.clone(),
         ];
         args.extend(c.args.iter().map(|a| files.expand(a)));
+        // The hostile peer is xtask itself, not one of our binaries.
         let mut step = Step::new(client_step_name(s, j), &[]);
-        step.argv = argv(&c.env, &[], &bins.xtask, args);
+        if !c.env.is_empty() {
+            step.argv.push("env".to_owned());
+            step.argv
+                .extend(c.env.iter().map(|(k, v)| format!("{k}={v}")));
+        }
+        step.argv.push(bins.xtask.clone());
+        step.argv.extend(args);
         step.expect_exit = scenarios::status(c.exit);
         step.timeout_s = 180.0;
         step.allow_failure = true;
         return step;
     }
-    let mut args = match c.target {
+    let target = match c.target {
         Target::Server => vec![
             format!("{ip}:{port}"),
             "--wait-for-server".to_owned(),
@@ -196,16 +194,20 @@ fn client_step(
         // Scenario ports are consecutive from BASE_PORT; nothing listens this far above.
         Target::Nowhere => vec![format!("{ip}:{}", port.saturating_add(500))],
     };
-    args.extend(c.args.iter().map(|a| files.expand(a)));
-    let program = match c.tool {
+    let client = match c.tool {
         Tool::Misbehave(fault) => {
-            args.splice(0..0, ["--fault".to_owned(), fault.to_owned()]);
-            &bins.misbehave_client
+            Invocation::misbehaving(Speaks::Client, &bins.misbehave_client, fault)
         }
-        _ => &bins.client,
+        _ => Invocation::client(&bins.client),
     };
     let mut step = Step::new(client_step_name(s, j), &[]);
-    step.argv = argv(&c.env, s.wrapper, program, args);
+    step.argv = client
+        .env(&c.env)
+        .wrapper(s.wrapper)
+        .args(target)
+        .args(c.args.iter().map(|a| files.expand(a)))
+        .device(device)
+        .argv();
     step.expect_exit = scenarios::status(c.exit);
     step.timeout_s = 60.0;
     // Keep going: every scenario is judged on its own, and the servers wait for the end marker.

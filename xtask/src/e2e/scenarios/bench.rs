@@ -93,6 +93,7 @@ pub(super) fn server_side() -> Vec<Scenario> {
         },
         Scenario {
             server_env: vec![("LANG", "zh_CN.UTF-8")],
+            // The zh human lines are what this scenario tests: read as text.
             server_expect: vec![
                 Expect::StdoutHas("服务端收到消息: Hello RDMA Write!"),
                 Expect::StdoutHas("验证通过：RDMA Write数据已写入服务端内存"),

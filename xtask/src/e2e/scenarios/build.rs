@@ -165,7 +165,7 @@ pub(super) fn hostile(label: &'static str, args: &[&str]) -> ClientRun {
 }
 
 /// A client that must fail with `exit` and a JSON error of that kind whose message mentions
-/// `needle`.
+/// `needle` (the message `--json` also writes, on one line, to stderr).
 pub(super) fn failing_client(
     label: &'static str,
     exit: Exit,
@@ -181,12 +181,13 @@ pub(super) fn failing_client(
         args: all,
         env: vec![],
         exit: Some(exit),
-        expect: vec![
-            client(format!("error of kind {exit}"), move |e| {
-                matches!(e, ClientEvent::Error { kind, exit_code, .. }
-                    if *kind == exit && *exit_code == exit.code())
-            }),
-            Expect::StderrHas(needle),
-        ],
+        expect: vec![client(
+            format!("error of kind {exit} whose message mentions {needle:?}"),
+            move |e| {
+                matches!(e, ClientEvent::Error { kind, exit_code, message }
+                    if *kind == exit && *exit_code == exit.code()
+                        && crate::scenario::judge::mentions(message, needle))
+            },
+        )],
     }
 }

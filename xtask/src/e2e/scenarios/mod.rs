@@ -36,8 +36,21 @@ pub fn all() -> Vec<Scenario> {
 
 #[cfg(test)]
 mod tests {
-    use super::build::client_verified;
+    use super::build::{self, client_verified};
     use super::*;
+    use crate::scenario::exit::Speaks;
+    use crate::scenario::transcript::Role;
+
+    fn role(speaks: Speaks, stdout: &str, stderr: &str) -> Role {
+        let step = crate::plan::StepResult {
+            name: "r".into(),
+            exit_code: Some(0),
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+            ..Default::default()
+        };
+        Role::of(&step, "B", speaks)
+    }
 
     #[test]
     fn checks_fail_when_output_lacks_what_is_expected() {
@@ -47,10 +60,11 @@ mod tests {
                 r#"{{"type":"verified","verified":{v},"length":2,"crc32c":1,"text":"hi","truncated":false}}"#
             )
         };
+        let client = |out: &str| role(Speaks::Client, out, "");
         let good = format!("received message: hi\n{}\n", verdict(true));
-        assert!(check(&expect, &good, "").is_empty());
+        assert!(check(&expect, &client(&good)).is_empty());
         let bad = format!("{}\n", verdict(false));
-        let failures = check(&expect, &bad, "");
+        let failures = check(&expect, &client(&bad));
         assert_eq!(failures.len(), 2, "{failures:?}");
         // A line that is no client event (a field renamed) fails by itself, named.
         let renamed = format!(
@@ -58,17 +72,44 @@ mod tests {
             verdict(true),
             verdict(true).replace("crc32c", "crc")
         );
-        let failures = check(&[client_verified()], &renamed, "");
+        let failures = check(&[client_verified()], &client(&renamed));
         assert_eq!(failures.len(), 1, "{failures:?}");
         assert!(failures[0].contains(r#""crc":1"#), "{failures:?}");
+        // A client's verdict is no server's: read by the role's own binary.
+        assert_eq!(
+            check(&[client_verified()], &role(Speaks::Server, &good, "")).len(),
+            2
+        );
         assert!(
             check(
                 &[Expect::StderrHas("Remote Access")],
-                "",
-                "remote access error"
+                &role(Speaks::Client, "", "remote access error")
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn a_failing_client_is_judged_by_its_error_event() {
+        let c = build::failing_client("no token", rdma_proto::Exit::Refused, &[], "token");
+        let error = |kind: rdma_proto::Exit, message: &str| {
+            let e = rdma_proto::events::client::Event::Error {
+                kind,
+                exit_code: kind.code(),
+                message: message.into(),
+            };
+            serde_json::to_string(&e).unwrap() + "\n"
+        };
+        let refused = error(rdma_proto::Exit::Refused, "refused:\n  a Token is required");
+        assert!(check(&c.expect, &role(Speaks::Client, &refused, "")).is_empty());
+        // The needle on stderr alone, or an error of another kind, is not enough.
+        let elsewhere = error(rdma_proto::Exit::Refused, "refused");
+        assert_eq!(
+            check(&c.expect, &role(Speaks::Client, &elsewhere, "error: token")).len(),
+            1
+        );
+        let usage = error(rdma_proto::Exit::Usage, "token file unreadable");
+        assert_eq!(check(&c.expect, &role(Speaks::Client, &usage, "")).len(), 1);
     }
 
     #[test]

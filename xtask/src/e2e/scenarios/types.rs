@@ -38,9 +38,11 @@ pub type Check<E> = Arc<dyn Fn(&E) -> bool + Send + Sync>;
 /// A check on the lines a process printed.
 #[derive(Clone)]
 pub enum Expect {
-    /// A line of stdout contains this text.
+    /// A line of stdout contains this text. Only where the human text itself is what is tested
+    /// (the seed's lines, the zh lines): a fact an event carries is checked on the event.
     StdoutHas(&'static str),
-    /// stderr contains this text (the human error report).
+    /// stderr contains this text, case aside. Only for human lines no event carries (the
+    /// misbehaving peer's own account of what it did).
     StderrHas(&'static str),
     /// `rdma-server --json` printed an event the check holds for (described by the text).
     Server(String, Check<ServerEvent<'static>>),

@@ -10,6 +10,7 @@ use rdma_proto::{ErrorCode, Exit};
 pub(super) fn writes() -> Vec<Scenario> {
     vec![
         Scenario {
+            // The seed's human lines are what this scenario tests: read as text.
             server_expect: vec![
                 Expect::StdoutHas("received message: Hello RDMA Write!"),
                 Expect::StdoutHas("verified: RDMA Write data landed in server memory"),
@@ -201,6 +202,8 @@ pub(super) fn misbehaving_clients() -> Vec<Scenario> {
                 ClientRun {
                     // It exits 0 only if the server's verdict describes bytes it really wrote
                     // (the payload or one whole rewrite), with `verified` true for the payload.
+                    // Its account of its rewrites is a human line of the test-only peer's
+                    // own: no event carries it.
                     expect: vec![
                         Expect::StderrHas("rewrote the server's buffer"),
                         Expect::StderrHas("the server's verdict (verified="),
