@@ -4,6 +4,9 @@
 
 use super::lossy::Names;
 use crate::plan::Step;
+use crate::scenario::exit::Speaks;
+use crate::scenario::role::Invocation;
+use rdma_proto::Exit;
 
 /// What the steps are made of: the workload's names, our client's step (rdma-client's argv
 /// with its marker and deadline), our binaries, guest A's address (`server`, as clients
@@ -21,6 +24,8 @@ pub struct Parts<'a> {
 
 /// The step of a client that presents a wrong RDMA CM nonce (`--cm-bad-nonce`).
 pub const BAD_NONCE: &str = "client-bad-nonce";
+/// How the wrong nonce must end: rejected by the server's RDMA CM listener, an RDMA error.
+pub const BAD_NONCE_EXIT: Exit = Exit::Rdma;
 /// The step of a client that floods its session's RDMA CM listener (`--cm-bad-nonce`).
 pub const CM_FLOOD: &str = "client-cm-flood";
 /// The step of a client that sends a second RDMA CM request after its own (`--cm-bad-nonce`).
@@ -42,10 +47,9 @@ const LATE_PORT: u16 = 7499;
 fn late_bench(p: &Parts<'_>) -> (Step, Step) {
     let tag = p.tag;
     let listen = format!("[::]:{LATE_PORT}");
-    let mut server = Step::new(
-        tag("server-late-bench"),
-        &[
-            p.server_bin,
+    let mut server = Step::new(tag("server-late-bench"), &[]);
+    server.argv = Invocation::server(p.server_bin)
+        .args([
             "--serve",
             "--json",
             "--timeout",
@@ -54,19 +58,16 @@ fn late_bench(p: &Parts<'_>) -> (Step, Step) {
             LATE_MAX_TIME,
             "--listen",
             &listen,
-        ],
-    );
+        ])
+        .argv();
     server.background = true;
     server.create_file_when_started = Some(tag("late-bench-up"));
     server.stop_when_file = Some(p.done.to_owned());
     server.allow_failure = true;
     let to = crate::plan::host_port(&p.server, LATE_PORT);
-    let mut client = Step::new(
-        tag(CM_LATE),
-        &[
-            p.misbehave_client,
-            "--fault",
-            "cm-late-bench",
+    let mut client = Step::new(tag(CM_LATE), &[]);
+    client.argv = Invocation::misbehaving(Speaks::Client, p.misbehave_client, "cm-late-bench")
+        .args([
             "--server-bench-max-time",
             LATE_MAX_TIME,
             "--json",
@@ -82,8 +83,8 @@ fn late_bench(p: &Parts<'_>) -> (Step, Step) {
             "--wait-for-server",
             "20s",
             &to,
-        ],
-    );
+        ])
+        .argv();
     client.wait_for_file = Some(tag("late-bench-up"));
     client.timeout_s = 60.0;
     client.allow_failure = true;
@@ -94,20 +95,14 @@ fn late_bench(p: &Parts<'_>) -> (Step, Step) {
 fn misbehaving(p: &Parts<'_>, name: &str, fault: &str) -> Step {
     let mut step = p.client.clone();
     step.name = (p.tag)(name);
-    // The test-only peer: rdma-client's arguments after its `--fault`.
-    step.argv.splice(
-        0..1,
-        [
-            p.misbehave_client.to_owned(),
-            "--fault".to_owned(),
-            fault.to_owned(),
-        ],
-    );
-    // Tried once: a peer that fails must say so, not be tried again; the client itself waits
-    // for a server that does not listen yet.
+    // The test-only peer, with rdma-client's arguments; tried once: a peer that fails must
+    // say so, not be tried again; the client itself waits for a server that does not listen
+    // yet.
+    step.argv = Invocation::misbehaving(Speaks::Client, p.misbehave_client, fault)
+        .args(p.client.argv.iter().skip(1))
+        .args(["--wait-for-server", "20s"])
+        .argv();
     step.retries = 0;
-    step.argv
-        .extend(["--wait-for-server".to_owned(), "20s".to_owned()]);
     step
 }
 
@@ -123,8 +118,8 @@ pub fn steps(p: &Parts<'_>) -> ((Vec<Step>, Vec<Step>), Vec<Step>) {
         before.push(step);
     }
     let mut bad = misbehaving(p, BAD_NONCE, "cm-bad-nonce");
-    // Rejected by the server's RDMA CM listener: an RDMA error (3), not a crash.
-    bad.expect_exit = 3;
+    // Rejected by the server's RDMA CM listener: an RDMA error, not a crash.
+    bad.expect_exit = i32::from(BAD_NONCE_EXIT.code());
     b.push(bad);
     // Each exits 0 only where the server behaved; judged (with its output) by
     // `judge::rejected`, so a failure shows what it saw.

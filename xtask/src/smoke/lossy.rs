@@ -9,7 +9,9 @@
 //! again, whose row must come. The loss is taken away once the workload is done, so a workload
 //! after it in the same boot sees a clean link.
 
-use crate::plan::{PlanResult, Step};
+use crate::plan::Step;
+use crate::scenario::judge;
+use crate::scenario::transcript::Transcript;
 use rdma_proto::events::client::Event as ClientEvent;
 
 /// One-shot writes in a row. With 5% of the frames lost each way, about one in twenty lost
@@ -185,32 +187,19 @@ pub fn steps(parts: Parts<'_>, done: &str) -> (Vec<Step>, Vec<Step>) {
 }
 
 /// What the lossy workload showed: its verdict lines, or what went wrong.
-pub fn judge(tag: Names<'_>, results: &[Option<&PlanResult>]) -> Result<Vec<String>, Vec<String>> {
-    let step = |name: &str| results.iter().flatten().find_map(|r| r.step(name));
-    let events = |name: &str| -> Vec<ClientEvent<'static>> {
-        step(name)
-            .map(|s| {
-                s.stdout
-                    .lines()
-                    .filter_map(|l| rdma_proto::events::parse::<ClientEvent<'static>>(l).ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+pub fn judge(tag: Names<'_>, t: &Transcript) -> Result<Vec<String>, Vec<String>> {
+    let step = |name: &str| t.role(name);
     let mut problems = Vec::new();
     let mut slowest: f64 = 0.0;
     let names = (1..=WRITES)
         .map(|j| write_step_name(tag, j))
         .chain((1..=ACKLESS).map(|j| ackless_step_name(tag, j)));
     for name in names {
-        let verified = events(&name)
-            .iter()
-            .any(|e| matches!(e, ClientEvent::Verified { verified: true, .. }));
         match step(&name) {
-            Some(s) if s.ok && verified => slowest = slowest.max(s.elapsed_s),
+            Some(s) if s.ok && judge::client_verified(s) => slowest = slowest.max(s.elapsed_s),
             Some(s) => problems.push(format!(
-                "{name}: not verified (exit {:?}, {:.1} s): {}",
-                s.exit_code,
+                "{name}: not verified ({}, {:.1} s): {}",
+                s.exit,
                 s.elapsed_s,
                 crate::text::tail(&s.stderr, 600)
             )),
@@ -218,9 +207,11 @@ pub fn judge(tag: Names<'_>, results: &[Option<&PlanResult>]) -> Result<Vec<Stri
         }
     }
     let bench = bench_step_name(tag);
-    let row = events(&bench).into_iter().find_map(|e| match e {
-        ClientEvent::BenchBw(r) if r.bytes == 65536 => Some(r),
-        _ => None,
+    let row = step(&bench).and_then(|s| {
+        s.client.iter().find_map(|e| match e {
+            ClientEvent::BenchBw(r) if r.bytes == 65536 => Some(*r),
+            _ => None,
+        })
     });
     match (step(&bench), row) {
         (Some(s), Some(r)) if s.ok => {
@@ -237,11 +228,77 @@ pub fn judge(tag: Names<'_>, results: &[Option<&PlanResult>]) -> Result<Vec<Stri
             }
         }
         (s, _) => problems.push(format!(
-            "{bench}: no bench_bw row of 64 KiB (exit {:?}): {}",
-            s.map(|s| s.exit_code),
+            "{bench}: no bench_bw row of 64 KiB ({}): {}",
+            s.map_or("did not run".to_owned(), |s| s.exit.to_string()),
             s.map(|s| crate::text::tail(&s.stderr, 600))
                 .unwrap_or_default()
         )),
     }
     Err(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{PlanResult, StepResult};
+    use crate::scenario::exit::Speaks;
+    use crate::scenario::transcript::Machine;
+
+    fn verified() -> String {
+        serde_json::to_string(&ClientEvent::Verified {
+            verified: true,
+            length: 17,
+            crc32c: 1,
+            text: "Hello RDMA Write!".into(),
+            truncated: false,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn every_write_must_be_verified_and_the_bench_row_must_come() {
+        let tag = |n: &str| n.to_owned();
+        let ok = |name: String, stdout: String| StepResult {
+            name,
+            exit_code: Some(0),
+            ok: true,
+            stdout,
+            ..StepResult::default()
+        };
+        let mut steps: Vec<StepResult> = (1..=WRITES)
+            .map(|j| write_step_name(&tag, j))
+            .chain((1..=ACKLESS).map(|j| ackless_step_name(&tag, j)))
+            .map(|n| ok(n, verified()))
+            .collect();
+        let row = rdma_proto::events::bench::BwRow {
+            schema: 1,
+            bytes: 65536,
+            iterations: 10,
+            bw_peak_mbs: 1.0,
+            bw_avg_mbs: 1.0,
+            bw_peak_gbps: 1.0,
+            bw_avg_gbps: 1.0,
+            msg_rate_mpps: 1.0,
+        };
+        let bench = serde_json::to_string(&ClientEvent::BenchBw(row)).unwrap();
+        steps.push(ok(bench_step_name(&tag), bench));
+        let t = |steps: &[StepResult]| {
+            let r = PlanResult {
+                steps: steps.to_vec(),
+                ..PlanResult::default()
+            };
+            Transcript::build([(Machine::default(), Ok(r))], &|_: &str| Speaks::Client)
+        };
+        assert!(judge(&tag, &t(&steps)).is_ok());
+        // One write whose verdict never came: the judge fails, naming it.
+        let mut lacking = steps.clone();
+        lacking[3].stdout.clear();
+        let e = judge(&tag, &t(&lacking)).unwrap_err();
+        assert!(e[0].starts_with("write-4: not verified"), "{e:?}");
+        // No bench row.
+        let mut no_row = steps;
+        no_row.pop();
+        let e = judge(&tag, &t(&no_row)).unwrap_err();
+        assert!(e[0].contains("no bench_bw row"), "{e:?}");
+    }
 }

@@ -20,7 +20,8 @@ use std::time::Instant;
 use clap::Args;
 use color_eyre::eyre::{Result, bail, eyre};
 
-use crate::plan::{LinkKind, Modules, PlanResult};
+use crate::plan::{LinkKind, Modules};
+use crate::scenario::transcript::{Role, Transcript};
 use crate::vm::{self, PlanGuest};
 use plans::{CAPTURE, Shape, Tag};
 
@@ -273,7 +274,9 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
     if shapes.iter().any(|s| s.rping() || s.capture) {
         crate::deps::ensure(&[crate::deps::Group::Transports])?;
     }
-    let nodes: Vec<PlanGuest> = plans::plans_for(&shapes)
+    let plans = plans::plans_for(&shapes);
+    let cast = plans::cast(&plans, ours.as_ref());
+    let nodes: Vec<PlanGuest> = plans
         .into_iter()
         .map(|(name, plan)| PlanGuest {
             name,
@@ -282,24 +285,18 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
         })
         .collect();
     let run = vm::run_plans_on(&nodes, &net, &first.guests.vm)?;
+    let t = Transcript::from_guests(&run, &|n: &str| cast.get(n).copied().unwrap_or_default());
     let mut problems = Vec::new();
-    let mut results: Vec<Option<&PlanResult>> = Vec::new();
-    for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
-        match r {
-            Ok(r) if r.ok => results.push(Some(r)),
-            Ok(r) => {
-                problems.push(format!(
-                    "{}: plan failed: {}\n  diagnostics: {}",
-                    o.name,
-                    r.error.as_deref().unwrap_or("?"),
-                    serde_json::to_string_pretty(&r.diagnostics).unwrap_or_default()
-                ));
-                results.push(Some(r));
-            }
-            Err(e) => {
-                problems.push(e.clone());
-                results.push(None);
-            }
+    for g in &t.guests {
+        match &g.died {
+            None if g.ok => {}
+            None => problems.push(format!(
+                "{}: plan failed: {}\n  diagnostics: {}",
+                g.name,
+                g.plan_error.as_deref().unwrap_or("?"),
+                serde_json::to_string_pretty(&g.diagnostics).unwrap_or_default()
+            )),
+            Some(why) => problems.push(why.clone()),
         }
     }
     // The marker crossed from guest A to the host (and to B) through the 9p sync share.
@@ -314,7 +311,7 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
     let verdicts: Vec<Verdict> = shapes
         .iter()
         .enumerate()
-        .map(|(i, s)| judge_workload(s, Tag(i), &results, &run, plan_failed, &mut problems))
+        .map(|(i, s)| judge_workload(s, Tag(i), &t, &run, plan_failed, &mut problems))
         .collect();
 
     let p = &run.guests.prepared;
@@ -360,34 +357,32 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
         p.initramfs_time.as_secs_f64(),
         if p.initramfs_built { "built" } else { "cached" }
     );
-    for (o, r) in run.guests.outcomes.iter().zip(&results) {
-        let boot = o
+    for g in &t.guests {
+        let boot = g
             .boot
             .map_or("?".to_owned(), |b| format!("{:.1} s", b.as_secs_f64()));
-        let steps = r.map_or("?".to_owned(), |r| format!("{:.1} s", r.elapsed_s));
+        let steps = g.plan_s.map_or("?".to_owned(), |s| format!("{s:.1} s"));
         println!(
             "  guest {}    boot {boot}, plan {steps}, total {:.1} s, exit {:?}",
-            o.name,
-            o.elapsed.as_secs_f64(),
-            o.exit_code
+            g.name,
+            g.elapsed.unwrap_or_default().as_secs_f64(),
+            g.exit_code
         );
-        if let Some(r) = r {
-            for s in r.setup.iter().chain(&r.steps) {
-                let wait = if s.waited_s > 0.0 {
-                    format!(", waited {:.2} s for marker", s.waited_s)
-                } else {
-                    String::new()
-                };
-                let said = s.stdout.lines().next().filter(|_| s.argv.is_empty());
-                println!(
-                    "      {:<16} {:>5.2} s  attempts {} exit {:?}{wait}{}",
-                    s.name,
-                    s.elapsed_s,
-                    s.attempts,
-                    s.exit_code,
-                    said.map(|l| format!("  ({l})")).unwrap_or_default()
-                );
-            }
+        for s in g.setup.iter().chain(t.roles_of(&g.name)) {
+            let wait = if s.waited_s > 0.0 {
+                format!(", waited {:.2} s for marker", s.waited_s)
+            } else {
+                String::new()
+            };
+            let said = s.stdout.lines().next().filter(|_| s.argv.is_empty());
+            println!(
+                "      {:<16} {:>5.2} s  attempts {} {}{wait}{}",
+                s.name,
+                s.elapsed_s,
+                s.attempts,
+                s.exit,
+                said.map(|l| format!("  ({l})")).unwrap_or_default()
+            );
         }
     }
     println!(
@@ -413,13 +408,13 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
 fn judge_workload(
     shape: &Shape,
     tag: Tag,
-    results: &[Option<&PlanResult>],
+    t: &Transcript,
     run: &vm::PlanRun,
     plan_failed: bool,
     problems: &mut Vec<String>,
 ) -> Verdict {
     if shape.loss.is_some() {
-        return match lossy::judge(&|n: &str| tag.name(n), results) {
+        return match lossy::judge(&|n: &str| tag.name(n), t) {
             Ok(lines) => Verdict { lines },
             Err(p) => {
                 problems.extend(p);
@@ -427,11 +422,9 @@ fn judge_workload(
             }
         };
     }
-    let step = |name: &str| {
-        let name = tag.name(name);
-        results.iter().flatten().find_map(|r| r.step(&name))
-    };
+    let step = |name: &str| t.role(&tag.name(name));
     let (client, server) = (step("client"), step("server"));
+    // perftest's and rping's own human lines: they print no events of ours.
     let bw = client.and_then(|c| parse_bw_average(&c.stdout));
     let pings = client.map_or(0, |c| plans::rping_verified(&c.stdout));
     let worked = if plan_failed {
@@ -446,7 +439,7 @@ fn judge_workload(
         }
         false
     } else {
-        let server_ok = |s: &crate::plan::StepResult| {
+        let server_ok = |s: &Role| {
             if shape.rping() && shape.ours.is_none() {
                 plans::rping_verified(&s.stdout) == 3
             } else {
@@ -455,8 +448,8 @@ fn judge_workload(
         };
         let shown = if shape.ours.is_some() {
             match (client, server) {
-                (Some(c), Some(s)) => match judge::our_choice(shape, &c.stdout, &s.stdout)
-                    .and_then(|()| judge::rejected(shape, &step, &s.stdout))
+                (Some(c), Some(s)) => match judge::our_choice(shape, c, s)
+                    .and_then(|()| judge::rejected(shape, &step, s))
                 {
                     Ok(()) => true,
                     Err(e) => {
@@ -477,7 +470,7 @@ fn judge_workload(
                 "the {} pair {} did not show its result (bandwidth / 3 verified pings / our verdict): client {client:?}, server {:?}",
                 shape.transport.as_str(),
                 tag.name("client"),
-                server.map(|s| (&s.exit_code, &s.stdout, &s.stderr))
+                server.map(|s| (s.exit, &s.stdout, &s.stderr))
             ));
         }
         ok

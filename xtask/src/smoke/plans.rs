@@ -3,6 +3,9 @@
 //! a capture of the RoCE v2 traffic.
 
 use crate::plan::{GUEST_SHARE, GUEST_SYNC, LinkKind, Modules, Nic, Node, Plan, RdmaDev, Step};
+use crate::scenario::exit::Speaks;
+use crate::scenario::role::Invocation;
+use std::collections::HashMap;
 
 /// The marker guest A's server sets when it started.
 pub const MARKER: &str = "server-started";
@@ -242,29 +245,45 @@ pub(super) fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>>
     // never meets the one before still closing.
     let port = (tag.0 > 0).then(|| rdma_proto::DEFAULT_PORT + u16::try_from(tag.0).unwrap_or(0));
     let mut v = if server {
-        let mut v = owned(&[srv, "--json", "--timeout", "30s"]);
+        let mut v = Invocation::server(srv).args(["--json", "--timeout", "30s"]);
         if let Some(p) = port {
-            v.extend(["--listen".to_owned(), format!("[::]:{p}")]);
+            v = v.args(["--listen".to_owned(), format!("[::]:{p}")]);
         }
         v
     } else {
         let addr = shape.server_addr();
         let to = port.map_or_else(|| addr.clone(), |p| crate::plan::host_port(&addr, p));
-        owned(&[cli, "--json", "--message", OUR_MESSAGE, &to])
+        Invocation::client(cli).args(["--json", "--message", OUR_MESSAGE, &to])
     };
     if let Some(tc) = shape.tclass {
-        v.extend(["--tclass".to_owned(), tc.to_string()]);
+        v = v.args(["--tclass".to_owned(), tc.to_string()]);
     }
     // RDMA CM on rxe is the client's request; on siw both ends take it by themselves.
     if shape.cm && !server {
-        v.push("--cm".to_owned());
+        v = v.args(["--cm"]);
     }
     if let (Some(mode), false) = (&shape.bench, server) {
-        v.extend(owned(&[
-            "--bench", mode, "--size", "4096", "--iters", "200",
-        ]));
+        v = v.args(["--bench", mode, "--size", "4096", "--iters", "200"]);
     }
-    Some(v)
+    Some(v.argv())
+}
+
+/// Which role each step of `plans` plays, by the program it runs: our server, our client or
+/// the test-only client (their events); anything else (perftest, rping, tc) is not ours.
+pub fn cast(plans: &[(String, Plan)], ours: Option<&Ours>) -> HashMap<String, Speaks> {
+    let mut roles = HashMap::new();
+    let Some(o) = ours else {
+        return roles;
+    };
+    for step in plans.iter().flat_map(|(_, p)| &p.steps) {
+        let speaks = match step.argv.first() {
+            Some(p) if *p == o.server => Speaks::Server,
+            Some(p) if *p == o.client || *p == o.misbehave_client => Speaks::Client,
+            _ => continue,
+        };
+        roles.insert(step.name.clone(), speaks);
+    }
+    roles
 }
 
 /// What our client writes (`--rdma-write`).
@@ -339,6 +358,7 @@ fn ping_step(shape: &Shape, k: usize) -> Step {
         (false, false) => "ping-live-link",
     };
     let mut s = Step::new(name, &["busybox", "ping", "-c", "2", "-W", "3", &a]);
+    // busybox ping's own status (not one of ours): 1 when no reply came.
     s.expect_exit = i32::from(dead);
     // A live link may need a moment for neighbour discovery.
     if !dead {
@@ -485,4 +505,4 @@ pub fn rping_verified(stdout: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

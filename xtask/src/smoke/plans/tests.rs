@@ -392,3 +392,26 @@ fn the_lossy_link_drops_frames_on_both_sides_around_its_own_writes() {
     assert_eq!(off.create_file_when_ended.as_deref(), Some("client-done"));
     assert_eq!(nb.last().map(String::as_str), Some("netem-off"));
 }
+
+#[test]
+fn the_cast_names_our_roles_by_the_program_they_run() {
+    use crate::scenario::exit::Speaks;
+    let cm = Shape {
+        cm: true,
+        cm_bad_nonce: true,
+        ours: Some(our_bins()),
+        ..shape()
+    };
+    let p = plans(&cm);
+    let cast = super::cast(&p, cm.ours.as_ref());
+    assert_eq!(cast.get("server"), Some(&Speaks::Server));
+    assert_eq!(cast.get("server-late-bench"), Some(&Speaks::Server));
+    for client in ["client", BAD_NONCE, CM_FLOOD, CM_TWICE, CM_LATE] {
+        assert_eq!(cast.get(client), Some(&Speaks::Client), "{client}");
+    }
+    // rdma-core-rs's example and the pings are not ours.
+    assert_eq!(cast.get(CM_EXAMPLE), None);
+    assert_eq!(cast.get("ping-live-link"), None);
+    // perftest's pair has no role of ours.
+    assert!(super::cast(&plans(&shape()), None).is_empty());
+}
