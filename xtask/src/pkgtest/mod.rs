@@ -19,10 +19,14 @@ use clap::Args;
 use color_eyre::eyre::{Result, bail, eyre};
 
 use crate::dist::{self, Dist};
-use crate::plan::{DEADLINE_ARG, GUEST_SYNC, Node, Plan, PlanResult, Step};
+use crate::plan::{DEADLINE_ARG, GUEST_SYNC, Node, Plan, Step};
+use crate::scenario::exit::Speaks;
+use crate::scenario::judge;
+use crate::scenario::role::Invocation;
+use crate::scenario::transcript::{Guest, Role, Transcript};
 use crate::text;
 use crate::vm::{self, PlanGuest, VmOptions};
-use rdma_proto::events::client::verified_in;
+use rdma_proto::Exit;
 
 const SERVER_IP: &str = "10.0.0.1";
 const CLIENT_IP: &str = "10.0.0.2";
@@ -39,6 +43,31 @@ const CLIENT_DONE: &str = "client-done";
 const SEED: &str = "seed write with the installed client";
 /// The step that runs the server.
 const SERVICE: &str = "rdma-server.service's ExecStart";
+/// The installed client.
+const CLIENT: &str = "/usr/bin/rdma-client";
+
+/// The installed client's runs: step name, arguments after the common ones, how it must end
+/// (`None`: success).
+fn client_runs(open_token: &str) -> [(String, Vec<String>, Option<Exit>); 3] {
+    let refused = Exit::Refused;
+    let usage = Exit::Usage;
+    [
+        (
+            format!("without the token: refused (exit {})", refused.code()),
+            vec![],
+            Some(refused),
+        ),
+        (
+            format!(
+                "with that file: refused before connecting (exit {})",
+                usage.code()
+            ),
+            argv(&["--token-file", open_token]),
+            Some(usage),
+        ),
+        (SEED.to_owned(), argv(&["--token-file", CLIENT_TOKEN]), None),
+    ]
+}
 
 /// Arguments of `cargo xtask pkg-test`.
 #[derive(Debug, Clone, Args)]
@@ -65,11 +94,20 @@ pub fn cmd(args: &PkgTestArgs) -> Result<()> {
     let xtask = crate::exec::self_exe()?;
     let guests = plans(&d, &xtask)?;
     let run = vm::run_plans(&guests, &args.vm)?;
+    // The installed client speaks as our client; the rest (apt, dpkg, the service under
+    // run-unit, whose lines are human) are not ours.
+    let t = Transcript::from_guests(&run, &|name: &str| {
+        if client_runs("").iter().any(|(n, ..)| n == name) {
+            Speaks::Client
+        } else {
+            Speaks::Other
+        }
+    });
     let mut failures = Vec::new();
-    for (o, r) in run.guests.outcomes.iter().zip(&run.results) {
-        match r {
-            Ok(r) => failures.extend(report(&o.name, r)),
-            Err(e) => failures.push(e.clone()),
+    for g in &t.guests {
+        match &g.died {
+            None => failures.extend(report(g, &t)),
+            Some(why) => failures.push(why.clone()),
         }
     }
     if !failures.is_empty() {
@@ -214,19 +252,13 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
         },
     ];
 
-    let client = |name: &str, extra: &[&str], exit: i32| {
-        let mut s = step(
-            name,
-            &[
-                "/usr/bin/rdma-client",
-                SERVER_IP,
-                "--wait-for-server",
-                "60s",
-                "--json",
-            ],
-        );
-        s.argv.extend(argv(extra));
-        s.expect_exit = exit;
+    let client = |(name, extra, exit): (String, Vec<String>, Option<Exit>)| {
+        let mut s = Step::new(name, &[]);
+        s.argv = Invocation::client(CLIENT)
+            .args([SERVER_IP, "--wait-for-server", "60s", "--json"])
+            .args(extra)
+            .argv();
+        s.expect_exit = exit.map_or(0, |e| i32::from(e.code()));
         s.timeout_s = 90.0;
         // Keep going: the server waits for the end marker, and each step is judged.
         s.allow_failure = true;
@@ -244,7 +276,8 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
     );
     get_token.wait_for_file = Some(TOKEN_READY.into());
     let open_token = "/tmp/open.token";
-    let mut first = client("without the token: refused (exit 7)", &[], 7);
+    let [without, open, seed] = client_runs(open_token).map(client);
+    let mut first = without;
     first.wait_for_file = Some(SERVER_STARTED.into());
     let mut done = step("client done", &["true"]);
     done.create_file_when_done = Some(CLIENT_DONE.into());
@@ -265,12 +298,8 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
             "a token file others can read",
             &["install", "-m", "644", CLIENT_TOKEN, open_token],
         ),
-        client(
-            "with that file: refused before connecting (exit 2)",
-            &["--token-file", open_token],
-            2,
-        ),
-        client(SEED, &["--token-file", CLIENT_TOKEN], 0),
+        open,
+        seed,
         done,
         Step {
             argv: guest(&["pkg-guest", "remove", "--package", "rdma-client"]),
@@ -305,31 +334,32 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
 }
 
 /// Prints one guest's steps; returns what failed.
-fn report(guest: &str, r: &PlanResult) -> Vec<String> {
+fn report(g: &Guest, t: &Transcript) -> Vec<String> {
+    let guest = &g.name;
     let mut failures = Vec::new();
-    if let Some(e) = r.setup.iter().find(|s| !s.ok) {
+    if let Some(e) = g.setup_failure() {
         failures.push(format!(
             "guest {guest}: setup `{}` failed: {}",
             e.argv.join(" "),
             e.stderr
         ));
     }
-    for s in &r.steps {
+    let runs = client_runs("");
+    for s in t.roles_of(guest) {
         let mut problems = Vec::new();
         if !s.ok {
-            problems.push(match (&s.error, s.exit_code) {
-                (Some(e), _) => e.clone(),
-                (None, code) if s.timed_out => format!("killed at its deadline (exit {code:?})"),
-                (None, code) => format!("exit {code:?}"),
+            problems.push(match &s.error {
+                Some(e) => e.clone(),
+                None => s.exit.to_string(),
             });
         }
-        if s.name == SEED && s.ok {
-            match verified_in(&s.stdout) {
-                Ok(true) => {}
-                Ok(false) => problems.push("no `verified` event with verified: true".into()),
-                Err(e) => problems.push(e.to_string()),
-            }
+        if let Some((_, _, want)) = runs.iter().find(|(n, ..)| *n == s.name) {
+            problems.extend(judge::exit(s, *want).filter(|_| s.ok));
         }
+        if s.name == SEED && s.ok {
+            problems.extend(seed_problem(s));
+        }
+        // The service runs rdma-server as its unit says, without --json: its lines are human.
         if s.name == SERVICE && s.ok && !s.stdout.contains("verified") {
             problems.push("the service never reported a verified write".into());
         }
@@ -354,12 +384,24 @@ fn report(guest: &str, r: &PlanResult) -> Vec<String> {
             ));
         }
     }
-    if let Some(e) = &r.error {
+    if let Some(e) = &g.plan_error {
         if failures.is_empty() {
             failures.push(format!("guest {guest}: {e}"));
         }
     }
     failures
+}
+
+/// The seed write's client: every line of its stdout an event (`--json`), and its write
+/// verified.
+fn seed_problem(s: &Role) -> Option<String> {
+    if let Some(e) = s.strangers.first() {
+        return Some(e.to_string());
+    }
+    if let Some(line) = s.human.first() {
+        return Some(format!("a line that is no client event: {line}"));
+    }
+    (!judge::client_verified(s)).then(|| "no `verified` event with verified: true".to_owned())
 }
 
 #[cfg(test)]
@@ -408,5 +450,47 @@ mod tests {
                 .iter()
                 .any(|s| s.create_file_when_done.as_deref() == Some(CLIENT_DONE))
         );
+    }
+
+    #[test]
+    fn the_clients_must_end_as_their_kinds_and_the_seed_be_verified() {
+        let g = plans(&dist(), "/x/xtask").unwrap();
+        let client = &g[1].plan.steps;
+        let run = |name: &str| client.iter().find(|s| s.name == name).unwrap();
+        let refused = run("without the token: refused (exit 7)");
+        assert_eq!(refused.expect_exit, i32::from(Exit::Refused.code()));
+        assert_eq!(
+            refused.argv.join(" "),
+            "/usr/bin/rdma-client 10.0.0.1 --wait-for-server 60s --json"
+        );
+        let open = run("with that file: refused before connecting (exit 2)");
+        assert_eq!(open.expect_exit, i32::from(Exit::Usage.code()));
+        assert_eq!(&open.argv[5..], ["--token-file", "/tmp/open.token"]);
+        assert_eq!(run(SEED).expect_exit, 0);
+
+        let seed = |stdout: &str| {
+            let step = crate::plan::StepResult {
+                name: SEED.into(),
+                exit_code: Some(0),
+                ok: true,
+                stdout: stdout.into(),
+                ..Default::default()
+            };
+            Role::of(&step, "B", Speaks::Client)
+        };
+        let verdict = |v: bool| {
+            format!(
+                r#"{{"type":"verified","verified":{v},"length":1,"crc32c":0,"text":"x","truncated":false}}"#
+            )
+        };
+        assert_eq!(seed_problem(&seed(&verdict(true))), None);
+        assert!(seed_problem(&seed(&verdict(false))).is_some());
+        assert!(seed_problem(&seed("")).is_some());
+        assert!(
+            seed_problem(&seed(&format!("verified\n{}", verdict(true))))
+                .unwrap()
+                .contains("verified")
+        );
+        assert!(seed_problem(&seed(r#"{"type":"verifed"}"#)).is_some());
     }
 }
