@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use super::cells::status;
-use color_eyre::eyre::{Result, WrapErr as _, bail};
+use crate::scenario::exit::{ExitKind, Speaks};
+use crate::scenario::transcript::Role;
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
 use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::{Cell, Report};
 
@@ -51,13 +53,15 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
     for phase in PHASES {
         let name = phase.name();
         let input = out.join(format!("{name}.jsonl"));
+        // srun's own status (the script wrote it): not one of ours, read as a number.
         let srun_rc: Option<i32> = std::fs::read_to_string(out.join(format!("{name}.rc")))
             .ok()
             .and_then(|s| s.trim().parse().ok());
+        let srun = ExitKind::of(srun_rc, false, Speaks::Other);
         let png = out.join(format!("{name}.png"));
         let svg = out.join(format!("{name}.svg"));
         let (png, svg) = (super::utf8(&png)?, super::utf8(&svg)?);
-        let (report_rc, json, err) = super::report(
+        let report = super::report(
             client,
             &input,
             &[
@@ -66,18 +70,19 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
             ]
             .concat(),
         )?;
-        let (_, human, _) = super::report(client, &input, THRESHOLDS)?;
+        let human = super::report(client, &input, THRESHOLDS)?.stdout;
         std::fs::write(out.join(format!("{name}.txt")), &human)?;
-        std::fs::write(out.join(format!("{name}.report.json")), &json)?;
-        let reports = parse(&json).wrap_err_with(|| format!("{name}: report stderr: {err}"))?;
+        std::fs::write(out.join(format!("{name}.report.json")), &report.stdout)?;
+        let reports =
+            parse(&report).wrap_err_with(|| format!("{name}: report stderr: {}", report.stderr))?;
         let verdict = if phase == Phase::Rails {
             let lines = std::fs::read_to_string(&input)
                 .wrap_err_with(|| format!("reading {}", input.display()))?;
-            super::rails::check(&reports, srun_rc, report_rc, n)
+            super::rails::check(&reports, srun, report.exit, n)
                 .and_then(|v| Ok(format!("{v}; {}", super::rails::check_lines(&lines, n)?)))
         } else {
             match reports.as_slice() {
-                [report] => check(phase, report, srun_rc, report_rc, n),
+                [r] => check(phase, r, srun, report.exit, n),
                 _ => Err(format!(
                     "{} `fabric_report` events, expected one (no --rails)",
                     reports.len()
@@ -100,18 +105,26 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
     Ok(verdicts)
 }
 
-/// The reports of `--fabric-report --json` output (its `fabric_report` events, one per rail
-/// with `--rails`; every line must be a client event, a line that is not is an error naming
-/// it).
-fn parse(json: &str) -> Result<Vec<Report>> {
-    let mut found = Vec::new();
-    for line in json.lines().filter(|l| !l.trim().is_empty()) {
-        if let Event::FabricReport(r) = rdma_proto::events::parse::<Event<'static>>(line)? {
-            found.push(r.into_owned());
-        }
+/// The reports of `--fabric-report --json` (its `fabric_report` events in the transcript, one
+/// per rail with `--rails`); every line must be a client event: a line that is not is an error
+/// naming it.
+fn parse(role: &Role) -> Result<Vec<Report>> {
+    if let Some(e) = role.strangers.first() {
+        return Err(eyre!(e.clone()));
     }
+    if let Some(line) = role.human.first() {
+        bail!("not an event this reader knows (no JSON): {line}");
+    }
+    let found: Vec<Report> = role
+        .client
+        .iter()
+        .filter_map(|e| match e {
+            Event::FabricReport(r) => Some(r.clone().into_owned()),
+            _ => None,
+        })
+        .collect();
     if found.is_empty() {
-        bail!("no `fabric_report` event in: {json}");
+        bail!("no `fabric_report` event in: {}", role.stdout);
     }
     Ok(found)
 }
@@ -120,8 +133,8 @@ fn parse(json: &str) -> Result<Vec<Report>> {
 pub fn check(
     phase: Phase,
     report: &Report,
-    srun_rc: Option<i32>,
-    report_rc: Option<i32>,
+    srun: ExitKind,
+    report_exit: ExitKind,
     n: usize,
 ) -> std::result::Result<String, String> {
     let last = n - 1;
@@ -174,21 +187,21 @@ pub fn check(
         wrong.push(format!("suspects {suspects:?}, expected {want_suspects:?}"));
     }
     let want_ok = phase != Phase::Down;
-    if (report_rc == Some(0)) != want_ok {
+    if (report_exit == ExitKind::Success) != want_ok {
         wrong.push(format!(
-            "report exit {report_rc:?}, expected {}",
+            "report {report_exit}, expected {}",
             if want_ok { "0" } else { "non-zero" }
         ));
     }
-    if phase != Phase::Slow && (srun_rc == Some(0)) != want_ok {
+    if phase != Phase::Slow && (srun == ExitKind::Success) != want_ok {
         wrong.push(format!(
-            "srun exit {srun_rc:?}, expected {}",
+            "srun {srun}, expected {}",
             if want_ok { "0" } else { "non-zero" }
         ));
     }
     if wrong.is_empty() {
         Ok(format!(
-            "{} pass, {} slow, {} fail; {retested} re-tested alone; suspects {suspects:?}; srun exit {srun_rc:?}, report exit {report_rc:?}",
+            "{} pass, {} slow, {} fail; {retested} re-tested alone; suspects {suspects:?}; srun {srun}, report {report_exit}",
             counts[0], counts[1], counts[2]
         ))
     } else {
@@ -293,8 +306,8 @@ pub(super) mod tests {
     }
 
     /// The status of a check with a failed pair.
-    fn transfer() -> Option<i32> {
-        Some(i32::from(Exit::Transfer.code()))
+    fn transfer() -> ExitKind {
+        ExitKind::Ours(Exit::Transfer)
     }
 
     pub fn pass() -> Option<Cell> {
@@ -315,15 +328,24 @@ pub(super) mod tests {
     #[test]
     fn healthy_needs_every_pair_and_exit_0() {
         let r = report(|_, _| pass(), &[]);
-        assert!(check(Phase::Healthy, &r, Some(0), Some(0), 3).is_ok());
-        assert!(check(Phase::Healthy, &r, transfer(), Some(0), 3).is_err());
+        assert!(check(Phase::Healthy, &r, ExitKind::Success, ExitKind::Success, 3).is_ok());
+        assert!(check(Phase::Healthy, &r, transfer(), ExitKind::Success, 3).is_err());
         let one_missing = report(
             |w, t| {
                 if (w, t) == (0, 2) { None } else { pass() }
             },
             &[],
         );
-        assert!(check(Phase::Healthy, &one_missing, Some(0), Some(0), 3).is_err());
+        assert!(
+            check(
+                Phase::Healthy,
+                &one_missing,
+                ExitKind::Success,
+                ExitKind::Success,
+                3
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -338,29 +360,38 @@ pub(super) mod tests {
         let node3 = [(0, 2, true), (1, 2, true), (2, 0, true), (2, 1, true)];
         let good = retested(report(slow, &["node3"]), &node3);
         assert_eq!(
-            check(Phase::Slow, &good, Some(0), Some(0), 3),
+            check(Phase::Slow, &good, ExitKind::Success, ExitKind::Success, 3),
             Ok(
-                "2 pass, 4 slow, 0 fail; 4 re-tested alone; suspects [\"node3\"]; srun exit Some(0), report exit Some(0)".into()
+                "2 pass, 4 slow, 0 fail; 4 re-tested alone; suspects [\"node3\"]; srun exit 0, report exit 0".into()
             )
         );
         assert!(
             check(
                 Phase::Slow,
                 &retested(report(slow, &[]), &node3),
-                Some(0),
-                Some(0),
+                ExitKind::Success,
+                ExitKind::Success,
                 3
             )
             .is_err()
         );
         // Not re-tested, or one pair left to re-test, or cleared: wrong.
-        assert!(check(Phase::Slow, &report(slow, &["node3"]), Some(0), Some(0), 3).is_err());
+        assert!(
+            check(
+                Phase::Slow,
+                &report(slow, &["node3"]),
+                ExitKind::Success,
+                ExitKind::Success,
+                3
+            )
+            .is_err()
+        );
         let mut left = good.clone();
         left.to_retest = vec![pair(2, 0)];
-        assert!(check(Phase::Slow, &left, Some(0), Some(0), 3).is_err());
+        assert!(check(Phase::Slow, &left, ExitKind::Success, ExitKind::Success, 3).is_err());
         let cleared = [(0, 2, true), (1, 2, true), (2, 0, false), (2, 1, true)];
         let r = retested(report(slow, &["node3"]), &cleared);
-        assert!(check(Phase::Slow, &r, Some(0), Some(0), 3).is_err());
+        assert!(check(Phase::Slow, &r, ExitKind::Success, ExitKind::Success, 3).is_err());
         // A healthy pair flagged by noise and cleared alone is fine; one still bad is not.
         let noise = [
             (0, 1, false),
@@ -370,7 +401,7 @@ pub(super) mod tests {
             (2, 1, true),
         ];
         let r = retested(report(slow, &["node3"]), &noise);
-        assert!(check(Phase::Slow, &r, Some(0), Some(0), 3).is_ok());
+        assert!(check(Phase::Slow, &r, ExitKind::Success, ExitKind::Success, 3).is_ok());
         let noise = [
             (0, 1, true),
             (0, 2, true),
@@ -379,7 +410,7 @@ pub(super) mod tests {
             (2, 1, true),
         ];
         let r = retested(report(slow, &["node3"]), &noise);
-        assert!(check(Phase::Slow, &r, Some(0), Some(0), 3).is_err());
+        assert!(check(Phase::Slow, &r, ExitKind::Success, ExitKind::Success, 3).is_err());
         let too_many = |w: usize, t: usize| {
             if w == 2 || t == 2 || w == 0 {
                 slow_cell()
@@ -391,8 +422,8 @@ pub(super) mod tests {
             check(
                 Phase::Slow,
                 &retested(report(too_many, &["node3"]), &node3),
-                Some(0),
-                Some(0),
+                ExitKind::Success,
+                ExitKind::Success,
                 3
             )
             .is_err()
@@ -415,8 +446,8 @@ pub(super) mod tests {
         };
         let r = report(down("no rxe0"), &["node3"]);
         assert!(check(Phase::Down, &r, transfer(), transfer(), 3).is_ok());
-        assert!(check(Phase::Down, &r, Some(0), transfer(), 3).is_err());
-        assert!(check(Phase::Down, &r, transfer(), Some(0), 3).is_err());
+        assert!(check(Phase::Down, &r, ExitKind::Success, transfer(), 3).is_err());
+        assert!(check(Phase::Down, &r, transfer(), ExitKind::Success, 3).is_err());
         assert!(
             check(
                 Phase::Down,
@@ -436,10 +467,21 @@ pub(super) mod tests {
             serde_json::to_string(&Event::FabricReport(std::borrow::Cow::Borrowed(&r))).unwrap();
         let error =
             r#"{"type":"error","kind":"transfer","exit_code":8,"message":"2 pairs failed"}"#;
-        assert_eq!(parse(&format!("{line}\n{error}\n")).unwrap(), [r]);
-        assert!(parse(error).is_err(), "no report");
+        let role = |stdout: &str| {
+            let step = crate::plan::StepResult {
+                name: "report".into(),
+                exit_code: Some(8),
+                stdout: stdout.into(),
+                ..Default::default()
+            };
+            Role::of(&step, crate::scenario::transcript::HOST, Speaks::Client)
+        };
+        assert_eq!(parse(&role(&format!("{line}\n{error}\n"))).unwrap(), [r]);
+        assert!(parse(&role(error)).is_err(), "no report");
         let renamed = line.replace("\"suspects\"", "\"suspect\"");
-        let err = parse(&renamed).unwrap_err();
+        let err = parse(&role(&renamed)).unwrap_err();
         assert!(err.to_string().contains("not an event"), "{err}");
+        let err = parse(&role(&format!("{line}\nno json\n"))).unwrap_err();
+        assert!(err.to_string().contains("no json"), "{err}");
     }
 }

@@ -27,7 +27,9 @@ use xshell::{Shell, cmd};
 use crate::deps::{self, Group};
 use crate::e2e::{self, Bins};
 use crate::exec;
-use crate::plan::{GUEST_SYNC, Nic, Node, Plan, RdmaDev, Step};
+use crate::plan::{GUEST_SYNC, Nic, Node, Plan, RdmaDev, Step, StepResult};
+use crate::scenario::exit::Speaks;
+use crate::scenario::transcript::{HOST, Role, Transcript};
 use crate::vm::{self, Net, PlanGuest, VmOptions};
 
 /// The guests.
@@ -89,28 +91,22 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         "fabric-e2e: phase guests done in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let mut problems = Vec::new();
-    for (g, r) in guests.iter().zip(&run.results) {
-        match r {
-            Ok(r) => {
-                for s in &r.steps {
-                    for l in s.stdout.lines().filter(|l| l.starts_with("fabric-e2e:")) {
-                        println!("  {}: {l}", g.name);
-                    }
-                    if !s.ok {
-                        problems.push(format!(
-                            "{}: step {} failed (exit {:?}, timed out {}): {}\n{}",
-                            g.name,
-                            s.name,
-                            s.exit_code,
-                            s.timed_out,
-                            s.error.as_deref().unwrap_or(""),
-                            crate::text::tail(&format!("{}\n{}", s.stdout, s.stderr), 3000)
-                        ));
-                    }
-                }
-            }
-            Err(e) => problems.push(e.clone()),
+    // The guests run scripts (Slurm, then srun of our binaries): no role of theirs is ours.
+    let t = Transcript::from_guests(&run, &|_: &str| Speaks::Other);
+    let mut problems: Vec<String> = t.deaths().map(str::to_owned).collect();
+    for s in &t.roles {
+        for l in s.stdout.lines().filter(|l| l.starts_with("fabric-e2e:")) {
+            println!("  {}: {l}", s.guest);
+        }
+        if !s.ok {
+            problems.push(format!(
+                "{}: step {} failed ({}): {}\n{}",
+                s.guest,
+                s.name,
+                s.exit,
+                s.error.as_deref().unwrap_or(""),
+                crate::text::tail(&format!("{}\n{}", s.stdout, s.stderr), 3000)
+            ));
         }
     }
     if !problems.is_empty() {
@@ -253,15 +249,20 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `rdma-client --fabric-report FILE --json` (with heat maps), as (exit code, stdout, stderr).
-fn report(client: &str, input: &Path, extra: &[&str]) -> Result<(Option<i32>, String, String)> {
+/// `rdma-client --fabric-report FILE …` (with heat maps) on this host, as a client role.
+fn report(client: &str, input: &Path, extra: &[&str]) -> Result<Role> {
     let sh = Shell::new()?;
     let out = exec::output(cmd!(sh, "{client} --fabric-report {input} {extra...}"))?;
-    Ok((
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    let step = StepResult {
+        name: "fabric-report".into(),
+        exit_code: out.status.code(),
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        attempts: 1,
+        ..StepResult::default()
+    };
+    Ok(Role::of(&step, HOST, Speaks::Client))
 }
 
 #[cfg(test)]

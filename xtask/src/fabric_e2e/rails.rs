@@ -5,6 +5,7 @@ use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::Report;
 
 use super::cells::{RAILS, status};
+use crate::scenario::exit::ExitKind;
 
 /// Judges the rails phase: one report per rail, in rail order, each of [`RAILS`]; every pair
 /// of each verified (pass, or slow by the guests' noise: still a result over that rail);
@@ -12,8 +13,8 @@ use super::cells::{RAILS, status};
 /// the clients' and the report's exit 0.
 pub fn check(
     reports: &[Report],
-    srun_rc: Option<i32>,
-    report_rc: Option<i32>,
+    srun: ExitKind,
+    report: ExitKind,
     n: usize,
 ) -> std::result::Result<String, String> {
     let mut wrong = Vec::new();
@@ -55,9 +56,9 @@ pub fn check(
             r.passed, r.slow
         ));
     }
-    if report_rc != Some(0) || srun_rc != Some(0) {
+    if report != ExitKind::Success || srun != ExitKind::Success {
         wrong.push(format!(
-            "srun exit {srun_rc:?}, report exit {report_rc:?}, expected 0 and 0"
+            "srun {srun}, report {report}, expected exit 0 and 0"
         ));
     }
     if wrong.is_empty() {
@@ -136,27 +137,27 @@ mod tests {
     #[test]
     fn rails_need_both_matrices_complete_and_each_rail_on_its_own_device() {
         let good = [rail(0, |_| "rxe0"), rail(1, |_| "rxe1")];
-        check(&good, Some(0), Some(0), 3).unwrap();
+        check(&good, ExitKind::Success, ExitKind::Success, 3).unwrap();
         // Rail 1 of node2 ran over the first device: named.
         let wrong = [
             rail(0, |_| "rxe0"),
             rail(1, |w| if w == 1 { "rxe0" } else { "rxe1" }),
         ];
-        let e = check(&wrong, Some(0), Some(0), 3).unwrap_err();
+        let e = check(&wrong, ExitKind::Success, ExitKind::Success, 3).unwrap_err();
         assert_eq!(e, "rail 1: rank 1 wrote from Some(\"rxe0\"), expected rxe1");
         // One rail only, or a pair missing on rail 1, or a one-rail report.
-        assert!(check(&good[..1], Some(0), Some(0), 3).is_err());
+        assert!(check(&good[..1], ExitKind::Success, ExitKind::Success, 3).is_err());
         let mut holed = good.clone();
         holed[1].matrix[2][0] = Some(Cell::Missing);
-        let e = check(&holed, Some(0), Some(0), 3).unwrap_err();
+        let e = check(&holed, ExitKind::Success, ExitKind::Success, 3).unwrap_err();
         assert_eq!(e, "rail 1: pair 2->0: missing, expected verified");
         let plain = [report(|_, _| pass(), &[]), rail(1, |_| "rxe1")];
         assert!(
-            check(&plain, Some(0), Some(0), 3)
+            check(&plain, ExitKind::Success, ExitKind::Success, 3)
                 .unwrap_err()
                 .contains("not a rail's")
         );
-        assert!(check(&good, Some(8), Some(0), 3).is_err());
+        assert!(check(&good, ExitKind::Status(8), ExitKind::Success, 3).is_err());
     }
 
     #[test]
