@@ -8,6 +8,7 @@
 //! `--connect ADDR --secs S --workers N` floods and prints `{"connections":C,"failed":F,"secs":S}`;
 //! `--cpu-of PORT` prints `{"pid":P,"cpu_ms":M}` of the process listening there.
 
+use crate::scenario::role::Invocation;
 use std::io::{BufRead as _, BufReader};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -281,20 +282,13 @@ fn flood_step(bins: &Bins, name: &str, to: &str, secs: f64, go: &str) -> Step {
 /// before and after its flood; guest B's flood of ours, the real client (which ends it), and
 /// the bare loop's flood. `server_ip` is guest A's.
 pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<Step>, Vec<Step>) {
-    let token = format!("RDMA_WRITE_TOKEN={TOKEN}");
+    let token = [("RDMA_WRITE_TOKEN", TOKEN)];
     let listen = format!("0.0.0.0:{PORT}");
-    let mut server = Step::new(
-        SERVER,
-        &[
-            "env",
-            &token,
-            &bins.server,
-            "--serve",
-            "--json",
-            "--listen",
-            &listen,
-        ],
-    );
+    let mut server = Step::new(SERVER, &[]);
+    server.argv = Invocation::server(&bins.server)
+        .env(&token)
+        .args(["--serve", "--json", "--listen", &listen])
+        .argv();
     server.background = true;
     server.create_file_when_started = Some(UP.into());
     server.stop_when_file = Some(all_done.into());
@@ -326,18 +320,11 @@ pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<St
 
     let to = format!("{server_ip}:{PORT}");
     let flood = flood_step(bins, FLOOD, &to, secs, GO);
-    let mut client = Step::new(
-        CLIENT,
-        &[
-            "env",
-            &token,
-            &bins.client,
-            "--json",
-            "--message",
-            "after the flood",
-            &to,
-        ],
-    );
+    let mut client = Step::new(CLIENT, &[]);
+    client.argv = Invocation::client(&bins.client)
+        .env(&token)
+        .args(["--json", "--message", "after the flood", &to])
+        .argv();
     client.create_file_when_ended = Some(DONE.into());
     client.allow_failure = true;
     let mut bare_flood = flood_step(

@@ -5,6 +5,7 @@
 
 use crate::e2e::Bins;
 use crate::plan::{GUEST_SYNC, Node, Plan, Step};
+use crate::scenario::role::Invocation;
 use crate::vm::PlanGuest;
 
 use super::results::{Mode, Tool};
@@ -175,25 +176,24 @@ fn perftest_argv(u: &Unit, server: Option<&str>) -> Vec<String> {
 
 /// Ours: the client alone carries the parameters; the server was started without any.
 fn ours_argv(u: &Unit, bins: &Bins) -> Vec<String> {
-    let mut v: Vec<String> = vec![
-        bins.client.clone(),
+    let mode = match u.mode {
+        Mode::Lat => "lat",
+        Mode::Bw => "bw",
+    };
+    let mut v = Invocation::client(&bins.client).args([
         format!("{SERVER_IP}:{OUR_PORT}"),
         "--bench".into(),
-        match u.mode {
-            Mode::Lat => "lat",
-            Mode::Bw => "bw",
-        }
-        .into(),
+        mode.into(),
         "--size".into(),
         u.bytes.to_string(),
         "--iters".into(),
         u.iters.to_string(),
         "--json".into(),
-    ];
+    ]);
     if u.mode == Mode::Bw {
-        v.extend(["--tx-depth".into(), u.tx_depth.to_string()]);
+        v = v.args(["--tx-depth".into(), u.tx_depth.to_string()]);
     }
-    v
+    v.argv()
 }
 
 /// Seconds one run may take: generous, the emulated link is slow and noisy; a delayed link
@@ -216,16 +216,15 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
         a.push(delay_step(p.delay_ms));
         b.push(delay_step(p.delay_ms));
     }
-    let mut server = Step::new(
-        "rdma-server",
-        &[
-            bins.server.as_str(),
+    let mut server = Step::new("rdma-server", &[]);
+    server.argv = Invocation::server(&bins.server)
+        .args([
             "--serve",
             "--json",
             "--listen",
             &format!("0.0.0.0:{OUR_PORT}"),
-        ],
-    );
+        ])
+        .argv();
     server.background = true;
     server.create_file_when_started = Some(SERVER_UP.into());
     // Until the measurements are done: derived from their deadlines (crate::deadline).
