@@ -56,7 +56,7 @@ pub(super) fn steps(
             scenarios::BASE_PORT + u16::try_from(i).unwrap_or(u16::MAX - scenarios::BASE_PORT);
         let listen = ["--listen".to_owned(), format!("[::]:{port}")];
         let program = match s.server_fault {
-            Some(fault) => Invocation::misbehaving(Speaks::Server, &bins.misbehave_server, fault),
+            Some(fault) => Invocation::misbehaving(&bins.misbehave_server, fault),
             None => Invocation::server(&bins.server),
         };
         let mut server = Step::new(server_step_name(s), &[]);
@@ -195,9 +195,7 @@ fn client_step(
         Target::Nowhere => vec![format!("{ip}:{}", port.saturating_add(500))],
     };
     let client = match c.tool {
-        Tool::Misbehave(fault) => {
-            Invocation::misbehaving(Speaks::Client, &bins.misbehave_client, fault)
-        }
+        Tool::Misbehave(fault) => Invocation::misbehaving(&bins.misbehave_client, fault),
         _ => Invocation::client(&bins.client),
     };
     let mut step = Step::new(client_step_name(s, j), &[]);

@@ -62,16 +62,6 @@ impl ExitKind {
             _ => false,
         }
     }
-
-    /// The process status it stands for, if it had one.
-    pub fn code(self) -> Option<i32> {
-        match self {
-            ExitKind::Success => Some(0),
-            ExitKind::Ours(e) => Some(i32::from(e.code())),
-            ExitKind::Status(c) => Some(c),
-            ExitKind::TimedOut | ExitKind::Killed => None,
-        }
-    }
 }
 
 /// `exit 0`, `exit 7 (refused)`, `exit 1`, `killed at its deadline`, `killed (no status)`.

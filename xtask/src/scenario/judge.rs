@@ -51,13 +51,11 @@ pub fn client_verified(role: &Role) -> bool {
     })
 }
 
-/// Whether the client's `error` event is of kind `exit` (with its status) and its message
+/// Whether `e` is the client's `error` event of kind `exit` (with its status) whose message
 /// mentions `needle`, case aside, read as the one line `--json` puts on stderr.
-pub fn client_failed(role: &Role, exit: Exit, needle: &str) -> bool {
-    has_client(role, |e| {
-        matches!(e, ClientEvent::Error { kind, exit_code, message }
-            if *kind == exit && *exit_code == exit.code() && mentions(message, needle))
-    })
+pub fn failed_as(e: &ClientEvent<'_>, exit: Exit, needle: &str) -> bool {
+    matches!(e, ClientEvent::Error { kind, exit_code, message }
+        if *kind == exit && *exit_code == exit.code() && mentions(message, needle))
 }
 
 /// Whether `text`, its lines joined by single spaces (as `--json` writes a failure on stderr),

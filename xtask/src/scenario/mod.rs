@@ -4,9 +4,6 @@
 //! role's [`ExitKind`](exit::ExitKind), its typed events, its output); [`judge`] holds the
 //! checks they all make of it, and each harness adds its own small judge.
 
-// Items the harnesses not yet on the engine will use.
-#![allow(dead_code)]
-
 pub mod exit;
 pub mod judge;
 pub mod role;

@@ -2,12 +2,9 @@
 //! misbehaves, with their environment, a wrapper (valgrind) and device flags. Each harness
 //! says what it wants of the role; the order of the words is this file's business.
 
-use super::exit::Speaks;
-
 /// One of our binaries, to be run with these arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invocation {
-    speaks: Speaks,
     env: Vec<(String, String)>,
     wrapper: Vec<String>,
     program: String,
@@ -19,26 +16,25 @@ pub struct Invocation {
 impl Invocation {
     /// `rdma-server` at `program`.
     pub fn server(program: &str) -> Self {
-        Self::new(Speaks::Server, program)
+        Self::new(program)
     }
 
     /// `rdma-client` at `program`.
     pub fn client(program: &str) -> Self {
-        Self::new(Speaks::Client, program)
+        Self::new(program)
     }
 
     /// The test-only peer at `program` (`rdma-misbehave-client` or `-server`, which print
-    /// the events of the binary they stand for, `speaks`), doing `fault` wrong: `--fault
-    /// FAULT` first, then the arguments of the binary it stands for.
-    pub fn misbehaving(speaks: Speaks, program: &str, fault: &str) -> Self {
-        let mut me = Self::new(speaks, program);
+    /// the events of the binary they stand for), doing `fault` wrong: `--fault FAULT` first,
+    /// then the arguments of the binary it stands for.
+    pub fn misbehaving(program: &str, fault: &str) -> Self {
+        let mut me = Self::new(program);
         me.fault = Some(fault.to_owned());
         me
     }
 
-    fn new(speaks: Speaks, program: &str) -> Self {
+    fn new(program: &str) -> Self {
         Self {
-            speaks,
             env: Vec::new(),
             wrapper: Vec::new(),
             program: program.to_owned(),
@@ -74,11 +70,6 @@ impl Invocation {
     pub fn device(mut self, device: Option<&str>) -> Self {
         self.device = device.map(str::to_owned);
         self
-    }
-
-    /// Which events it prints.
-    pub fn speaks(&self) -> Speaks {
-        self.speaks
     }
 
     /// The command line: `env NAME=VALUE…` when there is an environment, the wrapper, the

@@ -21,7 +21,6 @@ pub struct Role {
     pub name: String,
     /// The guest it ran in (`host` for this host).
     pub guest: String,
-    pub speaks: Speaks,
     pub argv: Vec<String>,
     /// How its last attempt ended.
     pub exit: ExitKind,
@@ -52,7 +51,6 @@ impl Role {
         let mut role = Role {
             name: step.name.clone(),
             guest: guest.to_owned(),
-            speaks,
             argv: step.argv.clone(),
             exit: ExitKind::of(step.exit_code, step.timed_out, speaks),
             ok: step.ok,
@@ -84,11 +82,6 @@ impl Role {
             }
         }
         role
-    }
-
-    /// Whether it ran out of time.
-    pub fn timed_out(&self) -> bool {
-        self.exit == ExitKind::TimedOut
     }
 }
 

@@ -4,7 +4,6 @@
 
 use super::lossy::Names;
 use crate::plan::Step;
-use crate::scenario::exit::Speaks;
 use crate::scenario::role::Invocation;
 use rdma_proto::Exit;
 
@@ -66,7 +65,7 @@ fn late_bench(p: &Parts<'_>) -> (Step, Step) {
     server.allow_failure = true;
     let to = crate::plan::host_port(&p.server, LATE_PORT);
     let mut client = Step::new(tag(CM_LATE), &[]);
-    client.argv = Invocation::misbehaving(Speaks::Client, p.misbehave_client, "cm-late-bench")
+    client.argv = Invocation::misbehaving(p.misbehave_client, "cm-late-bench")
         .args([
             "--server-bench-max-time",
             LATE_MAX_TIME,
@@ -98,7 +97,7 @@ fn misbehaving(p: &Parts<'_>, name: &str, fault: &str) -> Step {
     // The test-only peer, with rdma-client's arguments; tried once: a peer that fails must
     // say so, not be tried again; the client itself waits for a server that does not listen
     // yet.
-    step.argv = Invocation::misbehaving(Speaks::Client, p.misbehave_client, fault)
+    step.argv = Invocation::misbehaving(p.misbehave_client, fault)
         .args(p.client.argv.iter().skip(1))
         .args(["--wait-for-server", "20s"])
         .argv();

@@ -183,11 +183,7 @@ pub(super) fn failing_client(
         exit: Some(exit),
         expect: vec![client(
             format!("error of kind {exit} whose message mentions {needle:?}"),
-            move |e| {
-                matches!(e, ClientEvent::Error { kind, exit_code, message }
-                    if *kind == exit && *exit_code == exit.code()
-                        && crate::scenario::judge::mentions(message, needle))
-            },
+            move |e| crate::scenario::judge::failed_as(e, exit, needle),
         )],
     }
 }
