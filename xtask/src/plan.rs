@@ -326,8 +326,10 @@ pub struct PlanResult {
     pub elapsed_s: f64,
 }
 
+#[cfg(test)]
 impl PlanResult {
-    /// The result of the step called `name`.
+    /// The result of the step called `name` (the harnesses read the run's
+    /// `scenario::Transcript` instead).
     pub fn step(&self, name: &str) -> Option<&StepResult> {
         self.steps.iter().find(|s| s.name == name)
     }

@@ -19,7 +19,9 @@ use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
 use serde::{Deserialize, Serialize};
 
 use crate::e2e::Bins;
-use crate::plan::{PlanResult, Step};
+use crate::plan::Step;
+use crate::scenario::judge;
+use crate::scenario::transcript::Transcript;
 
 use super::results::{Count, Flood, Floor, Target};
 
@@ -50,11 +52,11 @@ pub const TARGET_MS: f64 = 1.0;
 const PORT: u16 = 7473;
 /// Its token (given through the environment: no file to make in the guest).
 const TOKEN: &str = "bench-flood-token-0123456789";
-const SERVER: &str = "flood server";
+pub(super) const SERVER: &str = "flood server";
 const CPU_BEFORE: &str = "flood cpu before";
 const CPU_AFTER: &str = "flood cpu after";
 const FLOOD: &str = "flood";
-const CLIENT: &str = "flood client";
+pub(super) const CLIENT: &str = "flood client";
 const UP: &str = "flood-server-up";
 const GO: &str = "flood-go";
 const DONE: &str = "flood-done";
@@ -342,22 +344,18 @@ pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<St
 }
 
 /// The last JSON line of step `name`'s output.
-fn json_of<T: serde::de::DeserializeOwned>(r: &PlanResult, name: &str) -> Option<T> {
-    let step = r.step(name)?;
+fn json_of<T: serde::de::DeserializeOwned>(t: &Transcript, name: &str) -> Option<T> {
+    let step = t.role(name)?;
     let line = step.stdout.lines().rev().find(|l| l.starts_with('{'))?;
     serde_json::from_str(line).ok()
 }
 
 /// What one flood cost: its count and the CPU the flooded process used over it (from guest
 /// A's reads `before` and `after`, guest B's flood `flood`), and whether one process was read.
-fn cost(
-    a: &PlanResult,
-    b: &PlanResult,
-    [before, after, flood]: [&str; 3],
-) -> Option<(Floor, bool)> {
-    let before: Cpu = json_of(a, before)?;
-    let after: Cpu = json_of(a, after)?;
-    let count: Count = json_of(b, flood)?;
+fn cost(t: &Transcript, [before, after, flood]: [&str; 3]) -> Option<(Floor, bool)> {
+    let before: Cpu = json_of(t, before)?;
+    let after: Cpu = json_of(t, after)?;
+    let count: Count = json_of(t, flood)?;
     let cpu_ms = (after.cpu_ms - before.cpu_ms).max(0.0);
     let floor = Floor {
         count,
@@ -368,22 +366,15 @@ fn cost(
 }
 
 /// The measurement from both guests' results; `None` where a step gave nothing to go on.
-pub fn collect(a: &PlanResult, b: &PlanResult) -> Option<Flood> {
-    let (ours, one_process) = cost(a, b, [CPU_BEFORE, CPU_AFTER, FLOOD])?;
-    let verified = b.step(CLIENT).is_some_and(|s| {
-        s.stdout.lines().any(|l| {
-            matches!(
-                serde_json::from_str::<rdma_proto::events::client::Event<'_>>(l),
-                Ok(rdma_proto::events::client::Event::Verified { verified: true, .. })
-            )
-        })
-    });
+pub fn collect(t: &Transcript) -> Option<Flood> {
+    let (ours, one_process) = cost(t, [CPU_BEFORE, CPU_AFTER, FLOOD])?;
+    let verified = t.role(CLIENT).is_some_and(judge::client_verified);
     Some(Flood {
         count: ours.count,
         cpu_ms: ours.cpu_ms,
         cpu_per_connection_ms: ours.cpu_per_connection_ms,
         verified: verified && one_process,
-        bare: cost(a, b, [BARE_BEFORE, BARE_AFTER, BARE_FLOOD]).map(|(floor, _)| floor),
+        bare: cost(t, [BARE_BEFORE, BARE_AFTER, BARE_FLOOD]).map(|(floor, _)| floor),
     })
 }
 
@@ -485,7 +476,7 @@ mod tests {
             ..Default::default()
         };
         let guests = |pid_after: u32| {
-            let a = PlanResult {
+            let a = crate::plan::PlanResult {
                 steps: vec![
                     step(CPU_BEFORE, r#"{"pid":7,"cpu_ms":100.0}"#),
                     step(
@@ -497,7 +488,7 @@ mod tests {
                 ],
                 ..Default::default()
             };
-            let b = PlanResult {
+            let b = crate::plan::PlanResult {
                 steps: vec![
                     step(FLOOD, r#"{"connections":1000,"failed":0,"secs":10.0}"#),
                     step(
@@ -510,22 +501,35 @@ mod tests {
             };
             (a, b)
         };
-        let (a, b) = guests(7);
-        let f = collect(&a, &b).unwrap();
+        let t = |(a, b): (crate::plan::PlanResult, crate::plan::PlanResult)| {
+            let cast = |n: &str| {
+                if n == CLIENT {
+                    crate::scenario::exit::Speaks::Client
+                } else {
+                    crate::scenario::exit::Speaks::Other
+                }
+            };
+            let m = crate::scenario::transcript::Machine::default;
+            Transcript::build([(m(), Ok(a)), (m(), Ok(b))], &cast)
+        };
+        let f = collect(&t(guests(7))).unwrap();
         assert_eq!(
             (f.cpu_ms, f.cpu_per_connection_ms, f.verified),
             (1600.0, 1.6, true)
         );
         let bare = f.bare.unwrap();
         assert_eq!((bare.cpu_ms, bare.cpu_per_connection_ms), (1300.0, 1.3));
-        let (a, b) = guests(9);
         assert!(
-            !collect(&a, &b).unwrap().verified,
+            !collect(&t(guests(9))).unwrap().verified,
             "another process read after"
         );
         let (mut a, b) = guests(7);
         a.steps.truncate(2);
-        assert!(collect(&a, &b).unwrap().bare.is_none());
+        assert!(collect(&t((a, b))).unwrap().bare.is_none());
+        // The real client's verdict read as its events: none, no verified flood.
+        let (a, mut b) = guests(7);
+        b.steps[1].stdout.clear();
+        assert!(!collect(&t((a, b))).unwrap().verified);
     }
 
     #[test]

@@ -25,7 +25,8 @@ use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 
 use crate::e2e::{self, E2eArgs};
-use crate::plan::{PlanResult, StepResult};
+use crate::scenario::exit::Speaks;
+use crate::scenario::transcript::{Role, Transcript};
 use crate::vm::{self, VmOptions};
 
 use plans::{Params, TCP_SINK, Unit, units};
@@ -199,20 +200,21 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
     };
     let guests = plans::plans(&params, &bins);
     let run = vm::run_plans(&guests, &args.vm)?;
-    let [Ok(a), Ok(b)] = &run.results[..] else {
-        let why: Vec<String> = run
-            .results
-            .iter()
-            .zip(&guests)
-            .filter_map(|(r, g)| r.as_ref().err().map(|e| format!("guest {}: {e}", g.name)))
-            .collect();
+    let t = Transcript::from_guests(&run, &|name: &str| cast(&params, name));
+    let why: Vec<String> = t
+        .guests
+        .iter()
+        .filter_map(|g| g.died.as_ref().map(|e| format!("guest {}: {e}", g.name)))
+        .collect();
+    if !why.is_empty() {
         bail!("bench: a guest gave no result: {}", why.join("; "));
-    };
-    let link = a.step(TCP_SINK).and_then(|s| parse::tcp(&s.stdout));
+    }
+    // xtask's own TCP measurement: its line is its own, no event of our binaries.
+    let link = t.role(TCP_SINK).and_then(|s| parse::tcp(&s.stdout));
     let link_mbs = link.map(|l| l.mbs());
     let (mut samples, mut setup) = (Vec::new(), Vec::new());
     for u in units(&params) {
-        let s = sample(&u, b);
+        let s = sample(&u, &t);
         if u.setup {
             setup.push(s);
         } else {
@@ -222,7 +224,7 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
     let summary = results::summarize(&samples, &sizes, link_mbs);
     let mut targets = results::judge(&summary, &setup, e2e_wall_s, E2E_TARGET.as_secs_f64());
     let flood = (params.flood_secs > 0.0)
-        .then(|| flood::collect(a, b))
+        .then(|| flood::collect(&t))
         .flatten();
     if params.flood_secs > 0.0 {
         targets.extend(flood::targets(flood.as_ref()));
@@ -257,10 +259,10 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         flood_secs: params.flood_secs,
         flood,
     };
-    if !a.ok {
+    if let Some(a) = t.guests.first().filter(|a| !a.ok) {
         println!(
             "  note: guest A's plan reported: {}",
-            a.error.as_deref().unwrap_or("?")
+            a.plan_error.as_deref().unwrap_or("?")
         );
     }
     finish(args, &r)
@@ -290,9 +292,26 @@ fn finish(args: &BenchArgs, r: &Results) -> Result<()> {
     Ok(())
 }
 
+/// Which role a step of the session plays: our server (the session's and the flood's), our
+/// client (each measured run of ours, the flood's real client); perftest, tc and xtask's own
+/// steps are not ours.
+fn cast(params: &Params, name: &str) -> Speaks {
+    if name == plans::OUR_SERVER || name == flood::SERVER {
+        return Speaks::Server;
+    }
+    let ours = units(params)
+        .iter()
+        .any(|u| u.tool == results::Tool::Ours && u.step_name() == name);
+    if ours || name == flood::CLIENT {
+        Speaks::Client
+    } else {
+        Speaks::Other
+    }
+}
+
 /// The result of one unit's step in guest B.
-fn sample(u: &Unit, b: &PlanResult) -> Sample {
-    let step: Option<&StepResult> = b.step(&u.step_name());
+fn sample(u: &Unit, t: &Transcript) -> Sample {
+    let step: Option<&Role> = t.role(&u.step_name());
     let mut s = Sample {
         tool: u.tool,
         mode: u.mode,
@@ -310,13 +329,13 @@ fn sample(u: &Unit, b: &PlanResult) -> Sample {
     match (u.tool, u.mode) {
         (results::Tool::Perftest, Mode::Lat) => s.lat = parse::perftest_lat(&step.stdout),
         (results::Tool::Perftest, Mode::Bw) => s.bw = parse::perftest_bw(&step.stdout),
-        (results::Tool::Ours, Mode::Lat) => match parse::ours_lat(&step.stdout) {
+        (results::Tool::Ours, Mode::Lat) => match parse::ours_lat(step) {
             Ok(row) => s.lat = row,
-            Err(e) => s.error = Some(e.to_string()),
+            Err(e) => s.error = Some(e),
         },
-        (results::Tool::Ours, Mode::Bw) => match parse::ours_bw(&step.stdout) {
+        (results::Tool::Ours, Mode::Bw) => match parse::ours_bw(step) {
             Ok(row) => s.bw = row,
-            Err(e) => s.error = Some(e.to_string()),
+            Err(e) => s.error = Some(e),
         },
     }
     if s.error.is_some() {
@@ -326,9 +345,8 @@ fn sample(u: &Unit, b: &PlanResult) -> Sample {
         s.lat = None;
         s.bw = None;
         s.error = Some(format!(
-            "exit {:?}{}{}: {}",
-            step.exit_code,
-            if step.timed_out { ", timed out" } else { "" },
+            "{}{}: {}",
+            step.exit,
             step.error
                 .as_deref()
                 .map_or_else(String::new, |e| format!(", {e}")),
@@ -363,6 +381,8 @@ mod tests {
 
     #[test]
     fn a_failed_step_is_a_sample_with_an_error() {
+        use crate::plan::{PlanResult, StepResult};
+        use crate::scenario::transcript::Machine;
         let u = Unit {
             tool: results::Tool::Perftest,
             mode: Mode::Lat,
@@ -372,16 +392,54 @@ mod tests {
             tx_depth: 1,
             setup: false,
         };
+        let params = Params {
+            sizes: vec![2],
+            reps: 1,
+            lat_iters: 10,
+            bw_iters: 10,
+            tx_depth: 1,
+            tcp_secs: 1.0,
+            setup_reps: 1,
+            delay_ms: 0,
+            flood_secs: 0.0,
+        };
+        let t = |r: &PlanResult| {
+            Transcript::build([(Machine::default(), Ok(r.clone()))], &|n: &str| {
+                cast(&params, n)
+            })
+        };
         let mut r = PlanResult::default();
-        assert!(sample(&u, &r).error.unwrap().contains("did not run"));
+        assert!(sample(&u, &t(&r)).error.unwrap().contains("did not run"));
         r.steps.push(StepResult {
             name: u.step_name(),
             exit_code: Some(1),
             stderr: "Couldn't connect to 10.0.0.1:18515".into(),
             ..Default::default()
         });
-        let s = sample(&u, &r);
+        let s = sample(&u, &t(&r));
         assert!(s.lat.is_none());
         assert!(s.error.unwrap().contains("Couldn't connect"));
+        // Ours: a step whose row never came, or whose line is no event, is an error.
+        let ours = Unit {
+            tool: results::Tool::Ours,
+            ..u
+        };
+        assert_eq!(cast(&params, &ours.step_name()), Speaks::Client);
+        assert_eq!(cast(&params, &u.step_name()), Speaks::Other);
+        assert_eq!(cast(&params, plans::OUR_SERVER), Speaks::Server);
+        let mut r = PlanResult::default();
+        r.steps.push(StepResult {
+            name: ours.step_name(),
+            exit_code: Some(0),
+            ok: true,
+            stdout: "{\"type\":\"bench_lat\"}\n".into(),
+            ..Default::default()
+        });
+        let s = sample(&ours, &t(&r));
+        assert!(s.lat.is_none());
+        assert!(s.error.unwrap().contains("bench_lat"));
+        r.steps[0].stdout.clear();
+        let s = sample(&ours, &t(&r));
+        assert!(s.error.unwrap().contains("exit 0"));
     }
 }

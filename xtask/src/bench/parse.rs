@@ -2,6 +2,7 @@
 //! lines, into one shape: the contract's rows ([`LatRow`], [`BwRow`], which `rdma-client`
 //! prints), perftest's figures filled into them.
 
+use crate::scenario::transcript::Role;
 use rdma_proto::events::bench::{self as rows, BwRow, LatRow};
 use rdma_proto::events::client::Event;
 use serde::{Deserialize, Serialize};
@@ -57,23 +58,25 @@ pub fn perftest_bw(stdout: &str) -> Option<BwRow> {
     })
 }
 
-/// The events of `rdma-client --bench … --json`: every line must be one (a line that is not
-/// is an error naming it, never dropped).
-fn ours(stdout: &str) -> Result<Vec<Event<'static>>, rdma_proto::events::EventError> {
-    stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(rdma_proto::events::parse)
-        .collect()
+/// The events of `rdma-client --bench … --json`, from the run's transcript: every line must be
+/// one (a line that is not is an error naming it, never dropped).
+fn ours(role: &Role) -> Result<&[Event<'static>], String> {
+    if let Some(e) = role.strangers.first() {
+        return Err(e.to_string());
+    }
+    if let Some(line) = role.human.first() {
+        return Err(format!("not an event this reader knows (no JSON): {line}"));
+    }
+    Ok(&role.client)
 }
 
 /// `rdma-client --bench lat --json`: its first `bench_lat` row (one per size).
 ///
 /// # Errors
 /// A line that is not a client event.
-pub fn ours_lat(stdout: &str) -> Result<Option<LatRow>, rdma_proto::events::EventError> {
-    Ok(ours(stdout)?.into_iter().find_map(|e| match e {
-        Event::BenchLat(r) => Some(r),
+pub fn ours_lat(role: &Role) -> Result<Option<LatRow>, String> {
+    Ok(ours(role)?.iter().find_map(|e| match e {
+        Event::BenchLat(r) => Some(*r),
         _ => None,
     }))
 }
@@ -83,9 +86,9 @@ pub fn ours_lat(stdout: &str) -> Result<Option<LatRow>, rdma_proto::events::Even
 ///
 /// # Errors
 /// A line that is not a client event.
-pub fn ours_bw(stdout: &str) -> Result<Option<BwRow>, rdma_proto::events::EventError> {
-    Ok(ours(stdout)?.into_iter().find_map(|e| match e {
-        Event::BenchBw(r) => Some(r),
+pub fn ours_bw(role: &Role) -> Result<Option<BwRow>, String> {
+    Ok(ours(role)?.iter().find_map(|e| match e {
+        Event::BenchBw(r) => Some(*r),
         _ => None,
     }))
 }
@@ -145,26 +148,36 @@ mod tests {
         assert!(perftest_bw(lat).is_none());
     }
 
+    /// Our client's step that printed `stdout`, read as the transcript reads it.
+    fn client(stdout: &str) -> Role {
+        let step = crate::plan::StepResult {
+            stdout: stdout.into(),
+            ..Default::default()
+        };
+        Role::of(&step, "B", crate::scenario::exit::Speaks::Client)
+    }
+
     #[test]
     fn our_json_lines() {
         let out = r#"{"type":"bench_setup","ready_us":1234.0}
 {"type":"bench_lat","schema":1,"bytes":64,"iterations":100,"t_min_us":1.0,"t_max_us":9.0,"t_typical_us":2.0,"t_avg_us":2.5,"t_stdev_us":0.5,"p99_us":8.0,"p999_us":9.0}
 "#;
-        let l = ours_lat(out).unwrap().unwrap();
+        let l = ours_lat(&client(out)).unwrap().unwrap();
         assert_eq!((l.bytes, l.t_typical_us), (64, 2.0));
-        assert!(ours_bw(out).unwrap().is_none());
+        assert!(ours_bw(&client(out)).unwrap().is_none());
         let bw = r#"{"type":"bench_bw","schema":1,"bytes":4096,"iterations":10,"bw_peak_mbs":3.0,"bw_avg_mbs":2.0,"bw_peak_gbps":0.1,"bw_avg_gbps":0.1,"msg_rate_mpps":0.0005}"#;
-        assert_eq!(ours_bw(bw).unwrap().unwrap().bw_avg_mbs, 2.0);
+        assert_eq!(ours_bw(&client(bw)).unwrap().unwrap().bw_avg_mbs, 2.0);
     }
 
     #[test]
     fn a_line_that_is_no_event_is_an_error_naming_it() {
         // A renamed field (what a reader with its own copy of the row would miss).
         let renamed = r#"{"type":"bench_bw","schema":1,"bytes":4096,"iterations":10,"bw_peak":3.0,"bw_avg_mbs":2.0,"bw_peak_gbps":0.1,"bw_avg_gbps":0.1,"msg_rate_mpps":0.0005}"#;
-        let err = ours_bw(renamed).unwrap_err();
-        assert!(err.to_string().contains(r#""bw_peak":3.0"#), "{err}");
-        assert!(err.reason.contains("bw_peak_mbs"), "{err}");
-        assert!(ours_lat("not json at all\n").is_err());
+        let err = ours_bw(&client(renamed)).unwrap_err();
+        assert!(err.contains(r#""bw_peak":3.0"#), "{err}");
+        assert!(err.contains("bw_peak_mbs"), "{err}");
+        let err = ours_lat(&client("not json at all\n")).unwrap_err();
+        assert!(err.contains("not json at all"), "{err}");
     }
 
     #[test]

@@ -17,6 +17,8 @@ const TCP_PORT: u16 = 5201;
 const SERVER_UP: &str = "rdma-server-up";
 const TCP_UP: &str = "tcp-sink-up";
 const ALL_DONE: &str = "bench-done";
+/// The step name of our server.
+pub const OUR_SERVER: &str = "rdma-server";
 /// The step names of the link measurement.
 pub const TCP_SINK: &str = "tcp sink";
 pub const TCP_SOURCE: &str = "tcp source";
@@ -216,7 +218,7 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
         a.push(delay_step(p.delay_ms));
         b.push(delay_step(p.delay_ms));
     }
-    let mut server = Step::new("rdma-server", &[]);
+    let mut server = Step::new(OUR_SERVER, &[]);
     server.argv = Invocation::server(&bins.server)
         .args([
             "--serve",
