@@ -61,12 +61,7 @@ pub fn perftest_bw(stdout: &str) -> Option<BwRow> {
 /// The events of `rdma-client --bench … --json`, from the run's transcript: every line must be
 /// one (a line that is not is an error naming it, never dropped).
 fn ours(role: &Role) -> Result<&[Event<'static>], String> {
-    if let Some(e) = role.strangers.first() {
-        return Err(e.to_string());
-    }
-    if let Some(line) = role.human.first() {
-        return Err(format!("not an event this reader knows (no JSON): {line}"));
-    }
+    crate::scenario::judge::only_events(role)?;
     Ok(&role.client)
 }
 

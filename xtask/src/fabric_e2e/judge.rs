@@ -109,12 +109,7 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
 /// per rail with `--rails`); every line must be a client event: a line that is not is an error
 /// naming it.
 fn parse(role: &Role) -> Result<Vec<Report>> {
-    if let Some(e) = role.strangers.first() {
-        return Err(eyre!(e.clone()));
-    }
-    if let Some(line) = role.human.first() {
-        bail!("not an event this reader knows (no JSON): {line}");
-    }
+    crate::scenario::judge::only_events(role).map_err(|e| eyre!(e))?;
     let found: Vec<Report> = role
         .client
         .iter()

@@ -1,6 +1,9 @@
 //! `--probe-client`: after every case a real `rdma-client` must still get its write verified
 //! (the server survived the case as a whole, not just its accept loop).
 
+use crate::scenario::exit::{ExitKind, Speaks};
+use crate::scenario::judge;
+use crate::scenario::transcript::Role;
 use rdma_hostile::Config;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -23,14 +26,14 @@ pub(super) fn probe_write(client: &Path, cfg: &Config) -> Result<(), String> {
     let finished = crate::exec::Captured::spawn_command(cmd.into(), shown, None)
         .and_then(|c| c.finish(Instant::now() + Duration::from_secs(40)))
         .map_err(|e| format!("probe client: {e:#}"))?;
-    let verified = rdma_proto::events::client::verified_in(&finished.stdout)
-        .map_err(|e| format!("probe client: {e}"))?;
-    if finished.code == Some(0) && verified {
+    let probe = Role::finished("probe client", &finished, Speaks::Client);
+    judge::only_events(&probe).map_err(|e| format!("probe client: {e}"))?;
+    if probe.exit == ExitKind::Success && judge::client_verified(&probe) {
         Ok(())
     } else {
         Err(format!(
-            "a real client was not verified (exit {:?}): {}",
-            finished.code,
+            "a real client was not verified ({}): {}",
+            probe.exit,
             crate::text::tail(&finished.stderr, 400)
         ))
     }

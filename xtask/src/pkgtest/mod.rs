@@ -395,11 +395,8 @@ fn report(g: &Guest, t: &Transcript) -> Vec<String> {
 /// The seed write's client: every line of its stdout an event (`--json`), and its write
 /// verified.
 fn seed_problem(s: &Role) -> Option<String> {
-    if let Some(e) = s.strangers.first() {
-        return Some(e.to_string());
-    }
-    if let Some(line) = s.human.first() {
-        return Some(format!("a line that is no client event: {line}"));
+    if let Err(e) = judge::only_events(s) {
+        return Some(e);
     }
     (!judge::client_verified(s)).then(|| "no `verified` event with verified: true".to_owned())
 }

@@ -34,6 +34,18 @@ pub fn strangers(role: &Role) -> Vec<String> {
     role.strangers.iter().map(ToString::to_string).collect()
 }
 
+/// That every line `role` printed is an event of its binary (`--json` prints nothing else):
+/// the first that is not, named.
+pub fn only_events(role: &Role) -> Result<(), String> {
+    if let Some(e) = role.strangers.first() {
+        return Err(e.to_string());
+    }
+    match role.human.first() {
+        Some(line) => Err(format!("not an event this reader knows (no JSON): {line}")),
+        None => Ok(()),
+    }
+}
+
 /// Whether `role` printed a server event `check` holds for.
 pub fn has_server(role: &Role, check: impl Fn(&ServerEvent<'static>) -> bool) -> bool {
     role.server.iter().any(check)

@@ -226,10 +226,14 @@ fn judges_fail_a_transcript_that_lacks_what_they_look_for() {
     assert!(!failed_as(&failed, Exit::Usage, "unauthorized"));
     assert!(!failed_as(&failed, Exit::Refused, "forbidden"));
     assert!(!failed_as(&good, Exit::Refused, "unauthorized"));
-    // A JSON line that is no event of the binary is named.
+    // A JSON line that is no event of the binary is named, and so is a line that is no JSON.
     let odd = role(Speaks::Server, Some(0), "{\"type\":\"nope\"}\n");
     assert_eq!(judge::strangers(&odd).len(), 1);
     assert!(judge::strangers(&odd)[0].contains("nope"));
+    assert!(judge::only_events(&odd).unwrap_err().contains("nope"));
+    let human = role(Speaks::Client, Some(0), "server verified 17 bytes\n");
+    assert!(judge::only_events(&human).unwrap_err().contains("17 bytes"));
+    assert_eq!(judge::only_events(&good), Ok(()));
 }
 
 #[test]
@@ -249,4 +253,31 @@ fn our_binaries_argv_is_built_in_one_order() {
         .device(Some("rxe0"));
     assert_eq!(named.argv(), ["/b/c", "--device", "mine"]);
     assert_eq!(Invocation::server("/b/s").argv(), ["/b/s"]);
+}
+
+#[test]
+fn a_process_xtask_ran_itself_is_a_role_too() {
+    let f = crate::exec::Finished {
+        code: Some(8),
+        timed_out: false,
+        stdout: line(&verified(false)),
+        stderr: "error: x".into(),
+        elapsed: std::time::Duration::from_millis(1500),
+    };
+    let r = Role::finished("probe", &f, Speaks::Client);
+    assert_eq!(
+        (r.guest.as_str(), r.exit, r.ok),
+        (HOST, ExitKind::Ours(Exit::Transfer), false)
+    );
+    assert_eq!(r.client, vec![verified(false)]);
+    assert_eq!(r.elapsed_s, 1.5);
+    let late = crate::exec::Finished {
+        code: None,
+        timed_out: true,
+        ..f
+    };
+    assert_eq!(
+        Role::finished("p", &late, Speaks::Client).exit,
+        ExitKind::TimedOut
+    );
 }

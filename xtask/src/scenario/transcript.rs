@@ -46,6 +46,22 @@ pub struct Role {
 }
 
 impl Role {
+    /// The role of a process xtask ran on this host itself (`exec`), called `name`.
+    pub fn finished(name: &str, f: &crate::exec::Finished, speaks: Speaks) -> Self {
+        let step = StepResult {
+            name: name.to_owned(),
+            exit_code: f.code,
+            ok: ExitKind::of(f.code, f.timed_out, speaks) == ExitKind::Success,
+            timed_out: f.timed_out,
+            attempts: 1,
+            stdout: f.stdout.clone(),
+            stderr: f.stderr.clone(),
+            elapsed_s: f.elapsed.as_secs_f64(),
+            ..StepResult::default()
+        };
+        Self::of(&step, HOST, speaks)
+    }
+
     /// The role of `step`, run in `guest`, playing `speaks`.
     pub fn of(step: &StepResult, guest: &str, speaks: Speaks) -> Self {
         let mut role = Role {
