@@ -5,11 +5,12 @@
 //! client that must still be verified: that is how "the server survives" is proven, and it is
 //! also what lets a one-shot server exit 0 on its own.
 //!
-//! Verdicts are read from the binaries' `--json` events, parsed as the contract's types
-//! (`rdma_proto::events`): a check names the fields it looks at, so a renamed field is a
+//! Verdicts are read from the run's transcript (`crate::scenario`): the binaries' `--json`
+//! events, parsed as the contract's types (`rdma_proto::events`); a check names the fields it looks at, so a renamed field is a
 //! compile error here; a JSON line that is no event of its binary fails the check, naming it.
-//! Exit codes are `rdma_proto::Exit` kinds, never numbers. The human lines are read for the
-//! scenario that shows the seed's output.
+//! Exit codes are `rdma_proto::Exit` kinds, never numbers; a failing client is judged by its
+//! `error` event (kind and message). Text is read only where the human text is what is
+//! tested: the seed's lines, the zh lines, the misbehaving peer's own account.
 
 mod access;
 mod bench;
