@@ -28,14 +28,25 @@ const PRINTS: &[&str] = &["println", "print"];
 /// A file that cannot be read or parsed.
 pub fn stray_prints(crate_dir: &Path, output: &str) -> Result<Vec<(PathBuf, usize)>> {
     let allowed = crate_dir.join(output);
+    let files = rust_files(&crate_dir.join("src"))?
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file)
+                .wrap_err_with(|| format!("reading {}", file.display()))?;
+            let ast =
+                syn::parse_file(&text).wrap_err_with(|| format!("parsing {}", file.display()))?;
+            Ok((file, ast))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let tests = test_modules(&files);
     let mut out = Vec::new();
-    for file in rust_files(&crate_dir.join("src"))? {
-        if file.starts_with(&allowed) || file.file_name().is_some_and(|n| n == "tests.rs") {
+    for (file, ast) in &files {
+        if file.starts_with(&allowed)
+            || file.file_name().is_some_and(|n| n == "tests.rs")
+            || tests.iter().any(|t| file.starts_with(t))
+        {
             continue;
         }
-        let text = std::fs::read_to_string(&file)
-            .wrap_err_with(|| format!("reading {}", file.display()))?;
-        let ast = syn::parse_file(&text).wrap_err_with(|| format!("parsing {}", file.display()))?;
         let mut v = Prints(0);
         for item in &ast.items {
             if !is_test_only(item_attrs(item)) {
@@ -44,12 +55,36 @@ pub fn stray_prints(crate_dir: &Path, output: &str) -> Result<Vec<(PathBuf, usiz
         }
         if v.0 > 0 {
             out.push((
-                file.strip_prefix(crate_dir).unwrap_or(&file).to_path_buf(),
+                file.strip_prefix(crate_dir).unwrap_or(file).to_path_buf(),
                 v.0,
             ));
         }
     }
     Ok(out)
+}
+
+/// The files and folders of the modules declared `#[cfg(test)] mod name;` (the Pair's
+/// `pair/`, say): test code, every file of them.
+fn test_modules(files: &[(PathBuf, syn::File)]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (file, ast) in files {
+        // `mod x;` in `lib.rs`, `main.rs` or `mod.rs` is beside it; in `a.rs` it is in `a/`.
+        let dir = match file.file_stem().and_then(|s| s.to_str()) {
+            Some("lib" | "main" | "mod") => file.parent().map(Path::to_path_buf),
+            _ => Some(file.with_extension("")),
+        };
+        let Some(dir) = dir else { continue };
+        for item in &ast.items {
+            if let syn::Item::Mod(m) = item
+                && m.content.is_none()
+                && is_test_only(&m.attrs)
+            {
+                out.push(dir.join(format!("{}.rs", m.ident)));
+                out.push(dir.join(m.ident.to_string()));
+            }
+        }
+    }
+    out
 }
 
 /// Counts the printing macros it visits.
@@ -116,9 +151,17 @@ mod tests {
                     "pub fn emit(line: &str) { println!(\"{line}\"); }",
                 ),
                 // stderr, a `writeln!` to a String, and prints in test code are all fine.
+                // A module that is test code as a whole, in a folder and in a file.
+                (
+                    "run/pair/mod.rs",
+                    "mod cases; fn case() { println!(\"case\"); }",
+                ),
+                ("run/pair/cases.rs", "fn more() { println!(\"more\"); }"),
+                ("run/fake.rs", "fn f() { println!(\"fake\"); }"),
                 (
                     "run.rs",
-                    "fn run() { eprintln!(\"warning\"); let _ = writeln!(s, \"x\"); }\n\
+                    "#[cfg(test)] mod pair; #[cfg(test)] mod fake;\n\
+                     fn run() { eprintln!(\"warning\"); let _ = writeln!(s, \"x\"); }\n\
                      #[cfg(test)] mod tests { fn t() { println!(\"debug\"); } }\n\
                      struct S; impl S { #[cfg(test)] fn t() { print!(\"x\"); } }",
                 ),
@@ -131,20 +174,29 @@ mod tests {
             dir.path(),
             &[(
                 "run.rs",
-                "fn table() { for r in rows() { std::println!(\"{r}\"); } }\n\
+                "mod fake; fn table() { for r in rows() { std::println!(\"{r}\"); } }\n\
                  fn hidden() { let f = || vec![print!(\"x\")]; }",
             )],
         );
+        // ... and a module that is no longer test code (`fake`), while `pair` is gone from it.
         assert_eq!(
             stray_prints(dir.path(), "src/output").unwrap(),
-            vec![(PathBuf::from("src/run.rs"), 2)]
+            vec![
+                (PathBuf::from("src/run/fake.rs"), 1),
+                (PathBuf::from("src/run/pair/cases.rs"), 1),
+                (PathBuf::from("src/run/pair/mod.rs"), 1),
+                (PathBuf::from("src/run.rs"), 2),
+            ]
         );
         // The output module of one crate is no licence for a file of the same name elsewhere.
         assert_eq!(
             stray_prints(dir.path(), "src/output.rs").unwrap(),
             vec![
                 (PathBuf::from("src/output/mod.rs"), 1),
-                (PathBuf::from("src/run.rs"), 2)
+                (PathBuf::from("src/run/fake.rs"), 1),
+                (PathBuf::from("src/run/pair/cases.rs"), 1),
+                (PathBuf::from("src/run/pair/mod.rs"), 1),
+                (PathBuf::from("src/run.rs"), 2),
             ]
         );
     }
