@@ -10,6 +10,7 @@ pub mod classify;
 pub mod cli;
 pub mod exit;
 pub mod fabric;
+pub mod mesh;
 pub mod output;
 pub mod run;
 pub mod session;

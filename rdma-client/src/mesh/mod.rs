@@ -1,0 +1,9 @@
+//! The mesh's pure core: an RDMA pingmesh in which every node probes its peers on a schedule,
+//! through the real RDMA path, and tells a broken RDMA path from a dead host.
+//!
+//! Everything here is sans-IO: no socket, no verbs, no clock, no thread.
+//!
+//! - [`schedule`]: whom node `i` of `n` probes in interval `t` ([`schedule::Schedule`]), and when
+//!   in the interval it fires ([`schedule::Timing`]: phase and jitter).
+
+pub mod schedule;

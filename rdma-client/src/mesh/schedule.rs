@@ -1,0 +1,420 @@
+//! Whom each node probes in each interval ([`Schedule`]), and when in the interval it fires
+//! ([`Timing`]).
+//!
+//! # Peers: a rotation of offsets
+//!
+//! With `n` nodes and a fan-out `k` (peers per node per interval, clamped to `n - 1`), node `i`
+//! probes in interval `t` the nodes `(i + o_j) mod n` for the offsets
+//!
+//! ```text
+//! o_j = 1 + ((t·k + j) mod (n - 1)),   j = 0 .. k-1
+//! ```
+//!
+//! - **No self-probe, no peer twice in an interval**: the `k ≤ n - 1` offsets are distinct and
+//!   lie in `1 ..= n - 1`.
+//! - **Every server is probed by exactly `k` nodes per interval**, whatever `n`: all nodes use
+//!   the same offsets, so server `s` is probed by the `k` distinct nodes `s - o_j`. That is the
+//!   load bound of the server (`--max-clients` must leave room for it, with the other clients).
+//! - **Every ordered pair within one cycle**: `k` consecutive intervals take the residues
+//!   `t·k .. t·k + k - 1`, so any `cycle = ceil((n - 1) / k)` consecutive intervals take at least
+//!   `n - 1` consecutive residues, i.e. every offset, i.e. every peer. When `k` does not divide
+//!   `n - 1` the last interval of a cycle repeats a few offsets of the next.
+//!
+//! This is Pingmesh's rotation with the whole mesh as one ToR: every node does the same small
+//! amount of work per interval and the coverage of all `n·(n-1)` ordered pairs takes `cycle`
+//! intervals.
+//!
+//! # Timing: phase and jitter
+//!
+//! Interval `t` starts at `t·every`. Node `i` (a [`NodeSchedule`]: a node known to be one of
+//! the `n`) fires at a deterministic **phase** spread over the interval (`i/n` of its first
+//! `1 - jitter` part), so the `n` nodes do not all fire at once, plus a **jitter** drawn in
+//! `[0, jitter·every)` from `(seed, node, t)` by a fixed mixing function (SplitMix64): a pure
+//! function, the same on every run with the same seed. The offset into the interval is always
+//! below `every`: a probe round belongs to its interval.
+
+use std::time::Duration;
+
+/// A schedule that cannot be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("a mesh needs at least one node")]
+    NoNodes,
+    #[error("the fan-out must be at least 1 (peers each node probes per interval)")]
+    NoFanOut,
+    #[error("node {node} is not one of the mesh's {n} nodes (0 .. {n})")]
+    NoSuchNode { node: usize, n: usize },
+    #[error("the probe interval must be longer than zero")]
+    NoInterval,
+    #[error("the jitter is a fraction of the interval, between 0 and 1; {0} is not")]
+    BadJitter(f64),
+}
+
+/// Who probes whom in each interval, for `n` nodes and a fan-out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    n: usize,
+    k: usize,
+}
+
+impl Schedule {
+    /// The schedule of `n` nodes, each probing `fan_out` peers per interval (at most `n - 1`).
+    ///
+    /// # Errors
+    /// No nodes, or a fan-out of 0.
+    pub fn new(n: usize, fan_out: usize) -> Result<Self, ScheduleError> {
+        if n == 0 {
+            return Err(ScheduleError::NoNodes);
+        }
+        if fan_out == 0 {
+            return Err(ScheduleError::NoFanOut);
+        }
+        Ok(Schedule {
+            n,
+            k: fan_out.min(n - 1),
+        })
+    }
+
+    /// The number of nodes.
+    #[must_use]
+    pub fn nodes(&self) -> usize {
+        self.n
+    }
+
+    /// Peers each node probes per interval, which is also the number of nodes that probe each
+    /// server per interval: the fan-out asked for, at most `n - 1` (0 for a single node).
+    #[must_use]
+    pub fn fan_out(&self) -> usize {
+        self.k
+    }
+
+    /// Intervals in which every ordered pair is probed at least once: `ceil((n - 1) / k)`
+    /// (1 for a single node, which has nothing to cover).
+    #[must_use]
+    pub fn cycle(&self) -> u64 {
+        let peers = self.n - 1;
+        if peers == 0 {
+            return 1;
+        }
+        // k ≥ 1 here: k = min(fan_out ≥ 1, n - 1 ≥ 1).
+        as_u64(peers.div_ceil(self.k))
+    }
+
+    /// Node `node`'s view of the schedule.
+    ///
+    /// # Errors
+    /// `node` is not below `n`.
+    pub fn node(&self, node: usize) -> Result<NodeSchedule, ScheduleError> {
+        if node >= self.n {
+            return Err(ScheduleError::NoSuchNode { node, n: self.n });
+        }
+        Ok(NodeSchedule {
+            schedule: *self,
+            node,
+        })
+    }
+}
+
+/// One node's peers in each interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSchedule {
+    schedule: Schedule,
+    node: usize,
+}
+
+impl NodeSchedule {
+    /// The node.
+    #[must_use]
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// The peers this node probes in interval `t`: `fan_out` distinct nodes, never itself.
+    pub fn peers(&self, t: u64) -> impl Iterator<Item = usize> + use<> {
+        let Schedule { n, k } = self.schedule;
+        let node = self.node;
+        let m = u128::from(as_u64(n - 1));
+        // (t·k) mod m, in u128: no overflow for any t.
+        let base = if m == 0 {
+            0
+        } else {
+            u128::from(t) * u128::from(as_u64(k)) % m
+        };
+        (0..k).map(move |j| {
+            // m ≥ 1 whenever k ≥ 1, so the loop never runs with m = 0.
+            let residue = (base + u128::from(as_u64(j))) % m;
+            let offset = usize::try_from(residue).unwrap_or(0) + 1;
+            (node + offset) % n
+        })
+    }
+}
+
+/// When in each interval a node fires.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    every: Duration,
+    jitter: f64,
+    seed: u64,
+}
+
+impl Timing {
+    /// One probe round every `every`, each node's delayed by its phase and up to `jitter`
+    /// (a fraction of `every`, `0.0 ..= 1.0`) drawn from `seed`.
+    ///
+    /// # Errors
+    /// A zero interval, or a jitter outside `0 ..= 1` (or not a number).
+    pub fn new(every: Duration, jitter: f64, seed: u64) -> Result<Self, ScheduleError> {
+        if every.is_zero() {
+            return Err(ScheduleError::NoInterval);
+        }
+        if !(0.0..=1.0).contains(&jitter) {
+            return Err(ScheduleError::BadJitter(jitter));
+        }
+        Ok(Timing {
+            every,
+            jitter,
+            seed,
+        })
+    }
+
+    /// The interval.
+    #[must_use]
+    pub fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// The width of the jitter window: `jitter · every`, whole nanoseconds.
+    #[must_use]
+    pub fn jitter_window(&self) -> Duration {
+        Duration::from_nanos(self.window_nanos())
+    }
+
+    fn every_nanos(&self) -> u64 {
+        u64::try_from(self.every.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn window_nanos(&self) -> u64 {
+        // Rounded down (and saturated), so never above the interval.
+        let w = (self.every_nanos() as f64 * self.jitter) as u64;
+        w.min(self.every_nanos())
+    }
+
+    /// `node`'s phase: `node/n` of the interval less the jitter window.
+    #[must_use]
+    pub fn phase(&self, node: &NodeSchedule) -> Duration {
+        let span = u128::from(self.every_nanos() - self.window_nanos());
+        let (i, n) = (node.node, node.schedule.n);
+        let nanos = span * u128::from(as_u64(i)) / u128::from(as_u64(n));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// `node`'s jitter in interval `t`, in `[0, jitter_window)` (0 when the window is empty).
+    #[must_use]
+    pub fn jitter(&self, node: &NodeSchedule, t: u64) -> Duration {
+        let window = self.window_nanos();
+        if window == 0 {
+            return Duration::ZERO;
+        }
+        let draw = splitmix64(splitmix64(self.seed ^ as_u64(node.node)) ^ t);
+        Duration::from_nanos(draw % window)
+    }
+
+    /// Where in interval `t` `node` fires: its phase plus its jitter, below `every`.
+    #[must_use]
+    pub fn offset(&self, node: &NodeSchedule, t: u64) -> Duration {
+        self.phase(node) + self.jitter(node, t)
+    }
+
+    /// When `node` fires in interval `t`, from the start of interval 0 (saturating at
+    /// `u64::MAX` nanoseconds, some 584 years).
+    #[must_use]
+    pub fn fire_at(&self, node: &NodeSchedule, t: u64) -> Duration {
+        let start = self.every.as_nanos().saturating_mul(u128::from(t));
+        Duration::from_nanos(u64::try_from(start).unwrap_or(u64::MAX))
+            .saturating_add(self.offset(node, t))
+    }
+}
+
+/// SplitMix64's finaliser (Steele, Lea, Flood 2014): a fixed, well-mixed 64-bit hash.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn as_u64(x: usize) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    fn peers(s: &Schedule, node: usize, t: u64) -> Vec<usize> {
+        s.node(node).expect("in range").peers(t).collect()
+    }
+
+    /// How many nodes probe each server in interval `t`, checking each node's list on the way.
+    fn load(s: &Schedule, t: u64) -> Vec<usize> {
+        let mut load = vec![0; s.nodes()];
+        for i in 0..s.nodes() {
+            let p = peers(s, i, t);
+            assert_eq!(p.len(), s.fan_out(), "node {i} interval {t}");
+            assert!(!p.contains(&i), "node {i} probes itself in {t}");
+            let distinct: HashSet<_> = p.iter().collect();
+            assert_eq!(distinct.len(), p.len(), "node {i}: a peer twice in {t}");
+            for peer in p {
+                load[peer] += 1;
+            }
+        }
+        load
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn each_server_is_probed_by_exactly_k_nodes_and_each_pair_once_a_cycle(
+            n in 1usize..=1024,
+            fan_out in 1usize..=1100,
+            first in 0u64..=u64::MAX / 2,
+        ) {
+            let s = Schedule::new(n, fan_out).expect("valid");
+            prop_assert_eq!(s.fan_out(), fan_out.min(n - 1));
+            // Any `cycle` consecutive intervals, from an arbitrary one.
+            let mut covered = vec![vec![false; n]; n];
+            for t in first..first + s.cycle() {
+                let load = load(&s, t);
+                prop_assert!(load.iter().all(|&l| l == s.fan_out()), "load {:?}", load);
+                for (i, row) in covered.iter_mut().enumerate() {
+                    for p in peers(&s, i, t) {
+                        row[p] = true;
+                    }
+                }
+            }
+            for (i, row) in covered.iter().enumerate() {
+                for (j, &c) in row.iter().enumerate() {
+                    prop_assert_eq!(c, i != j, "pair ({}, {})", i, j);
+                }
+            }
+        }
+
+        #[test]
+        fn a_node_fires_within_its_interval_and_its_jitter_within_the_window(
+            every_ms in 1u64..=3_600_000,
+            jitter in 0.0f64..=1.0,
+            seed in any::<u64>(),
+            n in 1usize..=1024,
+            node in 0usize..1024,
+            t in any::<u64>(),
+        ) {
+            let node = Schedule::new(n, 8).expect("valid").node(node % n).expect("in range");
+            let node = &node;
+            let every = Duration::from_millis(every_ms);
+            let timing = Timing::new(every, jitter, seed).expect("valid");
+            let j = timing.jitter(node, t);
+            prop_assert!(j < timing.jitter_window() || j.is_zero());
+            prop_assert!(timing.jitter_window() <= every.mul_f64(jitter) + Duration::from_nanos(1));
+            prop_assert!(timing.offset(node, t) < every);
+            // Pure: the same inputs, the same offset.
+            prop_assert_eq!(timing.offset(node, t), Timing::new(every, jitter, seed).expect("valid").offset(node, t));
+        }
+    }
+
+    #[test]
+    fn a_single_node_has_nothing_to_probe() {
+        let s = Schedule::new(1, 8).expect("valid");
+        assert_eq!((s.fan_out(), s.cycle()), (0, 1));
+        assert_eq!(peers(&s, 0, 0), Vec::<usize>::new());
+        assert_eq!(peers(&s, 0, u64::MAX), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn two_nodes_probe_each_other_every_interval() {
+        let s = Schedule::new(2, 8).expect("valid");
+        assert_eq!((s.fan_out(), s.cycle()), (1, 1));
+        for t in [0, 1, 7, u64::MAX] {
+            assert_eq!(peers(&s, 0, t), vec![1]);
+            assert_eq!(peers(&s, 1, t), vec![0]);
+        }
+    }
+
+    #[test]
+    fn the_rotation_by_hand() {
+        // n = 5, k = 2: offsets {1,2} in t=0, {3,4} in t=1, {1,2} in t=2; cycle 2.
+        let s = Schedule::new(5, 2).expect("valid");
+        assert_eq!(s.cycle(), 2);
+        assert_eq!(peers(&s, 0, 0), vec![1, 2]);
+        assert_eq!(peers(&s, 0, 1), vec![3, 4]);
+        assert_eq!(peers(&s, 4, 1), vec![2, 3]);
+        assert_eq!(peers(&s, 0, 2), vec![1, 2]);
+        // n = 4, k = 2 (3 offsets): {1,2}, {3,1}, {2,3}.
+        let s = Schedule::new(4, 2).expect("valid");
+        assert_eq!(s.cycle(), 2);
+        assert_eq!(peers(&s, 0, 1), vec![3, 1]);
+        assert_eq!(peers(&s, 0, 2), vec![2, 3]);
+    }
+
+    #[test]
+    fn the_largest_mesh_at_the_default_fan_out_covers_in_128_intervals() {
+        let s = Schedule::new(1024, 8).expect("valid");
+        assert_eq!(s.cycle(), 128);
+        assert!(load(&s, 5).iter().all(|&l| l == 8));
+    }
+
+    #[test]
+    fn bad_schedules_and_timings_are_refused() {
+        assert_eq!(Schedule::new(0, 1), Err(ScheduleError::NoNodes));
+        assert_eq!(Schedule::new(3, 0), Err(ScheduleError::NoFanOut));
+        let s = Schedule::new(3, 1).expect("valid");
+        assert_eq!(s.node(3), Err(ScheduleError::NoSuchNode { node: 3, n: 3 }));
+        let every = Duration::from_secs(10);
+        assert_eq!(
+            Timing::new(Duration::ZERO, 0.1, 0),
+            Err(ScheduleError::NoInterval)
+        );
+        assert!(matches!(
+            Timing::new(every, 1.5, 0),
+            Err(ScheduleError::BadJitter(_))
+        ));
+        assert!(matches!(
+            Timing::new(every, f64::NAN, 0),
+            Err(ScheduleError::BadJitter(_))
+        ));
+    }
+
+    #[test]
+    fn phases_spread_the_nodes_over_the_interval() {
+        // 10 s, 10 % jitter: phases over the first 9 s; node 2 of 4 at 4.5 s.
+        let timing = Timing::new(Duration::from_secs(10), 0.1, 7).expect("valid");
+        assert_eq!(timing.jitter_window(), Duration::from_secs(1));
+        let four = Schedule::new(4, 1).expect("valid");
+        let node = |i| four.node(i).expect("in range");
+        assert_eq!(timing.phase(&node(0)), Duration::ZERO);
+        assert_eq!(timing.phase(&node(2)), Duration::from_millis(4_500));
+        let at = timing.fire_at(&node(2), 3);
+        assert!(at >= Duration::from_millis(34_500) && at < Duration::from_millis(35_500));
+        // Without jitter, the phase alone.
+        let timing = Timing::new(Duration::from_secs(10), 0.0, 7).expect("valid");
+        assert_eq!(timing.offset(&node(1), 99), Duration::from_millis(2_500));
+        // Far intervals saturate rather than wrap.
+        assert_eq!(
+            timing.fire_at(&node(0), u64::MAX),
+            Duration::from_nanos(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn the_jitter_differs_between_nodes_and_intervals() {
+        let timing = Timing::new(Duration::from_secs(10), 0.1, 42).expect("valid");
+        let mesh = Schedule::new(64, 8).expect("valid");
+        let draws: HashSet<_> = (0..64)
+            .flat_map(|node| (0..4).map(move |t| (node, t)))
+            .map(|(node, t)| timing.jitter(&mesh.node(node).expect("in range"), t))
+            .collect();
+        assert!(draws.len() > 250, "{} distinct of 256", draws.len());
+    }
+}
