@@ -5,5 +5,8 @@
 //!
 //! - [`schedule`]: whom node `i` of `n` probes in interval `t` ([`schedule::Schedule`]), and when
 //!   in the interval it fires ([`schedule::Timing`]: phase and jitter).
+//! - [`rtt`]: a round trip split into network time and host delay from the devices'
+//!   completion timestamps (R-Pingmesh's arithmetic), or the wall time alone.
 
+pub mod rtt;
 pub mod schedule;
