@@ -20,12 +20,20 @@
 //! - [`rtt`]: a round trip split into network time and host delay from the devices'
 //!   completion timestamps (R-Pingmesh's arithmetic), or the wall time alone.
 //!
+//!
+//! The operations side: [`metrics`] (the metric families, fed with typed probe reports),
+//! [`http`] (the `/metrics` endpoint, `--metrics-listen`), [`textfile`] (node_exporter's
+//! textfile collector, `--metrics-textfile`, written atomically).
+//!
 //! [`MeshConfig`] gathers the knobs, with defaults argued on each field.
 
 pub mod cause;
+pub mod http;
+pub mod metrics;
 pub mod rtt;
 pub mod schedule;
 pub mod state;
+pub mod textfile;
 
 use schedule::{Schedule, ScheduleError, Timing};
 use state::{StateConfig, StateError};

@@ -1,0 +1,165 @@
+use super::*;
+use std::collections::BTreeSet;
+
+pub(crate) fn paths() -> Vec<Path> {
+    ["node2", "node3"]
+        .iter()
+        .map(|p| Path {
+            peer: (*p).to_owned(),
+            device: "rxe0".to_owned(),
+            rail: "0".to_owned(),
+        })
+        .collect()
+}
+
+pub(crate) fn report(peer: &str, result: ResultLabel) -> ProbeReport<'_> {
+    ProbeReport {
+        peer,
+        device: "rxe0",
+        rail: "0",
+        result,
+        state: if result == ResultLabel::Ok {
+            PathState::Up
+        } else {
+            PathState::Down
+        },
+        wall_rtt: Some(Duration::from_micros(30)),
+        network_rtt: Some(Duration::from_micros(12)),
+        host_delay: Some(Duration::from_micros(18)),
+        bandwidth: Some(1.25e9),
+        at: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    }
+}
+
+/// The sample names of an exposition (what Prometheus stores).
+fn sample_names(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// `SERIES` (what the dashboard and rules may use) is exactly what both formats expose.
+#[test]
+fn series_lists_exactly_what_is_exposed() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    m.record(&report("node2", ResultLabel::Ok)).unwrap();
+    m.set_timestamps_supported("rxe0", true).unwrap();
+    let want: BTreeSet<String> = SERIES.iter().map(|s| (*s).to_owned()).collect();
+    assert_eq!(sample_names(&m.encode(Format::Text)), want);
+    assert_eq!(sample_names(&m.encode(Format::OpenMetrics)), want);
+}
+
+#[test]
+fn a_report_lands_in_its_series() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    m.record(&report("node2", ResultLabel::Ok)).unwrap();
+    m.record(&report("node3", ResultLabel::Rdma)).unwrap();
+    let t = m.encode(Format::Text);
+    let l = |s: &str| assert!(t.lines().any(|x| x == s), "no line {s:?} in\n{t}");
+    l("# TYPE rdma_mesh_probes_total counter");
+    l("# TYPE rdma_mesh_rtt_seconds histogram");
+    l(r#"rdma_mesh_probes_total{peer="node2",device="rxe0",rail="0",result="ok"} 1"#);
+    l(r#"rdma_mesh_probes_total{peer="node2",device="rxe0",rail="0",result="corrupt"} 0"#);
+    l(r#"rdma_mesh_probes_total{peer="node3",device="rxe0",rail="0",result="rdma"} 1"#);
+    l(r#"rdma_mesh_rtt_seconds_bucket{peer="node2",device="rxe0",rail="0",le="2e-05"} 0"#);
+    l(r#"rdma_mesh_rtt_seconds_bucket{peer="node2",device="rxe0",rail="0",le="5e-05"} 1"#);
+    l(r#"rdma_mesh_path_up{peer="node2",device="rxe0",rail="0"} 1"#);
+    l(r#"rdma_mesh_path_up{peer="node3",device="rxe0",rail="0"} 0"#);
+    l(r#"rdma_mesh_path_state{peer="node3",device="rxe0",rail="0",state="down"} 1"#);
+    l(r#"rdma_mesh_path_state{peer="node3",device="rxe0",rail="0",state="up"} 0"#);
+    l(
+        r#"rdma_mesh_last_probe_timestamp_seconds{peer="node2",device="rxe0",rail="0"} 1700000000.0"#,
+    );
+    l(r#"rdma_mesh_bandwidth_bytes_per_second{peer="node2",device="rxe0",rail="0"} 1250000000.0"#);
+    assert!(m.encode(Format::OpenMetrics).ends_with("# EOF\n"));
+    assert!(!t.contains("# EOF"));
+}
+
+/// Cardinality is bounded: a peer, device or rail not configured adds no series.
+#[test]
+fn an_unknown_path_is_refused_and_adds_nothing() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    let before = m.encode(Format::Text);
+    for (peer, device, rail) in [
+        ("evil", "rxe0", "0"),
+        ("node2", "mlx5_9", "0"),
+        ("node2", "rxe0", "7"),
+    ] {
+        let r = ProbeReport {
+            peer,
+            device,
+            rail,
+            ..report("node2", ResultLabel::Ok)
+        };
+        let e = m.record(&r).unwrap_err();
+        assert!(matches!(e, MetricsError::UnknownPath { .. }), "{e}");
+    }
+    assert_eq!(m.encode(Format::Text), before);
+    assert!(m.set_timestamps_supported("mlx5_9", true).is_err());
+}
+
+#[test]
+fn bad_labels_and_too_many_paths_are_refused() {
+    for bad in ["", "a\"b", "a\\b", "a b", "nöde", "x\n"] {
+        let p = vec![Path {
+            peer: bad.to_owned(),
+            ..paths()[0].clone()
+        }];
+        assert!(
+            matches!(MeshMetrics::new(&p), Err(MetricsError::BadLabel { .. })),
+            "{bad:?}"
+        );
+    }
+    let long = vec![Path {
+        peer: "n".repeat(MAX_LABEL_LEN + 1),
+        ..paths()[0].clone()
+    }];
+    assert!(MeshMetrics::new(&long).is_err());
+    let many: Vec<Path> = (0..=MAX_PATHS)
+        .map(|i| Path {
+            peer: format!("n{i}"),
+            ..paths()[0].clone()
+        })
+        .collect();
+    assert!(matches!(
+        MeshMetrics::new(&many),
+        Err(MetricsError::TooManyPaths(_))
+    ));
+}
+
+#[test]
+fn results_are_a_closed_set() {
+    for r in ResultLabel::ALL {
+        assert_eq!(r.as_str().parse::<ResultLabel>().unwrap(), r);
+    }
+    assert!("timeout".parse::<ResultLabel>().is_err());
+    let names: Vec<_> = ResultLabel::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(names, ["ok", "host", "refused", "rdma", "slow", "corrupt"]);
+}
+
+/// Without completion timestamps only the wall RTT is observed.
+#[test]
+fn network_rtt_and_host_delay_only_where_timestamps_exist() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    let r = ProbeReport {
+        network_rtt: None,
+        host_delay: None,
+        ..report("node2", ResultLabel::Ok)
+    };
+    m.record(&r).unwrap();
+    let t = m.encode(Format::Text);
+    assert!(
+        t.contains(r#"rdma_mesh_rtt_seconds_count{peer="node2",device="rxe0",rail="0"} 1"#),
+        "{t}"
+    );
+    assert!(!t.contains("rdma_mesh_network_rtt_seconds_count{"), "{t}");
+    assert!(!t.contains("rdma_mesh_host_delay_seconds_count{"), "{t}");
+}
+
+#[test]
+fn buckets_span_a_microsecond_to_a_second() {
+    assert_eq!(RTT_BUCKETS[0], 1e-6);
+    assert_eq!(RTT_BUCKETS[RTT_BUCKETS.len() - 1], 1.0);
+    assert!(RTT_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+}
