@@ -21,6 +21,7 @@ mod load;
 mod pcap;
 mod pkgtest;
 mod plan;
+mod prometheus;
 mod rxe;
 mod scenario;
 mod smoke;
@@ -62,6 +63,8 @@ enum Cmd {
     FabricE2e(fabric_e2e::FabricE2eArgs),
     /// Validate the Kubernetes manifests (deploy/k8s/) offline, strictly, with kubernetes-validate.
     K8sValidate(k8s::K8sArgs),
+    /// Check the mesh's Prometheus rules (promtool check and test rules) and that the rules and the Grafana dashboard read only the series the mesh exposes.
+    PrometheusCheck(prometheus::PrometheusArgs),
     /// Print which RDMA backend this machine can use, and why.
     Backend(backend::BackendArgs),
     /// Boot guests, bring up rxe and run an ib_write_bw pair across them.
@@ -131,6 +134,7 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::PkgGuest(a) => pkgtest::guest_cmd(a),
         Cmd::FabricE2e(a) => fabric_e2e::cmd(a),
         Cmd::K8sValidate(a) => k8s::cmd(a),
+        Cmd::PrometheusCheck(a) => prometheus::cmd(a),
         Cmd::Backend(a) => backend::cmd(a),
         Cmd::VmSmoke(a) => smoke::cmd(a),
         Cmd::VmRun(a) => vm::run_cmd::cmd(a),

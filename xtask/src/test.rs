@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the whole suite, exactly what CI runs (`.ci/run`).
 //!
-//! fmt check, clippy with `-D warnings`, every workspace test, a short fuzz run of the protocol
-//! parser, then the guests' infrastructure (`vm-smoke`: two NICs with a link cut, IPv6-only,
+//! fmt check, clippy with `-D warnings`, every workspace test, the Kubernetes manifests, the
+//! mesh's Prometheus rules (`promtool check` and `test rules`) and Grafana dashboard, a short
+//! fuzz run of the protocol parser, then the guests' infrastructure (`vm-smoke`: two NICs with a link cut, IPv6-only,
 //! siw, a capture; and rdma-write itself with no device flags on those, `--tclass` captured),
 //! the end-to-end scenarios in the guests: all of them across two guests, the
 //! README's first command on a new machine of this kind (`xtask fresh-root`: a debootstrap
@@ -131,12 +132,14 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         );
     }
     let t0 = Instant::now();
-    // Every group the phases below use, K8s included: a unit test validates the manifests.
+    // Every group the phases below use, K8s and Prometheus included: unit tests validate the
+    // manifests and run promtool.
     deps::ensure(&[
         Group::Build,
         Group::Run,
         Group::Vm,
         Group::K8s,
+        Group::Prometheus,
         Group::FreshRoot,
         Group::Transports,
     ])?;
@@ -175,6 +178,10 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
     phase(
         "kubernetes manifests (deploy/k8s), strict schema check",
         &mut || crate::k8s::cmd(&crate::k8s::K8sArgs { dir: None }),
+    )?;
+    phase(
+        "prometheus rules (promtool check and test rules) and the Grafana dashboard's queries (deploy/prometheus, deploy/grafana)",
+        &mut || crate::prometheus::cmd(&crate::prometheus::PrometheusArgs {}),
     )?;
     phase("fuzz the protocol parser (20 s)", &mut || {
         crate::fuzz::cmd(&crate::fuzz::FuzzArgs { seconds: 20 })

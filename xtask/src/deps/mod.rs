@@ -34,6 +34,9 @@ pub enum Group {
     Bench,
     /// `cargo xtask k8s-validate`: python3 and its venv, for the pinned `kubernetes-validate`.
     K8s,
+    /// `cargo xtask prometheus-check`: promtool (Debian's prometheus package; its service is not
+    /// started here) for the mesh's alerting rules.
+    Prometheus,
     /// `cargo xtask fresh-root`: debootstrap (the new machine) and git (which files to copy).
     FreshRoot,
     /// Guests beyond one RoCE NIC (`cargo xtask vm-smoke --transport siw`, `--capture`): the
@@ -65,7 +68,7 @@ pub const CARGO_FUZZ: CargoTool = CargoTool {
 
 impl Group {
     /// Every group.
-    pub const ALL: [Group; 9] = [
+    pub const ALL: [Group; 10] = [
         Group::Build,
         Group::Run,
         Group::Vm,
@@ -73,6 +76,7 @@ impl Group {
         Group::Slurm,
         Group::Bench,
         Group::K8s,
+        Group::Prometheus,
         Group::FreshRoot,
         Group::Transports,
     ];
@@ -117,6 +121,7 @@ impl Group {
             Group::Slurm => &["slurm-wlm", "munge"],
             Group::Bench => &["fonts-dejavu-core"],
             Group::K8s => &["python3", "python3-venv"],
+            Group::Prometheus => &["prometheus"],
             Group::FreshRoot => &["debootstrap", "git"],
             Group::Transports => &["gcc", "make", "xz-utils", "rdmacm-utils", "tcpdump"],
         }
@@ -132,6 +137,7 @@ impl Group {
             | Group::Slurm
             | Group::Bench
             | Group::K8s
+            | Group::Prometheus
             | Group::FreshRoot
             | Group::Transports => &[],
         }

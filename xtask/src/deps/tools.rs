@@ -29,6 +29,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("sinfo", "slurm-wlm"),
     // k8s-validate: a venv for the pinned kubernetes-validate.
     ("python3", "python3"),
+    // prometheus-check: the mesh's alerting rules checked and unit-tested.
+    ("promtool", "prometheus"),
     // The guests: QEMU, the busybox initramfs, the Debian kernel's modules.
     ("qemu-system-x86_64", "qemu-system-x86"),
     // Three or more guests share a hub on a unix socket.
