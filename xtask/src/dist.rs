@@ -4,8 +4,8 @@
 //! The packages are made by cargo-deb from `[package.metadata.deb]` in each binary's
 //! Cargo.toml. Their man pages and bash/zsh/fish completions are generated first from the
 //! binaries' own clap definitions (`BIN --generate KIND`), so they cannot drift from `--help`.
-//! The server's systemd unit is rated with `systemd-analyze security --offline=yes` and the
-//! build fails above [`MAX_EXPOSURE`]; each package's file list and dependencies are checked.
+//! The systemd units (the server's, and the client's mesh, [`MESH_UNIT`]) are rated with
+//! `systemd-analyze security --offline=yes` and the build fails above [`MAX_EXPOSURE`]; each package's file list and dependencies are checked.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +21,8 @@ use crate::exec;
 pub const MAX_EXPOSURE: f64 = 2.0;
 /// The unit, as shipped (cargo-deb installs it from here).
 pub const UNIT: &str = "rdma-server/pkg/debian/rdma-server.service";
+/// The client package's unit, the mesh (`rdma-client --mesh`; cargo-deb installs it from here).
+pub const MESH_UNIT: &str = "rdma-client/pkg/rdma-mesh.service";
 
 /// One binary's package.
 #[derive(Clone, Copy, Debug)]
@@ -59,7 +61,12 @@ pub const PACKAGES: [Package; 2] = [
     },
     Package {
         name: "rdma-client",
-        files: &[],
+        files: &[
+            "/usr/lib/systemd/system/rdma-mesh.service",
+            "/etc/default/rdma-mesh",
+            "/usr/share/doc/rdma-client/rdma-mesh.rules.yml",
+            "/usr/share/doc/rdma-client/rdma-mesh.dashboard.json",
+        ],
         not_depending_on: "rdma-server",
     },
 ];
@@ -141,6 +148,10 @@ pub fn build(no_build: bool) -> Result<Dist> {
         generate(&release.join(p.name), p.name, &generated)?;
     }
     let exposure = unit_exposure(&root.join(UNIT))?;
+    let mesh = unit_exposure(&root.join(MESH_UNIT))?;
+    println!(
+        "dist: rdma-mesh.service exposure {mesh:.1} (systemd-analyze security; OK is <= {MAX_EXPOSURE:.1})"
+    );
     let out = target.join("dist");
     std::fs::create_dir_all(&out).wrap_err_with(|| format!("creating {}", out.display()))?;
     let arch = exec::run(cmd!(sh, "dpkg --print-architecture"))?
@@ -418,6 +429,23 @@ mod tests {
             return; // `cargo xtask deps` installs it; dist itself fails without it
         }
         let e = unit_exposure(&exec::workspace_root().join(UNIT)).unwrap();
+        assert!(e <= MAX_EXPOSURE, "{e}");
+    }
+
+    /// The mesh's unit too (issue 24: hardened like the server's), and it passes the flags the
+    /// DaemonSet passes, on the mesh's port.
+    #[test]
+    fn the_mesh_unit_rates_ok() {
+        let unit = exec::workspace_root().join(MESH_UNIT);
+        let text = std::fs::read_to_string(&unit).unwrap();
+        assert!(
+            text.contains("--mesh ${RDMA_MESH_NODES} --every 10s --metrics-listen [::]:9478"),
+            "{text}"
+        );
+        if exec::which("systemd-analyze").is_none() {
+            return; // `cargo xtask deps` installs it; dist itself fails without it
+        }
+        let e = unit_exposure(&unit).unwrap();
         assert!(e <= MAX_EXPOSURE, "{e}");
     }
 

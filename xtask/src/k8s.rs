@@ -138,6 +138,18 @@ mod tests {
         assert!(secret.contains("kind: Secret") && secret.contains("name: fabric-token"));
         let policy = std::fs::read_to_string(shipped.join("networkpolicy.yaml")).unwrap();
         assert!(policy.contains("kind: NetworkPolicy") && policy.contains("port: 7471"));
+        // Issue 24: the mesh as a DaemonSet, metrics on the mesh's port, with the flags the
+        // packaged unit passes too.
+        assert!(files.len() >= 6, "{files:?}");
+        let mesh = std::fs::read_to_string(shipped.join("mesh-daemonset.yaml")).unwrap();
+        assert!(mesh.contains("kind: DaemonSet") && mesh.contains("containerPort: 9478"));
+        assert!(
+            mesh.contains(
+                r#"rdma-client --mesh "$RDMA_MESH_NODES" --every 10s --metrics-listen '[::]:9478' --json"#
+            ),
+            "{mesh}"
+        );
+        assert_eq!(mesh.matches("name: fabric-token").count(), 2, "{mesh}");
 
         let broken = tempfile::tempdir().unwrap();
         // The field itself (the header comment names it too).
@@ -146,6 +158,14 @@ mod tests {
         std::fs::write(broken.path().join("job.yaml"), typo).unwrap();
         let err = format!("{:#}", validate_dir(&tool, broken.path()).unwrap_err());
         assert!(err.contains("subdomian"), "{err}");
+
+        // The DaemonSet is the second document of its file: it is validated too.
+        let mesh_dir = tempfile::tempdir().unwrap();
+        let typo = mesh.replacen("hostNetwork: true", "hostNetwrok: true", 1);
+        assert_ne!(typo, mesh);
+        std::fs::write(mesh_dir.path().join("mesh-daemonset.yaml"), typo).unwrap();
+        let err = format!("{:#}", validate_dir(&tool, mesh_dir.path()).unwrap_err());
+        assert!(err.contains("hostNetwrok"), "{err}");
 
         let empty = tempfile::tempdir().unwrap();
         assert!(validate_dir(&tool, empty.path()).is_err());
