@@ -22,6 +22,18 @@ pub struct Verdict {
     pub elapsed: Duration,
 }
 
+impl Verdict {
+    /// Each failed verdict as `case: what was seen`, in order (empty when all passed).
+    #[must_use]
+    pub fn failures(verdicts: &[Verdict]) -> Vec<String> {
+        verdicts
+            .iter()
+            .filter(|v| !v.pass)
+            .map(|v| format!("{}: {}", v.case.name(), v.seen))
+            .collect()
+    }
+}
+
 /// The longest a case may take before it is declared hung.
 fn case_budget(cfg: &Config) -> Duration {
     cfg.server_timeout * 2 + cfg.reply * 4 + SETTLE * 2 + Duration::from_secs(10)

@@ -242,13 +242,6 @@ fn run_all(f: Fake) -> Vec<Verdict> {
         .collect()
 }
 
-fn failed(vs: &[Verdict]) -> Vec<String> {
-    vs.iter()
-        .filter(|v| !v.pass)
-        .map(|v| format!("{}: {}", v.case.name(), v.seen))
-        .collect()
-}
-
 #[test]
 fn a_correct_server_passes_every_case() {
     let vs = run_all(Fake::default());
@@ -261,7 +254,7 @@ fn a_correct_server_passes_every_case() {
         );
     }
     assert!(vs.len() >= 20, "{} cases", vs.len());
-    assert_eq!(failed(&vs), Vec::<String>::new());
+    assert_eq!(Verdict::failures(&vs), Vec::<String>::new());
 }
 
 #[test]

@@ -152,13 +152,6 @@ fn accept(l: &TcpListener, ctx: &Arc<SessionCtx>, live: &Arc<AtomicUsize>, stop:
     }
 }
 
-fn failed(vs: &[Verdict]) -> Vec<String> {
-    vs.iter()
-        .filter(|v| !v.pass)
-        .map(|v| format!("{}: {}", v.case.name(), v.seen))
-        .collect()
-}
-
 /// Issue 22: every case of the matrix runs here or is named in [`IN_THE_GUESTS`], and every
 /// one that runs here passes against the real session.
 #[test]
@@ -200,7 +193,7 @@ fn every_hostile_case_without_rdma_passes_against_the_real_session() {
         verdicts.len(),
         started.elapsed()
     );
-    assert_eq!(failed(&verdicts), Vec::<String>::new());
+    assert_eq!(Verdict::failures(&verdicts), Vec::<String>::new());
     assert_eq!(verdicts.len(), 25, "the cases that run on the session");
     assert!(
         server.fabric.exposed().len() >= 5,

@@ -248,13 +248,7 @@ pub(super) fn is_test_only(attrs: &[syn::Attribute]) -> bool {
 mod tests {
     use super::*;
 
-    fn write(dir: &Path, files: &[(&str, &str)]) {
-        for (name, text) in files {
-            let path = dir.join("src").join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        }
-    }
+    use super::super::tests::write_src as write;
 
     #[test]
     fn a_circle_through_crate_and_super_paths_is_found_and_test_code_is_not() {

@@ -118,6 +118,16 @@ pub fn cmd() -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// Writes `files` (paths under `src/`, and their text) into a crate folder at `dir`: the
+    /// planted crates of the checks' own tests.
+    pub(super) fn write_src(dir: &std::path::Path, files: &[(&str, &str)]) {
+        for (name, text) in files {
+            let path = dir.join("src").join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    }
+
     #[test]
     fn the_workspace_keeps_every_checked_invariant() {
         let broken = super::check().unwrap();

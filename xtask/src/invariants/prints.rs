@@ -131,13 +131,7 @@ impl<'ast> Visit<'ast> for Prints {
 mod tests {
     use super::*;
 
-    fn write(dir: &Path, files: &[(&str, &str)]) {
-        for (name, text) in files {
-            let path = dir.join("src").join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        }
-    }
+    use super::super::tests::write_src as write;
 
     #[test]
     fn a_print_outside_the_output_module_is_caught_and_test_code_is_not() {

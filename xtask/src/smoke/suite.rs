@@ -122,6 +122,20 @@ fn groups(vm: &vm::VmOptions) -> Vec<Vec<SmokeArgs>> {
 mod tests {
     use super::*;
 
+    /// The shape of `a`, our pair played by stand-in binaries where it runs.
+    fn shape(a: &SmokeArgs) -> crate::smoke::plans::Shape {
+        a.shape(
+            None,
+            a.rdma_write.then(|| crate::smoke::plans::Ours {
+                server: "s".to_owned(),
+                client: "c".to_owned(),
+                misbehave_client: "m".to_owned(),
+                cm_example: Some("x".to_owned()),
+            }),
+        )
+        .unwrap()
+    }
+
     /// The eighteen shapes of the suite, each once, in boots whose workloads share a network.
     #[test]
     fn the_suite_keeps_every_shape_and_groups_by_network() {
@@ -131,19 +145,7 @@ mod tests {
         assert_eq!(shapes.len(), 18);
         assert!(shapes.iter().any(|a| a.loss == Some(5) && a.rdma_write));
         assert_eq!(groups.len(), 9);
-        let key = |a: &SmokeArgs| {
-            a.shape(
-                None,
-                a.rdma_write.then(|| crate::smoke::plans::Ours {
-                    server: "s".to_owned(),
-                    client: "c".to_owned(),
-                    misbehave_client: "m".to_owned(),
-                    cm_example: None,
-                }),
-            )
-            .unwrap()
-            .network()
-        };
+        let key = |a: &SmokeArgs| shape(a).network();
         for g in &groups {
             assert!(g.iter().all(|a| key(a) == key(&g[0])), "{g:?}");
         }
@@ -161,21 +163,7 @@ mod tests {
         use crate::deadline;
         let vm = vm::VmOptions::default();
         for g in groups(&vm) {
-            let shapes: Vec<_> = g
-                .iter()
-                .map(|a| {
-                    a.shape(
-                        None,
-                        a.rdma_write.then(|| crate::smoke::plans::Ours {
-                            server: "s".to_owned(),
-                            client: "c".to_owned(),
-                            misbehave_client: "m".to_owned(),
-                            cm_example: Some("x".to_owned()),
-                        }),
-                    )
-                    .unwrap()
-                })
-                .collect();
+            let shapes: Vec<_> = g.iter().map(shape).collect();
             let mut plans: Vec<_> = crate::smoke::plans::plans_for(&shapes)
                 .into_iter()
                 .map(|(_, p)| p)
