@@ -26,59 +26,11 @@
 use super::rtt::Rtt;
 use crate::exit::ClientError;
 use rdma_app::Exit;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// Why a probe of a pair failed, or was judged bad.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// No TCP (or no answer on it before the banner): the host or its server is gone.
-    Host,
-    /// The server refused the probe: token, caps (`busy`, `too_long`), a protocol error.
-    Refused,
-    /// TCP answers but the RDMA path fails: no completion, retry exceeded, a wrong GID or MTU.
-    Rdma,
-    /// The round trip is far above the pair's own baseline.
-    Slow,
-    /// The server's verdict failed: it saw other bytes than were written.
-    Corrupt,
-}
-
-impl Cause {
-    /// Every cause, in declaration order.
-    pub const ALL: [Cause; 5] = [
-        Cause::Host,
-        Cause::Refused,
-        Cause::Rdma,
-        Cause::Slow,
-        Cause::Corrupt,
-    ];
-
-    /// The stable name, for metrics labels (the same as its serde name).
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Host => "host",
-            Cause::Refused => "refused",
-            Cause::Rdma => "rdma",
-            Cause::Slow => "slow",
-            Cause::Corrupt => "corrupt",
-        }
-    }
-
-    /// Whether this cause counts towards a pair going down (all but [`Cause::Slow`], which
-    /// degrades it).
-    #[must_use]
-    pub fn is_failure(self) -> bool {
-        self != Cause::Slow
-    }
-}
-
-impl std::fmt::Display for Cause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Why a probe of a pair failed, or was judged bad: the contract's type (the `cause` of the
+/// `mesh_probe` and `mesh_state` events, and the metrics' `result` label).
+pub use rdma_proto::events::mesh::Cause;
 
 /// How far a probe got when it failed: its last step begun.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,6 +10,8 @@
 //! The exposition is the same for the HTTP endpoint (`http`) and the textfile (`textfile`):
 //! [`MeshMetrics::encode`] in OpenMetrics or in Prometheus's text format 0.0.4.
 
+use super::cause::Cause;
+use super::state::PairState;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -97,6 +99,20 @@ impl ResultLabel {
     }
 }
 
+/// The one place a probe's cause becomes its `result` label: `None` (no cause) is `ok`.
+impl From<Option<Cause>> for ResultLabel {
+    fn from(cause: Option<Cause>) -> Self {
+        match cause {
+            None => Self::Ok,
+            Some(Cause::Host) => Self::Host,
+            Some(Cause::Refused) => Self::Refused,
+            Some(Cause::Rdma) => Self::Rdma,
+            Some(Cause::Slow) => Self::Slow,
+            Some(Cause::Corrupt) => Self::Corrupt,
+        }
+    }
+}
+
 impl FromStr for ResultLabel {
     type Err = MetricsError;
     /// One of the closed set's names (`ok`, `host`, … as [`Self::as_str`] writes them).
@@ -122,6 +138,17 @@ pub enum PathState {
 impl PathState {
     /// Every state.
     pub const ALL: [Self; 3] = [Self::Up, Self::Degraded, Self::Down];
+
+    /// The gauge's state for a pair's: `None` while it is `unknown` (no verdict yet: the
+    /// gauges keep what they said, `down` before the first verdict).
+    pub fn of(state: PairState) -> Option<Self> {
+        match state {
+            PairState::Unknown => None,
+            PairState::Up => Some(Self::Up),
+            PairState::Degraded => Some(Self::Degraded),
+            PairState::Down => Some(Self::Down),
+        }
+    }
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -155,8 +182,8 @@ pub struct ProbeReport<'a> {
     pub rail: &'a str,
     /// `ok` or the cause of the failure.
     pub result: ResultLabel,
-    /// The path's state after this probe.
-    pub state: PathState,
+    /// The path's state after this probe (`None`: no verdict yet, the gauges unchanged).
+    pub state: Option<PathState>,
     /// The wall-clock round trip (the lat exchange), when the probe got that far.
     pub wall_rtt: Option<Duration>,
     /// The network's share of it, where the device gives completion timestamps.
@@ -436,7 +463,9 @@ impl MeshMetrics {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
         self.last_probe.get_or_create(&key).set(at.as_secs_f64());
-        self.set_state(&key, report.state);
+        if let Some(state) = report.state {
+            self.set_state(&key, state);
+        }
         Ok(())
     }
 

@@ -36,42 +36,11 @@
 //! normal.
 
 use super::cause::{Cause, Outcome};
-use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// A pair's state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PairState {
-    /// No verdict yet.
-    #[default]
-    Unknown,
-    Up,
-    Degraded,
-    Down,
-}
-
-impl PairState {
-    /// Every state, in declaration order.
-    pub const ALL: [PairState; 4] = [
-        PairState::Unknown,
-        PairState::Up,
-        PairState::Degraded,
-        PairState::Down,
-    ];
-
-    /// The stable name, for metrics labels (the same as its serde name).
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PairState::Unknown => "unknown",
-            PairState::Up => "up",
-            PairState::Degraded => "degraded",
-            PairState::Down => "down",
-        }
-    }
-}
+/// A pair's state: the contract's type (the `state` of the `mesh_probe` event).
+pub use rdma_proto::events::mesh::PairState;
 
 /// The knobs of a pair's state machine and baseline (defaults: [`super::MeshConfig`]'s docs).
 #[derive(Clone, Copy, Debug, PartialEq)]

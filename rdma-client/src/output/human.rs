@@ -144,7 +144,97 @@ pub fn line(event: &Event<'_>, detail: &Detail<'_>) -> String {
         } => format!("round {round:>3}: {writer:>4} {writer_host} -> {target:>4} {target_host}"),
         Event::FabricPair(r) => pair_line(r),
         Event::FabricReport(r) => table::render(r),
+        Event::MeshStarted { .. }
+        | Event::MeshProbe { .. }
+        | Event::MeshState { .. }
+        | Event::MeshStopped { .. } => mesh_line(event),
         Event::Error { kind, message, .. } => format!("error ({kind}): {}", printable(message)),
+    }
+}
+
+/// The mesh's lines: its start (with, once, whether round trips are wall time), each probe,
+/// each change of a pair's state, its stop.
+fn mesh_line(event: &Event<'_>) -> String {
+    match event {
+        Event::MeshStarted {
+            node,
+            rank,
+            hosts,
+            fan_out,
+            every_ms,
+            cycle,
+            device,
+            timestamps,
+            timestamps_why,
+            cycles,
+        } => {
+            let mut line = format!(
+                "mesh: {} (rank {rank} of {}) probes {fan_out} peer(s) every {every_ms} ms from                  {device}; every pair within {cycle} interval(s)",
+                printable(node),
+                hosts.len()
+            );
+            if let Some(c) = cycles {
+                line.push_str(&format!("; stopping after {c} cycle(s)"));
+            }
+            if !timestamps {
+                line.push_str(&format!(
+                    "\nmesh: round trips are wall time (no network/host split): {}",
+                    timestamps_why
+                        .as_deref()
+                        .unwrap_or("no completion timestamps")
+                ));
+            }
+            line
+        }
+        Event::MeshProbe {
+            interval,
+            peer,
+            outcome,
+            cause,
+            wall_ns,
+            bw_mbs,
+            state,
+            error,
+            ..
+        } => {
+            let mut line = format!("[{interval}] {} {}", printable(peer), outcome.as_str());
+            if let Some(c) = cause {
+                line.push_str(&format!(" ({c})"));
+            }
+            if let Some(ns) = wall_ns {
+                line.push_str(&format!(", rtt {:.1} us", *ns as f64 / 1000.0));
+            }
+            if let Some(bw) = bw_mbs {
+                line.push_str(&format!(", {bw:.0} MB/s"));
+            }
+            line.push_str(&format!("; pair {state}"));
+            if let Some(e) = error {
+                line.push_str(&format!(": {}", printable(e)));
+            }
+            line
+        }
+        Event::MeshState {
+            peer,
+            from,
+            to,
+            cause,
+            ..
+        } => format!(
+            "{} is now {to} (was {from}){}",
+            printable(peer),
+            cause.map(|c| format!(", cause {c}")).unwrap_or_default()
+        ),
+        Event::MeshStopped {
+            why,
+            intervals,
+            probes,
+            failed,
+            skipped,
+        } => format!(
+            "mesh stopped ({}) after {intervals} interval(s): {probes} probe(s), {failed} failed,              {skipped} skipped",
+            printable(why)
+        ),
+        _ => String::new(),
     }
 }
 

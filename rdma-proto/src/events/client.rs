@@ -2,6 +2,7 @@
 
 use super::bench::{BwRow, LatRow};
 use super::fabric::{PairResult, Report};
+use super::mesh::{Cause, PairState, ProbeOutcome};
 use crate::exit::Exit;
 use crate::wire::Notify;
 use serde::{Deserialize, Serialize};
@@ -86,6 +87,78 @@ pub enum Event<'a> {
     FabricPair(Cow<'a, PairResult>),
     /// `--fabric-report`: the merged matrix, bad pairs and suspect nodes.
     FabricReport(Cow<'a, Report>),
+    /// `--mesh`: the prober started (once). `timestamps`: whether the round trips are split
+    /// into network time and host delay by the devices' completion timestamps; when `false`,
+    /// `timestamps_why` says why and every round trip is wall time.
+    MeshStarted {
+        /// This node's name, as in `hosts`.
+        node: Cow<'a, str>,
+        rank: usize,
+        /// Every node of the mesh, in rank order.
+        hosts: Vec<Cow<'a, str>>,
+        /// Peers probed per interval (and probers per server per interval).
+        fan_out: usize,
+        every_ms: u64,
+        /// Intervals in which every ordered pair is probed at least once.
+        cycle: u64,
+        /// The local RDMA device the probes leave from.
+        device: Cow<'a, str>,
+        timestamps: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timestamps_why: Option<Cow<'a, str>>,
+        /// `--mesh-cycles`: the run ends by itself after this many cycles (absent: at a signal).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cycles: Option<u64>,
+    },
+    /// `--mesh`: one scheduled probe of one peer, in interval `interval`.
+    MeshProbe {
+        interval: u64,
+        peer: Cow<'a, str>,
+        peer_rank: usize,
+        device: Cow<'a, str>,
+        rail: usize,
+        outcome: ProbeOutcome,
+        /// Why it failed (`failed`; `slow` for a good probe judged slow).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<Cause>,
+        /// The round trip, on this host's monotonic clock.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wall_ns: Option<u64>,
+        /// The network's part, where the devices give completion timestamps.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        network_ns: Option<u64>,
+        /// `wall - network`, where the devices give completion timestamps.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host_delay_ns: Option<u64>,
+        /// A bandwidth sample (MB/s, MB = 2^20 bytes), when this probe took one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bw_mbs: Option<f64>,
+        /// The pair's state after this probe.
+        state: PairState,
+        /// What went wrong (`failed`, `skipped`, `error`), with advice.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<Cow<'a, str>>,
+    },
+    /// `--mesh`: a pair's state changed (after a run of probes).
+    MeshState {
+        peer: Cow<'a, str>,
+        peer_rank: usize,
+        device: Cow<'a, str>,
+        rail: usize,
+        from: PairState,
+        to: PairState,
+        /// The last bad probe's cause; absent going up.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<Cause>,
+    },
+    /// `--mesh`: the prober stopped (`why`: `signal` or `cycles`), with its counts.
+    MeshStopped {
+        why: Cow<'a, str>,
+        intervals: u64,
+        probes: u64,
+        failed: u64,
+        skipped: u64,
+    },
     /// The run failed; `exit_code` is the process exit status.
     Error {
         kind: Exit,
@@ -215,6 +288,116 @@ mod tests {
         match super::super::parse::<Event<'static>>(&line).unwrap() {
             Event::FabricPair(p) => assert_eq!(*p, pair),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_mesh_events_are_flat_and_read_back() {
+        let probe = Event::MeshProbe {
+            interval: 7,
+            peer: "node2".into(),
+            peer_rank: 1,
+            device: "rxe0".into(),
+            rail: 0,
+            outcome: ProbeOutcome::Failed,
+            cause: Some(Cause::Host),
+            wall_ns: None,
+            network_ns: None,
+            host_delay_ns: None,
+            bw_mbs: None,
+            state: PairState::Down,
+            error: Some("connection refused".into()),
+        };
+        let line = serde_json::to_string(&probe).unwrap();
+        assert_eq!(
+            line,
+            r#"{"type":"mesh_probe","interval":7,"peer":"node2","peer_rank":1,"device":"rxe0","rail":0,"outcome":"failed","cause":"host","state":"down","error":"connection refused"}"#
+        );
+        assert_eq!(super::super::parse::<Event<'static>>(&line).unwrap(), probe);
+        let ok = Event::MeshProbe {
+            interval: 7,
+            peer: "node2".into(),
+            peer_rank: 1,
+            device: "rxe0".into(),
+            rail: 0,
+            outcome: ProbeOutcome::Ok,
+            cause: None,
+            wall_ns: Some(41_000),
+            network_ns: None,
+            host_delay_ns: None,
+            bw_mbs: Some(1200.5),
+            state: PairState::Up,
+            error: None,
+        };
+        let line = serde_json::to_string(&ok).unwrap();
+        assert!(
+            line.contains(r#""outcome":"ok","wall_ns":41000,"bw_mbs":1200.5,"state":"up"}"#),
+            "{line}"
+        );
+        assert_eq!(super::super::parse::<Event<'static>>(&line).unwrap(), ok);
+        let state = Event::MeshState {
+            peer: "node2".into(),
+            peer_rank: 1,
+            device: "rxe0".into(),
+            rail: 0,
+            from: PairState::Up,
+            to: PairState::Down,
+            cause: Some(Cause::Rdma),
+        };
+        let line = serde_json::to_string(&state).unwrap();
+        assert_eq!(
+            line,
+            r#"{"type":"mesh_state","peer":"node2","peer_rank":1,"device":"rxe0","rail":0,"from":"up","to":"down","cause":"rdma"}"#
+        );
+        assert_eq!(super::super::parse::<Event<'static>>(&line).unwrap(), state);
+        let started = Event::MeshStarted {
+            node: "node1".into(),
+            rank: 0,
+            hosts: vec!["node1".into(), "node2".into()],
+            fan_out: 1,
+            every_ms: 10_000,
+            cycle: 1,
+            device: "rxe0".into(),
+            timestamps: false,
+            timestamps_why: Some("wall time".into()),
+            cycles: None,
+        };
+        let line = serde_json::to_string(&started).unwrap();
+        assert!(
+            line.starts_with(
+                r#"{"type":"mesh_started","node":"node1","rank":0,"hosts":["node1","node2"],"#
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains(r#""timestamps":false,"timestamps_why":"wall time"}"#),
+            "{line}"
+        );
+        assert_eq!(
+            super::super::parse::<Event<'static>>(&line).unwrap(),
+            started
+        );
+        let stopped = Event::MeshStopped {
+            why: "cycles".into(),
+            intervals: 4,
+            probes: 8,
+            failed: 1,
+            skipped: 0,
+        };
+        let line = serde_json::to_string(&stopped).unwrap();
+        assert_eq!(
+            line,
+            r#"{"type":"mesh_stopped","why":"cycles","intervals":4,"probes":8,"failed":1,"skipped":0}"#
+        );
+        assert_eq!(
+            super::super::parse::<Event<'static>>(&line).unwrap(),
+            stopped
+        );
+        for c in Cause::ALL {
+            assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{c}\""));
+        }
+        for s in PairState::ALL {
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{s}\""));
         }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! * [`server`]: `rdma-server --json`.
 //! * [`client`]: `rdma-client --json`, with the measurement rows of `--bench` ([`bench`](mod@bench)) and
-//!   the fabric check's records ([`fabric`]).
+//!   the fabric check's records ([`fabric`]) and the mesh's ([`mesh`]).
 //!
 //! Text fields are [`Cow`](std::borrow::Cow): a binary writes them borrowed, a reader gets
 //! them owned (`serde_json::from_str::<client::Event<'static>>` works on any line).
@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod client;
 pub mod fabric;
+pub mod mesh;
 pub mod server;
 
 /// How a queue pair was connected (`qp_ready.via`): with the QP numbers, PSNs and GIDs the

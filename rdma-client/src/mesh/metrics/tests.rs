@@ -18,11 +18,11 @@ pub(crate) fn report(peer: &str, result: ResultLabel) -> ProbeReport<'_> {
         device: "rxe0",
         rail: "0",
         result,
-        state: if result == ResultLabel::Ok {
+        state: Some(if result == ResultLabel::Ok {
             PathState::Up
         } else {
             PathState::Down
-        },
+        }),
         wall_rtt: Some(Duration::from_micros(30)),
         network_rtt: Some(Duration::from_micros(12)),
         host_delay: Some(Duration::from_micros(18)),
@@ -162,4 +162,18 @@ fn buckets_span_a_microsecond_to_a_second() {
     assert_eq!(RTT_BUCKETS[0], 1e-6);
     assert_eq!(RTT_BUCKETS[RTT_BUCKETS.len() - 1], 1.0);
     assert!(RTT_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn each_cause_is_its_result_label_and_unknown_leaves_the_state() {
+    use crate::mesh::cause::Cause;
+    use crate::mesh::state::PairState;
+    assert_eq!(ResultLabel::from(None), ResultLabel::Ok);
+    for c in Cause::ALL {
+        assert_eq!(ResultLabel::from(Some(c)).as_str(), c.as_str());
+    }
+    assert_eq!(PathState::of(PairState::Unknown), None);
+    for s in [PairState::Up, PairState::Degraded, PairState::Down] {
+        assert_eq!(PathState::of(s).map(PathState::as_str), Some(s.as_str()));
+    }
 }
