@@ -23,6 +23,9 @@ fn own(cause: &(dyn StdError + 'static)) -> Option<Exit> {
     if let Some(exit) = crate::fabric::error::exit_of(cause) {
         return Some(exit);
     }
+    if let Some(exit) = crate::mesh::error::exit_of(cause) {
+        return Some(exit);
+    }
     if let Some(e) = cause.downcast_ref::<ProtoError>() {
         return Some(from_code(e.code(), matches!(e, ProtoError::Remote(_))));
     }

@@ -3,6 +3,7 @@
 use crate::bench::BenchTask;
 use crate::exit;
 use crate::fabric::FabricTask;
+use crate::mesh::task::{MeshArgs, MeshTask};
 use crate::run::{PayloadSource, WriteTask};
 use crate::session::{SessionOptions, TokenSource};
 use clap::Parser;
@@ -15,13 +16,19 @@ use std::time::Duration;
 /// RDMA-Write a message straight into an rdma-server's registered memory, then wait for the
 /// server's verdict.
 #[derive(Debug, Parser)]
-#[command(version, about, after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS))]
+#[command(
+    version,
+    about,
+    long_about = long_about(),
+    after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS),
+    group(clap::ArgGroup::new("node_list").args(["hosts", "mesh"]).multiple(false))
+)]
 pub struct Args {
     /// Server to connect to: HOST or HOST:PORT (default port 7471). Required, except with
-    /// --fabric or --fabric-report.
+    /// --fabric, --fabric-report or --mesh.
     #[arg(
-        required_unless_present_any = ["fabric", "fabric_report"],
-        conflicts_with_all = ["fabric", "fabric_report"]
+        required_unless_present_any = ["fabric", "fabric_report", "mesh"],
+        conflicts_with_all = ["fabric", "fabric_report", "mesh"]
     )]
     pub server: Option<String>,
 
@@ -83,6 +90,20 @@ pub struct Args {
     /// The fabric check (--fabric, --fabric-report and their flags).
     #[command(flatten)]
     pub fabric: crate::fabric::FabricArgs,
+
+    /// The mesh (--mesh and its flags).
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+/// `--help`'s description (the man page's DESCRIPTION): what the client does, then the mesh's
+/// paragraph.
+fn long_about() -> String {
+    format!(
+        "RDMA-Write a message straight into an rdma-server's registered memory, then wait for \
+         the server's verdict.\n\n{}",
+        crate::mesh::task::ABOUT
+    )
 }
 
 /// What the command line asks for, in typed parts; nothing below `main` sees [`Args`].
@@ -94,11 +115,13 @@ pub enum Task {
     Bench(BenchTask),
     /// `--fabric` or `--fabric-report`.
     Fabric(FabricTask),
+    /// `--mesh NODES`.
+    Mesh(MeshTask),
 }
 
 /// The command line parsed, but clap let no SERVER through where one is needed.
 #[derive(Debug, thiserror::Error)]
-#[error("no SERVER given (it is required without --fabric or --fabric-report)")]
+#[error("no SERVER given (it is required without --fabric, --fabric-report or --mesh)")]
 pub struct NoServer;
 
 impl Args {
@@ -121,6 +144,21 @@ impl Args {
             },
             cm: self.cm,
         };
+        if self.mesh.mesh.is_some() {
+            return Ok(Task::Mesh(MeshTask {
+                rank: self.fabric.rank,
+                lat_iters: self
+                    .fabric
+                    .lat_iters
+                    .unwrap_or(crate::mesh::task::LAT_ITERS),
+                bw_iters: self.fabric.bw_iters,
+                mesh: self.mesh,
+                notify: self.notify,
+                knobs: self.bench.knobs(),
+                session,
+                device: self.local,
+            }));
+        }
         if self.fabric.asked() {
             return Ok(Task::Fabric(FabricTask {
                 fabric: self.fabric,
@@ -207,5 +245,169 @@ mod task_tests {
             args.task().is_err(),
             "no server and no fabric: refused, not unwrapped"
         );
+    }
+
+    #[test]
+    fn the_deployed_mesh_command_lines_parse() {
+        // The systemd unit's and the DaemonSet's argv, as they run it.
+        let unit = [
+            "rdma-client",
+            "--mesh",
+            "node[01-03]",
+            "--every",
+            "10s",
+            "--metrics-listen",
+            "[::]:9478",
+            "--token-file",
+            "/run/credentials/rdma-mesh.service/token",
+            "--json",
+        ];
+        let args = Args::try_parse_from(unit).unwrap();
+        assert!(args.output.json);
+        let Task::Mesh(t) = args.task().unwrap() else {
+            panic!("not the mesh")
+        };
+        assert_eq!(t.mesh.mesh.as_deref(), Some("node[01-03]"));
+        assert_eq!(t.mesh.every, Duration::from_secs(10));
+        assert_eq!(t.mesh.metrics_listen, Some("[::]:9478".parse().unwrap()));
+        assert!(t.session.token.file.is_some());
+        // The defaults.
+        assert_eq!(t.mesh.mesh_port, rdma_proto::DEFAULT_PORT);
+        assert_eq!((t.mesh.fan_out, t.mesh.jitter), (8, 0.1));
+        assert_eq!(
+            (t.mesh.down_after, t.mesh.degrade_after, t.mesh.up_after),
+            (3, 3, 2)
+        );
+        assert_eq!(
+            (t.mesh.slow_factor, t.mesh.probe_bytes, t.mesh.bw_every),
+            (3.0, 64, 0)
+        );
+        assert_eq!((t.lat_iters, t.bw_iters, t.rank), (20, 200, None));
+        assert_eq!(
+            (t.mesh.mesh_cycles, t.mesh.metrics_textfile.as_ref()),
+            (None, None)
+        );
+        let config = t.mesh.config().unwrap();
+        assert_eq!(config, crate::mesh::MeshConfig::default());
+        let daemonset = [
+            "rdma-client",
+            "--mesh",
+            "a,b,c",
+            "--every",
+            "10s",
+            "--metrics-listen",
+            "[::]:9478",
+            "--json",
+        ];
+        assert!(matches!(task(&daemonset), Task::Mesh(_)));
+        let all = [
+            "rdma-client",
+            "--mesh",
+            "n[1-4]",
+            "--rank",
+            "2",
+            "--mesh-port",
+            "7000",
+            "--fan-out",
+            "2",
+            "--jitter",
+            "0",
+            "--down-after",
+            "5",
+            "--degrade-after",
+            "4",
+            "--up-after",
+            "1",
+            "--slow-factor",
+            "2.5",
+            "--probe-bytes",
+            "4096",
+            "--lat-iters",
+            "0",
+            "--bw-every",
+            "10",
+            "--bw-iters",
+            "50",
+            "--metrics-textfile",
+            "/tmp/x.prom",
+            "--mesh-cycles",
+            "3",
+        ];
+        let Task::Mesh(t) = task(&all) else {
+            panic!("not the mesh")
+        };
+        assert_eq!((t.rank, t.lat_iters, t.bw_iters), (Some(2), 0, 50));
+        assert_eq!(
+            (t.mesh.mesh_port, t.mesh.fan_out, t.mesh.mesh_cycles),
+            (7000, 2, Some(3))
+        );
+        let c = t.mesh.config().unwrap();
+        assert_eq!(
+            (c.state.down_after, c.state.degrade_after, c.state.up_after),
+            (5, 4, 1)
+        );
+        // The fabric's default stays its own.
+        let Task::Fabric(f) = task(&["rdma-client", "--fabric", "--hosts", "n[1-2]"]) else {
+            panic!("not the fabric")
+        };
+        assert_eq!(f.fabric.lat_iters(), 200);
+    }
+
+    fn task(argv: &[&str]) -> Task {
+        Args::try_parse_from(argv).unwrap().task().unwrap()
+    }
+
+    #[test]
+    fn bad_mesh_flags_are_named() {
+        let refused = |extra: &[&str], names: &str| {
+            let mut argv = vec!["rdma-client", "--mesh", "a,b"];
+            argv.extend_from_slice(extra);
+            let e = Args::try_parse_from(&argv).unwrap_err().to_string();
+            assert!(e.contains(names), "{argv:?}: {e}");
+        };
+        refused(&["--jitter", "2"], "--jitter");
+        refused(&["--fan-out", "0"], "--fan-out");
+        refused(&["--every", "0s"], "--every");
+        refused(&["--slow-factor", "1"], "--slow-factor");
+        refused(&["--down-after", "0"], "--down-after");
+        refused(&["--probe-bytes", "0"], "--probe-bytes");
+        refused(&["--mesh-cycles", "0"], "--mesh-cycles");
+        refused(&["--fabric"], "--fabric");
+        refused(&["--hosts", "a,b"], "--hosts");
+        refused(&["h"], "SERVER");
+        // A mesh flag without --mesh.
+        let e = Args::try_parse_from(["rdma-client", "--every", "5s"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--mesh"), "{e}");
+        // --rank needs a node list, --hosts or --mesh.
+        let e = Args::try_parse_from(["rdma-client", "--rank", "1"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--hosts") && e.contains("--mesh"), "{e}");
+    }
+
+    #[test]
+    fn a_node_file_is_one_name_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nodes");
+        std::fs::write(&path, "# the rack\nnode02\n\nnode01  # first\n").unwrap();
+        let arg = format!("@{}", path.display());
+        let Task::Mesh(t) = task(&["rdma-client", "--mesh", &arg]) else {
+            panic!("not the mesh")
+        };
+        assert_eq!(t.mesh.node_list(&arg).unwrap(), "node02,node01");
+        let w = crate::mesh::task::world(&t.mesh.node_list(&arg).unwrap(), Some(0)).unwrap();
+        assert_eq!(w.hosts, ["node01", "node02"]);
+        std::fs::write(&path, "# nothing\n").unwrap();
+        assert!(
+            t.mesh
+                .node_list(&arg)
+                .unwrap_err()
+                .to_string()
+                .contains("no node name")
+        );
+        assert!(t.mesh.node_list("@/nonexistent/nodes").is_err());
+        assert_eq!(t.mesh.node_list("n[1-3]").unwrap(), "n[1-3]");
     }
 }

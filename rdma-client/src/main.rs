@@ -3,7 +3,7 @@
 //! through `rdma_app::main`, the one way both binaries end.
 
 use rdma_app as app;
-use rdma_client::{bench, classify::classify, cli, fabric, run};
+use rdma_client::{bench, classify::classify, cli, fabric, mesh, run};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -13,6 +13,7 @@ fn main() -> ExitCode {
             cli::Task::Write(task) => run::run(&task, &out),
             cli::Task::Bench(task) => bench::run(&task, &out),
             cli::Task::Fabric(task) => fabric::run(&task, &out),
+            cli::Task::Mesh(task) => mesh::task::run(&task, &out),
         },
         classify,
     )

@@ -49,9 +49,10 @@ pub struct FabricArgs {
     #[arg(long, value_name = "LIST", requires = "fabric")]
     pub hosts: Option<String>,
 
-    /// This node's rank among --hosts (from 0, in the sorted order); default: the place in
-    /// the list of this node's name (SLURMD_NODENAME in a Slurm step, else the host name).
-    #[arg(long, value_name = "N", requires = "hosts")]
+    /// This node's rank among --hosts (or --mesh's nodes) (from 0, in the sorted order);
+    /// default: the place in the list of this node's name (SLURMD_NODENAME in a Slurm step,
+    /// else the host name).
+    #[arg(long, value_name = "N", requires = "node_list")]
     pub rank: Option<usize>,
 
     /// TCP port of every node's rdma-server.
@@ -63,12 +64,14 @@ pub struct FabricArgs {
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = app::parse_duration)]
     pub pair_deadline: Duration,
 
-    /// With --fabric: after each pair's verified write, a short `--bench lat` to the same
-    /// server (2-byte ping-pongs, this many; 0: none).
-    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
-    pub lat_iters: u64,
+    /// With --fabric (or --mesh): after each pair's verified write, a short `--bench lat` to
+    /// the same server (2-byte ping-pongs, this many; 0: none). Default: 200 with --fabric,
+    /// 20 with --mesh (a probe every few seconds).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub lat_iters: Option<u64>,
 
-    /// With --fabric: then a short `--bench bw` (64 KiB writes, this many; 0: none).
+    /// With --fabric: then a short `--bench bw` (64 KiB writes, this many; 0: none); with
+    /// --mesh, the size of each bandwidth sample (--bw-every).
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub bw_iters: u64,
 
@@ -126,6 +129,12 @@ impl FabricArgs {
     pub fn asked(&self) -> bool {
         self.fabric || self.fabric_report.is_some()
     }
+
+    /// `--lat-iters`, or the fabric check's default.
+    #[must_use]
+    pub fn lat_iters(&self) -> u64 {
+        self.lat_iters.unwrap_or(200)
+    }
 }
 
 fn positive(text: &str) -> Result<f64, String> {
@@ -165,15 +174,18 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
 pub fn world(f: &FabricArgs) -> Result<ranks::World, ranks::RankError> {
     match (&f.hosts, f.rank) {
         (Some(list), Some(rank)) => ranks::explicit(list, rank),
-        (Some(list), None) => {
-            // Slurm's name for this node when in a Slurm step, else the host's own.
-            let name = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
-            });
-            ranks::by_hostname(list, name.trim())
-        }
+        (Some(list), None) => ranks::by_hostname(list, &this_host()),
         (None, _) => ranks::from_slurm(&|k| std::env::var(k).ok()),
     }
+}
+
+/// This node's name: Slurm's when in a Slurm step, else the host's own.
+#[must_use]
+pub fn this_host() -> String {
+    let name = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
+    });
+    name.trim().to_owned()
 }
 
 fn plan(f: &FabricArgs, out: &Output) -> Result<()> {

@@ -294,7 +294,7 @@ impl Pair<'_> {
         r.write_us = Some(delivered.write_micros as f64);
         // The short measurement: the bench's own sessions, to the same server.
         for (mode, size, iters) in [
-            (BenchMode::Lat, 2, f.lat_iters),
+            (BenchMode::Lat, 2, f.lat_iters()),
             (BenchMode::Bw, 65536, f.bw_iters),
         ] {
             if iters == 0 || !r.verified {

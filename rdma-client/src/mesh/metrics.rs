@@ -10,14 +10,15 @@
 //! The exposition is the same for the HTTP endpoint (`http`) and the textfile (`textfile`):
 //! [`MeshMetrics::encode`] in OpenMetrics or in Prometheus's text format 0.0.4.
 
-use super::cause::Cause;
-use super::state::PairState;
+// The contract's types, not `super::cause`'s and `super::state`'s re-exports: the metrics
+// stay below the judging (which reads the client's errors).
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+use rdma_proto::events::mesh::{Cause, PairState};
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::sync::atomic::AtomicU64;

@@ -28,11 +28,15 @@
 //! [`MeshConfig`] gathers the knobs, with defaults argued on each field.
 
 pub mod cause;
+pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod probe;
 pub mod rtt;
+pub mod runner;
 pub mod schedule;
 pub mod state;
+pub mod task;
 pub mod textfile;
 
 use schedule::{Schedule, ScheduleError, Timing};

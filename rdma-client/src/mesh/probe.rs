@@ -1,0 +1,223 @@
+//! One probe of one peer: the [`Prober`] seam the mesh runner drives, and [`VerbsProber`], the
+//! real one, which does what the fabric check does for a pair (`fabric::runner`), with the
+//! client's own steps: a verified write (`run::Write`, step by step so that a failure knows its
+//! [`Stage`]), then a short `--bench lat` (`bench::Measure`), then, when due, a short
+//! `--bench bw`.
+//!
+//! **Each probe is its own sessions** (one for the write, one per measurement): the server
+//! serves one write (or one bench run) per session, so reusing a session or a queue pair
+//! between probes would need a protocol change. That costs a TCP connect, a handshake and a
+//! queue pair per session, well inside an interval of seconds, and it is a known limit.
+//!
+//! **Deadline.** A probe has one deadline (the runner's: from `--every`); each session of it
+//! gets `--timeout` or what is left of the deadline, whichever is shorter, as the deadline of
+//! each of its waits, and none starts once the deadline has passed. So a probe ends about when
+//! its deadline does, whatever the peer does.
+//!
+//! **Round trip.** The wall time of the lat exchange: twice its typical (median) half round
+//! trip, as perftest reports lat. With `--lat-iters 0`, the verified write's own time, from
+//! posting it to its completion. No completion timestamps are read yet, so the network's part
+//! and the hosts' are not known ([`super::rtt::Rtt::wall`]).
+
+use super::cause::Stage;
+use super::rtt::Rtt;
+use crate::bench::{Knobs, Measure, Sweep};
+use crate::run::Write;
+use crate::session::{SessionOptions, Target};
+use color_eyre::eyre::{Report, Result};
+use rdma_core_rs::LocalPort;
+use rdma_proto::bench::BenchMode;
+use rdma_proto::{FrameError, Notify};
+use std::time::{Duration, Instant};
+
+/// One probe the runner asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Job {
+    /// The peer's rank.
+    pub peer: usize,
+    /// The interval it belongs to.
+    pub interval: u64,
+    /// Whether to take a bandwidth sample too (`--bw-every`).
+    pub bw: bool,
+    /// When it must be over.
+    pub deadline: Instant,
+}
+
+/// What a probe that ran to the server's verdicts found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Probed {
+    /// The server's verdict on the write (`false`: it saw other bytes).
+    pub verified: bool,
+    /// The round trip (see the module docs).
+    pub rtt: Rtt,
+    /// The bandwidth sample, MB/s (2^20 bytes), when one was taken.
+    pub bw_mbs: Option<f64>,
+}
+
+/// A probe that failed: how far it got, and the client's error.
+#[derive(Debug)]
+pub struct ProbeFailure {
+    pub stage: Stage,
+    pub error: Report,
+}
+
+/// Probes one peer (by name) for the runner; called from several worker threads at once.
+pub trait Prober: Sync {
+    /// Runs `job` against `peer`, ending by `job.deadline`.
+    ///
+    /// # Errors
+    /// The probe failed, at a stage.
+    fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure>;
+}
+
+/// The bytes of the bandwidth sample's writes (the fabric check's).
+pub const BW_SIZE: u64 = 65536;
+/// The lat exchange's message size (the fabric check's).
+pub const LAT_SIZE: u64 = 2;
+
+/// The real prober: this node's device, the client's steps.
+#[derive(Debug)]
+pub struct VerbsProber<'a> {
+    pub local: &'a LocalPort,
+    /// The peers' servers' port.
+    pub port: u16,
+    /// What the verified write writes (`--probe-bytes`).
+    pub payload: Vec<u8>,
+    pub notify: Notify,
+    pub token: Option<String>,
+    /// `--timeout`, `--cq-mode`, `--cm` (its token and retry are not used: the token is loaded
+    /// once, and a probe never waits for a server to come up).
+    pub session: SessionOptions,
+    pub knobs: Knobs,
+    /// Ping-pongs of the lat exchange (0: none).
+    pub lat_iters: u64,
+    /// Writes of a bandwidth sample.
+    pub bw_iters: u64,
+}
+
+impl VerbsProber<'_> {
+    /// The options of a session starting now: each wait at most `--timeout` or what is left
+    /// of the deadline.
+    fn options(&self, job: &Job, stage: Stage) -> Result<SessionOptions, ProbeFailure> {
+        let left = job.deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(1) {
+            return Err(ProbeFailure {
+                stage,
+                error: Report::new(FrameError::Timeout {
+                    after: Duration::ZERO,
+                })
+                .wrap_err("the probe's deadline (from --every) passed before its next session"),
+            });
+        }
+        Ok(SessionOptions {
+            timeout: self.session.timeout.min(left),
+            wait_for_server: None,
+            ..self.session.clone()
+        })
+    }
+
+    /// The verified write; its time from post to completion.
+    fn write(&self, target: &Target, job: &Job) -> Result<(bool, Duration), ProbeFailure> {
+        let opts = self.options(job, Stage::Connect)?;
+        let w = Write {
+            target,
+            payload: &self.payload,
+            notify: self.notify,
+            token: self.token.clone(),
+            chosen: None,
+        };
+        let opened = w
+            .open(self.local, &opts, None, 0)
+            .map_err(at(Stage::Connect))?;
+        let mut c = opened.connect().map_err(at(Stage::Handshake))?;
+        let transfer = at(Stage::Transfer);
+        let started = c.post(c.remote).map_err(transfer)?;
+        let micros = c.complete(started).map_err(at(Stage::Transfer))?;
+        let delivered = c.finish(micros).map_err(at(Stage::Transfer))?;
+        let took = Duration::from_micros(u64::try_from(micros).unwrap_or(u64::MAX));
+        Ok((delivered.outcome.verified, took))
+    }
+
+    /// A short bench session of `mode`: the lat's typical half round trip in µs, or the bw's
+    /// average MB/s.
+    fn measure(
+        &self,
+        target: &Target,
+        job: &Job,
+        mode: BenchMode,
+        iters: u64,
+    ) -> Result<f64, ProbeFailure> {
+        // Out of time after the write: the path took it (a timeout in transfer is `rdma`).
+        let opts = self.options(job, Stage::Transfer)?;
+        let size = match mode {
+            BenchMode::Lat => LAT_SIZE,
+            BenchMode::Bw => BW_SIZE,
+        };
+        let m = Measure {
+            target,
+            params: Sweep {
+                mode,
+                sizes: vec![size],
+                iters,
+            },
+            token: self.token.clone(),
+            knobs: self.knobs,
+            chosen: None,
+        };
+        let opened = m
+            .open(self.local, &opts, None)
+            .map_err(at(Stage::Connect))?;
+        let mut bench = opened
+            .connect(Instant::now())
+            .map_err(at(Stage::Handshake))?;
+        let rows = {
+            let (session, mut link, run) = bench.link();
+            run.measure(session, &mut link)
+        }
+        .map_err(at(Stage::Transfer))?;
+        bench.finish().map_err(at(Stage::Transfer))?;
+        let figure = match mode {
+            BenchMode::Lat => rows.lat.first().map(|r| r.t_typical_us),
+            BenchMode::Bw => rows.bw.first().map(|r| r.bw_avg_mbs),
+        };
+        figure.ok_or_else(|| ProbeFailure {
+            stage: Stage::Transfer,
+            error: color_eyre::eyre::eyre!("--bench {mode} gave no row"),
+        })
+    }
+}
+
+impl Prober for VerbsProber<'_> {
+    fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
+        let target = Target::at(peer, self.port).map_err(at(Stage::Connect))?;
+        let (verified, write) = self.write(&target, job)?;
+        if !verified {
+            return Ok(Probed {
+                verified,
+                rtt: Rtt::wall(write),
+                bw_mbs: None,
+            });
+        }
+        let rtt = if self.lat_iters > 0 {
+            let half_us = self.measure(&target, job, BenchMode::Lat, self.lat_iters)?;
+            Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0))
+        } else {
+            write
+        };
+        let bw_mbs = if job.bw && self.bw_iters > 0 {
+            Some(self.measure(&target, job, BenchMode::Bw, self.bw_iters)?)
+        } else {
+            None
+        };
+        Ok(Probed {
+            verified,
+            rtt: Rtt::wall(rtt),
+            bw_mbs,
+        })
+    }
+}
+
+/// Tags an error with the stage it happened at.
+fn at(stage: Stage) -> impl Fn(Report) -> ProbeFailure {
+    move |error| ProbeFailure { stage, error }
+}

@@ -1,0 +1,472 @@
+//! `--mesh`: this node's prober, running until stopped. One scheduler (the calling thread) asks
+//! the pure core whom to probe and when ([`super::schedule`]), hands each probe to a bounded
+//! pool of workers running a [`Prober`], and takes each result back: its cause
+//! ([`super::cause`]), the pair's state ([`super::state`]), the events and the metrics.
+//!
+//! - **A probe never delays the next.** The scheduler only sends jobs and receives results; the
+//!   workers run the probes. Interval `t`'s probes go out at its fire time whatever the ones
+//!   before are doing.
+//! - **At most one probe in flight per peer.** A peer whose probe is still running (or still
+//!   queued) when its next one is due has that one skipped (`mesh_probe` with outcome
+//!   `skipped`, counted), never queued behind it; so is a probe no worker is free for, and
+//!   one a worker only reaches after its deadline.
+//! - **Every probe has a deadline**: its fire time plus `min(every, 30 s)`; the prober ends its
+//!   waits by it.
+//! - Only the scheduler touches the pairs' states and emits: the events come in one order.
+//!
+//! It stops at `stop` (SIGINT, SIGTERM) or after `--mesh-cycles` cycles; then the probes in
+//! flight are finished (by their deadlines) and counted, and `mesh_stopped` says why.
+
+use super::MeshConfig;
+use super::cause::{Cause, Outcome};
+use super::metrics::{MeshMetrics, PathState, ProbeReport, ResultLabel};
+use super::probe::{Job, ProbeFailure, Probed, Prober};
+use super::state::{Mark, Pair};
+use super::textfile::Textfile;
+use crate::fabric::ranks::World;
+use crate::output::Event;
+use color_eyre::eyre::{Report, Result, WrapErr as _};
+use rdma_proto::events::mesh::ProbeOutcome;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The longest a probe may take, whatever the interval.
+pub const PROBE_CAP: Duration = Duration::from_secs(30);
+/// At most this many workers (the systemd unit's `TasksMax` counts them).
+pub const MAX_WORKERS: usize = 16;
+/// How often the scheduler looks at `stop` while it waits.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What the runner runs.
+#[derive(Debug)]
+pub struct Plan<'a> {
+    pub world: &'a World,
+    pub config: MeshConfig,
+    /// A bandwidth sample every this many probes of a pair (0: never).
+    pub bw_every: u64,
+    /// Stop after this many cycles (`None`: at `stop`).
+    pub cycles: Option<u64>,
+    /// The local device the probes leave from (the events' and metrics' `device`).
+    pub device: &'a str,
+    /// Why there are no completion timestamps (always, in this build).
+    pub no_timestamps: &'a str,
+}
+
+/// Where the runner's results go besides the events.
+#[derive(Debug, Default)]
+pub struct Sinks<'a> {
+    pub metrics: Option<&'a MeshMetrics>,
+    pub textfile: Option<&'a Textfile>,
+}
+
+/// How the run ended, and its counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Intervals whose probes were sent.
+    pub intervals: u64,
+    /// Probes that ran and came back.
+    pub probes: u64,
+    pub failed: u64,
+    pub skipped: u64,
+    /// Stopped by `--mesh-cycles` rather than a signal.
+    pub by_cycles: bool,
+}
+
+/// The rail every probe is on (the mesh probes from one device; `--rails` is the fabric
+/// check's only, so far).
+const RAIL: usize = 0;
+
+/// What a worker sends back.
+struct Done {
+    job: Job,
+    result: Ran,
+}
+
+enum Ran {
+    Probed(Result<Probed, ProbeFailure>),
+    /// Not run: no worker reached it before its deadline, or the run is stopping.
+    Late,
+    Stopping,
+}
+
+/// Runs the mesh until `stop` or the plan's cycles; every event goes to `emit`.
+///
+/// # Errors
+/// A schedule that cannot be made, metrics that refuse a report, a textfile that cannot be
+/// written.
+pub fn run<P: Prober>(
+    plan: &Plan<'_>,
+    prober: &P,
+    sinks: &Sinks<'_>,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(&Event<'_>),
+) -> Result<Summary> {
+    let world = plan.world;
+    let config = &plan.config;
+    let schedule = config.schedule(world.size())?;
+    let node = schedule.node(world.rank)?;
+    let timing = config.timing()?;
+    let workers = (2 * schedule.fan_out()).clamp(1, MAX_WORKERS);
+    let limit = plan.cycles.map(|c| c.saturating_mul(schedule.cycle()));
+    if let Some(m) = sinks.metrics {
+        m.set_timestamps_supported(plan.device, false)?;
+    }
+    emit(&Event::MeshStarted {
+        node: world.hosts[world.rank].as_str().into(),
+        rank: world.rank,
+        hosts: world.hosts.iter().map(|h| h.as_str().into()).collect(),
+        fan_out: schedule.fan_out(),
+        every_ms: u64::try_from(timing.every().as_millis()).unwrap_or(u64::MAX),
+        cycle: schedule.cycle(),
+        device: plan.device.into(),
+        timestamps: false,
+        timestamps_why: Some(plan.no_timestamps.into()),
+        cycles: plan.cycles,
+    });
+    let mut s = Scheduler {
+        plan,
+        pairs: vec![Pair::new(); world.size()],
+        in_flight: vec![false; world.size()],
+        runs: vec![0; world.size()],
+        summary: Summary::default(),
+        sinks,
+        emit,
+    };
+    let (jobs, queue) = mpsc::sync_channel::<Job>(workers);
+    let (done_tx, done) = mpsc::channel::<Done>();
+    let queue = Mutex::new(queue);
+    let probe_time = timing.every().min(PROBE_CAP);
+    let start = Instant::now();
+    std::thread::scope(|scope| -> Result<()> {
+        for _ in 0..workers {
+            let (queue, done_tx) = (&queue, done_tx.clone());
+            scope.spawn(move || work(prober, &world.hosts, queue, &done_tx, stop));
+        }
+        drop(done_tx);
+        let r = (|| -> Result<()> {
+            let mut t = 0u64;
+            loop {
+                if limit.is_some_and(|l| t >= l) {
+                    s.summary.by_cycles = true;
+                    return Ok(());
+                }
+                let fire = start + timing.fire_at(&node, t);
+                if !s.wait_until(fire, &done, stop)? {
+                    return Ok(());
+                }
+                write_textfile(sinks)?;
+                for peer in node.peers(t) {
+                    s.send(&jobs, peer, t, fire + probe_time)?;
+                }
+                s.summary.intervals = t + 1;
+                t += 1;
+            }
+        })();
+        // No more jobs: the workers finish what they hold (by its deadline) and end.
+        drop(jobs);
+        while s.in_flight.iter().any(|&f| f) {
+            match done.recv() {
+                Ok(d) => s.take(d)?,
+                Err(_) => break,
+            }
+        }
+        r
+    })?;
+    write_textfile(sinks)?;
+    let summary = s.summary;
+    (s.emit)(&Event::MeshStopped {
+        why: if summary.by_cycles {
+            "cycles"
+        } else {
+            "signal"
+        }
+        .into(),
+        intervals: summary.intervals,
+        probes: summary.probes,
+        failed: summary.failed,
+        skipped: summary.skipped,
+    });
+    Ok(summary)
+}
+
+/// A worker: takes jobs until the queue closes.
+fn work<P: Prober>(
+    prober: &P,
+    hosts: &[String],
+    queue: &Mutex<Receiver<Job>>,
+    done: &mpsc::Sender<Done>,
+    stop: &AtomicBool,
+) {
+    loop {
+        // The lock is held only while waiting for the next job.
+        let job = match queue.lock() {
+            Ok(q) => q.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = job else { return };
+        let result = if stop.load(Ordering::SeqCst) {
+            Ran::Stopping
+        } else if Instant::now() >= job.deadline {
+            Ran::Late
+        } else {
+            Ran::Probed(prober.probe(&hosts[job.peer], &job))
+        };
+        if done.send(Done { job, result }).is_err() {
+            return;
+        }
+    }
+}
+
+/// The scheduler's state: the pairs, what is in flight, the counts.
+struct Scheduler<'p, 'e> {
+    plan: &'p Plan<'p>,
+    pairs: Vec<Pair>,
+    in_flight: Vec<bool>,
+    /// Probes sent to each peer (for `--bw-every`).
+    runs: Vec<u64>,
+    summary: Summary,
+    sinks: &'p Sinks<'p>,
+    emit: &'e mut dyn FnMut(&Event<'_>),
+}
+
+impl Scheduler<'_, '_> {
+    /// Takes results until `fire`; `false` when `stop` came first.
+    fn wait_until(
+        &mut self,
+        fire: Instant,
+        done: &Receiver<Done>,
+        stop: &AtomicBool,
+    ) -> Result<bool> {
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            let now = Instant::now();
+            if now >= fire {
+                return Ok(true);
+            }
+            match done.recv_timeout((fire - now).min(POLL)) {
+                Ok(d) => self.take(d)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                // No worker left: a bug (they end only when the queue closes).
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(color_eyre::eyre::eyre!(
+                        "the mesh's probe workers all ended"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Sends interval `t`'s probe of `peer`, or skips it.
+    fn send(
+        &mut self,
+        jobs: &SyncSender<Job>,
+        peer: usize,
+        t: u64,
+        deadline: Instant,
+    ) -> Result<()> {
+        if self.in_flight[peer] {
+            self.skipped(peer, t, "its previous probe is still running");
+            return Ok(());
+        }
+        let every = self.plan.bw_every;
+        let bw = every > 0 && self.runs[peer] % every == every - 1;
+        let job = Job {
+            peer,
+            interval: t,
+            bw,
+            deadline,
+        };
+        match jobs.try_send(job) {
+            Ok(()) => {
+                self.in_flight[peer] = true;
+                self.runs[peer] += 1;
+            }
+            Err(TrySendError::Full(_)) => {
+                self.skipped(
+                    peer,
+                    t,
+                    "no probe worker was free (earlier probes are stuck)",
+                );
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                return Err(color_eyre::eyre::eyre!(
+                    "the mesh's probe workers all ended"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn skipped(&mut self, peer: usize, t: u64, why: &str) {
+        self.summary.skipped += 1;
+        let state = self.pairs[peer].state();
+        self.probe_event(
+            peer,
+            t,
+            ProbeOutcome::Skipped,
+            None,
+            None,
+            None,
+            state,
+            Some(why),
+        );
+    }
+
+    /// Takes one worker's result.
+    fn take(&mut self, d: Done) -> Result<()> {
+        let Done { job, result } = d;
+        let peer = job.peer;
+        self.in_flight[peer] = false;
+        let (outcome, bw) = match result {
+            Ran::Stopping => return Ok(()),
+            Ran::Late => {
+                self.skipped(
+                    peer,
+                    job.interval,
+                    "no probe worker was free before its deadline",
+                );
+                return Ok(());
+            }
+            Ran::Probed(Ok(p)) if !p.verified => (
+                (
+                    Outcome::Failed {
+                        cause: Cause::Corrupt,
+                    },
+                    Some(
+                        "the server's verdict: the bytes it saw are not the ones written"
+                            .to_owned(),
+                    ),
+                ),
+                None,
+            ),
+            Ran::Probed(Ok(p)) => ((Outcome::Ok { rtt: p.rtt }, None), p.bw_mbs),
+            Ran::Probed(Err(f)) => match Outcome::failed(&f.error, f.stage) {
+                Some(o) => ((o, Some(rdma_app::report::message(&f.error))), None),
+                None => {
+                    // The prober's own fault: says nothing of the pair.
+                    let state = self.pairs[peer].state();
+                    let why = rdma_app::report::message(&f.error);
+                    self.probe_event(
+                        peer,
+                        job.interval,
+                        ProbeOutcome::Error,
+                        None,
+                        None,
+                        None,
+                        state,
+                        Some(&why),
+                    );
+                    return Ok(());
+                }
+            },
+        };
+        let (outcome, error) = outcome;
+        let cfg = &self.plan.config.state;
+        let observed = self.pairs[peer].observe(cfg, &outcome);
+        let state = self.pairs[peer].state();
+        let cause = match observed.mark {
+            Mark::Good | Mark::Lossy(_) => None,
+            Mark::Slow => Some(Cause::Slow),
+            Mark::Failed(c) => Some(c),
+        };
+        let rtt = match outcome {
+            Outcome::Ok { rtt } => Some(rtt),
+            Outcome::Failed { .. } => None,
+        };
+        self.summary.probes += 1;
+        let verdict = if cause.is_some() {
+            self.summary.failed += 1;
+            ProbeOutcome::Failed
+        } else {
+            ProbeOutcome::Ok
+        };
+        if let Some(m) = self.sinks.metrics {
+            let rail = RAIL.to_string();
+            m.record(&ProbeReport {
+                peer: &self.plan.world.hosts[peer],
+                device: self.plan.device,
+                rail: &rail,
+                result: ResultLabel::from(cause),
+                state: PathState::of(state),
+                wall_rtt: rtt.map(|r| r.wall),
+                network_rtt: rtt.and_then(|r| r.split).map(|s| s.network),
+                host_delay: rtt.and_then(|r| r.split).map(|s| s.host_delay),
+                bandwidth: bw.map(|mbs| mbs * 1_048_576.0),
+                at: SystemTime::now(),
+            })
+            .wrap_err("recording a probe in the metrics")?;
+        }
+        self.probe_event(
+            peer,
+            job.interval,
+            verdict,
+            cause,
+            rtt,
+            bw,
+            state,
+            error.as_deref(),
+        );
+        if let Some(tr) = observed.transition {
+            let host = &self.plan.world.hosts[peer];
+            (self.emit)(&Event::MeshState {
+                peer: host.as_str().into(),
+                peer_rank: peer,
+                device: self.plan.device.into(),
+                rail: RAIL,
+                from: tr.from,
+                to: tr.to,
+                cause: tr.cause,
+            });
+        }
+        Ok(())
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one event's fields, named at the call"
+    )]
+    fn probe_event(
+        &mut self,
+        peer: usize,
+        interval: u64,
+        outcome: ProbeOutcome,
+        cause: Option<Cause>,
+        rtt: Option<super::rtt::Rtt>,
+        bw_mbs: Option<f64>,
+        state: super::state::PairState,
+        error: Option<&str>,
+    ) {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let split = rtt.and_then(|r| r.split);
+        (self.emit)(&Event::MeshProbe {
+            interval,
+            peer: self.plan.world.hosts[peer].as_str().into(),
+            peer_rank: peer,
+            device: self.plan.device.into(),
+            rail: RAIL,
+            outcome,
+            cause,
+            wall_ns: rtt.map(|r| ns(r.wall)),
+            network_ns: split.map(|s| ns(s.network)),
+            host_delay_ns: split.map(|s| ns(s.host_delay)),
+            bw_mbs,
+            state,
+            error: error.map(Into::into),
+        });
+    }
+}
+
+/// Writes `metrics` to the textfile, when there are both.
+fn write_textfile(sinks: &Sinks<'_>) -> Result<()> {
+    match (sinks.textfile, sinks.metrics) {
+        (Some(f), Some(m)) => f.write(m).map_err(Report::new),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

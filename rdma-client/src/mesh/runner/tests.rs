@@ -1,0 +1,367 @@
+//! The whole runner, driven by a fake prober in memory: its schedule, its states, its skips,
+//! its stop, its metrics.
+
+use super::*;
+use crate::exit::ClientError;
+use crate::mesh::cause::Stage;
+use crate::mesh::http::{Limits, MetricsServer};
+use crate::mesh::metrics::Path;
+use crate::mesh::rtt::Rtt;
+use crate::mesh::state::PairState;
+use std::collections::BTreeSet;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+
+type Behaviour<'a> = dyn Fn(&str, &Job) -> Result<Probed, ProbeFailure> + Sync + 'a;
+
+/// A prober that does what `behave` says and remembers each call: peer, interval, when.
+struct Fake<'a> {
+    behave: &'a Behaviour<'a>,
+    calls: Mutex<Vec<(String, u64, Instant)>>,
+}
+
+impl<'a> Fake<'a> {
+    fn new(behave: &'a Behaviour<'a>) -> Self {
+        Fake {
+            behave,
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn calls(&self) -> Vec<(String, u64, Instant)> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Prober for Fake<'_> {
+    fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((peer.to_owned(), job.interval, Instant::now()));
+        (self.behave)(peer, job)
+    }
+}
+
+fn good(_: &str, _: &Job) -> Result<Probed, ProbeFailure> {
+    Ok(Probed {
+        verified: true,
+        rtt: Rtt::wall(Duration::from_micros(40)),
+        bw_mbs: None,
+    })
+}
+
+fn refused() -> ProbeFailure {
+    ProbeFailure {
+        stage: Stage::Connect,
+        error: Report::new(ClientError::Connect {
+            addr: "10.0.0.2:7471".into(),
+            port: 7471,
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        }),
+    }
+}
+
+fn world(n: usize, rank: usize) -> World {
+    World {
+        hosts: (1..=n).map(|i| format!("node{i}")).collect(),
+        rank,
+    }
+}
+
+fn config(every_ms: u64, fan_out: usize) -> MeshConfig {
+    let mut c = MeshConfig {
+        every: Duration::from_millis(every_ms),
+        fan_out,
+        ..MeshConfig::default()
+    };
+    c.state.down_after = 3;
+    c.state.up_after = 2;
+    c
+}
+
+/// Runs to the end of `cycles`; the events as a reader parses them back.
+fn run_mesh(
+    world: &World,
+    config: MeshConfig,
+    cycles: u64,
+    prober: &Fake<'_>,
+    sinks: &Sinks<'_>,
+) -> (Summary, Vec<Event<'static>>) {
+    let plan = Plan {
+        world,
+        config,
+        bw_every: 0,
+        cycles: Some(cycles),
+        device: "fake0",
+        no_timestamps: "this build measures wall time",
+    };
+    let mut events = Vec::new();
+    let stop = AtomicBool::new(false);
+    let summary = run(&plan, prober, sinks, &stop, &mut |e| {
+        let line = serde_json::to_string(e).unwrap();
+        events.push(rdma_proto::events::parse::<Event<'static>>(&line).unwrap());
+    })
+    .unwrap();
+    (summary, events)
+}
+
+fn transitions(events: &[Event<'_>]) -> Vec<(PairState, PairState, Option<Cause>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MeshState {
+                from, to, cause, ..
+            } => Some((*from, *to, *cause)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_ordered_pair_is_probed_within_a_cycle() {
+    // 5 nodes, 2 peers an interval: a cycle is 2 intervals, and each node covers its 4 peers.
+    for rank in 0..5 {
+        let w = world(5, rank);
+        let fake = Fake::new(&good);
+        let (summary, events) = run_mesh(&w, config(20, 2), 1, &fake, &Sinks::default());
+        let peers: BTreeSet<String> = fake.calls().into_iter().map(|(p, _, _)| p).collect();
+        let want: BTreeSet<String> = w
+            .hosts
+            .iter()
+            .filter(|h| **h != w.hosts[rank])
+            .cloned()
+            .collect();
+        assert_eq!(peers, want, "rank {rank}");
+        assert_eq!(
+            (summary.intervals, summary.probes, summary.skipped),
+            (2, 4, 0)
+        );
+        assert!(summary.by_cycles);
+        assert!(matches!(
+            events.first(),
+            Some(Event::MeshStarted {
+                cycle: 2,
+                fan_out: 2,
+                timestamps: false,
+                ..
+            })
+        ));
+        assert!(matches!(
+            events.last(),
+            Some(Event::MeshStopped { probes: 4, .. })
+        ));
+    }
+}
+
+#[test]
+fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
+    // Intervals 2..=5 fail (4 in a row), the rest succeed.
+    let behave = |p: &str, j: &Job| {
+        if (2..=5).contains(&j.interval) {
+            Err(refused())
+        } else {
+            good(p, j)
+        }
+    };
+    let fake = Fake::new(&behave);
+    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &Sinks::default());
+    assert_eq!((summary.probes, summary.failed), (8, 4));
+    assert_eq!(
+        transitions(&events),
+        vec![
+            (PairState::Unknown, PairState::Up, None),
+            (PairState::Up, PairState::Down, Some(Cause::Host)),
+            (PairState::Down, PairState::Up, None),
+        ]
+    );
+    // The state each probe reported: down at the third failure (interval 4), up at the second
+    // good probe after (interval 7).
+    let states: Vec<(u64, PairState)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MeshProbe {
+                interval, state, ..
+            } => Some((*interval, *state)),
+            _ => None,
+        })
+        .collect();
+    use PairState::{Down, Unknown, Up};
+    let want = [Unknown, Up, Up, Up, Down, Down, Down, Up];
+    assert_eq!(
+        states,
+        want.iter()
+            .enumerate()
+            .map(|(i, s)| (i as u64, *s))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn one_lost_probe_does_not_flap_the_pair_and_a_bad_verdict_is_corrupt() {
+    let behave = |p: &str, j: &Job| match j.interval {
+        3 => Err(refused()),
+        5 => Ok(Probed {
+            verified: false,
+            ..good(p, j)?
+        }),
+        _ => good(p, j),
+    };
+    let fake = Fake::new(&behave);
+    let (summary, events) = run_mesh(&world(2, 1), config(15, 1), 8, &fake, &Sinks::default());
+    assert_eq!(
+        transitions(&events),
+        vec![(PairState::Unknown, PairState::Up, None)]
+    );
+    assert_eq!(summary.failed, 2);
+    let causes: Vec<(u64, Cause)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MeshProbe {
+                interval,
+                cause: Some(c),
+                ..
+            } => Some((*interval, *c)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(causes, vec![(3, Cause::Host), (5, Cause::Corrupt)]);
+}
+
+#[test]
+fn a_stuck_probe_delays_no_other_peer_and_its_next_ones_are_skipped() {
+    // node2's probes hang for 4 intervals (past their deadline); node3's must still go out on
+    // time, every interval.
+    let every = Duration::from_millis(50);
+    let behave = |p: &str, j: &Job| {
+        if p == "node2" {
+            std::thread::sleep(every * 4);
+        }
+        good(p, j)
+    };
+    let fake = Fake::new(&behave);
+    let started = Instant::now();
+    let (summary, events) = run_mesh(&world(3, 0), config(50, 2), 8, &fake, &Sinks::default());
+    let calls = fake.calls();
+    let node3: Vec<Instant> = calls
+        .iter()
+        .filter(|c| c.0 == "node3")
+        .map(|c| c.2)
+        .collect();
+    assert_eq!(node3.len(), 8, "node3 probed in every interval");
+    for (t, at) in node3.iter().enumerate() {
+        // Interval t fires within its own interval (phase + jitter < every), plus slack for a
+        // loaded test machine; never a whole stuck probe (200 ms) late.
+        let due = every * u32::try_from(t).unwrap();
+        let late = at.duration_since(started).saturating_sub(due);
+        assert!(
+            late < every + Duration::from_millis(60),
+            "interval {t}: {late:?} late"
+        );
+    }
+    let node2 = calls.iter().filter(|c| c.0 == "node2").count();
+    assert!(node2 <= 3, "node2 probed {node2} times while stuck");
+    assert_eq!(summary.skipped, 8 - node2 as u64);
+    let skipped = events
+        .iter()
+        .filter(|e| {
+            matches!(e, Event::MeshProbe { outcome: ProbeOutcome::Skipped, peer, .. } if peer == "node2")
+        })
+        .count();
+    assert_eq!(skipped as u64, summary.skipped);
+}
+
+#[test]
+fn a_stop_ends_a_run_without_cycles() {
+    let samples = std::sync::atomic::AtomicU64::new(0);
+    let behave = |p: &str, j: &Job| {
+        if j.bw {
+            samples.fetch_add(1, Ordering::SeqCst);
+        }
+        good(p, j)
+    };
+    let fake = Fake::new(&behave);
+    let w = world(3, 2);
+    let plan = Plan {
+        world: &w,
+        config: config(10, 2),
+        bw_every: 2,
+        cycles: None,
+        device: "fake0",
+        no_timestamps: "wall time",
+    };
+    let stop = AtomicBool::new(false);
+    let summary = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(150));
+            stop.store(true, Ordering::SeqCst);
+        });
+        run(&plan, &fake, &Sinks::default(), &stop, &mut |_| {}).unwrap()
+    });
+    assert!(!summary.by_cycles);
+    assert!(summary.intervals >= 3, "{summary:?}");
+    // --bw-every 2: every second probe of a pair asks for a sample (2 peers, each probed
+    // once an interval).
+    let samples = samples.load(Ordering::SeqCst);
+    assert!(summary.probes > 0);
+    assert!(
+        samples.abs_diff(summary.probes / 2) <= 2,
+        "{samples} of {summary:?}"
+    );
+}
+
+#[test]
+fn the_metrics_endpoint_serves_the_probe_counts() {
+    let w = world(3, 0);
+    let paths: Vec<Path> = ["node2", "node3"]
+        .iter()
+        .map(|p| Path {
+            peer: (*p).to_owned(),
+            device: "fake0".into(),
+            rail: "0".into(),
+        })
+        .collect();
+    let metrics = Arc::new(MeshMetrics::new(&paths).unwrap());
+    let server = MetricsServer::bind(
+        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        metrics.clone(),
+        Limits::default(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let textfile = Textfile::new(dir.path().join("rdma_mesh.prom")).unwrap();
+    let behave = |p: &str, j: &Job| {
+        if p == "node3" {
+            Err(refused())
+        } else {
+            good(p, j)
+        }
+    };
+    let fake = Fake::new(&behave);
+    let sinks = Sinks {
+        metrics: Some(&metrics),
+        textfile: Some(&textfile),
+    };
+    // 3 cycles of 1 interval: each peer probed 3 times.
+    let (summary, _) = run_mesh(&w, config(15, 2), 3, &fake, &sinks);
+    assert_eq!(summary.probes, 6);
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    for line in [
+        r#"rdma_mesh_probes_total{peer="node2",device="fake0",rail="0",result="ok"} 3"#,
+        r#"rdma_mesh_probes_total{peer="node3",device="fake0",rail="0",result="host"} 3"#,
+        r#"rdma_mesh_path_up{peer="node3",device="fake0",rail="0"} 0"#,
+        r#"rdma_mesh_path_up{peer="node2",device="fake0",rail="0"} 1"#,
+        r#"rdma_mesh_timestamps_supported{device="fake0"} 0"#,
+    ] {
+        assert!(body.contains(line), "{line} not in:\n{body}");
+    }
+    let file = std::fs::read_to_string(textfile.path()).unwrap();
+    assert!(file.contains(r#"result="host"} 3"#), "{file}");
+    server.stop();
+}

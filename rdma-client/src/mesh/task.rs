@@ -1,0 +1,266 @@
+//! `--mesh NODES`: its flags ([`MeshArgs`], flattened into the client's), the typed task
+//! ([`MeshTask`]) and [`run`], which sets up what the runner needs (the node list and rank by
+//! the fabric check's rules, the local device, the metrics and their endpoints, the signals)
+//! and runs it with the real prober.
+
+use super::MeshConfig;
+use super::error::MeshError;
+use super::http::{Limits, MetricsServer};
+use super::metrics::{MeshMetrics, Path};
+use super::probe::VerbsProber;
+use super::runner::{self, Plan, Sinks};
+use super::state::StateConfig;
+use super::textfile::Textfile;
+use crate::fabric::ranks::{self, RankError, World};
+use crate::output::Output;
+use color_eyre::eyre::{Report, Result, WrapErr as _};
+use rdma_app as app;
+use rdma_proto::DEFAULT_PORT;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// What `--mesh` says in `--help` and the man page, under its flags.
+pub const ABOUT: &str = "\
+The mesh (--mesh NODES): every node runs `rdma-server --serve` and `rdma-client --mesh NODES`, \
+which probes its peers until SIGINT or SIGTERM (or --mesh-cycles). Schedule: every --every (with \
+up to --jitter of it at random, and a phase per node) each node probes --fan-out peers, a \
+rotation that covers every ordered pair within ceil((N-1)/fan-out) intervals (a cycle) and gives \
+each server --fan-out probers per interval, whatever N. A probe is the fabric check's steps: a \
+verified write of --probe-bytes, --lat-iters 2-byte ping-pongs (its round trip), a --bench bw \
+sample every --bw-every probes of a pair; each its own session, within min(--every, 30s); a \
+peer whose previous probe still runs is skipped, not queued. Causes: host (no TCP, no banner), \
+refused (the server said no), rdma (TCP works, the RDMA path does not), corrupt (the verdict \
+failed), slow (--slow-factor x the pair's median round trip). States: up, degraded (slow or \
+lossy), down, changed only after --down-after, --degrade-after or --up-after probes in a row. \
+Output: a mesh_probe event per probe, mesh_state on each change; Prometheus metrics \
+(rdma_mesh_*) on --metrics-listen /metrics and in --metrics-textfile. Round trips are wall time: \
+completion timestamps are not read yet.";
+
+/// Why the round trips are wall time (the `mesh_started` event's `timestamps_why`).
+pub const NO_TIMESTAMPS: &str =
+    "this build measures wall time; completion timestamps are not read yet";
+
+/// The mesh's flags.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Mesh (probe peers until stopped, Prometheus metrics)")]
+pub struct MeshArgs {
+    /// Run the mesh prober over these nodes: a hostlist (node[01-03], or names separated by
+    /// commas) or @FILE (one name per line, # comments); ranks by natural order as --fabric's.
+    /// This node is found by its name (or --rank). The mesh's paragraph is in the description
+    /// (--help, man rdma-client).
+    #[arg(long, value_name = "NODES", conflicts_with_all = ["fabric", "fabric_report"])]
+    pub mesh: Option<String>,
+
+    /// TCP port of every peer's rdma-server.
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT, requires = "mesh")]
+    pub mesh_port: u16,
+
+    /// One probe round every this long.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = app::parse_duration, requires = "mesh")]
+    pub every: Duration,
+
+    /// Peers probed per interval (and probers per server per interval); at most N-1.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024), requires = "mesh")]
+    pub fan_out: u64,
+
+    /// Random delay of each round, as a fraction of --every (0 to 1).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.1, value_parser = fraction, requires = "mesh")]
+    pub jitter: f64,
+
+    /// A pair goes down after this many failed probes in a row.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "mesh")]
+    pub down_after: u32,
+
+    /// A pair goes degraded after this many slow (or lossy) probes in a row.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "mesh")]
+    pub degrade_after: u32,
+
+    /// A pair comes back up after this many good probes in a row.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "mesh")]
+    pub up_after: u32,
+
+    /// A round trip is slow above this many times the pair's median (and above 200 us).
+    #[arg(long, value_name = "FACTOR", default_value_t = 3.0, value_parser = above_one, requires = "mesh")]
+    pub slow_factor: f64,
+
+    /// Bytes of each probe's verified write.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_048_576), requires = "mesh")]
+    pub probe_bytes: u64,
+
+    /// A bandwidth sample (--bw-iters 64 KiB writes) every N-th probe of a pair; 0: never.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "mesh")]
+    pub bw_every: u64,
+
+    /// Serve Prometheus metrics on ADDR (/metrics), e.g. [::]:9478.
+    #[arg(long, value_name = "ADDR", requires = "mesh")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Write the metrics for node_exporter's textfile collector to PATH (*.prom), replaced
+    /// atomically each interval.
+    #[arg(long, value_name = "PATH", requires = "mesh")]
+    pub metrics_textfile: Option<PathBuf>,
+
+    /// Stop by itself after N cycles (every ordered pair probed N times); default: run until
+    /// SIGINT or SIGTERM.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "mesh")]
+    pub mesh_cycles: Option<u64>,
+}
+
+fn fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a fraction from 0 to 1 (e.g. 0.1)")),
+    }
+}
+
+fn above_one(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 1.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a factor above 1 (e.g. 3)")),
+    }
+}
+
+/// `--mesh`, from the command line.
+#[derive(Debug)]
+pub struct MeshTask {
+    pub mesh: MeshArgs,
+    /// `--rank` (shared with --fabric).
+    pub rank: Option<usize>,
+    /// `--lat-iters` (default 20 here).
+    pub lat_iters: u64,
+    /// `--bw-iters`.
+    pub bw_iters: u64,
+    pub notify: Option<rdma_proto::Notify>,
+    pub knobs: crate::bench::Knobs,
+    pub session: crate::session::SessionOptions,
+    pub device: rdma_app::device::DeviceArgs,
+}
+
+/// The mesh's default `--lat-iters`.
+pub const LAT_ITERS: u64 = 20;
+
+impl MeshArgs {
+    /// The node list as a hostlist: `--mesh`'s text, or `@FILE`'s names joined.
+    ///
+    /// # Errors
+    /// An unreadable or empty file.
+    pub fn node_list(&self, list: &str) -> Result<String, MeshError> {
+        let Some(path) = list.strip_prefix('@') else {
+            return Ok(list.to_owned());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| MeshError::ReadList {
+            path: path.to_owned(),
+            source,
+        })?;
+        let names: Vec<&str> = text
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Err(MeshError::EmptyList(path.to_owned()));
+        }
+        Ok(names.join(","))
+    }
+
+    /// The knobs, checked.
+    ///
+    /// # Errors
+    /// A knob that cannot work (clap refuses most first).
+    pub fn config(&self) -> Result<MeshConfig, MeshError> {
+        let d = MeshConfig::default();
+        let c = MeshConfig {
+            every: self.every,
+            fan_out: usize::try_from(self.fan_out).unwrap_or(usize::MAX),
+            jitter: self.jitter,
+            seed: 0,
+            state: StateConfig {
+                down_after: self.down_after,
+                degrade_after: self.degrade_after,
+                up_after: self.up_after,
+                slow_factor: self.slow_factor,
+                ..d.state
+            },
+        };
+        c.validate().map_err(|e| MeshError::Config(e.to_string()))?;
+        Ok(c)
+    }
+}
+
+/// The world of `--mesh LIST [--rank N]`: by rank, else by this host's name.
+///
+/// # Errors
+/// A bad list, fewer than two nodes, a rank out of range, this host not in it.
+pub fn world(list: &str, rank: Option<usize>) -> Result<World, RankError> {
+    match rank {
+        Some(r) => ranks::explicit(list, r),
+        None => ranks::by_hostname(list, &crate::fabric::this_host()),
+    }
+}
+
+/// Runs `--mesh` until SIGINT/SIGTERM or `--mesh-cycles`.
+pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
+    let m = &task.mesh;
+    let list = m.node_list(m.mesh.as_deref().unwrap_or_default())?;
+    let world = world(&list, task.rank)?;
+    let config = m.config()?;
+    let token = task.session.token.load()?;
+    let local = task.device.open().map_err(Report::new)?;
+    let (notify, _) = crate::session::notify_for(task.notify, &local)?;
+    let device = local.ctx.name().to_owned();
+    let paths: Vec<Path> = (0..world.size())
+        .filter(|&p| p != world.rank)
+        .map(|p| Path {
+            peer: world.hosts[p].clone(),
+            device: device.clone(),
+            rail: "0".into(),
+        })
+        .collect();
+    let metrics = Arc::new(MeshMetrics::new(&paths)?);
+    let server = match m.metrics_listen {
+        Some(addr) => Some(MetricsServer::bind(
+            addr,
+            metrics.clone(),
+            Limits::default(),
+        )?),
+        None => None,
+    };
+    let textfile = m.metrics_textfile.clone().map(Textfile::new).transpose()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .wrap_err("installing the SIGINT/SIGTERM handler")?;
+    }
+    let payload: Vec<u8> = (0..m.probe_bytes).map(|i| b'a' + (i % 26) as u8).collect();
+    let prober = VerbsProber {
+        local: &local,
+        port: m.mesh_port,
+        payload,
+        notify,
+        token,
+        session: task.session.clone(),
+        knobs: task.knobs,
+        lat_iters: task.lat_iters,
+        bw_iters: task.bw_iters,
+    };
+    let plan = Plan {
+        world: &world,
+        config,
+        bw_every: m.bw_every,
+        cycles: m.mesh_cycles,
+        device: &device,
+        no_timestamps: NO_TIMESTAMPS,
+    };
+    let sinks = Sinks {
+        metrics: Some(&metrics),
+        textfile: textfile.as_ref(),
+    };
+    runner::run(&plan, &prober, &sinks, &stop, &mut |e| out.emit(e))?;
+    if let Some(s) = server {
+        s.stop();
+    }
+    Ok(())
+}
