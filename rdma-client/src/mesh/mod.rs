@@ -7,8 +7,8 @@
 //! load on each server stays `fan_out` probers per interval whatever the mesh's size. Each
 //! failed probe has a cause; each pair has a state that only a run of consecutive probes moves.
 //!
-//! Everything here is sans-IO: no socket, no verbs, no clock, no thread. The caller (the mesh
-//! runner) asks whom to probe and when, runs the probes with the client's own steps, and feeds
+//! The core is sans-IO: no socket, no verbs, no clock, no thread. The runner ([`runner`]) asks
+//! it whom to probe and when, runs the probes with the client's own steps ([`probe`]), and feeds
 //! what came back in.
 //!
 //! - [`schedule`]: whom node `i` of `n` probes in interval `t` ([`schedule::Schedule`]), and when
@@ -24,6 +24,17 @@
 //! The operations side: [`metrics`] (the metric families, fed with typed probe reports),
 //! [`http`] (the `/metrics` endpoint, `--metrics-listen`), [`textfile`] (node_exporter's
 //! textfile collector, `--metrics-textfile`, written atomically).
+//!
+//! Running it: [`task`] (the `--mesh` flags, the setup, [`task::run`]), [`runner`] (the
+//! scheduler and its bounded worker pool, over the [`probe::Prober`] seam, which a fake prober
+//! drives in the tests), [`probe`] (the real prober: the fabric runner's steps), [`error`] (the
+//! mesh's usage errors and their exit).
+//!
+//! Known limits: each probe is its own sessions, one per step (the server serves one write or
+//! bench run per session: reusing sessions and queue pairs between probes needs a protocol
+//! change); round trips are wall time (completion timestamps, `ibv_create_cq_ex`, are not read
+//! yet: [`rtt`]'s split is ready for them, and `mesh_started` says `timestamps: false`); the mesh
+//! probes from one device (rail 0), `--rails` is the fabric check's only.
 //!
 //! [`MeshConfig`] gathers the knobs, with defaults argued on each field.
 

@@ -94,7 +94,7 @@ pub struct MeshArgs {
     #[arg(long, value_name = "N", default_value_t = 0, requires = "mesh")]
     pub bw_every: u64,
 
-    /// Serve Prometheus metrics on ADDR (/metrics), e.g. [::]:9478.
+    /// Serve Prometheus metrics on ADDR (/metrics), e.g. `[::]:9478`.
     #[arg(long, value_name = "ADDR", requires = "mesh")]
     pub metrics_listen: Option<SocketAddr>,
 
