@@ -66,7 +66,7 @@ pub struct Sinks<'a> {
 pub struct Summary {
     /// Intervals whose probes were sent.
     pub intervals: u64,
-    /// Probes that ran and came back.
+    /// Probes that ran and were judged (not those the prober itself failed: outcome `error`).
     pub probes: u64,
     pub failed: u64,
     pub skipped: u64,
@@ -77,6 +77,9 @@ pub struct Summary {
 /// The rail every probe is on (the mesh probes from one device; `--rails` is the fabric
 /// check's only, so far).
 const RAIL: usize = 0;
+
+/// A verified write the server saw other bytes of.
+const CORRUPT: &str = "the server's verdict: the bytes it saw are not the ones written";
 
 /// What a worker sends back.
 struct Done {
@@ -321,50 +324,36 @@ impl Scheduler<'_, '_> {
         let Done { job, result } = d;
         let peer = job.peer;
         self.in_flight[peer] = false;
-        let (outcome, bw) = match result {
+        let probed = match result {
             Ran::Stopping => return Ok(()),
             Ran::Late => {
-                self.skipped(
-                    peer,
-                    job.interval,
-                    "no probe worker was free before its deadline",
-                );
+                let why = "no probe worker was free before its deadline";
+                self.skipped(peer, job.interval, why);
                 return Ok(());
             }
-            Ran::Probed(Ok(p)) if !p.verified => (
-                (
-                    Outcome::Failed {
-                        cause: Cause::Corrupt,
-                    },
-                    Some(
-                        "the server's verdict: the bytes it saw are not the ones written"
-                            .to_owned(),
-                    ),
-                ),
+            Ran::Probed(r) => r,
+        };
+        let (outcome, error, bw) = match probed {
+            Ok(p) if !p.verified => (
+                Outcome::Failed {
+                    cause: Cause::Corrupt,
+                },
+                Some(CORRUPT.to_owned()),
                 None,
             ),
-            Ran::Probed(Ok(p)) => ((Outcome::Ok { rtt: p.rtt }, None), p.bw_mbs),
-            Ran::Probed(Err(f)) => match Outcome::failed(&f.error, f.stage) {
-                Some(o) => ((o, Some(rdma_app::report::message(&f.error))), None),
-                None => {
+            Ok(p) => (Outcome::Ok { rtt: p.rtt }, None, p.bw_mbs),
+            Err(f) => {
+                let why = rdma_app::report::message(&f.error);
+                let Some(o) = Outcome::failed(&f.error, f.stage) else {
                     // The prober's own fault: says nothing of the pair.
                     let state = self.pairs[peer].state();
-                    let why = rdma_app::report::message(&f.error);
-                    self.probe_event(
-                        peer,
-                        job.interval,
-                        ProbeOutcome::Error,
-                        None,
-                        None,
-                        None,
-                        state,
-                        Some(&why),
-                    );
+                    let (i, e) = (job.interval, ProbeOutcome::Error);
+                    self.probe_event(peer, i, e, None, None, None, state, Some(&why));
                     return Ok(());
-                }
-            },
+                };
+                (o, Some(why), None)
+            }
         };
-        let (outcome, error) = outcome;
         let cfg = &self.plan.config.state;
         let observed = self.pairs[peer].observe(cfg, &outcome);
         let state = self.pairs[peer].state();

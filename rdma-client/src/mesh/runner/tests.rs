@@ -365,3 +365,47 @@ fn the_metrics_endpoint_serves_the_probe_counts() {
     assert!(file.contains(r#"result="host"} 3"#), "{file}");
     server.stop();
 }
+
+#[test]
+fn a_slow_round_trip_is_slow_and_the_probers_own_fault_moves_nothing() {
+    // Six good probes make the baseline (40 us); interval 6 takes 10 ms; interval 7 fails by a
+    // bug of the prober's, which says nothing of the pair.
+    let behave = |p: &str, j: &Job| match j.interval {
+        6 => Ok(Probed {
+            rtt: Rtt::wall(Duration::from_millis(10)),
+            ..good(p, j)?
+        }),
+        7 => Err(ProbeFailure {
+            stage: Stage::Transfer,
+            error: color_eyre::eyre::eyre!("a bug"),
+        }),
+        _ => good(p, j),
+    };
+    let fake = Fake::new(&behave);
+    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &Sinks::default());
+    let probes: Vec<(u64, ProbeOutcome, Option<Cause>, PairState)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MeshProbe {
+                interval,
+                outcome,
+                cause,
+                state,
+                ..
+            } => Some((*interval, *outcome, *cause, *state)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        probes[6..],
+        [
+            (6, ProbeOutcome::Failed, Some(Cause::Slow), PairState::Up),
+            (7, ProbeOutcome::Error, None, PairState::Up),
+        ]
+    );
+    assert_eq!((summary.probes, summary.failed), (7, 1));
+    assert_eq!(
+        transitions(&events),
+        vec![(PairState::Unknown, PairState::Up, None)]
+    );
+}
