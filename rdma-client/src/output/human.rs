@@ -169,7 +169,7 @@ fn mesh_line(event: &Event<'_>) -> String {
             cycles,
         } => {
             let mut line = format!(
-                "mesh: {} (rank {rank} of {}) probes {fan_out} peer(s) every {every_ms} ms from                  {device}; every pair within {cycle} interval(s)",
+                "mesh: {} (rank {rank} of {}) probes {fan_out} peer(s) every {every_ms} ms from {device}; every pair within {cycle} interval(s)",
                 printable(node),
                 hosts.len()
             );
@@ -231,7 +231,7 @@ fn mesh_line(event: &Event<'_>) -> String {
             failed,
             skipped,
         } => format!(
-            "mesh stopped ({}) after {intervals} interval(s): {probes} probe(s), {failed} failed,              {skipped} skipped",
+            "mesh stopped ({}) after {intervals} interval(s): {probes} probe(s), {failed} failed, {skipped} skipped",
             printable(why)
         ),
         _ => String::new(),
@@ -466,6 +466,75 @@ mod tests {
         assert_eq!(
             line(&plan, &Detail::None),
             "round   1:    0 node-a ->    1 node-b"
+        );
+    }
+
+    #[test]
+    fn the_mesh_says_wall_time_once_at_its_start_and_one_line_a_probe() {
+        use rdma_proto::events::mesh::{Cause, PairState, ProbeOutcome};
+        let started = Event::MeshStarted {
+            node: "node1".into(),
+            rank: 0,
+            hosts: vec!["node1".into(), "node2".into(), "node3".into()],
+            fan_out: 2,
+            every_ms: 10_000,
+            cycle: 1,
+            device: "rxe0".into(),
+            timestamps: false,
+            timestamps_why: Some("completion timestamps are not read yet".into()),
+            cycles: None,
+        };
+        assert_eq!(
+            line(&started, &Detail::None),
+            "mesh: node1 (rank 0 of 3) probes 2 peer(s) every 10000 ms from rxe0; every pair \
+             within 1 interval(s)\nmesh: round trips are wall time (no network/host split): \
+             completion timestamps are not read yet"
+        );
+        let probe = Event::MeshProbe {
+            interval: 4,
+            peer: "node3\u{1b}[2J".into(),
+            peer_rank: 2,
+            device: "rxe0".into(),
+            rail: 0,
+            outcome: ProbeOutcome::Failed,
+            cause: Some(Cause::Host),
+            wall_ns: None,
+            network_ns: None,
+            host_delay_ns: None,
+            bw_mbs: None,
+            state: PairState::Down,
+            error: Some("connection refused".into()),
+        };
+        let l = line(&probe, &Detail::None);
+        assert!(l.starts_with("[4] node3"), "{l}");
+        assert!(!l.contains('\u{1b}'), "{l}");
+        assert!(
+            l.ends_with(" failed (host); pair down: connection refused"),
+            "{l}"
+        );
+        let state = Event::MeshState {
+            peer: "node3".into(),
+            peer_rank: 2,
+            device: "rxe0".into(),
+            rail: 0,
+            from: PairState::Up,
+            to: PairState::Down,
+            cause: Some(Cause::Host),
+        };
+        assert_eq!(
+            line(&state, &Detail::None),
+            "node3 is now down (was up), cause host"
+        );
+        let stopped = Event::MeshStopped {
+            why: "signal".into(),
+            intervals: 5,
+            probes: 10,
+            failed: 3,
+            skipped: 1,
+        };
+        assert_eq!(
+            line(&stopped, &Detail::None),
+            "mesh stopped (signal) after 5 interval(s): 10 probe(s), 3 failed, 1 skipped"
         );
     }
 }
