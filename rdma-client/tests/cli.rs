@@ -60,3 +60,35 @@ fn an_expected_failure_shows_advice_and_no_backtrace() {
 fn the_binary_has_no_fault_flag() {
     client().assert_no_flag(&[NOWHERE, "--fault", "wrong-rkey"], "--fault");
 }
+
+/// The mesh's mistakes are usage errors that name what to fix, before any RDMA (so the same on
+/// a host without it).
+#[test]
+fn the_meshs_mistakes_are_usage_errors() {
+    let args = |extra: &[&str]| -> Vec<String> {
+        ["--mesh", "n1,n2"]
+            .iter()
+            .chain(extra)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    for (extra, names) in [
+        (
+            &["--rank", "0", "--metrics-textfile", "/tmp/mesh.txt"][..],
+            "*.prom",
+        ),
+        (&["--rank", "2"][..], "rank 2 is out of range"),
+        (
+            &["--rank", "0", "--token-file", MISSING_FILE][..],
+            MISSING_FILE,
+        ),
+    ] {
+        let (exit, run) = client().check_expected_failure(&args(extra), &[]);
+        assert_eq!(exit, Exit::Usage, "{run:?}");
+        assert!(run.stderr.contains(names), "{names}: {run:?}");
+    }
+    let missing = format!("@{MISSING_FILE}");
+    let (exit, run) = client().check_expected_failure(&["--mesh".to_owned(), missing], &[]);
+    assert_eq!(exit, Exit::Usage, "{run:?}");
+    assert!(run.stderr.contains("cannot read it"), "{run:?}");
+}

@@ -208,6 +208,8 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
     let world = world(&list, task.rank)?;
     let config = m.config()?;
     let token = task.session.token.load()?;
+    // The user's mistakes before the device: they are the same on a host without RDMA.
+    let textfile = m.metrics_textfile.clone().map(Textfile::new).transpose()?;
     let local = task.device.open().map_err(Report::new)?;
     let (notify, _) = crate::session::notify_for(task.notify, &local)?;
     let device = local.ctx.name().to_owned();
@@ -228,7 +230,6 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         )?),
         None => None,
     };
-    let textfile = m.metrics_textfile.clone().map(Textfile::new).transpose()?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
