@@ -14,6 +14,9 @@
 //!   waits by it.
 //! - Only the scheduler touches the pairs' states and emits: the events come in one order.
 //!
+//! After a stall of more than an interval (a paused VM, a suspended host), the intervals missed
+//! are dropped (their probes counted as skipped, without an event each), not fired in a burst.
+//!
 //! It stops at `stop` (SIGINT, SIGTERM) or after `--mesh-cycles` cycles; then the probes in
 //! flight are finished (by their deadlines) and counted, and `mesh_stopped` says why.
 
@@ -154,6 +157,15 @@ pub fn run<P: Prober>(
                 if limit.is_some_and(|l| t >= l) {
                     s.summary.by_cycles = true;
                     return Ok(());
+                }
+                // After a stall (a paused VM, a suspended host) the intervals that passed are
+                // dropped, not fired in a burst that would load the servers beyond the fan-out.
+                let now = t.max(current(start.elapsed(), timing.every()));
+                if now > t {
+                    let missed = (now - t).saturating_mul(as_u64(schedule.fan_out()));
+                    s.summary.skipped = s.summary.skipped.saturating_add(missed);
+                    t = limit.map_or(now, |l| now.min(l));
+                    continue;
                 }
                 let fire = start + timing.fire_at(&node, t);
                 if !s.wait_until(fire, &done, stop)? {
@@ -447,6 +459,17 @@ impl Scheduler<'_, '_> {
             error: error.map(Into::into),
         });
     }
+}
+
+/// The interval `elapsed` falls in, minus one: the latest whose probes may still go out (an
+/// interval's round fires within it, so the one before the current may be still due).
+fn current(elapsed: Duration, every: Duration) -> u64 {
+    let n = elapsed.as_nanos() / every.as_nanos().max(1);
+    u64::try_from(n).unwrap_or(u64::MAX).saturating_sub(1)
+}
+
+fn as_u64(x: usize) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
 }
 
 /// Writes `metrics` to the textfile, when there are both.

@@ -409,3 +409,14 @@ fn a_slow_round_trip_is_slow_and_the_probers_own_fault_moves_nothing() {
         vec![(PairState::Unknown, PairState::Up, None)]
     );
 }
+
+#[test]
+fn after_a_stall_only_the_interval_before_the_current_one_is_still_due() {
+    let every = Duration::from_millis(100);
+    let ms = Duration::from_millis;
+    assert_eq!(current(ms(0), every), 0);
+    assert_eq!(current(ms(150), every), 0);
+    assert_eq!(current(ms(250), every), 1);
+    // Ten intervals stalled: the scheduler resumes at interval 9, not 0.
+    assert_eq!(current(ms(1_050), every), 9);
+}
