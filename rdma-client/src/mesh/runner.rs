@@ -39,6 +39,8 @@ use std::time::{Duration, Instant, SystemTime};
 pub const PROBE_CAP: Duration = Duration::from_secs(30);
 /// At most this many workers (the systemd unit's `TasksMax` counts them).
 pub const MAX_WORKERS: usize = 16;
+/// How long past the last deadline a stopping run waits for the probes in flight.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// How often the scheduler looks at `stop` while it waits.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -179,10 +181,14 @@ pub fn run<P: Prober>(
                 t += 1;
             }
         })();
-        // No more jobs: the workers finish what they hold (by its deadline) and end.
+        // No more jobs: the workers finish what they hold (by its deadline) and end. A result
+        // later than any deadline plus a grace is not waited for (the scope still joins the
+        // worker, which the prober's own deadline ends).
         drop(jobs);
+        let last = Instant::now() + probe_time + DRAIN_GRACE;
         while s.in_flight.iter().any(|&f| f) {
-            match done.recv() {
+            let left = last.saturating_duration_since(Instant::now());
+            match done.recv_timeout(left) {
                 Ok(d) => s.take(d)?,
                 Err(_) => break,
             }
