@@ -21,7 +21,8 @@ use std::time::Duration;
     about,
     long_about = long_about(),
     after_help = app::exit_codes_help(exit::SUCCESS, exit::EXITS),
-    group(clap::ArgGroup::new("node_list").args(["hosts", "mesh"]).multiple(false))
+    group(clap::ArgGroup::new("node_list").args(["hosts", "mesh"]).multiple(false)),
+    group(clap::ArgGroup::new("rail_check").args(["fabric", "mesh"]).multiple(false))
 )]
 pub struct Args {
     /// Server to connect to: HOST or HOST:PORT (default port 7471). Required, except with
@@ -147,6 +148,7 @@ impl Args {
         if self.mesh.mesh.is_some() {
             return Ok(Task::Mesh(MeshTask {
                 rank: self.fabric.rank,
+                rails: self.fabric.rails,
                 lat_iters: self
                     .fabric
                     .lat_iters
@@ -380,6 +382,15 @@ mod task_tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--mesh"), "{e}");
+        // --rails goes with --fabric or --mesh.
+        let e = Args::try_parse_from(["rdma-client", "--rails", "auto"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--fabric") && e.contains("--mesh"), "{e}");
+        let Task::Mesh(t) = task(&["rdma-client", "--mesh", "a,b", "--rails", "2"]) else {
+            panic!("not the mesh")
+        };
+        assert_eq!(t.rails, Some(crate::fabric::rails::Rails::Count(2)));
         // --rank needs a node list, --hosts or --mesh.
         let e = Args::try_parse_from(["rdma-client", "--rank", "1"])
             .unwrap_err()

@@ -86,14 +86,14 @@ pub struct FabricArgs {
     )]
     pub retest: Option<String>,
 
-    /// With --fabric: check every rail (`auto`: each ACTIVE RoCE port, by device name) or the
+    /// With --fabric (or --mesh): check every rail (`auto`: each ACTIVE RoCE port, by device name) or the
     /// first N, rail i of each node against rail i of every other, in the same rounds, over
     /// that rail's device and the peer's address on it (a node's name resolves to one address
     /// per rail); the report gives one matrix per rail.
     #[arg(
         long,
         value_name = "auto|N",
-        requires = "fabric",
+        requires = "rail_check",
         value_parser = rails::parse,
         conflicts_with_all = ["device", "gid_index"]
     )]

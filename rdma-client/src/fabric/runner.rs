@@ -199,7 +199,7 @@ impl Ends {
 }
 
 /// Every address `host` resolves to, with the local address its route leaves from.
-fn routes(host: &str, port: u16) -> Result<Vec<(IpAddr, Option<IpAddr>)>> {
+pub(crate) fn routes(host: &str, port: u16) -> Result<Vec<(IpAddr, Option<IpAddr>)>> {
     let mut ips: Vec<IpAddr> = Vec::new();
     match (host, port).to_socket_addrs() {
         Ok(found) => {

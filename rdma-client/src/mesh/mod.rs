@@ -33,8 +33,8 @@
 //! Known limits: each probe is its own sessions, one per step (the server serves one write or
 //! bench run per session: reusing sessions and queue pairs between probes needs a protocol
 //! change); round trips are wall time (completion timestamps, `ibv_create_cq_ex`, are not read
-//! yet: [`rtt`]'s split is ready for them, and `mesh_started` says `timestamps: false`); the mesh
-//! probes from one device (rail 0), `--rails` is the fabric check's only.
+//! yet: [`rtt`]'s split is ready for them, and `mesh_started` says `timestamps: false`).
+//! With `--rails`, each rail is a path of its own (the fabric check's rail matching).
 //!
 //! [`MeshConfig`] gathers the knobs, with defaults argued on each field.
 

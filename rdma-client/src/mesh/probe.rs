@@ -2,7 +2,8 @@
 //! real one, which does what the fabric check does for a pair (`fabric::runner`), with the
 //! client's own steps: a verified write (`run::Write`, step by step so that a failure knows its
 //! [`Stage`]), then a short `--bench lat` (`bench::Measure`), then, when due, a short
-//! `--bench bw`.
+//! `--bench bw`. With `--rails`, from each rail's device to the peer's address on that rail,
+//! as the fabric check does ([`Ends::Rails`]).
 //!
 //! **Each probe is its own sessions** (one for the write, one per measurement): the server
 //! serves one write (or one bench run) per session, so reusing a session or a queue pair
@@ -25,9 +26,14 @@ use crate::bench::{Knobs, Measure, Sweep};
 use crate::run::Write;
 use crate::session::{SessionOptions, Target};
 use color_eyre::eyre::{Report, Result};
+use rdma_app::device::DeviceArgs;
 use rdma_core_rs::LocalPort;
+use rdma_core_rs::route::Rail;
 use rdma_proto::bench::BenchMode;
 use rdma_proto::{FrameError, Notify};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One probe the runner asks for.
@@ -35,6 +41,8 @@ use std::time::{Duration, Instant};
 pub struct Job {
     /// The peer's rank.
     pub peer: usize,
+    /// This node's rail it leaves from (0 without `--rails`).
+    pub rail: usize,
     /// The interval it belongs to.
     pub interval: u64,
     /// Whether to take a bandwidth sample too (`--bw-every`).
@@ -75,15 +83,32 @@ pub const BW_SIZE: u64 = 65536;
 /// The lat exchange's message size (the fabric check's).
 pub const LAT_SIZE: u64 = 2;
 
-/// The real prober: this node's device, the client's steps.
+/// Where this node's probes leave from: one device (the device flags' choice), or one per rail
+/// (`--rails`, as the fabric check: the peer's address on rail `i` from its name
+/// (`fabric::rails::match_peer`), from the local end `DeviceArgs::open_for` picks for the
+/// address that connection leaves from, opened once per address).
+#[derive(Debug)]
+pub enum Ends<'a> {
+    One(Arc<LocalPort>),
+    Rails {
+        /// This node's name.
+        me: String,
+        rails: Vec<Rail>,
+        device: &'a DeviceArgs,
+        opened: Mutex<HashMap<IpAddr, Arc<LocalPort>>>,
+    },
+}
+
+/// The real prober: this node's device(s), the client's steps.
 #[derive(Debug)]
 pub struct VerbsProber<'a> {
-    pub local: &'a LocalPort,
+    pub ends: Ends<'a>,
     /// The peers' servers' port.
     pub port: u16,
     /// What the verified write writes (`--probe-bytes`).
     pub payload: Vec<u8>,
-    pub notify: Notify,
+    /// `--notify`; `None`: what the device has (`session::notify_for`).
+    pub notify: Option<Notify>,
     pub token: Option<String>,
     /// `--timeout`, `--cq-mode`, `--cm` (its token and retry are not used: the token is loaded
     /// once, and a probe never waits for a server to come up).
@@ -116,19 +141,73 @@ impl VerbsProber<'_> {
         })
     }
 
+    /// The local end and the server of `job`'s rail to `peer`.
+    fn end(&self, peer: &str, job: &Job) -> Result<(Arc<LocalPort>, Target), ProbeFailure> {
+        let port = self.port;
+        let connect = |e: Report| ProbeFailure {
+            stage: Stage::Connect,
+            error: e,
+        };
+        let (me, rails, device, opened) = match &self.ends {
+            Ends::One(local) => {
+                let target = Target::at(peer, port).map_err(connect)?;
+                return Ok((local.clone(), target));
+            }
+            Ends::Rails {
+                me,
+                rails,
+                device,
+                opened,
+            } => (me, rails, device, opened),
+        };
+        let routes = crate::fabric::runner::routes(peer, port).map_err(connect)?;
+        let on = crate::fabric::rails::match_peer(me, rails, peer, &routes)
+            .map_err(|e| connect(Report::new(e)))?;
+        let Some(p) = on.get(job.rail) else {
+            return Err(connect(color_eyre::eyre::eyre!(
+                "no rail {} here",
+                job.rail
+            )));
+        };
+        let target = Target {
+            name: SocketAddr::new(p.target, port).to_string(),
+            addr: SocketAddr::new(p.target, port),
+        };
+        let mut opened = opened
+            .lock()
+            .map_err(|_| connect(color_eyre::eyre::eyre!("a probe worker panicked")))?;
+        let local = match opened.get(&p.source) {
+            Some(l) => l.clone(),
+            None => {
+                let (l, _) = device
+                    .open_for(p.source)
+                    .map_err(|e| connect(Report::new(e)))?;
+                let l = Arc::new(l);
+                opened.insert(p.source, l.clone());
+                l
+            }
+        };
+        Ok((local, target))
+    }
+
     /// The verified write; its time from post to completion.
-    fn write(&self, target: &Target, job: &Job) -> Result<(bool, Duration), ProbeFailure> {
+    fn write(
+        &self,
+        local: &LocalPort,
+        target: &Target,
+        job: &Job,
+    ) -> Result<(bool, Duration), ProbeFailure> {
         let opts = self.options(job, Stage::Connect)?;
+        let (notify, _) =
+            crate::session::notify_for(self.notify, local).map_err(at(Stage::Connect))?;
         let w = Write {
             target,
             payload: &self.payload,
-            notify: self.notify,
+            notify,
             token: self.token.clone(),
             chosen: None,
         };
-        let opened = w
-            .open(self.local, &opts, None, 0)
-            .map_err(at(Stage::Connect))?;
+        let opened = w.open(local, &opts, None, 0).map_err(at(Stage::Connect))?;
         let mut c = opened.connect().map_err(at(Stage::Handshake))?;
         let transfer = at(Stage::Transfer);
         let started = c.post(c.remote).map_err(transfer)?;
@@ -142,6 +221,7 @@ impl VerbsProber<'_> {
     /// average MB/s.
     fn measure(
         &self,
+        local: &LocalPort,
         target: &Target,
         job: &Job,
         mode: BenchMode,
@@ -164,9 +244,7 @@ impl VerbsProber<'_> {
             knobs: self.knobs,
             chosen: None,
         };
-        let opened = m
-            .open(self.local, &opts, None)
-            .map_err(at(Stage::Connect))?;
+        let opened = m.open(local, &opts, None).map_err(at(Stage::Connect))?;
         let mut bench = opened
             .connect(Instant::now())
             .map_err(at(Stage::Handshake))?;
@@ -189,8 +267,8 @@ impl VerbsProber<'_> {
 
 impl Prober for VerbsProber<'_> {
     fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
-        let target = Target::at(peer, self.port).map_err(at(Stage::Connect))?;
-        let (verified, write) = self.write(&target, job)?;
+        let (local, target) = self.end(peer, job)?;
+        let (verified, write) = self.write(&local, &target, job)?;
         if !verified {
             return Ok(Probed {
                 verified,
@@ -199,13 +277,13 @@ impl Prober for VerbsProber<'_> {
             });
         }
         let rtt = if self.lat_iters > 0 {
-            let half_us = self.measure(&target, job, BenchMode::Lat, self.lat_iters)?;
+            let half_us = self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters)?;
             Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0))
         } else {
             write
         };
         let bw_mbs = if job.bw && self.bw_iters > 0 {
-            Some(self.measure(&target, job, BenchMode::Bw, self.bw_iters)?)
+            Some(self.measure(&local, &target, job, BenchMode::Bw, self.bw_iters)?)
         } else {
             None
         };

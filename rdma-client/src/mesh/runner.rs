@@ -53,8 +53,9 @@ pub struct Plan<'a> {
     pub bw_every: u64,
     /// Stop after this many cycles (`None`: at `stop`).
     pub cycles: Option<u64>,
-    /// The local device the probes leave from (the events' and metrics' `device`).
-    pub device: &'a str,
+    /// The local device of each rail the probes leave from (one without `--rails`): the events'
+    /// and metrics' `device`, by `rail`.
+    pub devices: &'a [String],
     /// Why there are no completion timestamps (always, in this build).
     pub no_timestamps: &'a str,
 }
@@ -79,12 +80,16 @@ pub struct Summary {
     pub by_cycles: bool,
 }
 
-/// The rail every probe is on (the mesh probes from one device; `--rails` is the fabric
-/// check's only, so far).
-const RAIL: usize = 0;
-
 /// A verified write the server saw other bytes of.
 const CORRUPT: &str = "the server's verdict: the bytes it saw are not the ones written";
+
+/// One probe's path and interval: the peer, on one of this node's rails.
+#[derive(Clone, Copy, Debug)]
+struct Key {
+    peer: usize,
+    rail: usize,
+    interval: u64,
+}
 
 /// What a worker sends back.
 struct Done {
@@ -118,8 +123,11 @@ pub fn run<P: Prober>(
     let timing = config.timing()?;
     let workers = (2 * schedule.fan_out()).clamp(1, MAX_WORKERS);
     let limit = plan.cycles.map(|c| c.saturating_mul(schedule.cycle()));
+    let rails = plan.devices.len().max(1);
     if let Some(m) = sinks.metrics {
-        m.set_timestamps_supported(plan.device, false)?;
+        for d in plan.devices {
+            m.set_timestamps_supported(d, false)?;
+        }
     }
     emit(&Event::MeshStarted {
         node: world.hosts[world.rank].as_str().into(),
@@ -128,16 +136,16 @@ pub fn run<P: Prober>(
         fan_out: schedule.fan_out(),
         every_ms: u64::try_from(timing.every().as_millis()).unwrap_or(u64::MAX),
         cycle: schedule.cycle(),
-        device: plan.device.into(),
+        device: plan.devices.join(",").into(),
         timestamps: false,
         timestamps_why: Some(plan.no_timestamps.into()),
         cycles: plan.cycles,
     });
     let mut s = Scheduler {
         plan,
-        pairs: vec![Pair::new(); world.size()],
-        in_flight: vec![false; world.size()],
-        runs: vec![0; world.size()],
+        pairs: vec![Pair::new(); world.size() * rails],
+        in_flight: vec![false; world.size() * rails],
+        runs: vec![0; world.size() * rails],
         summary: Summary::default(),
         sinks,
         emit,
@@ -164,7 +172,7 @@ pub fn run<P: Prober>(
                 // dropped, not fired in a burst that would load the servers beyond the fan-out.
                 let now = t.max(current(start.elapsed(), timing.every()));
                 if now > t {
-                    let missed = (now - t).saturating_mul(as_u64(schedule.fan_out()));
+                    let missed = (now - t).saturating_mul(as_u64(schedule.fan_out() * rails));
                     s.summary.skipped = s.summary.skipped.saturating_add(missed);
                     t = limit.map_or(now, |l| now.min(l));
                     continue;
@@ -175,7 +183,14 @@ pub fn run<P: Prober>(
                 }
                 write_textfile(sinks)?;
                 for peer in node.peers(t) {
-                    s.send(&jobs, peer, t, fire + probe_time)?;
+                    for rail in 0..rails {
+                        let key = Key {
+                            peer,
+                            rail,
+                            interval: t,
+                        };
+                        s.send(&jobs, key, fire + probe_time)?;
+                    }
                 }
                 s.summary.intervals = t + 1;
                 t += 1;
@@ -252,7 +267,7 @@ struct Scheduler<'p, 'e> {
     emit: &'e mut dyn FnMut(&Event<'_>),
 }
 
-impl Scheduler<'_, '_> {
+impl<'p> Scheduler<'p, '_> {
     /// Takes results until `fire`; `false` when `stop` came first.
     fn wait_until(
         &mut self,
@@ -281,37 +296,39 @@ impl Scheduler<'_, '_> {
         }
     }
 
-    /// Sends interval `t`'s probe of `peer`, or skips it.
-    fn send(
-        &mut self,
-        jobs: &SyncSender<Job>,
-        peer: usize,
-        t: u64,
-        deadline: Instant,
-    ) -> Result<()> {
-        if self.in_flight[peer] {
-            self.skipped(peer, t, "its previous probe is still running");
+    /// The device of `key`'s rail.
+    fn device(&self, key: Key) -> &'p str {
+        self.plan.devices.get(key.rail).map_or("", String::as_str)
+    }
+
+    /// The index of `key`'s path (peer and rail) in the pairs.
+    fn ix(&self, key: Key) -> usize {
+        key.peer * self.plan.devices.len().max(1) + key.rail
+    }
+
+    /// Sends `key`'s probe, or skips it.
+    fn send(&mut self, jobs: &SyncSender<Job>, key: Key, deadline: Instant) -> Result<()> {
+        let ix = self.ix(key);
+        if self.in_flight[ix] {
+            self.skipped(key, "its previous probe is still running");
             return Ok(());
         }
         let every = self.plan.bw_every;
-        let bw = every > 0 && self.runs[peer] % every == every - 1;
+        let bw = every > 0 && self.runs[ix] % every == every - 1;
         let job = Job {
-            peer,
-            interval: t,
+            peer: key.peer,
+            rail: key.rail,
+            interval: key.interval,
             bw,
             deadline,
         };
         match jobs.try_send(job) {
             Ok(()) => {
-                self.in_flight[peer] = true;
-                self.runs[peer] += 1;
+                self.in_flight[ix] = true;
+                self.runs[ix] += 1;
             }
             Err(TrySendError::Full(_)) => {
-                self.skipped(
-                    peer,
-                    t,
-                    "no probe worker was free (earlier probes are stuck)",
-                );
+                self.skipped(key, "no probe worker was free (earlier probes are stuck)");
             }
             Err(TrySendError::Disconnected(_)) => {
                 return Err(color_eyre::eyre::eyre!(
@@ -322,12 +339,11 @@ impl Scheduler<'_, '_> {
         Ok(())
     }
 
-    fn skipped(&mut self, peer: usize, t: u64, why: &str) {
+    fn skipped(&mut self, key: Key, why: &str) {
         self.summary.skipped += 1;
-        let state = self.pairs[peer].state();
+        let state = self.pairs[self.ix(key)].state();
         self.probe_event(
-            peer,
-            t,
+            key,
             ProbeOutcome::Skipped,
             None,
             None,
@@ -340,13 +356,18 @@ impl Scheduler<'_, '_> {
     /// Takes one worker's result.
     fn take(&mut self, d: Done) -> Result<()> {
         let Done { job, result } = d;
-        let peer = job.peer;
-        self.in_flight[peer] = false;
+        let key = Key {
+            peer: job.peer,
+            rail: job.rail,
+            interval: job.interval,
+        };
+        let ix = self.ix(key);
+        self.in_flight[ix] = false;
         let probed = match result {
             Ran::Stopping => return Ok(()),
             Ran::Late => {
                 let why = "no probe worker was free before its deadline";
-                self.skipped(peer, job.interval, why);
+                self.skipped(key, why);
                 return Ok(());
             }
             Ran::Probed(r) => r,
@@ -364,17 +385,17 @@ impl Scheduler<'_, '_> {
                 let why = rdma_app::report::message(&f.error);
                 let Some(o) = Outcome::failed(&f.error, f.stage) else {
                     // The prober's own fault: says nothing of the pair.
-                    let state = self.pairs[peer].state();
-                    let (i, e) = (job.interval, ProbeOutcome::Error);
-                    self.probe_event(peer, i, e, None, None, None, state, Some(&why));
+                    let state = self.pairs[ix].state();
+                    let e = ProbeOutcome::Error;
+                    self.probe_event(key, e, None, None, None, state, Some(&why));
                     return Ok(());
                 };
                 (o, Some(why), None)
             }
         };
         let cfg = &self.plan.config.state;
-        let observed = self.pairs[peer].observe(cfg, &outcome);
-        let state = self.pairs[peer].state();
+        let observed = self.pairs[ix].observe(cfg, &outcome);
+        let state = self.pairs[ix].state();
         let cause = match observed.mark {
             Mark::Good | Mark::Lossy(_) => None,
             Mark::Slow => Some(Cause::Slow),
@@ -392,10 +413,10 @@ impl Scheduler<'_, '_> {
             ProbeOutcome::Ok
         };
         if let Some(m) = self.sinks.metrics {
-            let rail = RAIL.to_string();
+            let rail = key.rail.to_string();
             m.record(&ProbeReport {
-                peer: &self.plan.world.hosts[peer],
-                device: self.plan.device,
+                peer: &self.plan.world.hosts[key.peer],
+                device: self.device(key),
                 rail: &rail,
                 result: ResultLabel::from(cause),
                 state: PathState::of(state),
@@ -407,23 +428,15 @@ impl Scheduler<'_, '_> {
             })
             .wrap_err("recording a probe in the metrics")?;
         }
-        self.probe_event(
-            peer,
-            job.interval,
-            verdict,
-            cause,
-            rtt,
-            bw,
-            state,
-            error.as_deref(),
-        );
+        self.probe_event(key, verdict, cause, rtt, bw, state, error.as_deref());
         if let Some(tr) = observed.transition {
-            let host = &self.plan.world.hosts[peer];
+            let host = &self.plan.world.hosts[key.peer];
+            let device = self.device(key);
             (self.emit)(&Event::MeshState {
                 peer: host.as_str().into(),
-                peer_rank: peer,
-                device: self.plan.device.into(),
-                rail: RAIL,
+                peer_rank: key.peer,
+                device: device.into(),
+                rail: key.rail,
                 from: tr.from,
                 to: tr.to,
                 cause: tr.cause,
@@ -438,8 +451,7 @@ impl Scheduler<'_, '_> {
     )]
     fn probe_event(
         &mut self,
-        peer: usize,
-        interval: u64,
+        key: Key,
         outcome: ProbeOutcome,
         cause: Option<Cause>,
         rtt: Option<super::rtt::Rtt>,
@@ -449,12 +461,13 @@ impl Scheduler<'_, '_> {
     ) {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let split = rtt.and_then(|r| r.split);
+        let device = self.device(key);
         (self.emit)(&Event::MeshProbe {
-            interval,
-            peer: self.plan.world.hosts[peer].as_str().into(),
-            peer_rank: peer,
-            device: self.plan.device.into(),
-            rail: RAIL,
+            interval: key.interval,
+            peer: self.plan.world.hosts[key.peer].as_str().into(),
+            peer_rank: key.peer,
+            device: device.into(),
+            rail: key.rail,
             outcome,
             cause,
             wall_ns: rtt.map(|r| ns(r.wall)),

@@ -7,7 +7,7 @@ use super::MeshConfig;
 use super::error::MeshError;
 use super::http::{Limits, MetricsServer};
 use super::metrics::{MeshMetrics, Path};
-use super::probe::VerbsProber;
+use super::probe::{Ends, VerbsProber};
 use super::runner::{self, Plan, Sinks};
 use super::state::StateConfig;
 use super::textfile::Textfile;
@@ -15,11 +15,13 @@ use crate::fabric::ranks::{self, RankError, World};
 use crate::output::Output;
 use color_eyre::eyre::{Report, Result, WrapErr as _};
 use rdma_app as app;
+use rdma_core_rs::LocalPort;
 use rdma_proto::DEFAULT_PORT;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What `--mesh` says in `--help` and the man page, under its flags.
@@ -30,7 +32,7 @@ up to --jitter of it at random, and a phase per node) each node probes --fan-out
 rotation that covers every ordered pair within ceil((N-1)/fan-out) intervals (a cycle) and gives \
 each server --fan-out probers per interval, whatever N. A probe is the fabric check's steps: a \
 verified write of --probe-bytes, --lat-iters 2-byte ping-pongs (its round trip), a --bench bw \
-sample every --bw-every probes of a pair; each its own session, within min(--every, 30s); a \
+sample every --bw-every probes of a pair (with --rails, on each rail: a path each); each its own session, within min(--every, 30s); a \
 peer whose previous probe still runs is skipped, not queued. Causes: host (no TCP, no banner), \
 refused (the server said no), rdma (TCP works, the RDMA path does not), corrupt (the verdict \
 failed), slow (--slow-factor x the pair's median round trip). States: up, degraded (slow or \
@@ -129,6 +131,8 @@ pub struct MeshTask {
     pub mesh: MeshArgs,
     /// `--rank` (shared with --fabric).
     pub rank: Option<usize>,
+    /// `--rails` (shared with --fabric): probe every rail, each a path of its own.
+    pub rails: Option<crate::fabric::rails::Rails>,
     /// `--lat-iters` (default 20 here).
     pub lat_iters: u64,
     /// `--bw-iters`.
@@ -210,15 +214,38 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
     let token = task.session.token.load()?;
     // The user's mistakes before the device: they are the same on a host without RDMA.
     let textfile = m.metrics_textfile.clone().map(Textfile::new).transpose()?;
-    let local = task.device.open().map_err(Report::new)?;
-    let (notify, _) = crate::session::notify_for(task.notify, &local)?;
-    let device = local.ctx.name().to_owned();
+    let me = &world.hosts[world.rank];
+    let (ends, devices) = match task.rails {
+        None => {
+            let local = task.device.open().map_err(Report::new)?;
+            let device = local.ctx.name().to_owned();
+            (Ends::One(Arc::new(local)), vec![device])
+        }
+        Some(want) => {
+            let found = LocalPort::rails().map_err(Report::new)?;
+            let rails = crate::fabric::rails::select(me, found, want)?;
+            let devices = rails.iter().map(|r| r.device.clone()).collect();
+            let ends = Ends::Rails {
+                me: me.clone(),
+                rails,
+                device: &task.device,
+                opened: Mutex::new(HashMap::new()),
+            };
+            (ends, devices)
+        }
+    };
     let paths: Vec<Path> = (0..world.size())
         .filter(|&p| p != world.rank)
-        .map(|p| Path {
+        .flat_map(|p| {
+            devices
+                .iter()
+                .enumerate()
+                .map(move |(rail, device)| (p, rail, device))
+        })
+        .map(|(p, rail, device)| Path {
             peer: world.hosts[p].clone(),
             device: device.clone(),
-            rail: "0".into(),
+            rail: rail.to_string(),
         })
         .collect();
     let metrics = Arc::new(MeshMetrics::new(&paths)?);
@@ -237,10 +264,10 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
     }
     let payload: Vec<u8> = (0..m.probe_bytes).map(|i| b'a' + (i % 26) as u8).collect();
     let prober = VerbsProber {
-        local: &local,
+        ends,
         port: m.mesh_port,
         payload,
-        notify,
+        notify: task.notify,
         token,
         session: task.session.clone(),
         knobs: task.knobs,
@@ -252,7 +279,7 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         config,
         bw_every: m.bw_every,
         cycles: m.mesh_cycles,
-        device: &device,
+        devices: &devices,
         no_timestamps: NO_TIMESTAMPS,
     };
     let sinks = Sinks {

@@ -101,7 +101,8 @@ pub enum Event<'a> {
         every_ms: u64,
         /// Intervals in which every ordered pair is probed at least once.
         cycle: u64,
-        /// The local RDMA device the probes leave from.
+        /// The local RDMA device the probes leave from; with `--rails`, each rail's, in rail
+        /// order, separated by commas.
         device: Cow<'a, str>,
         timestamps: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]

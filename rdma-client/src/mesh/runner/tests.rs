@@ -89,12 +89,24 @@ fn run_mesh(
     prober: &Fake<'_>,
     sinks: &Sinks<'_>,
 ) -> (Summary, Vec<Event<'static>>) {
+    run_rails(world, config, cycles, prober, sinks, &["fake0".to_owned()])
+}
+
+/// [`run_mesh`] from several rails.
+fn run_rails(
+    world: &World,
+    config: MeshConfig,
+    cycles: u64,
+    prober: &Fake<'_>,
+    sinks: &Sinks<'_>,
+    devices: &[String],
+) -> (Summary, Vec<Event<'static>>) {
     let plan = Plan {
         world,
         config,
         bw_every: 0,
         cycles: Some(cycles),
-        device: "fake0",
+        devices,
         no_timestamps: "this build measures wall time",
     };
     let mut events = Vec::new();
@@ -283,12 +295,13 @@ fn a_stop_ends_a_run_without_cycles() {
     };
     let fake = Fake::new(&behave);
     let w = world(3, 2);
+    let devices = ["fake0".to_owned()];
     let plan = Plan {
         world: &w,
         config: config(10, 2),
         bw_every: 2,
         cycles: None,
-        device: "fake0",
+        devices: &devices,
         no_timestamps: "wall time",
     };
     let stop = AtomicBool::new(false);
@@ -419,4 +432,38 @@ fn after_a_stall_only_the_interval_before_the_current_one_is_still_due() {
     assert_eq!(current(ms(250), every), 1);
     // Ten intervals stalled: the scheduler resumes at interval 9, not 0.
     assert_eq!(current(ms(1_050), every), 9);
+}
+
+#[test]
+fn each_rail_is_a_path_of_its_own() {
+    // Rail 1 to node2 fails; rail 0 to node2 and both rails to node3 work.
+    let behave = |p: &str, j: &Job| {
+        if p == "node2" && j.rail == 1 {
+            Err(refused())
+        } else {
+            good(p, j)
+        }
+    };
+    let fake = Fake::new(&behave);
+    let devices = ["rxe0".to_owned(), "rxe1".to_owned()];
+    let w = world(3, 0);
+    let (summary, events) = run_rails(&w, config(15, 2), 4, &fake, &Sinks::default(), &devices);
+    // 4 intervals x 2 peers x 2 rails.
+    assert_eq!((summary.probes, summary.failed), (16, 4));
+    let mut downs = Vec::new();
+    for e in &events {
+        match e {
+            Event::MeshProbe { device, rail, .. } => assert_eq!(device, &devices[*rail]),
+            Event::MeshState {
+                peer,
+                rail,
+                device,
+                to: PairState::Down,
+                ..
+            } => downs.push((peer.to_string(), *rail, device.to_string())),
+            Event::MeshStarted { device, .. } => assert_eq!(device, "rxe0,rxe1"),
+            _ => {}
+        }
+    }
+    assert_eq!(downs, [("node2".to_owned(), 1, "rxe1".to_owned())]);
 }
