@@ -121,9 +121,12 @@ pub fn run<P: Prober>(
     let schedule = config.schedule(world.size())?;
     let node = schedule.node(world.rank)?;
     let timing = config.timing()?;
-    let workers = (2 * schedule.fan_out()).clamp(1, MAX_WORKERS);
+
     let limit = plan.cycles.map(|c| c.saturating_mul(schedule.cycle()));
     let rails = plan.devices.len().max(1);
+    // Two intervals' worth of probes at once, at most MAX_WORKERS; an interval's worth may wait.
+    let per_interval = schedule.fan_out() * rails;
+    let workers = (2 * per_interval).clamp(1, MAX_WORKERS);
     if let Some(m) = sinks.metrics {
         for d in plan.devices {
             m.set_timestamps_supported(d, false)?;
@@ -150,7 +153,7 @@ pub fn run<P: Prober>(
         sinks,
         emit,
     };
-    let (jobs, queue) = mpsc::sync_channel::<Job>(workers);
+    let (jobs, queue) = mpsc::sync_channel::<Job>(per_interval.max(1));
     let (done_tx, done) = mpsc::channel::<Done>();
     let queue = Mutex::new(queue);
     let probe_time = timing.every().min(PROBE_CAP);
