@@ -216,7 +216,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             },
         )?;
         phase(
-            "fabric: three guests, Slurm, srun rdma-client --fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down)",
+            "fabric: three guests, Slurm, srun rdma-client --fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down), and rdma-client --mesh on every node",
             &mut || {
                 crate::fabric_e2e::cmd(&crate::fabric_e2e::FabricE2eArgs {
                     vm: base.vm.clone(),

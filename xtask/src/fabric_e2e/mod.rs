@@ -6,8 +6,10 @@
 //! runs, inside one `salloc -N 3`, the servers as a job step (`srun --overlap ... rdma-server
 //! --serve --max-clients 1`) and `srun --label rdma-client --fabric --json` four times:
 //! healthy, with `--rails auto` (both rails, each node's name resolving to one address per
-//! rail), with a `tc netem` delay on node3, and with node3's rxe devices deleted. The host
-//! merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]).
+//! rail), with a `tc netem` delay on node3, and with node3's rxe devices deleted; between the
+//! rails and the delay, `rdma-client --mesh` on every node for a few cycles (issue 24). The
+//! host merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]; the
+//! mesh from its probers' events, [`mesh`]).
 //!
 //! The parts: [`cluster`] (hosts, slurm.conf and the guests' scripts, as text), [`judge`]
 //! (what each phase's report must show), [`rails`] (the rails phase's reports and lines).
@@ -15,6 +17,7 @@
 mod cells;
 mod cluster;
 mod judge;
+mod mesh;
 mod rails;
 
 use std::path::{Path, PathBuf};
@@ -117,6 +120,19 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
     let verdicts = judge::all(&bins.client, &out, NODES)?;
     for v in &verdicts {
         println!("{v}");
+    }
+    // The mesh phase: srun's own status (the script wrote it), and the probers' events.
+    let read = |f: &str| {
+        let p = out.join(f);
+        std::fs::read_to_string(&p).wrap_err_with(|| format!("reading {}", p.display()))
+    };
+    let srun_ok = read("mesh.rc")?.trim() == "0";
+    match mesh::check(srun_ok, &read("mesh.jsonl")?, NODES) {
+        Ok(v) => println!("fabric-e2e: mesh: {v}"),
+        Err(why) => bail!(
+            "fabric-e2e: wrong results:\nmesh: {why}\n--- probers' stderr ---\n{}",
+            crate::text::tail(&read("mesh.err").unwrap_or_default(), 3000)
+        ),
     }
     if let Some(to) = &args.save_figure {
         std::fs::create_dir_all(to)?;
