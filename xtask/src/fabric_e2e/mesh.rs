@@ -78,10 +78,10 @@ pub fn check(srun_ok: bool, lines: &str, n: usize) -> Result<String, String> {
             }
             Event::MeshState {
                 peer_rank,
-                to,
+                to: PairState::Down,
                 cause,
                 ..
-            } if to == PairState::Down => wrong.push(format!(
+            } => wrong.push(format!(
                 "{task} -> {peer_rank} went down ({cause:?}) on a healthy mesh"
             )),
             Event::MeshStopped { why, .. } => {
