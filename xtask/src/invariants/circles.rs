@@ -170,13 +170,7 @@ impl<'ast> Visit<'ast> for Imports<'_> {
     }
 
     fn visit_impl_item(&mut self, i: &'ast syn::ImplItem) {
-        let attrs = match i {
-            syn::ImplItem::Fn(f) => &f.attrs[..],
-            syn::ImplItem::Const(c) => &c.attrs[..],
-            syn::ImplItem::Type(t) => &t.attrs[..],
-            _ => &[],
-        };
-        if !is_test_only(attrs) {
+        if !is_test_only(impl_item_attrs(i)) {
             syn::visit::visit_impl_item(self, i);
         }
     }
@@ -213,6 +207,17 @@ fn flatten(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<ModPath>
     }
 }
 
+/// The attributes of an item of an `impl` block (a method, a constant, a type).
+pub(super) fn impl_item_attrs(item: &syn::ImplItem) -> &[syn::Attribute] {
+    match item {
+        syn::ImplItem::Fn(f) => &f.attrs,
+        syn::ImplItem::Const(c) => &c.attrs,
+        syn::ImplItem::Type(t) => &t.attrs,
+        _ => &[],
+    }
+}
+
+/// The attributes of an item, whatever its kind.
 pub(super) fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
     use syn::Item as I;
     match item {

@@ -4,7 +4,7 @@
 //! every file, test code left out as [`circles`](super::circles) leaves it out; a macro's
 //! arguments are looked into where they parse as expressions (`vec![…]`, `format!(…)`).
 
-use super::circles::{is_test_only, item_attrs, rust_files};
+use super::circles::{impl_item_attrs, is_test_only, item_attrs, rust_files};
 use color_eyre::eyre::{Result, WrapErr as _};
 use std::path::{Path, PathBuf};
 use syn::punctuated::Punctuated;
@@ -116,12 +116,7 @@ impl<'ast> Visit<'ast> for Prints {
     }
 
     fn visit_impl_item(&mut self, i: &'ast syn::ImplItem) {
-        let attrs = match i {
-            syn::ImplItem::Fn(f) => &f.attrs[..],
-            syn::ImplItem::Const(c) => &c.attrs[..],
-            _ => &[],
-        };
-        if !is_test_only(attrs) {
+        if !is_test_only(impl_item_attrs(i)) {
             syn::visit::visit_impl_item(self, i);
         }
     }
