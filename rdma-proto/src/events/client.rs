@@ -168,21 +168,6 @@ pub enum Event<'a> {
     },
 }
 
-/// Whether `stdout` of `rdma-client --json` holds the server's verdict `verified: true`.
-///
-/// # Errors
-/// A non-empty line that is no client event (named, never skipped).
-pub fn verified_in(stdout: &str) -> Result<bool, super::EventError> {
-    let mut verified = false;
-    for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
-        verified |= matches!(
-            super::parse::<Event<'static>>(line)?,
-            Event::Verified { verified: true, .. }
-        );
-    }
-    Ok(verified)
-}
-
 /// The `type` tag of [`Event::FabricPair`].
 pub const FABRIC_PAIR: &str = "fabric_pair";
 
@@ -203,20 +188,6 @@ mod tests {
             r#"{"type":"error","kind":"refused","exit_code":7,"message":"busy"}"#
         );
         assert_eq!(super::super::parse::<Event<'static>>(&line).unwrap(), e);
-    }
-
-    #[test]
-    fn only_a_positive_verdict_counts_and_strangers_are_named() {
-        let verdict = |v: bool| {
-            format!(
-                r#"{{"type":"verified","verified":{v},"length":1,"crc32c":0,"text":"x","truncated":false}}"#
-            )
-        };
-        assert_eq!(verified_in(&format!("{}\n", verdict(true))), Ok(true));
-        assert_eq!(verified_in(&verdict(false)), Ok(false));
-        assert_eq!(verified_in(""), Ok(false));
-        let err = verified_in("verified\n").unwrap_err();
-        assert_eq!(err.line, "verified");
     }
 
     #[test]
