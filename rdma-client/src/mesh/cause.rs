@@ -47,10 +47,14 @@ pub enum Stage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    /// The server verified the write; the latency exchange took `rtt`.
+    /// The server verified the write; the latency exchange took `rtt`. `stalled`: one of its
+    /// ping-pongs (or the write) took longer than the queue pair's ACK timeout, which only a
+    /// retransmission explains: RC hides a lost packet as that wait, so this is how loss shows.
     Ok {
         #[serde(flatten)]
         rtt: Rtt,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        stalled: bool,
     },
     /// The probe failed, for `cause`.
     Failed { cause: Cause },
@@ -275,10 +279,19 @@ mod tests {
     fn an_outcome_serializes_tagged() {
         let ok = Outcome::Ok {
             rtt: Rtt::wall(Duration::from_micros(7)),
+            stalled: false,
         };
         assert_eq!(
             serde_json::to_string(&ok).expect("serializes"),
             r#"{"outcome":"ok","wall_ns":7000}"#
+        );
+        let stalled = Outcome::Ok {
+            rtt: Rtt::wall(Duration::from_micros(7)),
+            stalled: true,
+        };
+        assert_eq!(
+            serde_json::to_string(&stalled).expect("serializes"),
+            r#"{"outcome":"ok","wall_ns":7000,"stalled":true}"#
         );
         let failed = Outcome::failed(&connect(ErrorKind::ConnectionRefused), Stage::Connect)
             .expect("a cause");

@@ -60,6 +60,20 @@ pub struct Probed {
     pub rtt: Rtt,
     /// The bandwidth sample, MB/s (2^20 bytes), when one was taken.
     pub bw_mbs: Option<f64>,
+    /// The write, or one ping-pong of the lat exchange, took longer than the ACK timeout: it
+    /// waited out a retransmission ([`stalled`]).
+    pub stalled: bool,
+}
+
+/// Whether a wait of `took` (the write from post to completion, or one ping-pong's round trip)
+/// can only be explained by a retransmission: it is at least the queue pair's local ACK
+/// timeout, after which the sender resends what was not acknowledged. A healthy path's round
+/// trip is orders of magnitude shorter (microseconds against 67 ms at the default), so this
+/// tells loss that RC otherwise hides (the median of the exchange does not move). No ACK
+/// timeout (infinite): never.
+#[must_use]
+pub fn stalled(took: Duration, ack_timeout: Option<Duration>) -> bool {
+    ack_timeout.is_some_and(|t| took >= t)
 }
 
 /// A probe that failed: how far it got, and the client's error.
@@ -118,6 +132,9 @@ pub struct VerbsProber<'a> {
     pub lat_iters: u64,
     /// Writes of a bandwidth sample.
     pub bw_iters: u64,
+    /// The queue pairs' local ACK timeout (`RtsParams::ack_timeout`): a wait this long is a
+    /// retransmission.
+    pub ack_timeout: Option<Duration>,
 }
 
 impl VerbsProber<'_> {
@@ -217,8 +234,8 @@ impl VerbsProber<'_> {
         Ok((delivered.outcome.verified, took))
     }
 
-    /// A short bench session of `mode`: the lat's typical half round trip in µs, or the bw's
-    /// average MB/s.
+    /// A short bench session of `mode`: the lat's typical and longest half round trips in µs,
+    /// or the bw's average MB/s (twice).
     fn measure(
         &self,
         local: &LocalPort,
@@ -226,7 +243,7 @@ impl VerbsProber<'_> {
         job: &Job,
         mode: BenchMode,
         iters: u64,
-    ) -> Result<f64, ProbeFailure> {
+    ) -> Result<(f64, f64), ProbeFailure> {
         // Out of time after the write: the path took it (a timeout in transfer is `rdma`).
         let opts = self.options(job, Stage::Transfer)?;
         let size = match mode {
@@ -255,8 +272,8 @@ impl VerbsProber<'_> {
         .map_err(at(Stage::Transfer))?;
         bench.finish().map_err(at(Stage::Transfer))?;
         let figure = match mode {
-            BenchMode::Lat => rows.lat.first().map(|r| r.t_typical_us),
-            BenchMode::Bw => rows.bw.first().map(|r| r.bw_avg_mbs),
+            BenchMode::Lat => rows.lat.first().map(|r| (r.t_typical_us, r.t_max_us)),
+            BenchMode::Bw => rows.bw.first().map(|r| (r.bw_avg_mbs, r.bw_avg_mbs)),
         };
         figure.ok_or_else(|| ProbeFailure {
             stage: Stage::Transfer,
@@ -269,21 +286,29 @@ impl Prober for VerbsProber<'_> {
     fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
         let (local, target) = self.end(peer, job)?;
         let (verified, write) = self.write(&local, &target, job)?;
+        let mut stall = stalled(write, self.ack_timeout);
         if !verified {
             return Ok(Probed {
                 verified,
                 rtt: Rtt::wall(write),
                 bw_mbs: None,
+                stalled: stall,
             });
         }
+        let round = |half_us: f64| Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0));
         let rtt = if self.lat_iters > 0 {
-            let half_us = self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters)?;
-            Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0))
+            let (typical, worst) =
+                self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters)?;
+            stall |= stalled(round(worst), self.ack_timeout);
+            round(typical)
         } else {
             write
         };
         let bw_mbs = if job.bw && self.bw_iters > 0 {
-            Some(self.measure(&local, &target, job, BenchMode::Bw, self.bw_iters)?)
+            Some(
+                self.measure(&local, &target, job, BenchMode::Bw, self.bw_iters)?
+                    .0,
+            )
         } else {
             None
         };
@@ -291,6 +316,7 @@ impl Prober for VerbsProber<'_> {
             verified,
             rtt: Rtt::wall(rtt),
             bw_mbs,
+            stalled: stall,
         })
     }
 }
@@ -298,4 +324,18 @@ impl Prober for VerbsProber<'_> {
 /// Tags an error with the stage it happened at.
 fn at(stage: Stage) -> impl Fn(Report) -> ProbeFailure {
     move |error| ProbeFailure { stage, error }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_wait_as_long_as_the_ack_timeout_is_a_stall() {
+        let t = rdma_core_rs::RtsParams::default().ack_timeout();
+        assert!(!stalled(Duration::from_millis(66), t));
+        assert!(stalled(Duration::from_millis(68), t));
+        // An infinite ACK timeout never retransmits: nothing is a stall.
+        assert!(!stalled(Duration::from_secs(60), None));
+    }
 }

@@ -383,7 +383,14 @@ impl<'p> Scheduler<'p, '_> {
                 Some(CORRUPT.to_owned()),
                 None,
             ),
-            Ok(p) => (Outcome::Ok { rtt: p.rtt }, None, p.bw_mbs),
+            Ok(p) => (
+                Outcome::Ok {
+                    rtt: p.rtt,
+                    stalled: p.stalled,
+                },
+                None,
+                p.bw_mbs,
+            ),
             Err(f) => {
                 let why = rdma_app::report::message(&f.error);
                 let Some(o) = Outcome::failed(&f.error, f.stage) else {
@@ -405,7 +412,7 @@ impl<'p> Scheduler<'p, '_> {
             Mark::Failed(c) => Some(c),
         };
         let rtt = match outcome {
-            Outcome::Ok { rtt } => Some(rtt),
+            Outcome::Ok { rtt, .. } => Some(rtt),
             Outcome::Failed { .. } => None,
         };
         self.summary.probes += 1;

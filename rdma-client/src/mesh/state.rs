@@ -8,7 +8,9 @@
 //!
 //! - `failed(cause)`: the probe failed (`host`, `refused`, `rdma`, `corrupt`).
 //! - `slow`: it succeeded, with a round trip above `slow_factor` × the pair's baseline **and**
-//!   above `slow_floor` (microsecond jitter of a fast path is not a regression).
+//!   above `slow_floor` (microsecond jitter of a fast path is not a regression); or it
+//!   `stalled`: one of its ping-pongs took longer than the queue pair's ACK timeout, i.e. waited
+//!   out a retransmission (RC hides a lost packet as that wait; its median does not move).
 //! - `lossy(cause)`: it succeeded, but more than `loss_threshold` of the last `loss_window`
 //!   probes failed (the cause: the latest failure's). This is how a path that fails every other
 //!   probe, which never fails `down_after` times in a row, still shows.
@@ -253,12 +255,18 @@ impl Pair {
                 self.remember(config, Some(*cause));
                 return Mark::Failed(*cause);
             }
-            Outcome::Ok { rtt } => rtt.judged(),
+            Outcome::Ok { rtt, stalled } => (rtt.judged(), *stalled),
         };
+        let (rtt, stalled) = rtt;
         self.remember(config, None);
         let slow = self.baseline(config).is_some_and(|base| {
             rtt > config.slow_floor && rtt.as_secs_f64() > base.as_secs_f64() * config.slow_factor
         });
+        if stalled && !slow {
+            // Its typical round trip is the path's own: learnt; the wait is the loss.
+            self.learn(config, rtt);
+            return Mark::Slow;
+        }
         if slow {
             self.slow_seen = self.slow_seen.wrapping_add(1);
             let learn = config.learn_slow_every;
@@ -316,6 +324,7 @@ mod tests {
     fn ok(us: u64) -> Outcome {
         Outcome::Ok {
             rtt: Rtt::wall(Duration::from_micros(us)),
+            stalled: false,
         }
     }
 
@@ -389,6 +398,29 @@ mod tests {
         }
         assert_eq!(p.baseline(&c), Some(300 * US));
         assert_eq!(p.state(), PairState::Degraded);
+        feed(&mut p, &c, &[ok(300), ok(300)]);
+        assert_eq!(p.state(), PairState::Up);
+    }
+
+    /// Loss on an RC path: each probe's median is the path's own, but one of its ping-pongs
+    /// waited out a retransmission. Slow, a run of them degraded; the baseline still learns
+    /// the medians, and clean probes bring it back.
+    #[test]
+    fn a_stalled_probe_is_slow_though_its_median_is_normal() {
+        let c = config();
+        let mut p = Pair::new();
+        feed(&mut p, &c, &[ok(300); 10]);
+        let stalled = Outcome::Ok {
+            rtt: Rtt::wall(Duration::from_micros(300)),
+            stalled: true,
+        };
+        let marks: Vec<_> = (0..3).map(|_| p.observe(&c, &stalled)).collect();
+        assert!(marks.iter().all(|o| o.mark == Mark::Slow));
+        assert_eq!(
+            marks[2].transition,
+            Some(tr(PairState::Up, PairState::Degraded, Some(Cause::Slow)))
+        );
+        assert_eq!(p.baseline(&c), Some(300 * US));
         feed(&mut p, &c, &[ok(300), ok(300)]);
         assert_eq!(p.state(), PairState::Up);
     }

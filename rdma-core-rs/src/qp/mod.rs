@@ -188,6 +188,15 @@ pub struct RtsParams {
 }
 
 impl RtsParams {
+    /// The local ACK timeout `timeout` codes: 4.096 µs × 2^timeout (`0` means infinite in
+    /// the spec, `None` here). A packet lost on an RC path costs its sender at least this
+    /// long before the retransmission.
+    #[must_use]
+    pub fn ack_timeout(&self) -> Option<std::time::Duration> {
+        (self.timeout != 0)
+            .then(|| std::time::Duration::from_nanos(4096u64 << self.timeout.min(31)))
+    }
+
     /// Defaults with the given send PSN.
     #[must_use]
     pub fn new(sq_psn: u32) -> RtsParams {
@@ -577,6 +586,25 @@ mod tests {
             gid: "::ffff:10.0.0.2".parse().unwrap(),
             lid: 0,
         }
+    }
+
+    #[test]
+    fn the_ack_timeout_decodes_as_the_spec_says() {
+        // 4.096 µs × 2^14: the default, about 67 ms.
+        assert_eq!(
+            RtsParams::default().ack_timeout(),
+            Some(std::time::Duration::from_nanos(67_108_864))
+        );
+        let p = |timeout| RtsParams {
+            timeout,
+            ..RtsParams::default()
+        };
+        assert_eq!(p(0).ack_timeout(), None);
+        assert_eq!(
+            p(1).ack_timeout(),
+            Some(std::time::Duration::from_nanos(8192))
+        );
+        assert!(p(31).ack_timeout().is_some_and(|d| d.as_secs() > 8000));
     }
 
     #[test]

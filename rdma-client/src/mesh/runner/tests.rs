@@ -49,6 +49,7 @@ fn good(_: &str, _: &Job) -> Result<Probed, ProbeFailure> {
         verified: true,
         rtt: Rtt::wall(Duration::from_micros(40)),
         bw_mbs: None,
+        stalled: false,
     })
 }
 
