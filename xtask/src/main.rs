@@ -18,6 +18,7 @@ mod hostile;
 mod invariants;
 mod k8s;
 mod load;
+mod mesh_guest;
 mod pcap;
 mod pkgtest;
 mod plan;
@@ -94,6 +95,10 @@ enum Cmd {
     /// (inside a guest) One check of an installed package (pkg-test).
     #[command(hide = true)]
     PkgGuest(pkgtest::PkgGuestArgs),
+    /// (inside a guest) One stage of the fabric phase's mesh check, read from the guests'
+    /// Prometheus.
+    #[command(hide = true)]
+    MeshGuest(mesh_guest::MeshGuestArgs),
 }
 
 /// Runs the subcommand; an error is printed by [`failure::render`] (message and causes, never
@@ -132,6 +137,7 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::Dist(a) => dist::cmd(a),
         Cmd::PkgTest(a) => pkgtest::cmd(a),
         Cmd::PkgGuest(a) => pkgtest::guest_cmd(a),
+        Cmd::MeshGuest(a) => mesh_guest::cmd(a),
         Cmd::FabricE2e(a) => fabric_e2e::cmd(a),
         Cmd::K8sValidate(a) => k8s::cmd(a),
         Cmd::PrometheusCheck(a) => prometheus::cmd(a),

@@ -118,7 +118,8 @@ impl Group {
                 "zstd",
             ],
             Group::Dist => &["dpkg-dev", "systemd"],
-            Group::Slurm => &["slurm-wlm", "munge"],
+            // The fabric phase's mesh stops one node's server with pkill.
+            Group::Slurm => &["slurm-wlm", "munge", "procps"],
             Group::Bench => &["fonts-dejavu-core"],
             Group::K8s => &["python3", "python3-venv"],
             Group::Prometheus => &["prometheus"],

@@ -27,6 +27,9 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("srun", "slurm-wlm"),
     ("salloc", "slurm-wlm"),
     ("sinfo", "slurm-wlm"),
+    // Its mesh phase stops one node's server (pkill) and runs Prometheus on node1.
+    ("pkill", "procps"),
+    ("prometheus", "prometheus"),
     // k8s-validate: a venv for the pinned kubernetes-validate.
     ("python3", "python3"),
     // prometheus-check: the mesh's alerting rules checked and unit-tested.

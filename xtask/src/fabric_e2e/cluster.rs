@@ -113,7 +113,6 @@ pub fn fabric_script(
 ) -> String {
     let last = format!("node{n}");
     let thresholds = thresholds.join(" ");
-    let (mesh_every, mesh_cycles) = (super::mesh::EVERY_S, super::mesh::CYCLES);
     format!(
         r#"#!/bin/sh
 # cargo xtask fabric-e2e: the fabric check through Slurm, four phases.
@@ -156,24 +155,8 @@ retest() {{
     done < "$OUT/$1.retest-list"
     echo "fabric-e2e: phase $1: $(wc -l < "$OUT/$1.retest-list") pair(s) re-tested alone by $(up) s"
 }}
-# The mesh (issue 24): every node probes the others through RDMA every EVERY seconds, CYCLES
-# cycles, then stops by itself; judged from its labelled events (fabric_e2e::mesh).
-mesh() {{
-    phase mesh
-    srun --overlap -N {n} --ntasks-per-node=1 --kill-on-bad-exit=0 \
-        "$SERVER" --serve --max-clients 4 > "$OUT/mesh.server.log" 2>&1 &
-    SP=$!
-    srun --overlap -N {n} --ntasks-per-node=1 --kill-on-bad-exit=0 --label \
-        "$CLIENT" --mesh "$SLURM_JOB_NODELIST" --every "$1s" --mesh-cycles "$2" --lat-iters 5 \
-        --json > "$OUT/mesh.jsonl" 2> "$OUT/mesh.err"
-    echo $? > "$OUT/mesh.rc"
-    kill "$SP" 2>/dev/null
-    wait "$SP"
-    echo "fabric-e2e: phase mesh done at $(up) s (exit $(cat "$OUT/mesh.rc"))"
-}}
 run healthy 60s
 run rails 60s rails
-mesh {mesh_every} {mesh_cycles}
 fault() {{ srun --overlap -N1 -n1 -w {last} "$@" || {{ echo "fabric-e2e: on {last}: $* failed"; exit 4; }}; }}
 # The delay that makes {last} slow is scaled to this run's own healthy latency (160 x its
 # reference: a delayed pair's half round trip is then 80 x it, four times the slow threshold
@@ -210,15 +193,6 @@ pub fn worst_case(fabric: &str, n: usize, rails: usize) -> std::time::Duration {
         let mut w = line.split_whitespace();
         match w.next() {
             Some("run") => {}
-            // `mesh EVERY CYCLES`: its cycles (one interval each with three nodes; at most
-            // n - 1 intervals a cycle), then the last probes' deadlines (an interval) and the
-            // start and stop of the probers and servers (a minute).
-            Some("mesh") => {
-                let mut num = || w.next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(10);
-                let (every, cycles) = (num(), num());
-                s += (cycles * n.saturating_sub(1) as u64 + 1) * every + 60;
-                continue;
-            }
             _ => continue,
         }
         let deadline = w
@@ -262,9 +236,8 @@ mod tests {
     #[test]
     fn the_fabric_deadline_is_read_from_the_script_phases() {
         let script = fabric_script("/s", "/c", 3, 100, &[]);
-        // healthy 60 s, rails 60 s x 2 rails, slow 60 s + its retests, down 15 s: 6 pairs each;
-        // the mesh's 4 cycles of at most 2 intervals of 5 s, one more, and a minute.
-        let want = 180 + 6 * (60 + 60 * 2 + 60 * 2 + 15) + (4 * 2 + 1) * 5 + 60;
+        // healthy 60 s, rails 60 s x 2 rails, slow 60 s + its retests, down 15 s: 6 pairs each.
+        let want = 180 + 6 * (60 + 60 * 2 + 60 * 2 + 15);
         assert_eq!(worst_case(&script, 3, 2).as_secs(), want);
         // One more phase in the script moves it.
         let more = format!("{script}run again 30s\n");

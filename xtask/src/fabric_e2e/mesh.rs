@@ -1,223 +1,485 @@
-//! The mesh phase of `fabric-e2e` (issue 24, steady state): every node runs `rdma-client
-//! --mesh` against the others' servers for a few cycles, through the real RDMA path; every
-//! ordered pair must be probed and verified, end up, never go down, and no probe may be
-//! corrupt. Judged from the labelled JSON Lines of the `srun` (`RANK: {event}`).
+//! The mesh phase of `fabric-e2e` (issue 24), after the fabric check, in the same three guests:
+//! every node runs `rdma-server --serve` and `rdma-client --mesh` (metrics on
+//! [`METRICS_PORT`]), node1 runs Debian's Prometheus scraping all three with the shipped
+//! alerting rules, and the faults come one after another, each checked from Prometheus by
+//! `xtask mesh-guest STAGE` on node1 ([`crate::mesh_guest`]) before the next:
+//!
+//! 1. steady;
+//! 2. node3 drops every RoCE packet it sends (`tc … u32 … udp dport 4791 … drop`: TCP open);
+//! 3. node3's server stopped too;
+//! 4. both restored (the filter gone, a new server);
+//! 5. [`LOSS_PCT`] % loss on the node2–node3 link, both ways (`prio` with a `netem loss` band
+//!    that a `u32` filter on the peer's address feeds).
+//!
+//! The steps take turns through markers; every deadline is derived (the checks' from the
+//! probers' flags, [`crate::mesh_guest::budget`]). The probers' events come back as their
+//! steps' output and are judged on the host too ([`super::mesh_judge`]).
 
-use std::collections::BTreeMap;
+use std::path::Path;
 
-use rdma_proto::events::client::Event;
-use rdma_proto::events::mesh::{Cause, PairState, ProbeOutcome};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
 
-/// The mesh phase's interval and cycles: `mesh EVERY CYCLES` in the script (seconds).
-pub const EVERY_S: u64 = 5;
-pub const CYCLES: u64 = 4;
+use crate::deadline::GRACE;
+use crate::mesh_guest::{Stage, Topology, budget};
+use crate::plan::{DEADLINE_ARG, Step};
 
-/// What one ordered pair showed.
-#[derive(Debug, Default)]
-struct PairSeen {
-    ok: u64,
-    failed: u64,
-    skipped: u64,
-    /// The pair's state after its last probe.
-    last: PairState,
-    /// The interval of the first probe after which it was up.
-    up_at: Option<u64>,
+/// The probers' interval, and the runs of probes that move a pair's state.
+pub const EVERY_S: u64 = 3;
+pub const DOWN_AFTER: u32 = 2;
+pub const UP_AFTER: u32 = 2;
+pub const DEGRADE_AFTER: u32 = 3;
+/// Slow above this many times a pair's own median: TCG guests sharing two cores see a median
+/// move 3 x now and then (the default would degrade healthy pairs here).
+pub const SLOW_FACTOR: u32 = 5;
+/// Ping-pongs of each probe's lat exchange: with 5% loss one probe in two or more waits out a
+/// retransmission.
+pub const LAT_ITERS: u32 = 20;
+/// A bandwidth sample every this many probes of a pair (the dashboard has a panel for it).
+pub const BW_EVERY: u32 = 3;
+/// The port of the probers' `/metrics`.
+pub const METRICS_PORT: u16 = 9478;
+/// Prometheus's port on node1.
+pub const PROMETHEUS_PORT: u16 = 9090;
+/// The `for:` the guests' copy of the shipped rules has (theirs are minutes).
+pub const ALERT_FOR_S: u64 = 3;
+/// The lossy link's loss, and how many probes each of its paths must have under it.
+pub const LOSS_PCT: u32 = 5;
+pub const LOSS_PROBES: u32 = 8;
+/// The marker every mesh step lives until.
+pub const DONE: &str = "mesh-done";
+/// The faulted node, and the lossy link's ends.
+const FAULTED: &str = "node3";
+const LOSSY: [&str; 2] = ["node2", "node3"];
+
+/// The files node1's steps read (in the fabric's files directory).
+pub const TOPOLOGY_FILE: &str = "mesh.json";
+pub const PROMETHEUS_FILE: &str = "prometheus.yml";
+pub const RULES_FILE: &str = "rdma-mesh.rules.guests.yml";
+
+/// The mesh of `n` nodes, as the check reads it.
+pub fn topology(n: usize, dashboard: &Path) -> Topology {
+    Topology {
+        nodes: (1..=n).map(|i| format!("node{i}")).collect(),
+        metrics_port: METRICS_PORT,
+        faulted: FAULTED.into(),
+        lossy: LOSSY.map(str::to_owned),
+        prometheus: format!("http://node1:{PROMETHEUS_PORT}"),
+        dashboard: dashboard.to_owned(),
+        every_s: EVERY_S,
+        down_after: DOWN_AFTER,
+        up_after: UP_AFTER,
+        bw_every: BW_EVERY,
+        alert_for_s: ALERT_FOR_S,
+        loss_probes: LOSS_PROBES,
+    }
 }
 
-/// Judges the mesh phase of `n` nodes from the `srun`'s exit status and its labelled lines.
-/// Returns the verdict line, or why the phase is wrong.
-pub fn check(srun_ok: bool, lines: &str, n: usize) -> Result<String, String> {
-    let mut started: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut stopped: BTreeMap<usize, String> = BTreeMap::new();
-    let mut pairs: BTreeMap<(usize, usize), PairSeen> = BTreeMap::new();
-    let mut wrong = Vec::new();
-    for line in lines.lines().filter(|l| !l.trim().is_empty()) {
-        // srun --label: `RANK: LINE` (the task's rank is the node's place in the allocation).
-        let Some((label, json)) = line.split_once(": ") else {
-            return Err(format!("a line without srun's label: {line}"));
-        };
-        let task: usize = label
-            .trim()
-            .parse()
-            .map_err(|_| format!("a line whose label is no task number: {line}"))?;
-        let event: Event<'static> =
-            rdma_proto::events::parse(json).map_err(|e| format!("task {task}: {e}"))?;
-        match event {
-            Event::MeshStarted { rank, cycle, .. } => {
-                if rank != task {
-                    wrong.push(format!("task {task} says it is rank {rank}"));
-                }
-                started.insert(task, cycle);
-            }
-            Event::MeshProbe {
-                interval,
-                peer_rank,
-                outcome,
-                cause,
-                state,
-                error,
-                ..
-            } => {
-                let p = pairs.entry((task, peer_rank)).or_default();
-                match outcome {
-                    ProbeOutcome::Ok => p.ok += 1,
-                    ProbeOutcome::Failed => p.failed += 1,
-                    ProbeOutcome::Skipped => p.skipped += 1,
-                    ProbeOutcome::Error => wrong.push(format!(
-                        "{task} -> {peer_rank}: the prober's own error: {}",
-                        error.as_deref().unwrap_or("?")
-                    )),
-                }
-                if cause == Some(Cause::Corrupt) {
-                    wrong.push(format!("{task} -> {peer_rank}: a corrupt verdict"));
-                }
-                p.last = state;
-                if state == PairState::Up && p.up_at.is_none() {
-                    p.up_at = Some(interval);
-                }
-            }
-            Event::MeshState {
-                peer_rank,
-                to: PairState::Down,
-                cause,
-                ..
-            } => wrong.push(format!(
-                "{task} -> {peer_rank} went down ({cause:?}) on a healthy mesh"
-            )),
-            Event::MeshStopped { why, .. } => {
-                stopped.insert(task, why.into_owned());
-            }
-            _ => {}
+/// The shipped rules with every `for:` set to [`ALERT_FOR_S`] (a test cannot wait their
+/// minutes), and nothing else changed; an error if some alert has no `for:`.
+pub fn fast_rules(shipped: &str) -> Result<String> {
+    let alerts = shipped
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- alert:"))
+        .count();
+    let mut changed = 0;
+    let mut out = String::with_capacity(shipped.len());
+    for line in shipped.split_inclusive('\n') {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("for:") {
+            let indent = &line[..line.len() - t.len()];
+            let eol = if rest.ends_with('\n') { "\n" } else { "" };
+            out.push_str(&format!("{indent}for: {ALERT_FOR_S}s{eol}"));
+            changed += 1;
+        } else {
+            out.push_str(line);
         }
     }
-    if !srun_ok {
-        wrong.push("the srun of the probers did not exit 0".into());
+    if changed != alerts || alerts == 0 {
+        bail!("the shipped rules have {alerts} alerts but {changed} `for:` lines");
     }
-    for rank in 0..n {
-        if !started.contains_key(&rank) {
-            wrong.push(format!("rank {rank}: no mesh_started"));
-        }
-        match stopped.get(&rank).map(String::as_str) {
-            Some("cycles") => {}
-            other => wrong.push(format!(
-                "rank {rank}: should stop after its cycles; stopped: {other:?}"
-            )),
-        }
+    Ok(out)
+}
+
+/// Prometheus's configuration: every node's prober scraped every 2 s (a scrape that times out
+/// makes its target's series stale at once: a second leaves TCG guests too little), the rules
+/// evaluated each second.
+pub fn prometheus_yml(n: usize, rules: &str) -> String {
+    let targets: Vec<String> = (1..=n)
+        .map(|i| format!("'node{i}:{METRICS_PORT}'"))
+        .collect();
+    format!(
+        "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 1s\nrule_files:\n  - {rules}\nscrape_configs:\n  - job_name: rdma-mesh\n    static_configs:\n      - targets: [{}]\n",
+        targets.join(", ")
+    )
+}
+
+/// Writes the topology, the rules' guest copy and Prometheus's configuration into `files`.
+pub fn write_files(files: &Path, files_s: &str, n: usize) -> Result<()> {
+    let root = crate::exec::workspace_root();
+    let shipped = root
+        .join("deploy/prometheus")
+        .join(crate::prometheus::RULES);
+    let text = std::fs::read_to_string(&shipped)
+        .wrap_err_with(|| format!("reading {}", shipped.display()))?;
+    let dashboard = root
+        .join("deploy/grafana")
+        .join(crate::prometheus::DASHBOARD);
+    let topo = serde_json::to_string_pretty(&topology(n, &dashboard))?;
+    for (name, body) in [
+        (RULES_FILE, fast_rules(&text)?),
+        (
+            PROMETHEUS_FILE,
+            prometheus_yml(n, &format!("{files_s}/{RULES_FILE}")),
+        ),
+        (TOPOLOGY_FILE, topo),
+    ] {
+        std::fs::write(files.join(name), body)
+            .wrap_err_with(|| format!("writing {name} into {}", files.display()))?;
     }
-    let mut latest_up = 0;
-    for w in 0..n {
-        for t in (0..n).filter(|&t| t != w) {
-            let Some(p) = pairs.get(&(w, t)) else {
-                wrong.push(format!("{w} -> {t}: never probed"));
-                continue;
-            };
-            if p.ok == 0 || p.last != PairState::Up {
-                wrong.push(format!(
-                    "{w} -> {t}: {} ok, {} failed, {} skipped, last state {:?}: not up",
-                    p.ok, p.failed, p.skipped, p.last
-                ));
-            }
-            latest_up = latest_up.max(p.up_at.unwrap_or(u64::MAX));
+    Ok(())
+}
+
+/// What the steps run: our binaries, xtask (for the checks), and where the files are.
+#[derive(Clone, Copy, Debug)]
+pub struct Bins<'a> {
+    pub server: &'a str,
+    pub client: &'a str,
+    pub xtask: &'a str,
+    pub files: &'a str,
+}
+
+fn step(name: &str, argv: &[&str]) -> Step {
+    Step::new(name, argv)
+}
+
+/// A fault's step: a failure is reported (a failed step fails the phase) but lets the turns
+/// go on, so the checks after it end by themselves instead of waiting out their markers.
+fn fault(name: &str, argv: &[&str]) -> Step {
+    let mut s = step(name, argv);
+    s.timeout_s = 20.0;
+    s.allow_failure = true;
+    s
+}
+
+fn tc(name: &str, args: &[&str]) -> Step {
+    let mut argv = vec!["tc"];
+    argv.extend_from_slice(args);
+    fault(name, &argv)
+}
+
+fn after(mut s: Step, marker: &str) -> Step {
+    s.wait_for_file = Some(marker.to_owned());
+    s
+}
+
+fn then(mut s: Step, marker: &str) -> Step {
+    s.create_file_when_ended = Some(marker.to_owned());
+    s
+}
+
+/// A check of `stage` on node1, from `marker` on; it makes `next` however it ends.
+fn check(b: Bins<'_>, topo: &Topology, stage: Stage, marker: &str, next: &str) -> Step {
+    let config = format!("{}/{TOPOLOGY_FILE}", b.files);
+    let mut s = step(
+        &format!("mesh-{}", stage.name()),
+        &[
+            b.xtask,
+            "mesh-guest",
+            stage.name(),
+            "--config",
+            &config,
+            "--deadline-s",
+            DEADLINE_ARG,
+        ],
+    );
+    s.timeout_s = (budget(stage, topo) + GRACE).as_secs_f64();
+    s.allow_failure = true;
+    then(after(s, marker), next)
+}
+
+/// A background step that lives until [`DONE`].
+fn service(name: &str, argv: &[&str]) -> Step {
+    let mut s = step(name, argv);
+    s.background = true;
+    s.stop_when_file = Some(DONE.into());
+    s
+}
+
+/// The link's loss toward `peer_ip`, on this node's eth0: a prio root, a netem band, a filter
+/// on the peer's address feeding it.
+fn loss_steps(peer_ip: &str, marker: &str, next: &str) -> Vec<Step> {
+    let pct = format!("{LOSS_PCT}%");
+    let dst = format!("{peer_ip}/32");
+    vec![
+        after(
+            tc(
+                "mesh-loss-root",
+                &[
+                    "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "prio",
+                ],
+            ),
+            marker,
+        ),
+        tc(
+            "mesh-loss-netem",
+            &[
+                "qdisc", "add", "dev", "eth0", "parent", "1:3", "handle", "30:", "netem", "loss",
+                &pct,
+            ],
+        ),
+        then(
+            tc(
+                "mesh-loss-filter",
+                &[
+                    "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
+                    "u32", "match", "ip", "dst", &dst, "flowid", "1:3",
+                ],
+            ),
+            next,
+        ),
+    ]
+}
+
+/// Node `i`'s (0-based) mesh steps, after the fabric check (`fabric-done`) is over.
+pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
+    let name = format!("node{}", i + 1);
+    let topo = topology(n, Path::new(""));
+    let nodes = format!("node[1-{n}]");
+    let every = format!("{EVERY_S}s");
+    let (down, up, degrade) = (
+        DOWN_AFTER.to_string(),
+        UP_AFTER.to_string(),
+        DEGRADE_AFTER.to_string(),
+    );
+    let (lat, bw) = (LAT_ITERS.to_string(), BW_EVERY.to_string());
+    let slow = SLOW_FACTOR.to_string();
+    let listen = format!("0.0.0.0:{METRICS_PORT}");
+    let server = || service("mesh-server", &[b.server, "--serve", "--max-clients", "8"]);
+    let prober = after(
+        service(
+            "mesh-prober",
+            &[
+                b.client,
+                "--mesh",
+                &nodes,
+                "--every",
+                &every,
+                "--down-after",
+                &down,
+                "--up-after",
+                &up,
+                "--degrade-after",
+                &degrade,
+                "--slow-factor",
+                &slow,
+                "--lat-iters",
+                &lat,
+                "--bw-every",
+                &bw,
+                "--metrics-listen",
+                &listen,
+                "--json",
+            ],
+        ),
+        // The faulted node's server starts last (its devices come back first).
+        "mesh-servers-up",
+    );
+    let mut s = Vec::new();
+    if name == FAULTED {
+        // The fabric check's down phase deleted its devices.
+        for (k, dev) in ["rxe0", "rxe1"].iter().enumerate() {
+            let eth = format!("eth{k}");
+            s.push(fault(
+                &format!("mesh-{dev}-back"),
+                &["rdma", "link", "add", dev, "type", "rxe", "netdev", &eth],
+            ));
         }
-    }
-    if pairs.keys().any(|&(w, t)| w == t || w >= n || t >= n) {
-        wrong.push(format!(
-            "a probe of a pair outside the mesh: {:?}",
-            pairs.keys()
+        let mut first = server();
+        first.create_file_when_started = Some("mesh-servers-up".into());
+        s.push(first);
+        s.push(prober);
+        s.push(after(
+            tc(
+                "mesh-block-root",
+                &[
+                    "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "prio",
+                ],
+            ),
+            "mesh-steady",
         ));
+        s.push(then(
+            tc(
+                "mesh-block",
+                &[
+                    "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
+                    "u32", "match", "ip", "protocol", "17", "0xff", "match", "ip", "dport", "4791",
+                    "0xffff", "action", "drop",
+                ],
+            ),
+            "mesh-blocked",
+        ));
+        let stop = fault("mesh-stop-server", &["pkill", "-TERM", "-x", "rdma-server"]);
+        s.push(then(after(stop, "mesh-blocked-seen"), "mesh-stopped"));
+        s.push(after(
+            tc("mesh-unblock", &["qdisc", "del", "dev", "eth0", "root"]),
+            "mesh-stopped-seen",
+        ));
+        let mut again = server();
+        again.name = "mesh-server-again".into();
+        again.create_file_when_started = Some("mesh-restored".into());
+        s.push(again);
+        s.extend(loss_steps("10.0.0.2", "mesh-restored-seen", "mesh-lossy-3"));
+    } else {
+        s.push(server());
+        s.push(prober);
     }
-    if !wrong.is_empty() {
-        return Err(wrong.join("; "));
+    if name == "node1" {
+        s.push(service(
+            "mesh-prometheus",
+            &[
+                "prometheus",
+                &format!("--config.file={}/{PROMETHEUS_FILE}", b.files),
+                "--storage.tsdb.path=/tmp/prometheus",
+                &format!("--web.listen-address=0.0.0.0:{PROMETHEUS_PORT}"),
+                "--log.level=warn",
+            ],
+        ));
+        for (stage, marker, next) in [
+            (Stage::Steady, "mesh-servers-up", "mesh-steady"),
+            (Stage::Blocked, "mesh-blocked", "mesh-blocked-seen"),
+            (Stage::Stopped, "mesh-stopped", "mesh-stopped-seen"),
+            (Stage::Restored, "mesh-restored", "mesh-restored-seen"),
+            (Stage::Lossy, "mesh-lossy", DONE),
+        ] {
+            s.push(check(b, &topo, stage, marker, next));
+        }
     }
-    let (ok, failed, skipped) = pairs.values().fold((0, 0, 0), |(o, f, s), p| {
-        (o + p.ok, f + p.failed, s + p.skipped)
-    });
-    let cycle = started.values().copied().max().unwrap_or(1).max(1);
-    Ok(format!(
-        "{} ordered pairs up (the last by interval {latest_up}, cycle {} of {CYCLES}); probes: {ok} ok, {failed} failed, {skipped} skipped",
-        n * (n - 1),
-        latest_up / cycle + 1
-    ))
+    if name == LOSSY[0] {
+        s.extend(loss_steps("10.0.0.3", "mesh-lossy-3", "mesh-lossy"));
+    }
+    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn started(rank: usize) -> String {
-        format!(
-            r#"{rank}: {{"type":"mesh_started","node":"node{}","rank":{rank},"hosts":["node1","node2","node3"],"fan_out":2,"every_ms":5000,"cycle":1,"device":"rxe0","timestamps":false,"timestamps_why":"wall time","cycles":4}}"#,
-            rank + 1
+    #[test]
+    fn the_guests_rules_differ_from_the_shipped_only_in_their_for() {
+        let shipped = std::fs::read_to_string(
+            crate::exec::workspace_root()
+                .join("deploy/prometheus")
+                .join(crate::prometheus::RULES),
         )
-    }
-
-    fn probe(w: usize, t: usize, interval: u64, outcome: &str, state: &str) -> String {
-        format!(
-            r#"{w}: {{"type":"mesh_probe","interval":{interval},"peer":"node{}","peer_rank":{t},"device":"rxe0","rail":0,"outcome":"{outcome}","wall_ns":900000,"state":"{state}"}}"#,
-            t + 1
-        )
-    }
-
-    fn stopped(rank: usize) -> String {
-        format!(
-            r#"{rank}: {{"type":"mesh_stopped","why":"cycles","intervals":4,"probes":8,"failed":0,"skipped":0}}"#
-        )
-    }
-
-    fn healthy(n: usize) -> Vec<String> {
-        let mut lines: Vec<String> = (0..n).map(started).collect();
-        for i in 0..2 {
-            for w in 0..n {
-                for t in (0..n).filter(|&t| t != w) {
-                    let state = if i == 0 { "unknown" } else { "up" };
-                    lines.push(probe(w, t, i, "ok", state));
-                }
+        .unwrap();
+        let fast = fast_rules(&shipped).unwrap();
+        assert!(fast.contains(&format!("for: {ALERT_FOR_S}s\n")));
+        assert!(!fast.contains("for: 3m"));
+        let (a, b): (Vec<&str>, Vec<&str>) = (shipped.lines().collect(), fast.lines().collect());
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            if x != y {
+                assert!(x.trim_start().starts_with("for:"), "{x} -> {y}");
             }
         }
-        lines.extend((0..n).map(stopped));
-        lines
+        // An alert without its `for:` is refused.
+        let cut = shipped.replacen("        for: 3m\n", "", 1);
+        assert_ne!(cut, shipped);
+        assert!(fast_rules(&cut).is_err());
     }
 
     #[test]
-    fn a_healthy_mesh_passes_with_every_pair_up() {
-        let v = check(true, &healthy(3).join("\n"), 3).unwrap();
+    fn prometheus_scrapes_every_node_and_loads_the_guests_rules() {
+        let y = prometheus_yml(3, "/f/r.yml");
+        assert!(y.contains("rule_files:\n  - /f/r.yml\n"), "{y}");
         assert!(
-            v.starts_with("6 ordered pairs up (the last by interval 1"),
-            "{v}"
+            y.contains("targets: ['node1:9478', 'node2:9478', 'node3:9478']"),
+            "{y}"
         );
+        assert!(y.contains("job_name: rdma-mesh"), "{y}");
     }
 
     #[test]
-    fn a_missing_pair_a_corrupt_probe_a_down_pair_or_a_failed_srun_fail_it() {
-        let mut lines = healthy(3);
-        lines.retain(|l| !l.contains(r#""peer_rank":2,"#) || !l.starts_with("1: "));
-        let e = check(true, &lines.join("\n"), 3).unwrap_err();
-        assert!(e.contains("1 -> 2: never probed"), "{e}");
-
-        let mut lines = healthy(3);
-        lines.push(r#"0: {"type":"mesh_probe","interval":3,"peer":"node2","peer_rank":1,"device":"rxe0","rail":0,"outcome":"failed","cause":"corrupt","state":"up"}"#.into());
-        let e = check(true, &lines.join("\n"), 3).unwrap_err();
-        assert!(e.contains("0 -> 1: a corrupt verdict"), "{e}");
-
-        let mut lines = healthy(3);
-        lines.push(r#"2: {"type":"mesh_state","peer":"node1","peer_rank":0,"device":"rxe0","rail":0,"from":"up","to":"down","cause":"rdma"}"#.into());
-        lines.push(probe(2, 0, 3, "failed", "down"));
-        let e = check(true, &lines.join("\n"), 3).unwrap_err();
-        assert!(e.contains("2 -> 0 went down"), "{e}");
-        assert!(e.contains("last state Down"), "{e}");
-
-        let e = check(false, &healthy(3).join("\n"), 3).unwrap_err();
-        assert!(e.contains("did not exit 0"), "{e}");
-    }
-
-    #[test]
-    fn a_line_that_is_no_labelled_event_is_named() {
-        let mut lines = healthy(3);
-        lines.push("srun: error: node3: task 2: Exited with exit code 1".into());
-        let e = check(true, &lines.join("\n"), 3).unwrap_err();
+    fn the_faults_and_checks_take_turns_through_markers() {
+        let b = Bins {
+            server: "/s",
+            client: "/c",
+            xtask: "/x",
+            files: "/f",
+        };
+        let names =
+            |i: usize| -> Vec<String> { steps(i, 3, b).iter().map(|s| s.name.clone()).collect() };
+        assert_eq!(
+            names(0),
+            [
+                "mesh-server",
+                "mesh-prober",
+                "mesh-prometheus",
+                "mesh-steady",
+                "mesh-blocked",
+                "mesh-stopped",
+                "mesh-restored",
+                "mesh-lossy"
+            ]
+        );
+        assert_eq!(
+            names(1),
+            [
+                "mesh-server",
+                "mesh-prober",
+                "mesh-loss-root",
+                "mesh-loss-netem",
+                "mesh-loss-filter"
+            ]
+        );
+        let n3 = steps(2, 3, b);
+        let at = |name: &str| n3.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(
+            at("mesh-block-root").wait_for_file.as_deref(),
+            Some("mesh-steady")
+        );
+        assert_eq!(
+            at("mesh-block").create_file_when_ended.as_deref(),
+            Some("mesh-blocked")
+        );
+        assert_eq!(
+            at("mesh-stop-server").argv,
+            ["pkill", "-TERM", "-x", "rdma-server"]
+        );
+        assert_eq!(
+            at("mesh-server-again").create_file_when_started.as_deref(),
+            Some("mesh-restored")
+        );
+        // The checks: each waits for its fault and lets the next go however it ended; the
+        // last ends the mesh.
+        let n1 = steps(0, 3, b);
+        let lossy = n1.iter().find(|s| s.name == "mesh-lossy").unwrap();
+        assert_eq!(lossy.create_file_when_ended.as_deref(), Some(DONE));
+        assert!(lossy.allow_failure && lossy.argv.contains(&DEADLINE_ARG.to_owned()));
+        let prober = &n1[1];
+        assert!(prober.background && prober.stop_when_file.as_deref() == Some(DONE));
         assert!(
-            e.contains("task number") || e.contains("not an event"),
-            "{e}"
+            prober
+                .argv
+                .windows(2)
+                .any(|w| w == ["--metrics-listen", "0.0.0.0:9478"])
         );
+        // Every marker a step waits for is made by some step.
+        let all: Vec<Step> = (0..3).flat_map(|i| steps(i, 3, b)).collect();
+        for s in &all {
+            if let Some(m) = &s.wait_for_file {
+                assert!(
+                    all.iter().any(|o| [
+                        &o.create_file_when_started,
+                        &o.create_file_when_ended,
+                        &o.create_file_when_done
+                    ]
+                    .into_iter()
+                    .any(|c| c.as_deref() == Some(m))),
+                    "{} waits for {m}, which nothing makes",
+                    s.name
+                );
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ mod cells;
 mod cluster;
 mod judge;
 mod mesh;
+mod mesh_judge;
 mod rails;
 
 use std::path::{Path, PathBuf};
@@ -57,7 +58,13 @@ pub struct FabricE2eArgs {
 /// Entry point.
 pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
     let t0 = Instant::now();
-    deps::ensure(&[Group::Build, Group::Run, Group::Vm, Group::Slurm])?;
+    deps::ensure(&[
+        Group::Build,
+        Group::Run,
+        Group::Vm,
+        Group::Slurm,
+        Group::Prometheus,
+    ])?;
     if !args.no_build {
         e2e::build(false)?;
     }
@@ -84,7 +91,7 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         .enumerate()
         .map(|(i, name)| PlanGuest {
             name: name.clone(),
-            plan: plan(i, name, &files_s),
+            plan: plan(i, name, &files_s, &bins),
             mem_mb: 1024,
         })
         .collect();
@@ -98,7 +105,11 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
     let t = Transcript::from_guests(&run, &|_: &str| Speaks::Other);
     let mut problems: Vec<String> = t.deaths().map(str::to_owned).collect();
     for s in &t.roles {
-        for l in s.stdout.lines().filter(|l| l.starts_with("fabric-e2e:")) {
+        for l in s
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("fabric-e2e:") || l.starts_with("mesh-guest:"))
+        {
             println!("  {}: {l}", s.guest);
         }
         if !s.ok {
@@ -121,18 +132,20 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
     for v in &verdicts {
         println!("{v}");
     }
-    // The mesh phase: srun's own status (the script wrote it), and the probers' events.
-    let read = |f: &str| {
-        let p = out.join(f);
-        std::fs::read_to_string(&p).wrap_err_with(|| format!("reading {}", p.display()))
-    };
-    let srun_ok = read("mesh.rc")?.trim() == "0";
-    match mesh::check(srun_ok, &read("mesh.jsonl")?, NODES) {
+    // The mesh phase: the checks passed in the guests (a failed one is a failed step, above);
+    // now the probers' own events.
+    let nodes = cluster::nodes(NODES);
+    let streams: Vec<&str> = nodes
+        .iter()
+        .map(|node| {
+            t.roles_of(node)
+                .find(|r| r.name == "mesh-prober")
+                .map_or("", |r| r.stdout.as_str())
+        })
+        .collect();
+    match mesh_judge::check(&streams, NODES - 1, [1, 2], mesh::DOWN_AFTER) {
         Ok(v) => println!("fabric-e2e: mesh: {v}"),
-        Err(why) => bail!(
-            "fabric-e2e: wrong results:\nmesh: {why}\n--- probers' stderr ---\n{}",
-            crate::text::tail(&read("mesh.err").unwrap_or_default(), 3000)
-        ),
+        Err(why) => bail!("fabric-e2e: wrong results:\nmesh: {why}"),
     }
     if let Some(to) = &args.save_figure {
         std::fs::create_dir_all(to)?;
@@ -187,7 +200,7 @@ fn write_files(files: &Path, files_s: &str, bins: &Bins) -> Result<()> {
         std::fs::write(files.join(name), text)?;
     }
     std::fs::write(files.join("munge.key"), key)?;
-    Ok(())
+    mesh::write_files(files, files_s, NODES)
 }
 
 /// 1024 bytes from the kernel's random source (a munge key).
@@ -201,9 +214,9 @@ fn random_key() -> Result<Vec<u8>> {
 }
 
 /// Node `i`'s plan: its rails (eth`k` with `10.0.k.{i+1}` and `rxe{k}` on it), munge and
-/// Slurm up; node1 then runs the fabric check,
-/// the others wait until it is done.
-fn plan(i: usize, name: &str, files: &str) -> Plan {
+/// Slurm up; node1 then runs the fabric check, the others wait until it is done; then the
+/// mesh phase ([`mesh::steps`]).
+fn plan(i: usize, name: &str, files: &str, bins: &Bins) -> Plan {
     let mut up = Step::new("slurm-up", &["/bin/sh", &format!("{files}/up.sh"), name]);
     up.timeout_s = 90.0;
     let mut steps = vec![up];
@@ -222,6 +235,16 @@ fn plan(i: usize, name: &str, files: &str) -> Plan {
         wait.wait_for_file = Some("fabric-done".into());
         steps.push(wait);
     }
+    steps.extend(mesh::steps(
+        i,
+        NODES,
+        mesh::Bins {
+            server: &bins.server,
+            client: &bins.client,
+            xtask: &bins.xtask,
+            files,
+        },
+    ));
     Plan {
         node: node(i),
         steps,
@@ -287,20 +310,47 @@ mod tests {
 
     #[test]
     fn node1_runs_the_check_and_the_others_wait_for_it() {
-        let p = plan(0, "node1", "/f");
+        let bins = Bins::for_tests();
+        let p = plan(0, "node1", "/f", &bins);
         assert_eq!(p.node.nics[0], Node::guest("10.0.0.1", true).nics[0]);
         assert_eq!(p.node.nics[1].ipv4.as_deref(), Some("10.0.1.1/24"));
         assert_eq!(p.node.nics[1].rdma, Some(RdmaDev::rxe("rxe1")));
         let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["slurm-up", "fabric", "done"]);
+        assert_eq!(names[..3], ["slurm-up", "fabric", "done"]);
+        // Then the mesh phase, after the fabric check.
+        assert_eq!(names[3], "mesh-server");
         assert_eq!(p.steps[0].argv, ["/bin/sh", "/f/up.sh", "node1"]);
         assert_eq!(
             p.steps[2].create_file_when_done.as_deref(),
             Some("fabric-done")
         );
-        let p = plan(2, "node3", "/f");
+        let p = plan(2, "node3", "/f", &bins);
         assert_eq!(p.node.nics.len(), 2);
         assert_eq!(p.node.nics[1].ipv4.as_deref(), Some("10.0.1.3/24"));
         assert_eq!(p.steps[1].wait_for_file.as_deref(), Some("fabric-done"));
+    }
+
+    /// The three plans' waits derive (no circle between the fabric check, the faults and the
+    /// checks), and the mesh's services live until the last check.
+    #[test]
+    fn the_mesh_phase_deadlines_derive_from_its_turns() {
+        let bins = Bins::for_tests();
+        let mut plans: Vec<Plan> = cluster::nodes(NODES)
+            .iter()
+            .enumerate()
+            .map(|(i, n)| plan(i, n, "/f", &bins))
+            .collect();
+        crate::deadline::derive(&mut plans).unwrap();
+        let step = |p: usize, name: &str| plans[p].steps.iter().find(|s| s.name == name).unwrap();
+        let lossy = step(0, "mesh-lossy");
+        let prober = step(1, "mesh-prober");
+        // The prober on node2 lives past the last check, which it outlasts by its own wait.
+        assert!(
+            prober.timeout_s > lossy.timeout_s,
+            "{} {}",
+            prober.timeout_s,
+            lossy.timeout_s
+        );
+        assert!(step(2, "mesh-block-root").wait_s.unwrap() > step(0, "mesh-steady").timeout_s);
     }
 }

@@ -1,0 +1,308 @@
+//! The mesh phase judged from the probers' own events (each node's `--json` output), beside
+//! what Prometheus showed the checks: every pair's state changes, in order, must be the ones
+//! its faults explain and no others.
+//!
+//! - a pair the faults do not touch: `unknown → up`, then nothing (no flap);
+//! - a pair through the faulted node: `unknown → up`, `up → down` with cause `rdma` after
+//!   exactly `--down-after` failed probes, `down → up`; probes to that node failed `host` or
+//!   `refused` while its server was stopped; a pair of the lossy link may then go `degraded`
+//!   and back, never `down`;
+//! - no probe `corrupt`, none the prober's own `error`.
+
+use std::collections::BTreeMap;
+
+use rdma_proto::events::client::Event;
+use rdma_proto::events::mesh::{Cause, PairState, ProbeOutcome};
+
+/// What one ordered pair showed, in order.
+#[derive(Debug, Default)]
+struct Pair {
+    /// State changes: (from, to, cause).
+    changes: Vec<(PairState, PairState, Option<Cause>)>,
+    /// Failed probes in a row just before it went down (the first time).
+    failed_before_down: Option<u32>,
+    run: u32,
+    /// Causes of failed probes after it went down, before it came back.
+    while_down: Vec<Cause>,
+    ok: u64,
+    failed: u64,
+}
+
+/// The nodes' events: `streams[r]` is rank `r`'s prober output. `faulted` and `lossy` are
+/// ranks. Returns the verdict line, or what is wrong.
+pub fn check(
+    streams: &[&str],
+    faulted: usize,
+    lossy: [usize; 2],
+    down_after: u32,
+) -> Result<String, String> {
+    let n = streams.len();
+    let mut wrong = Vec::new();
+    let mut pairs: BTreeMap<(usize, usize), Pair> = BTreeMap::new();
+    for (me, text) in streams.iter().enumerate() {
+        let mut started = false;
+        for line in text.lines().filter(|l| l.starts_with('{')) {
+            let event: Event<'static> = match rdma_proto::events::parse(line) {
+                Ok(e) => e,
+                Err(e) => {
+                    wrong.push(format!("node{}: {e}: {line}", me + 1));
+                    continue;
+                }
+            };
+            match event {
+                Event::MeshStarted { rank, .. } => {
+                    started = true;
+                    if rank != me {
+                        wrong.push(format!("node{} says it is rank {rank}", me + 1));
+                    }
+                }
+                Event::MeshProbe {
+                    peer_rank,
+                    outcome,
+                    cause,
+                    error,
+                    ..
+                } => {
+                    let p = pairs.entry((me, peer_rank)).or_default();
+                    match outcome {
+                        ProbeOutcome::Ok => {
+                            p.ok += 1;
+                            p.run = 0;
+                        }
+                        ProbeOutcome::Failed => {
+                            p.failed += 1;
+                            p.run += 1;
+                            let down = p.changes.last().is_some_and(|c| c.1 == PairState::Down);
+                            if let (true, Some(c)) = (down, cause) {
+                                p.while_down.push(c);
+                            }
+                        }
+                        ProbeOutcome::Skipped => {}
+                        ProbeOutcome::Error => wrong.push(format!(
+                            "{me} -> {peer_rank}: the prober's own error: {}",
+                            error.as_deref().unwrap_or("?")
+                        )),
+                    }
+                    if cause == Some(Cause::Corrupt) {
+                        wrong.push(format!("{me} -> {peer_rank}: a corrupt probe"));
+                    }
+                }
+                Event::MeshState {
+                    peer_rank,
+                    from,
+                    to,
+                    cause,
+                    ..
+                } => {
+                    let p = pairs.entry((me, peer_rank)).or_default();
+                    if to == PairState::Down && p.failed_before_down.is_none() {
+                        // The probe that moved it is reported just before the change.
+                        p.failed_before_down = Some(p.run);
+                    }
+                    p.changes.push((from, to, cause));
+                }
+                _ => {}
+            }
+        }
+        if !started {
+            wrong.push(format!("node{}: no mesh_started", me + 1));
+        }
+    }
+    use PairState::{Degraded, Down, Unknown, Up};
+    for w in 0..n {
+        for t in (0..n).filter(|&t| t != w) {
+            let name = format!("node{} -> node{}", w + 1, t + 1);
+            let Some(p) = pairs.get(&(w, t)) else {
+                wrong.push(format!("{name}: never probed"));
+                continue;
+            };
+            let moves: Vec<(PairState, PairState)> = p.changes.iter().map(|c| (c.0, c.1)).collect();
+            let through = w == faulted || t == faulted;
+            let on_lossy = lossy.contains(&w) && lossy.contains(&t);
+            let fault = [(Unknown, Up), (Up, Down), (Down, Up)];
+            let ok = if !through {
+                moves == [(Unknown, Up)]
+            } else if moves.len() < 3 || moves[..3] != fault {
+                false
+            } else {
+                // After the restore: the lossy link's pairs may degrade and recover.
+                moves[3..]
+                    .iter()
+                    .all(|&(f, to)| on_lossy && matches!((f, to), (Up, Degraded) | (Degraded, Up)))
+            };
+            if !ok {
+                wrong.push(format!(
+                    "{name}: state changes {moves:?} are not what its faults explain"
+                ));
+            }
+            if through {
+                match p.changes.get(1) {
+                    Some((_, Down, Some(Cause::Rdma))) => {}
+                    other => wrong.push(format!(
+                        "{name}: went down with {other:?}, not cause rdma (only RoCE was blocked)"
+                    )),
+                }
+                if p.failed_before_down != Some(down_after) {
+                    wrong.push(format!(
+                        "{name}: went down after {:?} failed probes in a row, not --down-after {down_after}",
+                        p.failed_before_down
+                    ));
+                }
+                if t == faulted
+                    && !p
+                        .while_down
+                        .iter()
+                        .any(|c| matches!(c, Cause::Host | Cause::Refused))
+                {
+                    wrong.push(format!(
+                        "{name}: no probe failed host or refused while its server was stopped (causes while down: {:?})",
+                        p.while_down
+                    ));
+                }
+            }
+        }
+    }
+    if !wrong.is_empty() {
+        return Err(wrong.join("; "));
+    }
+    let (ok, failed) = pairs
+        .values()
+        .fold((0, 0), |(o, f), p| (o + p.ok, f + p.failed));
+    Ok(format!(
+        "{} ordered pairs: the {} through node{} down (rdma, after {down_after} probes) and up again, the others never moved; probes: {ok} ok, {failed} failed, none corrupt",
+        n * (n - 1),
+        2 * (n - 1),
+        faulted + 1
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(t: usize, outcome: &str, cause: Option<&str>, state: &str) -> String {
+        let cause = cause.map_or(String::new(), |c| format!(r#","cause":"{c}""#));
+        format!(
+            r#"{{"type":"mesh_probe","interval":0,"peer":"node{}","peer_rank":{t},"device":"rxe0","rail":0,"outcome":"{outcome}"{cause},"state":"{state}"}}"#,
+            t + 1
+        )
+    }
+
+    fn state(t: usize, from: &str, to: &str, cause: Option<&str>) -> String {
+        let cause = cause.map_or(String::new(), |c| format!(r#","cause":"{c}""#));
+        format!(
+            r#"{{"type":"mesh_state","peer":"node{}","peer_rank":{t},"device":"rxe0","rail":0,"from":"{from}","to":"{to}"{cause}}}"#,
+            t + 1
+        )
+    }
+
+    fn started(r: usize) -> String {
+        format!(
+            r#"{{"type":"mesh_started","node":"node{}","rank":{r},"hosts":["node1","node2","node3"],"fan_out":8,"every_ms":3000,"cycle":1,"device":"rxe0","timestamps":false,"timestamps_why":"wall time"}}"#,
+            r + 1
+        )
+    }
+
+    /// What a good run of rank `me` prints: up; through node3: down (rdma, 2 failed), host
+    /// while its server is stopped (when probing node3), up again.
+    fn good(me: usize) -> String {
+        let mut l = vec![started(me)];
+        for t in (0..3).filter(|&t| t != me) {
+            // A probe's event comes before the change it makes.
+            l.push(probe(t, "ok", None, "unknown"));
+            l.push(probe(t, "ok", None, "up"));
+            l.push(state(t, "unknown", "up", None));
+            if me == 2 || t == 2 {
+                l.push(probe(t, "failed", Some("rdma"), "up"));
+                l.push(probe(t, "failed", Some("rdma"), "down"));
+                l.push(state(t, "up", "down", Some("rdma")));
+                let c = if t == 2 { "host" } else { "rdma" };
+                l.push(probe(t, "failed", Some(c), "down"));
+                l.push(probe(t, "ok", None, "down"));
+                l.push(probe(t, "ok", None, "up"));
+                l.push(state(t, "down", "up", None));
+            }
+        }
+        l.join("\n")
+    }
+
+    fn run(streams: &[String]) -> Result<String, String> {
+        let s: Vec<&str> = streams.iter().map(String::as_str).collect();
+        check(&s, 2, [1, 2], 2)
+    }
+
+    #[test]
+    fn the_faults_own_changes_pass() {
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        // The lossy link's pair may degrade and recover after the restore.
+        s[1].push('\n');
+        s[1].push_str(&state(2, "up", "degraded", Some("slow")));
+        s[1].push('\n');
+        s[1].push_str(&state(2, "degraded", "up", None));
+        let v = run(&s).unwrap();
+        assert!(v.starts_with("6 ordered pairs: the 4 through node3"), "{v}");
+    }
+
+    #[test]
+    fn a_flap_a_wrong_cause_a_late_down_or_a_corrupt_probe_is_named() {
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[0].push('\n');
+        s[0].push_str(&state(1, "up", "degraded", Some("slow")));
+        let e = run(&s).unwrap_err();
+        assert!(e.contains("node1 -> node2: state changes"), "{e}");
+
+        // Degraded off the lossy link.
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[0].push('\n');
+        s[0].push_str(&state(2, "up", "degraded", Some("slow")));
+        assert!(
+            run(&s)
+                .unwrap_err()
+                .contains("node1 -> node3: state changes")
+        );
+
+        let s: Vec<String> = (0..3)
+            .map(|m| {
+                good(m).replace(
+                    r#""to":"down","cause":"rdma""#,
+                    r#""to":"down","cause":"host""#,
+                )
+            })
+            .collect();
+        assert!(run(&s).unwrap_err().contains("not cause rdma"));
+
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[0] = s[0].replacen(
+            &probe(2, "failed", Some("rdma"), "up"),
+            &format!(
+                "{}\n{}",
+                probe(2, "failed", Some("rdma"), "up"),
+                probe(2, "failed", Some("rdma"), "up")
+            ),
+            1,
+        );
+        assert!(run(&s).unwrap_err().contains("after Some(3) failed probes"));
+
+        let s: Vec<String> = (0..3)
+            .map(|m| good(m).replace("\"host\"", "\"rdma\""))
+            .collect();
+        assert!(
+            run(&s)
+                .unwrap_err()
+                .contains("no probe failed host or refused")
+        );
+
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[1].push('\n');
+        s[1].push_str(&probe(0, "failed", Some("corrupt"), "up"));
+        assert!(run(&s).unwrap_err().contains("node1") || run(&s).unwrap_err().contains("corrupt"));
+
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[2] = String::new();
+        let e = run(&s).unwrap_err();
+        assert!(
+            e.contains("node3: no mesh_started") && e.contains("never probed"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,452 @@
+//! What each stage of the mesh phase must see in Prometheus, as checks polled until they are
+//! done, found wrong, or out of time. Pure over [`Query`]: the tests drive them with a fake
+//! Prometheus, broken ones included.
+
+use std::collections::BTreeMap;
+
+use color_eyre::eyre::Result;
+
+use super::prom::{Query, Sample};
+use super::{Stage, Topology};
+
+/// One poll's verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Check {
+    /// The stage saw what it must: a line saying what.
+    Done(String),
+    /// Not yet: why not (the error if time runs out).
+    NotYet(String),
+    /// Something it must never see: the stage fails now.
+    Wrong(String),
+}
+
+/// A path: the probing node's scrape target (`instance`) and the peer it probes.
+type PathKey = (String, String);
+
+/// The series of `expr` by (instance, peer), summed over what else they carry.
+fn by_path(q: &dyn Query, expr: &str) -> Result<BTreeMap<PathKey, f64>> {
+    let mut m = BTreeMap::new();
+    for s in q.query(expr)? {
+        *m.entry(key(&s)).or_insert(0.0) += s.value;
+    }
+    Ok(m)
+}
+
+fn key(s: &Sample) -> PathKey {
+    (s.label("instance").to_owned(), s.label("peer").to_owned())
+}
+
+/// `rdma_mesh_probes_total` by (instance, peer, result).
+type Counts = BTreeMap<(String, String, String), f64>;
+
+fn counts(q: &dyn Query) -> Result<Counts> {
+    let mut m = Counts::new();
+    for s in q.query("rdma_mesh_probes_total")? {
+        let (i, p) = key(&s);
+        *m.entry((i, p, s.label("result").to_owned())).or_insert(0.0) += s.value;
+    }
+    Ok(m)
+}
+
+/// How many probes of `path` with `result` (any result: `None`) since `from`.
+fn delta(now: &Counts, from: &Counts, path: &PathKey, result: Option<&str>) -> f64 {
+    now.iter()
+        .filter(|((i, p, r), _)| {
+            (i, p) == (&path.0, &path.1) && result.is_none_or(|want| want == r)
+        })
+        .map(|(k, v)| v - from.get(k).copied().unwrap_or(0.0))
+        // A fold from +0 (`sum` starts at -0, which prints as `-0`).
+        .fold(0.0, |a, x| a + x)
+}
+
+/// The paths of the mesh, named as the series name them.
+fn paths(t: &Topology) -> Vec<PathKey> {
+    let mut out = Vec::new();
+    for a in &t.nodes {
+        for b in t.nodes.iter().filter(|b| *b != a) {
+            out.push((t.instance(a), b.clone()));
+        }
+    }
+    out
+}
+
+fn show(p: &PathKey) -> String {
+    format!("{} -> {}", p.0, p.1)
+}
+
+/// Paths whose `path_up` is not `want` (absent counts as not).
+fn not_up(up: &BTreeMap<PathKey, f64>, paths: &[PathKey], want: f64) -> Vec<String> {
+    paths
+        .iter()
+        .filter(|p| up.get(*p).copied() != Some(want))
+        .map(|p| {
+            format!(
+                "{} (path_up {})",
+                show(p),
+                up.get(p).map_or("absent".into(), |v| v.to_string())
+            )
+        })
+        .collect()
+}
+
+/// The paths through the faulted node, and the others.
+fn split(t: &Topology) -> (Vec<PathKey>, Vec<PathKey>) {
+    let f = t.instance(&t.faulted);
+    paths(t)
+        .into_iter()
+        .partition(|(i, p)| *i == f || *p == t.faulted)
+}
+
+/// The paths of the lossy link (both ways), and the others.
+fn lossy_split(t: &Topology) -> (Vec<PathKey>, Vec<PathKey>) {
+    let [a, b] = &t.lossy;
+    paths(t)
+        .into_iter()
+        .partition(|(i, p)| (*i == t.instance(a) && p == b) || (*i == t.instance(b) && p == a))
+}
+
+/// The paths the shipped `RdmaMeshPathDown` fires for now, with the alert's `cause`.
+fn firing_down(q: &dyn Query) -> Result<BTreeMap<PathKey, String>> {
+    Ok(
+        q.query(r#"ALERTS{alertname="RdmaMeshPathDown",alertstate="firing"}"#)?
+            .iter()
+            .map(|s| (key(s), s.label("cause").to_owned()))
+            .collect(),
+    )
+}
+
+/// A dashboard query with Grafana's variables as the check reads it: every instance and
+/// peer, and a rate window of a minute.
+pub fn grafana_expr(e: &str) -> String {
+    e.replace("$__rate_interval", "1m")
+        .replace("$instance", ".*")
+        .replace("$peer", ".*")
+}
+
+/// A stage's checker: what it snapshot at its start, polled with [`Checker::poll`].
+#[derive(Debug)]
+pub struct Checker {
+    stage: Stage,
+    topo: Topology,
+    /// The probe counters when the stage began.
+    start: Counts,
+    /// The dashboard's queries, `(where, expr)` (the steady stage's).
+    dashboard: Vec<(String, String)>,
+    /// Seconds since the stage began, at the last poll.
+    pub elapsed_s: f64,
+}
+
+impl Checker {
+    /// Starts `stage`: snapshots the probe counters.
+    ///
+    /// # Errors
+    /// Prometheus did not answer.
+    pub fn start(
+        stage: Stage,
+        topo: Topology,
+        dashboard: Vec<(String, String)>,
+        q: &dyn Query,
+    ) -> Result<Self> {
+        let start = counts(q)?;
+        Ok(Self {
+            stage,
+            topo,
+            start,
+            dashboard,
+            elapsed_s: 0.0,
+        })
+    }
+
+    /// One look.
+    ///
+    /// # Errors
+    /// Prometheus did not answer (the caller polls again).
+    pub fn poll(&self, q: &dyn Query) -> Result<Check> {
+        match self.stage {
+            Stage::Steady => self.steady(q),
+            Stage::Blocked => self.blocked(q),
+            Stage::Stopped => self.stopped(q),
+            Stage::Restored => self.restored(q),
+            Stage::Lossy => self.lossy(q),
+        }
+    }
+
+    fn up(&self, q: &dyn Query) -> Result<BTreeMap<PathKey, f64>> {
+        by_path(q, "max by (instance, peer) (rdma_mesh_path_up)")
+    }
+
+    /// Paths that must stay up (not through the fault) but are down: a flap. An absent series
+    /// is a scrape that failed (its target's series go stale at once), not a state.
+    fn others_flapped(&self, up: &BTreeMap<PathKey, f64>, others: &[PathKey]) -> Option<Check> {
+        let bad: Vec<String> = others
+            .iter()
+            .filter(|p| up.get(*p).is_some_and(|v| *v != 1.0))
+            .map(|p| format!("{} (path_up {})", show(p), up[p]))
+            .collect();
+        (!bad.is_empty()).then(|| {
+            Check::Wrong(format!(
+                "a path the fault does not touch left up: {}",
+                bad.join(", ")
+            ))
+        })
+    }
+
+    fn steady(&self, q: &dyn Query) -> Result<Check> {
+        let all = paths(&self.topo);
+        let bad = not_up(&self.up(q)?, &all, 1.0);
+        if !bad.is_empty() {
+            return Ok(Check::NotYet(format!("not up yet: {}", bad.join(", "))));
+        }
+        let rtt = by_path(q, "rdma_mesh_rtt_seconds_count")?;
+        let empty: Vec<String> = all
+            .iter()
+            .filter(|p| rtt.get(*p).copied().unwrap_or(0.0) < 1.0)
+            .map(show)
+            .collect();
+        if !empty.is_empty() {
+            return Ok(Check::NotYet(format!(
+                "RTT histogram empty: {}",
+                empty.join(", ")
+            )));
+        }
+        // The network/host split needs completion timestamps: where no device has them
+        // (`rdma_mesh_timestamps_supported` 0, as on Soft-RoCE) those panels stay empty, said.
+        let stamps = q.query("max(rdma_mesh_timestamps_supported)")?;
+        let no_stamps = stamps.first().is_some_and(|s| s.value == 0.0);
+        let mut empty_by_device = Vec::new();
+        for (at, e) in &self.dashboard {
+            if !q.query(&grafana_expr(e))?.is_empty() {
+                continue;
+            }
+            let names = crate::prometheus::promql::metric_names(e);
+            let split_only = !names.is_empty()
+                && names.iter().all(|n| {
+                    n.starts_with("rdma_mesh_network_rtt_")
+                        || n.starts_with("rdma_mesh_host_delay_")
+                });
+            if split_only && no_stamps {
+                empty_by_device.push(at.clone());
+                continue;
+            }
+            return Ok(Check::NotYet(format!(
+                "dashboard {at}: no series yet for {e}"
+            )));
+        }
+        let corrupt = self.corrupt(q)?;
+        if let Some(w) = corrupt {
+            return Ok(w);
+        }
+        let told = if empty_by_device.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (the other {} read the network/host split, which no device here stamps: rdma_mesh_timestamps_supported 0: {})",
+                empty_by_device.len(),
+                empty_by_device.join(", ")
+            )
+        };
+        Ok(Check::Done(format!(
+            "all {} paths up, every RTT histogram filled ({} observations), {} of {} dashboard queries return series{told}",
+            all.len(),
+            rtt.values().sum::<f64>(),
+            self.dashboard.len() - empty_by_device.len(),
+            self.dashboard.len()
+        )))
+    }
+
+    /// Any corrupt probe since the stage began is wrong.
+    fn corrupt(&self, q: &dyn Query) -> Result<Option<Check>> {
+        let now = counts(q)?;
+        let bad: Vec<String> = paths(&self.topo)
+            .iter()
+            .filter(|p| delta(&now, &self.start, p, Some("corrupt")) > 0.0)
+            .map(show)
+            .collect();
+        Ok((!bad.is_empty()).then(|| Check::Wrong(format!("corrupt probes: {}", bad.join(", ")))))
+    }
+
+    /// RoCE dropped by the faulted node: its paths down with cause `rdma` (never `host`) and
+    /// the shipped alert firing for each with that cause; the others up.
+    fn blocked(&self, q: &dyn Query) -> Result<Check> {
+        let (through, others) = split(&self.topo);
+        let up = self.up(q)?;
+        if let Some(w) = self.others_flapped(&up, &others) {
+            return Ok(w);
+        }
+        let now = counts(q)?;
+        for p in &through {
+            for r in ["host", "refused", "corrupt"] {
+                let n = delta(&now, &self.start, p, Some(r));
+                if n > 0.0 {
+                    return Ok(Check::Wrong(format!(
+                        "{}: {n} probe(s) failed `{r}` while only RoCE was blocked (TCP open): the cause must be `rdma`",
+                        show(p)
+                    )));
+                }
+            }
+        }
+        let still = not_up(&up, &through, 0.0);
+        if !still.is_empty() {
+            return Ok(Check::NotYet(format!("not down yet: {}", still.join(", "))));
+        }
+        let firing = firing_down(q)?;
+        let mut missing = Vec::new();
+        for p in &through {
+            match firing.get(p).map(String::as_str) {
+                Some("rdma") => {}
+                Some(other) => {
+                    return Ok(Check::Wrong(format!(
+                        "{}: RdmaMeshPathDown fires with cause {other:?}, not \"rdma\"",
+                        show(p)
+                    )));
+                }
+                None => missing.push(show(p)),
+            }
+        }
+        if !missing.is_empty() {
+            return Ok(Check::NotYet(format!(
+                "RdmaMeshPathDown not firing yet for {}",
+                missing.join(", ")
+            )));
+        }
+        Ok(Check::Done(format!(
+            "{} paths through {} down with cause rdma, RdmaMeshPathDown firing for each with cause=\"rdma\"; the other {} up",
+            through.len(),
+            self.topo.faulted,
+            others.len()
+        )))
+    }
+
+    /// The faulted node's server stopped too: probes to it fail `host` or `refused`, as it
+    /// really is; its own probes still `rdma`; the others up.
+    fn stopped(&self, q: &dyn Query) -> Result<Check> {
+        let (through, others) = split(&self.topo);
+        let up = self.up(q)?;
+        if let Some(w) = self.others_flapped(&up, &others) {
+            return Ok(w);
+        }
+        let back = not_up(&up, &through, 0.0);
+        if !back.is_empty() {
+            return Ok(Check::Wrong(format!(
+                "a path through the stopped node came up: {}",
+                back.join(", ")
+            )));
+        }
+        let now = counts(q)?;
+        let mut seen = Vec::new();
+        for p in through.iter().filter(|p| p.1 == self.topo.faulted) {
+            let host = delta(&now, &self.start, p, Some("host"));
+            let refused = delta(&now, &self.start, p, Some("refused"));
+            let rdma = delta(&now, &self.start, p, Some("rdma"));
+            if host + refused == 0.0 {
+                return Ok(Check::NotYet(format!(
+                    "{}: no probe failed host or refused yet ({rdma} rdma)",
+                    show(p)
+                )));
+            }
+            seen.push(format!("{} host {host} refused {refused}", show(p)));
+        }
+        Ok(Check::Done(format!(
+            "with its server stopped, probes to {}: {}; its paths still down, the other {} up",
+            self.topo.faulted,
+            seen.join("; "),
+            others.len()
+        )))
+    }
+
+    /// Restored: every path up again, no alert firing.
+    fn restored(&self, q: &dyn Query) -> Result<Check> {
+        let (_, others) = split(&self.topo);
+        let up = self.up(q)?;
+        if let Some(w) = self.others_flapped(&up, &others) {
+            return Ok(w);
+        }
+        let all = paths(&self.topo);
+        let bad = not_up(&up, &all, 1.0);
+        if !bad.is_empty() {
+            return Ok(Check::NotYet(format!(
+                "not up again yet: {}",
+                bad.join(", ")
+            )));
+        }
+        let firing = firing_down(q)?;
+        if !firing.is_empty() {
+            let f: Vec<String> = firing.keys().map(show).collect();
+            return Ok(Check::NotYet(format!(
+                "RdmaMeshPathDown still firing for {}",
+                f.join(", ")
+            )));
+        }
+        Ok(Check::Done(format!(
+            "all {} paths up again, RdmaMeshPathDown resolved",
+            all.len()
+        )))
+    }
+
+    /// Loss on one link: after enough probes of its two paths, each showed slow probes or went
+    /// degraded; no probe anywhere corrupt; every other path stayed up and never degraded.
+    fn lossy(&self, q: &dyn Query) -> Result<Check> {
+        let (lossy, others) = lossy_split(&self.topo);
+        let up = self.up(q)?;
+        if let Some(w) = self.others_flapped(&up, &others) {
+            return Ok(w);
+        }
+        if let Some(w) = self.corrupt(q)? {
+            return Ok(w);
+        }
+        let window = format!("{}s", self.elapsed_s.ceil().max(1.0));
+        let degraded = by_path(
+            q,
+            &format!(
+                r#"max by (instance, peer) (max_over_time(rdma_mesh_path_state{{state="degraded"}}[{window}]))"#
+            ),
+        )?;
+        let bad: Vec<String> = others
+            .iter()
+            .filter(|p| degraded.get(*p).copied().unwrap_or(0.0) > 0.0)
+            .map(show)
+            .collect();
+        if !bad.is_empty() {
+            return Ok(Check::Wrong(format!(
+                "a path off the lossy link went degraded: {}",
+                bad.join(", ")
+            )));
+        }
+        let now = counts(q)?;
+        let mut told = Vec::new();
+        for p in &lossy {
+            let probes = delta(&now, &self.start, p, None);
+            if probes < self.topo.loss_probes as f64 {
+                return Ok(Check::NotYet(format!(
+                    "{}: {probes} of {} probes under loss so far",
+                    show(p),
+                    self.topo.loss_probes
+                )));
+            }
+            let slow = delta(&now, &self.start, p, Some("slow"));
+            let failed: f64 = ["host", "refused", "rdma"]
+                .iter()
+                .map(|r| delta(&now, &self.start, p, Some(r)))
+                .sum();
+            let was_degraded = degraded.get(p).copied().unwrap_or(0.0) > 0.0;
+            if slow == 0.0 && !was_degraded {
+                return Ok(Check::Wrong(format!(
+                    "{}: {probes} probes under 5% loss, none slow and never degraded ({failed} failed): the loss did not show",
+                    show(p)
+                )));
+            }
+            told.push(format!(
+                "{} {probes} probes: {slow} slow, {failed} failed, degraded {}",
+                show(p),
+                if was_degraded { "yes" } else { "no" }
+            ));
+        }
+        Ok(Check::Done(format!(
+            "lossy link {}-{}: {}; no probe corrupt; the other {} paths stayed up, never degraded",
+            self.topo.lossy[0],
+            self.topo.lossy[1],
+            told.join("; "),
+            others.len()
+        )))
+    }
+}

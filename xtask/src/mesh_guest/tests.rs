@@ -1,0 +1,344 @@
+//! The stages against a fake Prometheus: each passes on what it must see, and each broken
+//! shape (a flap, a wrong cause, an alert that never fires, loss that never shows, a corrupt
+//! probe) is named.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+
+use color_eyre::eyre::Result;
+
+use super::prom::{Query, Sample};
+use super::stages::{Check, Checker, grafana_expr};
+use super::{Stage, Topology, budget};
+
+const UP: &str = "max by (instance, peer) (rdma_mesh_path_up)";
+const PROBES: &str = "rdma_mesh_probes_total";
+const RTT: &str = "rdma_mesh_rtt_seconds_count";
+const ALERTS: &str = r#"ALERTS{alertname="RdmaMeshPathDown",alertstate="firing"}"#;
+
+#[derive(Default)]
+struct Fake {
+    answers: RefCell<HashMap<String, Vec<Sample>>>,
+}
+
+fn sample(labels: &[(&str, &str)], value: f64) -> Sample {
+    Sample {
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>(),
+        value,
+    }
+}
+
+impl Fake {
+    fn set(&self, q: &str, s: Vec<Sample>) {
+        self.answers.borrow_mut().insert(q.to_owned(), s);
+    }
+
+    /// `path_up` of every ordered pair: 1, except `down` (0) and `absent`.
+    fn up(&self, down: &[(&str, &str)], absent: &[(&str, &str)]) {
+        let mut v = Vec::new();
+        for a in ["node1", "node2", "node3"] {
+            for b in ["node1", "node2", "node3"].into_iter().filter(|b| *b != a) {
+                if absent.contains(&(a, b)) {
+                    continue;
+                }
+                let value = if down.contains(&(a, b)) { 0.0 } else { 1.0 };
+                v.push(sample(&[("instance", &inst(a)), ("peer", b)], value));
+            }
+        }
+        self.set(UP, v);
+    }
+
+    /// Probe counters: `n` ok probes on every path, plus `extra` (path, result, count).
+    fn probes(&self, n: f64, extra: &[((&str, &str), &str, f64)]) {
+        let mut v = Vec::new();
+        for a in ["node1", "node2", "node3"] {
+            for b in ["node1", "node2", "node3"].into_iter().filter(|b| *b != a) {
+                v.push(sample(
+                    &[("instance", &inst(a)), ("peer", b), ("result", "ok")],
+                    n,
+                ));
+                for ((x, y), r, c) in extra {
+                    if (*x, *y) == (a, b) {
+                        v.push(sample(
+                            &[("instance", &inst(a)), ("peer", b), ("result", r)],
+                            *c,
+                        ));
+                    }
+                }
+            }
+        }
+        self.set(PROBES, v);
+    }
+
+    fn firing(&self, paths: &[((&str, &str), &str)]) {
+        self.set(
+            ALERTS,
+            paths
+                .iter()
+                .map(|((a, b), cause)| {
+                    sample(
+                        &[("instance", &inst(a)), ("peer", b), ("cause", cause)],
+                        1.0,
+                    )
+                })
+                .collect(),
+        );
+    }
+}
+
+impl Query for Fake {
+    fn query(&self, expr: &str) -> Result<Vec<Sample>> {
+        Ok(self.answers.borrow().get(expr).cloned().unwrap_or_default())
+    }
+}
+
+fn inst(node: &str) -> String {
+    format!("{node}:9478")
+}
+
+fn topo() -> Topology {
+    Topology {
+        nodes: vec!["node1".into(), "node2".into(), "node3".into()],
+        metrics_port: 9478,
+        faulted: "node3".into(),
+        lossy: ["node2".into(), "node3".into()],
+        prometheus: "http://node1:9090".into(),
+        dashboard: "/dev/null".into(),
+        every_s: 3,
+        down_after: 2,
+        up_after: 2,
+        bw_every: 3,
+        alert_for_s: 3,
+        loss_probes: 4,
+    }
+}
+
+fn checker(stage: Stage, f: &Fake, dashboard: Vec<(String, String)>) -> Checker {
+    Checker::start(stage, topo(), dashboard, f).unwrap()
+}
+
+fn done(c: Check) -> String {
+    match c {
+        Check::Done(s) => s,
+        other => panic!("not done: {other:?}"),
+    }
+}
+
+fn wrong(c: Check) -> String {
+    match c {
+        Check::Wrong(s) => s,
+        other => panic!("not wrong: {other:?}"),
+    }
+}
+
+fn not_yet(c: Check) -> String {
+    match c {
+        Check::NotYet(s) => s,
+        other => panic!("not 'not yet': {other:?}"),
+    }
+}
+
+const THROUGH: [(&str, &str); 4] = [
+    ("node1", "node3"),
+    ("node2", "node3"),
+    ("node3", "node1"),
+    ("node3", "node2"),
+];
+
+#[test]
+fn steady_waits_for_every_path_the_histograms_and_every_dashboard_query() {
+    let f = Fake::default();
+    f.probes(1.0, &[]);
+    let dash = vec![(
+        "panel \"RTT\"".to_owned(),
+        "rate(x[$__rate_interval])".to_owned(),
+    )];
+    let c = checker(Stage::Steady, &f, dash);
+    f.up(&[], &[("node2", "node3")]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("node2:9478 -> node3 (path_up absent)"));
+    f.up(&[], &[]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("RTT histogram empty"));
+    let rtt: Vec<Sample> = THROUGH
+        .iter()
+        .chain(&[("node1", "node2"), ("node2", "node1")])
+        .map(|(a, b)| sample(&[("instance", &inst(a)), ("peer", b)], 5.0))
+        .collect();
+    f.set(RTT, rtt);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("dashboard panel \"RTT\": no series"));
+    f.set(
+        &grafana_expr("rate(x[$__rate_interval])"),
+        vec![sample(&[], 1.0)],
+    );
+    assert!(done(c.poll(&f).unwrap()).contains("all 6 paths up"));
+    // A panel of the network/host split is empty where no device stamps completions, and
+    // said; where one does, it is waited for.
+    let split = (
+        "panel \"net\"".to_owned(),
+        "rate(rdma_mesh_network_rtt_seconds_bucket[$__rate_interval])".to_owned(),
+    );
+    let dash = vec![
+        (
+            "panel \"RTT\"".to_owned(),
+            "rate(x[$__rate_interval])".to_owned(),
+        ),
+        split,
+    ];
+    let c2 = checker(Stage::Steady, &f, dash);
+    assert!(not_yet(c2.poll(&f).unwrap()).contains("dashboard panel \"net\""));
+    f.set(
+        "max(rdma_mesh_timestamps_supported)",
+        vec![sample(&[], 0.0)],
+    );
+    let d = done(c2.poll(&f).unwrap());
+    assert!(
+        d.contains("1 of 2 dashboard queries") && d.contains("panel \"net\""),
+        "{d}"
+    );
+    f.probes(2.0, &[(("node1", "node2"), "corrupt", 1.0)]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("corrupt probes: node1:9478 -> node2"));
+}
+
+#[test]
+fn blocked_wants_rdma_down_and_the_alert_with_its_cause_and_nothing_else_moving() {
+    let f = Fake::default();
+    f.probes(3.0, &[(("node1", "node3"), "host", 1.0)]);
+    f.up(&[], &[]);
+    let c = checker(Stage::Blocked, &f, Vec::new());
+    // A host failure from before the stage does not count; rdma ones do not yet go down.
+    f.probes(
+        4.0,
+        &[
+            (("node1", "node3"), "host", 1.0),
+            (("node3", "node1"), "rdma", 1.0),
+        ],
+    );
+    assert!(not_yet(c.poll(&f).unwrap()).contains("not down yet"));
+    f.up(&THROUGH, &[]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("RdmaMeshPathDown not firing yet"));
+    f.firing(&THROUGH.map(|p| (p, "rdma")));
+    assert!(done(c.poll(&f).unwrap()).contains("4 paths through node3 down with cause rdma"));
+
+    // The broken shapes.
+    f.firing(&[(THROUGH[0], "host")]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("cause \"host\", not \"rdma\""));
+    f.probes(5.0, &[(("node2", "node3"), "host", 1.0)]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("node2:9478 -> node3: 1 probe(s) failed `host`"));
+    f.up(&[("node1", "node2")], &[]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("left up: node1:9478 -> node2"));
+    // A scrape that failed (the series absent) is no flap.
+    f.up(&THROUGH, &[("node1", "node2")]);
+    f.firing(&THROUGH.map(|p| (p, "rdma")));
+    f.probes(6.0, &[]);
+    assert!(done(c.poll(&f).unwrap()).contains("down with cause rdma"));
+}
+
+#[test]
+fn stopped_wants_host_or_refused_to_the_node_and_its_paths_still_down() {
+    let f = Fake::default();
+    f.probes(
+        3.0,
+        &[
+            (("node1", "node3"), "rdma", 4.0),
+            (("node2", "node3"), "rdma", 4.0),
+        ],
+    );
+    f.up(&THROUGH, &[]);
+    let c = checker(Stage::Stopped, &f, Vec::new());
+    f.probes(
+        3.0,
+        &[
+            (("node1", "node3"), "host", 1.0),
+            (("node2", "node3"), "rdma", 5.0),
+        ],
+    );
+    assert!(not_yet(c.poll(&f).unwrap()).contains("node2:9478 -> node3: no probe failed host"));
+    f.probes(
+        3.0,
+        &[
+            (("node1", "node3"), "host", 1.0),
+            (("node2", "node3"), "refused", 1.0),
+        ],
+    );
+    let d = done(c.poll(&f).unwrap());
+    assert!(
+        d.contains("host 1 refused 0") && d.contains("host 0 refused 1"),
+        "{d}"
+    );
+    f.up(&THROUGH[1..], &[]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("came up: node1:9478 -> node3"));
+}
+
+#[test]
+fn restored_waits_for_every_path_and_the_alert_to_resolve() {
+    let f = Fake::default();
+    f.probes(1.0, &[]);
+    f.up(&THROUGH, &[]);
+    f.firing(&THROUGH.map(|p| (p, "rdma")));
+    let c = checker(Stage::Restored, &f, Vec::new());
+    assert!(not_yet(c.poll(&f).unwrap()).contains("not up again yet"));
+    f.up(&[], &[]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("still firing"));
+    f.firing(&[]);
+    assert!(done(c.poll(&f).unwrap()).contains("RdmaMeshPathDown resolved"));
+}
+
+#[test]
+fn lossy_wants_slow_or_degraded_on_its_link_only_after_enough_probes() {
+    let f = Fake::default();
+    f.probes(10.0, &[]);
+    f.up(&[], &[]);
+    let mut c = checker(Stage::Lossy, &f, Vec::new());
+    c.elapsed_s = 12.3;
+    let degraded =
+        r#"max by (instance, peer) (max_over_time(rdma_mesh_path_state{state="degraded"}[13s]))"#;
+    f.probes(12.0, &[]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("2 of 4 probes under loss"));
+    // Enough probes, and the loss never showed: wrong, said so.
+    f.probes(14.0, &[]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("the loss did not show"));
+    // Slow on one way, degraded on the other: done.
+    f.probes(14.0, &[(("node2", "node3"), "slow", 2.0)]);
+    f.set(
+        degraded,
+        vec![sample(
+            &[("instance", &inst("node3")), ("peer", "node2")],
+            1.0,
+        )],
+    );
+    let d = done(c.poll(&f).unwrap());
+    assert!(
+        d.contains("node2:9478 -> node3 6 probes: 2 slow") && d.contains("degraded yes"),
+        "{d}"
+    );
+    // A path off the link degraded, or a corrupt probe: wrong.
+    f.set(
+        degraded,
+        vec![sample(
+            &[("instance", &inst("node1")), ("peer", "node2")],
+            1.0,
+        )],
+    );
+    assert!(wrong(c.poll(&f).unwrap()).contains("off the lossy link went degraded"));
+    f.probes(14.0, &[(("node3", "node2"), "corrupt", 1.0)]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("corrupt"));
+}
+
+#[test]
+fn each_stage_budget_grows_with_the_probes_it_waits_for() {
+    let t = topo();
+    for s in Stage::ALL {
+        assert!(budget(s, &t).as_secs() > 0);
+    }
+    let mut slower = t.clone();
+    slower.every_s *= 2;
+    for s in Stage::ALL {
+        assert!(budget(s, &slower) > budget(s, &t), "{s:?}");
+    }
+    let mut more = t.clone();
+    more.loss_probes += 10;
+    assert!(budget(Stage::Lossy, &more) > budget(Stage::Lossy, &t));
+    assert!(budget(Stage::Blocked, &t).as_secs() >= t.alert_for_s + 4 * t.every_s);
+}
