@@ -7,6 +7,13 @@
 //! A report naming any other path is refused ([`MetricsError::UnknownPath`]): no string from
 //! the network ever becomes a label.
 //!
+//! **No path is down before its first verdict.** Until the state machine has judged a path
+//! (its state is no longer `unknown`), the path has no `rdma_mesh_path_up` series at all and
+//! `rdma_mesh_path_state{state="unknown"}` is 1 (the other states 0): the alerting rules read
+//! `rdma_mesh_path_up == 0` and `state="degraded"`, so a mesh that has just started (every path
+//! unknown for its first probes) alerts on nothing, while the dashboard still shows which
+//! paths have no verdict yet.
+//!
 //! The exposition is the same for the HTTP endpoint (`http`) and the textfile (`textfile`):
 //! [`MeshMetrics::encode`] in OpenMetrics or in Prometheus's text format 0.0.4.
 
@@ -125,7 +132,8 @@ impl FromStr for ResultLabel {
     }
 }
 
-/// A path's state (the `state` label of `rdma_mesh_path_state`).
+/// A path's state once judged (the `state` label of `rdma_mesh_path_state`; before its first
+/// verdict the label is [`UNKNOWN_STATE`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PathState {
     /// Probes succeed in time.
@@ -141,7 +149,8 @@ impl PathState {
     pub const ALL: [Self; 3] = [Self::Up, Self::Degraded, Self::Down];
 
     /// The gauge's state for a pair's: `None` while it is `unknown` (no verdict yet: the
-    /// gauges keep what they said, `down` before the first verdict).
+    /// gauges keep what they said, `state="unknown"` and no `rdma_mesh_path_up` before the
+    /// first verdict).
     pub fn of(state: PairState) -> Option<Self> {
         match state {
             PairState::Unknown => None,
@@ -160,6 +169,10 @@ impl PathState {
         }
     }
 }
+
+/// The `state` label of a path not judged yet (`rdma_mesh_path_state` only: such a path has no
+/// `rdma_mesh_path_up`).
+pub const UNKNOWN_STATE: &str = "unknown";
 
 /// One path of the mesh: this node's `device` on `rail` to `peer`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -331,8 +344,8 @@ fn check_label(what: &'static str, value: &str) -> Result<(), MetricsError> {
 
 impl MeshMetrics {
     /// Registers every family for exactly these paths; every path's counters start at 0 for
-    /// each result, its state at `down` until its first probe. Fails on a bad label value or
-    /// more than [`MAX_PATHS`] paths.
+    /// each result, its state at `unknown` (and no `rdma_mesh_path_up`) until its first
+    /// verdict. Fails on a bad label value or more than [`MAX_PATHS`] paths.
     pub fn new(paths: &[Path]) -> Result<Self, MetricsError> {
         if paths.len() > MAX_PATHS {
             return Err(MetricsError::TooManyPaths(paths.len()));
@@ -387,12 +400,12 @@ impl MeshMetrics {
         );
         registry.register(
             "rdma_mesh_path_up",
-            "1 while the path is up or degraded, 0 while it is down",
+            "1 while the path is up or degraded, 0 while it is down; absent before its first verdict",
             m.up.clone(),
         );
         registry.register(
             "rdma_mesh_path_state",
-            "The path's state, one-hot: 1 for its current state",
+            "The path's state, one-hot: 1 for its current state (unknown before its first verdict)",
             m.state.clone(),
         );
         registry.register_with_unit(
@@ -423,7 +436,7 @@ impl MeshMetrics {
             for r in ResultLabel::ALL {
                 m.probes.get_or_create(&result_labels(p, r)).inc_by(0);
             }
-            m.set_state(p, PathState::Down);
+            m.set_state(p, None);
         }
         Ok(Self { registry, ..m })
     }
@@ -465,7 +478,7 @@ impl MeshMetrics {
             .unwrap_or(Duration::ZERO);
         self.last_probe.get_or_create(&key).set(at.as_secs_f64());
         if let Some(state) = report.state {
-            self.set_state(&key, state);
+            self.set_state(&key, Some(state));
         }
         Ok(())
     }
@@ -487,19 +500,25 @@ impl MeshMetrics {
         Ok(())
     }
 
-    fn set_state(&self, key: &PathLabels, now: PathState) {
-        self.up
-            .get_or_create(key)
-            .set(i64::from(now != PathState::Down));
-        for s in PathState::ALL {
+    /// Sets a path's state gauges: `None` is `unknown` (no verdict yet), which leaves
+    /// `rdma_mesh_path_up` unset, hence absent until the first verdict.
+    fn set_state(&self, key: &PathLabels, now: Option<PathState>) {
+        if let Some(now) = now {
+            self.up
+                .get_or_create(key)
+                .set(i64::from(now != PathState::Down));
+        }
+        let states = std::iter::once((UNKNOWN_STATE, now.is_none()))
+            .chain(PathState::ALL.map(|s| (s.as_str(), now == Some(s))));
+        for (state, is) in states {
             self.state
                 .get_or_create(&StateLabels {
                     peer: key.peer.clone(),
                     device: key.device.clone(),
                     rail: key.rail.clone(),
-                    state: s.as_str(),
+                    state,
                 })
-                .set(i64::from(s == now));
+                .set(i64::from(is));
         }
     }
 

@@ -76,6 +76,55 @@ fn a_report_lands_in_its_series() {
     assert!(!t.contains("# EOF"));
 }
 
+/// Before its first verdict a path is `unknown`, never `down`: it has no `rdma_mesh_path_up`
+/// (which `RdmaMeshPathDown` reads as `== 0`) and `state="unknown"` is 1; a probe judged without
+/// a verdict (its state still `unknown`) leaves it so; the first verdict ends it.
+#[test]
+fn no_path_is_down_before_its_first_verdict() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    let no_verdict = ProbeReport {
+        state: None,
+        ..report("node2", ResultLabel::Host)
+    };
+    m.record(&no_verdict).unwrap();
+    let state = |peer: &str, s: &str, v: u8| {
+        format!(r#"rdma_mesh_path_state{{peer="{peer}",device="rxe0",rail="0",state="{s}"}} {v}"#)
+    };
+    for format in [Format::Text, Format::OpenMetrics] {
+        let t = m.encode(format);
+        assert!(
+            !t.lines().any(|l| l.starts_with("rdma_mesh_path_up{")),
+            "a path_up before any verdict:\n{t}"
+        );
+        for peer in ["node2", "node3"] {
+            let has = |line: String| assert!(t.lines().any(|x| x == line), "no {line:?} in\n{t}");
+            has(state(peer, UNKNOWN_STATE, 1));
+            for s in PathState::ALL {
+                has(state(peer, s.as_str(), 0));
+            }
+        }
+    }
+    // node3's first verdict: down. Now, and only for node3, path_up says so.
+    m.record(&report("node3", ResultLabel::Rdma)).unwrap();
+    let t = m.encode(Format::Text);
+    let ups: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("rdma_mesh_path_up{"))
+        .collect();
+    assert_eq!(
+        ups,
+        [r#"rdma_mesh_path_up{peer="node3",device="rxe0",rail="0"} 0"#],
+        "{t}"
+    );
+    for line in [
+        state("node3", UNKNOWN_STATE, 0),
+        state("node3", "down", 1),
+        state("node2", UNKNOWN_STATE, 1),
+    ] {
+        assert!(t.lines().any(|x| x == line), "no {line:?} in\n{t}");
+    }
+}
+
 /// Cardinality is bounded: a peer, device or rail not configured adds no series.
 #[test]
 fn an_unknown_path_is_refused_and_adds_nothing() {
@@ -173,6 +222,7 @@ fn each_cause_is_its_result_label_and_unknown_leaves_the_state() {
         assert_eq!(ResultLabel::from(Some(c)).as_str(), c.as_str());
     }
     assert_eq!(PathState::of(PairState::Unknown), None);
+    assert_eq!(UNKNOWN_STATE, PairState::Unknown.as_str());
     for s in [PairState::Up, PairState::Degraded, PairState::Down] {
         assert_eq!(PathState::of(s).map(PathState::as_str), Some(s.as_str()));
     }
