@@ -3,7 +3,8 @@
 //!
 //! Label cardinality is bounded by construction: a series exists only for a path
 //! (`peer`, `device`, `rail`) given to [`MeshMetrics::new`] (the configured node names and this
-//! node's devices and rails, checked there), and `result` and `state` come from closed enums.
+//! node's devices and rails, checked there), and `result`, `state` and `to` come from closed
+//! enums.
 //! A report naming any other path is refused ([`MetricsError::UnknownPath`]): no string from
 //! the network ever becomes a label.
 //!
@@ -48,6 +49,7 @@ pub const SERIES: &[&str] = &[
     "rdma_mesh_host_delay_seconds_count",
     "rdma_mesh_path_up",
     "rdma_mesh_path_state",
+    "rdma_mesh_path_state_changes_total",
     "rdma_mesh_bandwidth_bytes_per_second",
     "rdma_mesh_last_probe_timestamp_seconds",
     "rdma_mesh_timestamps_supported",
@@ -198,6 +200,9 @@ pub struct ProbeReport<'a> {
     pub result: ResultLabel,
     /// The path's state after this probe (`None`: no verdict yet, the gauges unchanged).
     pub state: Option<PathState>,
+    /// This probe changed the path's state (to `state`: the state machine reported a
+    /// transition, a `mesh_state` event), counted in `rdma_mesh_path_state_changes_total`.
+    pub changed: bool,
     /// The wall-clock round trip (the lat exchange), when the probe got that far.
     pub wall_rtt: Option<Duration>,
     /// The network's share of it, where the device gives completion timestamps.
@@ -267,6 +272,14 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    peer: String,
+    device: String,
+    rail: String,
+    to: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeviceLabels {
     device: String,
 }
@@ -294,6 +307,7 @@ pub struct MeshMetrics {
     host_delay: Hist,
     up: Family<PathLabels, Gauge>,
     state: Family<StateLabels, Gauge>,
+    changes: Family<ChangeLabels, Counter>,
     bandwidth: Family<PathLabels, F64Gauge>,
     last_probe: Family<PathLabels, F64Gauge>,
     timestamps: Family<DeviceLabels, Gauge>,
@@ -370,6 +384,7 @@ impl MeshMetrics {
             host_delay: Family::new_with_constructor(rtt_histogram),
             up: Family::default(),
             state: Family::default(),
+            changes: Family::default(),
             bandwidth: Family::default(),
             last_probe: Family::default(),
             timestamps: Family::default(),
@@ -408,6 +423,11 @@ impl MeshMetrics {
             "The path's state, one-hot: 1 for its current state (unknown before its first verdict)",
             m.state.clone(),
         );
+        registry.register(
+            "rdma_mesh_path_state_changes",
+            "Changes of the path's state (each a mesh_state event, the first verdict included), by the state it went to",
+            m.changes.clone(),
+        );
         registry.register_with_unit(
             "rdma_mesh_bandwidth",
             "The path's last bandwidth sample",
@@ -435,6 +455,9 @@ impl MeshMetrics {
         for p in &m.paths {
             for r in ResultLabel::ALL {
                 m.probes.get_or_create(&result_labels(p, r)).inc_by(0);
+            }
+            for to in PathState::ALL {
+                m.changes.get_or_create(&change_labels(p, to)).inc_by(0);
             }
             m.set_state(p, None);
         }
@@ -479,6 +502,11 @@ impl MeshMetrics {
         self.last_probe.get_or_create(&key).set(at.as_secs_f64());
         if let Some(state) = report.state {
             self.set_state(&key, Some(state));
+            if report.changed {
+                self.changes
+                    .get_or_create(&change_labels(&key, state))
+                    .inc();
+            }
         }
         Ok(())
     }
@@ -546,6 +574,15 @@ fn result_labels(p: &PathLabels, r: ResultLabel) -> ResultLabels {
         device: p.device.clone(),
         rail: p.rail.clone(),
         result: r.as_str(),
+    }
+}
+
+fn change_labels(p: &PathLabels, to: PathState) -> ChangeLabels {
+    ChangeLabels {
+        peer: p.peer.clone(),
+        device: p.device.clone(),
+        rail: p.rail.clone(),
+        to: to.as_str(),
     }
 }
 

@@ -423,6 +423,7 @@ impl<'p> Scheduler<'p, '_> {
                 rail: &rail,
                 result: ResultLabel::from(cause),
                 state: PathState::of(state),
+                changed: observed.transition.is_some(),
                 wall_rtt: rtt.map(|r| r.wall),
                 network_rtt: rtt.and_then(|r| r.split).map(|s| s.network),
                 host_delay: rtt.and_then(|r| r.split).map(|s| s.host_delay),

@@ -23,6 +23,7 @@ pub(crate) fn report(peer: &str, result: ResultLabel) -> ProbeReport<'_> {
         } else {
             PathState::Down
         }),
+        changed: false,
         wall_rtt: Some(Duration::from_micros(30)),
         network_rtt: Some(Duration::from_micros(12)),
         host_delay: Some(Duration::from_micros(18)),
@@ -122,6 +123,54 @@ fn no_path_is_down_before_its_first_verdict() {
         state("node2", UNKNOWN_STATE, 1),
     ] {
         assert!(t.lines().any(|x| x == line), "no {line:?} in\n{t}");
+    }
+}
+
+/// Each change the state machine reports counts once, under the state it went to; a probe that
+/// changed nothing, or gave no verdict, counts nothing. Every path's counters are there from
+/// the start at 0 (so `increase()` sees a path's first change).
+#[test]
+fn each_change_of_state_is_counted_under_where_it_went() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    let change = |peer: &str, to: &str, v: u8| {
+        format!(
+            r#"rdma_mesh_path_state_changes_total{{peer="{peer}",device="rxe0",rail="0",to="{to}"}} {v}"#
+        )
+    };
+    let has = |t: &str, line: String| assert!(t.lines().any(|x| x == line), "no {line:?} in\n{t}");
+    let t = m.encode(Format::Text);
+    has(
+        &t,
+        "# TYPE rdma_mesh_path_state_changes_total counter".to_owned(),
+    );
+    for peer in ["node2", "node3"] {
+        for to in PathState::ALL {
+            has(&t, change(peer, to.as_str(), 0));
+        }
+    }
+    let at = |result, state: Option<PathState>, changed| ProbeReport {
+        state,
+        changed,
+        ..report("node2", result)
+    };
+    // No verdict; the first verdict (unknown → up); up again; down; degraded; up.
+    m.record(&at(ResultLabel::Host, None, false)).unwrap();
+    m.record(&at(ResultLabel::Ok, Some(PathState::Up), true))
+        .unwrap();
+    m.record(&at(ResultLabel::Ok, Some(PathState::Up), false))
+        .unwrap();
+    m.record(&at(ResultLabel::Rdma, Some(PathState::Down), true))
+        .unwrap();
+    m.record(&at(ResultLabel::Slow, Some(PathState::Degraded), true))
+        .unwrap();
+    m.record(&at(ResultLabel::Ok, Some(PathState::Up), true))
+        .unwrap();
+    for format in [Format::Text, Format::OpenMetrics] {
+        let t = m.encode(format);
+        has(&t, change("node2", "up", 2));
+        has(&t, change("node2", "down", 1));
+        has(&t, change("node2", "degraded", 1));
+        has(&t, change("node3", "up", 0));
     }
 }
 

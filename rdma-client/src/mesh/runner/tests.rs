@@ -178,7 +178,17 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
         }
     };
     let fake = Fake::new(&behave);
-    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &Sinks::default());
+    let path = Path {
+        peer: "node2".into(),
+        device: "fake0".into(),
+        rail: "0".into(),
+    };
+    let metrics = MeshMetrics::new(&[path]).unwrap();
+    let sinks = Sinks {
+        metrics: Some(&metrics),
+        textfile: None,
+    };
+    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &sinks);
     assert_eq!((summary.probes, summary.failed), (8, 4));
     assert_eq!(
         transitions(&events),
@@ -208,6 +218,14 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
             .map(|(i, s)| (i as u64, *s))
             .collect::<Vec<_>>()
     );
+    // Each transition counted once, by where it went: unknown → up and down → up, up → down.
+    let text = metrics.encode(crate::mesh::metrics::Format::Text);
+    for (to, n) in [("up", 2), ("down", 1), ("degraded", 0)] {
+        let line = format!(
+            r#"rdma_mesh_path_state_changes_total{{peer="node2",device="fake0",rail="0",to="{to}"}} {n}"#
+        );
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
 }
 
 #[test]
