@@ -442,7 +442,7 @@ impl MeshMetrics {
         );
         registry.register(
             "rdma_mesh_timestamps_supported",
-            "1 when the device gives completion timestamps (network RTT and host delay apart)",
+            "1 when the device has a completion clock (ibv_query_device_ex), which measuring network RTT and host delay apart needs; this build reads no stamps yet",
             m.timestamps.clone(),
         );
         let build: Family<BuildLabels, Gauge> = Family::default();
@@ -511,7 +511,8 @@ impl MeshMetrics {
         Ok(())
     }
 
-    /// Says whether `device` gives completion timestamps (`rdma_mesh_timestamps_supported`).
+    /// Says whether `device` has a completion clock (`rdma_mesh_timestamps_supported`: what
+    /// the device said, not whether this build reads its stamps, which it does not yet).
     pub fn set_timestamps_supported(&self, device: &str, yes: bool) -> Result<(), MetricsError> {
         check_label("device", device)?;
         if !self.paths.iter().any(|p| p.device == device) {
