@@ -13,7 +13,9 @@
 //! 5. polling an idle CQ times out at the deadline;
 //! 6. after `ExposedRegion::deregister` the old rkey is dead: a write with it gets
 //!    `REM_ACCESS_ERR`, and the buffer handed back holds only what landed before;
-//! 7. `LocalPort::open_for` picks this port from the address in its GID, across all devices.
+//! 7. `LocalPort::open_for` picks this port from the address in its GID, across all devices;
+//! 8. `Context::completion_clock` answers (through the provider's `query_device_ex`), and a
+//!    software device (Soft-RoCE `rxe*`, Soft-iWARP `siw*`) has no completion clock.
 //!
 //! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`. `cargo xtask e2e --selftest` runs it on the
 //! server node (and `cargo xtask test` does, in a guest).
@@ -291,6 +293,7 @@ fn run() -> R<()> {
     );
     println!("selected GID: {:?}", env.gid);
     route_by_address(&env)?;
+    completion_clock(&env)?;
     write_roundtrip(&env, CqMode::Poll)?;
     write_roundtrip(&env, CqMode::Event)?;
     big_write(&env)?;
@@ -321,6 +324,17 @@ fn route_by_address(env: &LocalPort) -> R<()> {
             if seen.contains(env.ctx.name()) => {}
         Err(e) => return Err(format!("open_for(192.0.2.1): unexpected error {e}").into()),
         Ok((_, why)) => return Err(format!("open_for(192.0.2.1) chose {why}").into()),
+    }
+    Ok(())
+}
+
+/// 8. The device answers whether it stamps completions; a software one has no clock.
+fn completion_clock(env: &LocalPort) -> R<()> {
+    let name = env.ctx.name();
+    let clock = env.ctx.completion_clock()?;
+    println!("completion clock of {name}: {clock:?}");
+    if (name.starts_with("rxe") || name.starts_with("siw")) && clock.has_clock() {
+        return Err(format!("{name} is a software device and claims a completion clock").into());
     }
     Ok(())
 }

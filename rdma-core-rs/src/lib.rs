@@ -4,7 +4,8 @@
 //! The layer owns every verbs object itself:
 //!
 //! * [`Context`] — an open device ([`devices`], [`Context::open`]), port queries, the GID
-//!   table and GID selection ([`select_gid_in`] is the pure rule).
+//!   table and GID selection ([`select_gid_in`] is the pure rule), and whether it stamps
+//!   completions ([`Context::completion_clock`], a [`CompletionClock`]).
 //! * [`ProtectionDomain`], [`MemoryRegion`] and [`ExposedRegion`] — buffers this crate
 //!   allocates (zeroed, page-aligned) and registers with [`Access`] flags. A `MemoryRegion` is
 //!   only read by the device (the source of a write); an `ExposedRegion` may be written by peers
@@ -64,6 +65,7 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+mod clock;
 pub mod cm;
 mod context;
 mod cq;
@@ -77,6 +79,7 @@ pub mod route;
 mod transport;
 mod types;
 
+pub use clock::CompletionClock;
 pub use context::{Context, DeviceInfo, devices, select_gid_in};
 pub use cq::{Completion, CompletionQueue, CqMode, ParseCqModeError};
 pub use error::{Error, ErrorKind, Result, VerbOp};

@@ -3,9 +3,17 @@
 //!
 //! Label cardinality is bounded by construction: a series exists only for a path
 //! (`peer`, `device`, `rail`) given to [`MeshMetrics::new`] (the configured node names and this
-//! node's devices and rails, checked there), and `result` and `state` come from closed enums.
+//! node's devices and rails, checked there), and `result`, `state` and `to` come from closed
+//! enums.
 //! A report naming any other path is refused ([`MetricsError::UnknownPath`]): no string from
 //! the network ever becomes a label.
+//!
+//! **No path is down before its first verdict.** Until the state machine has judged a path
+//! (its state is no longer `unknown`), the path has no `rdma_mesh_path_up` series at all and
+//! `rdma_mesh_path_state{state="unknown"}` is 1 (the other states 0): the alerting rules read
+//! `rdma_mesh_path_up == 0` and `state="degraded"`, so a mesh that has just started (every path
+//! unknown for its first probes) alerts on nothing, while the dashboard still shows which
+//! paths have no verdict yet.
 //!
 //! The exposition is the same for the HTTP endpoint (`http`) and the textfile (`textfile`):
 //! [`MeshMetrics::encode`] in OpenMetrics or in Prometheus's text format 0.0.4.
@@ -41,6 +49,7 @@ pub const SERIES: &[&str] = &[
     "rdma_mesh_host_delay_seconds_count",
     "rdma_mesh_path_up",
     "rdma_mesh_path_state",
+    "rdma_mesh_path_state_changes_total",
     "rdma_mesh_bandwidth_bytes_per_second",
     "rdma_mesh_last_probe_timestamp_seconds",
     "rdma_mesh_timestamps_supported",
@@ -125,7 +134,8 @@ impl FromStr for ResultLabel {
     }
 }
 
-/// A path's state (the `state` label of `rdma_mesh_path_state`).
+/// A path's state once judged (the `state` label of `rdma_mesh_path_state`; before its first
+/// verdict the label is [`UNKNOWN_STATE`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PathState {
     /// Probes succeed in time.
@@ -141,7 +151,8 @@ impl PathState {
     pub const ALL: [Self; 3] = [Self::Up, Self::Degraded, Self::Down];
 
     /// The gauge's state for a pair's: `None` while it is `unknown` (no verdict yet: the
-    /// gauges keep what they said, `down` before the first verdict).
+    /// gauges keep what they said, `state="unknown"` and no `rdma_mesh_path_up` before the
+    /// first verdict).
     pub fn of(state: PairState) -> Option<Self> {
         match state {
             PairState::Unknown => None,
@@ -160,6 +171,10 @@ impl PathState {
         }
     }
 }
+
+/// The `state` label of a path not judged yet (`rdma_mesh_path_state` only: such a path has no
+/// `rdma_mesh_path_up`).
+pub const UNKNOWN_STATE: &str = "unknown";
 
 /// One path of the mesh: this node's `device` on `rail` to `peer`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -185,6 +200,9 @@ pub struct ProbeReport<'a> {
     pub result: ResultLabel,
     /// The path's state after this probe (`None`: no verdict yet, the gauges unchanged).
     pub state: Option<PathState>,
+    /// This probe changed the path's state (to `state`: the state machine reported a
+    /// transition, a `mesh_state` event), counted in `rdma_mesh_path_state_changes_total`.
+    pub changed: bool,
     /// The wall-clock round trip (the lat exchange), when the probe got that far.
     pub wall_rtt: Option<Duration>,
     /// The network's share of it, where the device gives completion timestamps.
@@ -254,6 +272,14 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    peer: String,
+    device: String,
+    rail: String,
+    to: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeviceLabels {
     device: String,
 }
@@ -281,6 +307,7 @@ pub struct MeshMetrics {
     host_delay: Hist,
     up: Family<PathLabels, Gauge>,
     state: Family<StateLabels, Gauge>,
+    changes: Family<ChangeLabels, Counter>,
     bandwidth: Family<PathLabels, F64Gauge>,
     last_probe: Family<PathLabels, F64Gauge>,
     timestamps: Family<DeviceLabels, Gauge>,
@@ -331,8 +358,8 @@ fn check_label(what: &'static str, value: &str) -> Result<(), MetricsError> {
 
 impl MeshMetrics {
     /// Registers every family for exactly these paths; every path's counters start at 0 for
-    /// each result, its state at `down` until its first probe. Fails on a bad label value or
-    /// more than [`MAX_PATHS`] paths.
+    /// each result, its state at `unknown` (and no `rdma_mesh_path_up`) until its first
+    /// verdict. Fails on a bad label value or more than [`MAX_PATHS`] paths.
     pub fn new(paths: &[Path]) -> Result<Self, MetricsError> {
         if paths.len() > MAX_PATHS {
             return Err(MetricsError::TooManyPaths(paths.len()));
@@ -357,6 +384,7 @@ impl MeshMetrics {
             host_delay: Family::new_with_constructor(rtt_histogram),
             up: Family::default(),
             state: Family::default(),
+            changes: Family::default(),
             bandwidth: Family::default(),
             last_probe: Family::default(),
             timestamps: Family::default(),
@@ -387,13 +415,18 @@ impl MeshMetrics {
         );
         registry.register(
             "rdma_mesh_path_up",
-            "1 while the path is up or degraded, 0 while it is down",
+            "1 while the path is up or degraded, 0 while it is down; absent before its first verdict",
             m.up.clone(),
         );
         registry.register(
             "rdma_mesh_path_state",
-            "The path's state, one-hot: 1 for its current state",
+            "The path's state, one-hot: 1 for its current state (unknown before its first verdict)",
             m.state.clone(),
+        );
+        registry.register(
+            "rdma_mesh_path_state_changes",
+            "Changes of the path's state (each a mesh_state event, the first verdict included), by the state it went to",
+            m.changes.clone(),
         );
         registry.register_with_unit(
             "rdma_mesh_bandwidth",
@@ -409,7 +442,7 @@ impl MeshMetrics {
         );
         registry.register(
             "rdma_mesh_timestamps_supported",
-            "1 when the device gives completion timestamps (network RTT and host delay apart)",
+            "1 when the device has a completion clock (ibv_query_device_ex), which measuring network RTT and host delay apart needs; this build reads no stamps yet",
             m.timestamps.clone(),
         );
         let build: Family<BuildLabels, Gauge> = Family::default();
@@ -423,7 +456,10 @@ impl MeshMetrics {
             for r in ResultLabel::ALL {
                 m.probes.get_or_create(&result_labels(p, r)).inc_by(0);
             }
-            m.set_state(p, PathState::Down);
+            for to in PathState::ALL {
+                m.changes.get_or_create(&change_labels(p, to)).inc_by(0);
+            }
+            m.set_state(p, None);
         }
         Ok(Self { registry, ..m })
     }
@@ -465,12 +501,18 @@ impl MeshMetrics {
             .unwrap_or(Duration::ZERO);
         self.last_probe.get_or_create(&key).set(at.as_secs_f64());
         if let Some(state) = report.state {
-            self.set_state(&key, state);
+            self.set_state(&key, Some(state));
+            if report.changed {
+                self.changes
+                    .get_or_create(&change_labels(&key, state))
+                    .inc();
+            }
         }
         Ok(())
     }
 
-    /// Says whether `device` gives completion timestamps (`rdma_mesh_timestamps_supported`).
+    /// Says whether `device` has a completion clock (`rdma_mesh_timestamps_supported`: what
+    /// the device said, not whether this build reads its stamps, which it does not yet).
     pub fn set_timestamps_supported(&self, device: &str, yes: bool) -> Result<(), MetricsError> {
         check_label("device", device)?;
         if !self.paths.iter().any(|p| p.device == device) {
@@ -487,19 +529,25 @@ impl MeshMetrics {
         Ok(())
     }
 
-    fn set_state(&self, key: &PathLabels, now: PathState) {
-        self.up
-            .get_or_create(key)
-            .set(i64::from(now != PathState::Down));
-        for s in PathState::ALL {
+    /// Sets a path's state gauges: `None` is `unknown` (no verdict yet), which leaves
+    /// `rdma_mesh_path_up` unset, hence absent until the first verdict.
+    fn set_state(&self, key: &PathLabels, now: Option<PathState>) {
+        if let Some(now) = now {
+            self.up
+                .get_or_create(key)
+                .set(i64::from(now != PathState::Down));
+        }
+        let states = std::iter::once((UNKNOWN_STATE, now.is_none()))
+            .chain(PathState::ALL.map(|s| (s.as_str(), now == Some(s))));
+        for (state, is) in states {
             self.state
                 .get_or_create(&StateLabels {
                     peer: key.peer.clone(),
                     device: key.device.clone(),
                     rail: key.rail.clone(),
-                    state: s.as_str(),
+                    state,
                 })
-                .set(i64::from(s == now));
+                .set(i64::from(is));
         }
     }
 
@@ -527,6 +575,15 @@ fn result_labels(p: &PathLabels, r: ResultLabel) -> ResultLabels {
         device: p.device.clone(),
         rail: p.rail.clone(),
         result: r.as_str(),
+    }
+}
+
+fn change_labels(p: &PathLabels, to: PathState) -> ChangeLabels {
+    ChangeLabels {
+        peer: p.peer.clone(),
+        device: p.device.clone(),
+        rail: p.rail.clone(),
+        to: to.as_str(),
     }
 }
 

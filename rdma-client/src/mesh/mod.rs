@@ -21,7 +21,8 @@
 //!   completion timestamps (R-Pingmesh's arithmetic), or the wall time alone.
 //!
 //!
-//! The operations side: [`metrics`] (the metric families, fed with typed probe reports),
+//! The operations side: [`clock`] (what the devices say of their completion timestamps, said
+//! once at start), [`metrics`] (the metric families, fed with typed probe reports),
 //! [`http`] (the `/metrics` endpoint, `--metrics-listen`), [`textfile`] (node_exporter's
 //! textfile collector, `--metrics-textfile`, written atomically).
 //!
@@ -33,12 +34,14 @@
 //! Known limits: each probe is its own sessions, one per step (the server serves one write or
 //! bench run per session: reusing sessions and queue pairs between probes needs a protocol
 //! change); round trips are wall time (completion timestamps, `ibv_create_cq_ex`, are not read
-//! yet: [`rtt`]'s split is ready for them, and `mesh_started` says `timestamps: false`).
+//! yet: [`rtt`]'s split is ready for them, and `mesh_started` says `timestamps: false` and what
+//! each device answered when asked for its completion clock, [`clock`]).
 //! With `--rails`, each rail is a path of its own (the fabric check's rail matching).
 //!
 //! [`MeshConfig`] gathers the knobs, with defaults argued on each field.
 
 pub mod cause;
+pub mod clock;
 pub mod error;
 pub mod http;
 pub mod metrics;

@@ -22,6 +22,7 @@
 
 use super::MeshConfig;
 use super::cause::{Cause, Outcome};
+use super::clock::{self, Answer};
 use super::metrics::{MeshMetrics, PathState, ProbeReport, ResultLabel};
 use super::probe::{Job, ProbeFailure, Probed, Prober};
 use super::state::{Mark, Pair};
@@ -56,8 +57,9 @@ pub struct Plan<'a> {
     /// The local device of each rail the probes leave from (one without `--rails`): the events'
     /// and metrics' `device`, by `rail`.
     pub devices: &'a [String],
-    /// Why there are no completion timestamps (always, in this build).
-    pub no_timestamps: &'a str,
+    /// What each device (in `devices`' order) answered when asked for its completion clock:
+    /// said once, in `mesh_started` and `rdma_mesh_timestamps_supported` ([`clock::said`]).
+    pub clocks: &'a [Answer],
 }
 
 /// Where the runner's results go besides the events.
@@ -127,9 +129,10 @@ pub fn run<P: Prober>(
     // Two intervals' worth of probes at once, at most MAX_WORKERS; an interval's worth may wait.
     let per_interval = schedule.fan_out() * rails;
     let workers = (2 * per_interval).clamp(1, MAX_WORKERS);
+    let said = clock::said(plan.devices, plan.clocks);
     if let Some(m) = sinks.metrics {
-        for d in plan.devices {
-            m.set_timestamps_supported(d, false)?;
+        for (d, yes) in &said.supported {
+            m.set_timestamps_supported(d, *yes)?;
         }
     }
     emit(&Event::MeshStarted {
@@ -140,8 +143,8 @@ pub fn run<P: Prober>(
         every_ms: u64::try_from(timing.every().as_millis()).unwrap_or(u64::MAX),
         cycle: schedule.cycle(),
         device: plan.devices.join(",").into(),
-        timestamps: false,
-        timestamps_why: Some(plan.no_timestamps.into()),
+        timestamps: said.split,
+        timestamps_why: (!said.split).then(|| said.why.into()),
         cycles: plan.cycles,
     });
     let mut s = Scheduler {
@@ -430,6 +433,7 @@ impl<'p> Scheduler<'p, '_> {
                 rail: &rail,
                 result: ResultLabel::from(cause),
                 state: PathState::of(state),
+                changed: observed.transition.is_some(),
                 wall_rtt: rtt.map(|r| r.wall),
                 network_rtt: rtt.and_then(|r| r.split).map(|s| s.network),
                 host_delay: rtt.and_then(|r| r.split).map(|s| s.host_delay),

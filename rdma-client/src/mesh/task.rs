@@ -4,6 +4,7 @@
 //! and runs it with the real prober.
 
 use super::MeshConfig;
+use super::clock::Answer;
 use super::error::MeshError;
 use super::http::{Limits, MetricsServer};
 use super::metrics::{MeshMetrics, Path};
@@ -15,7 +16,7 @@ use crate::fabric::ranks::{self, RankError, World};
 use crate::output::Output;
 use color_eyre::eyre::{Report, Result, WrapErr as _};
 use rdma_app as app;
-use rdma_core_rs::LocalPort;
+use rdma_core_rs::{Context, LocalPort};
 use rdma_proto::DEFAULT_PORT;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -39,11 +40,8 @@ failed), slow (--slow-factor x the pair's median round trip). States: up, degrad
 lossy), down, changed only after --down-after, --degrade-after or --up-after probes in a row. \
 Output: a mesh_probe event per probe, mesh_state on each change; Prometheus metrics \
 (rdma_mesh_*) on --metrics-listen /metrics and in --metrics-textfile. Round trips are wall time: \
-completion timestamps are not read yet.";
-
-/// Why the round trips are wall time (the `mesh_started` event's `timestamps_why`).
-pub const NO_TIMESTAMPS: &str =
-    "this build measures wall time; completion timestamps are not read yet";
+completion timestamps are not read yet (mesh_started says once whether the device has a \
+completion clock).";
 
 /// The mesh's flags.
 #[derive(Debug, clap::Args)]
@@ -205,6 +203,24 @@ pub fn world(list: &str, rank: Option<usize>) -> Result<World, RankError> {
     }
 }
 
+/// What each of `devices` (the probes' local devices, in rail order) answers when asked, once,
+/// for its completion clock: the open device without `--rails`; with it, each rail's device,
+/// opened for the question (the probes open theirs later, per local address).
+fn clocks(ends: &Ends<'_>, devices: &[String]) -> Vec<Answer> {
+    devices
+        .iter()
+        .map(|name| {
+            let asked = match ends {
+                Ends::One(local) => local.ctx.completion_clock(),
+                Ends::Rails { .. } => {
+                    Context::open(Some(name)).and_then(|ctx| ctx.completion_clock())
+                }
+            };
+            asked.map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
 /// Runs `--mesh` until SIGINT/SIGTERM or `--mesh-cycles`.
 pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
     let m = &task.mesh;
@@ -249,6 +265,7 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         })
         .collect();
     let metrics = Arc::new(MeshMetrics::new(&paths)?);
+    let clocks = clocks(&ends, &devices);
     let server = match m.metrics_listen {
         Some(addr) => Some(MetricsServer::bind(
             addr,
@@ -282,7 +299,7 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         bw_every: m.bw_every,
         cycles: m.mesh_cycles,
         devices: &devices,
-        no_timestamps: NO_TIMESTAMPS,
+        clocks: &clocks,
     };
     let sinks = Sinks {
         metrics: Some(&metrics),

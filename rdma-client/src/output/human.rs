@@ -178,10 +178,12 @@ fn mesh_line(event: &Event<'_>) -> String {
             }
             if !timestamps {
                 line.push_str(&format!(
-                    "\nmesh: round trips are wall time (no network/host split): {}",
-                    timestamps_why
-                        .as_deref()
-                        .unwrap_or("no completion timestamps")
+                    "\nmesh: {}",
+                    printable(
+                        timestamps_why
+                            .as_deref()
+                            .unwrap_or("no completion timestamps: round trips are wall time")
+                    )
                 ));
             }
             line
@@ -481,14 +483,18 @@ mod tests {
             cycle: 1,
             device: "rxe0".into(),
             timestamps: false,
-            timestamps_why: Some("completion timestamps are not read yet".into()),
+            timestamps_why: Some(
+                "rxe0 gives no completion timestamps (hca_core_clock 0 kHz): round trips are \
+                 wall time"
+                    .into(),
+            ),
             cycles: None,
         };
         assert_eq!(
             line(&started, &Detail::None),
             "mesh: node1 (rank 0 of 3) probes 2 peer(s) every 10000 ms from rxe0; every pair \
-             within 1 interval(s)\nmesh: round trips are wall time (no network/host split): \
-             completion timestamps are not read yet"
+             within 1 interval(s)\nmesh: rxe0 gives no completion timestamps (hca_core_clock 0 \
+             kHz): round trips are wall time"
         );
         let probe = Event::MeshProbe {
             interval: 4,

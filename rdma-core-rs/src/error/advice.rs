@@ -66,7 +66,7 @@ pub fn advice_for(op: VerbOp, errno: i32) -> String {
         (V::QueryPort | V::QueryGid, libc::EINVAL) => {
             "no such port or GID index: ports are numbered from 1; see `ibv_devinfo -v`"
         }
-        (V::QueryDevice | V::QueryPort | V::QueryGid, _) => {
+        (V::QueryDevice | V::QueryDeviceEx | V::QueryPort | V::QueryGid, _) => {
             "check the device with `ibv_devinfo -v` and `rdma link`"
         }
         (V::RegMr, libc::ENOMEM | libc::EAGAIN | libc::EPERM | libc::EACCES) => {

@@ -367,6 +367,7 @@ mod tests {
             VerbOp::ListDevices,
             VerbOp::OpenDevice,
             VerbOp::QueryDevice,
+            VerbOp::QueryDeviceEx,
             VerbOp::QueryPort,
             VerbOp::QueryGid,
             VerbOp::AllocPd,

@@ -14,6 +14,8 @@ pub enum VerbOp {
     OpenDevice,
     /// `ibv_query_device`.
     QueryDevice,
+    /// `ibv_query_device_ex` (the provider's `query_device_ex`).
+    QueryDeviceEx,
     /// `ibv_query_port`.
     QueryPort,
     /// `ibv_query_gid_ex` / `ibv_query_gid_table`.
@@ -78,6 +80,7 @@ impl VerbOp {
             VerbOp::ListDevices => "listing RDMA devices",
             VerbOp::OpenDevice => "opening the RDMA device",
             VerbOp::QueryDevice => "querying the device",
+            VerbOp::QueryDeviceEx => "querying the device's extended attributes",
             VerbOp::QueryPort => "querying the port",
             VerbOp::QueryGid => "reading the GID table",
             VerbOp::AllocPd => "allocating a protection domain",
@@ -115,6 +118,7 @@ impl VerbOp {
             VerbOp::ListDevices => "ibv_get_device_list",
             VerbOp::OpenDevice => "ibv_open_device",
             VerbOp::QueryDevice => "ibv_query_device",
+            VerbOp::QueryDeviceEx => "ibv_query_device_ex",
             VerbOp::QueryPort => "ibv_query_port",
             VerbOp::QueryGid => "ibv_query_gid_ex",
             VerbOp::AllocPd => "ibv_alloc_pd",
@@ -148,7 +152,9 @@ impl VerbOp {
     pub(super) fn kind(self) -> ErrorKind {
         match self {
             VerbOp::ListDevices | VerbOp::OpenDevice => ErrorKind::NoDevice,
-            VerbOp::QueryDevice | VerbOp::QueryPort | VerbOp::QueryGid => ErrorKind::Port,
+            VerbOp::QueryDevice | VerbOp::QueryDeviceEx | VerbOp::QueryPort | VerbOp::QueryGid => {
+                ErrorKind::Port
+            }
             VerbOp::PostSend | VerbOp::PostRecv | VerbOp::PollCq | VerbOp::WaitCqEvent => {
                 ErrorKind::Transfer
             }

@@ -89,7 +89,8 @@ pub enum Event<'a> {
     FabricReport(Cow<'a, Report>),
     /// `--mesh`: the prober started (once). `timestamps`: whether the round trips are split
     /// into network time and host delay by the devices' completion timestamps; when `false`,
-    /// `timestamps_why` says why and every round trip is wall time.
+    /// `timestamps_why` says why (what each device answered when asked for its completion
+    /// clock) and every round trip is wall time.
     MeshStarted {
         /// This node's name, as in `hosts`.
         node: Cow<'a, str>,

@@ -23,6 +23,7 @@ pub(crate) fn report(peer: &str, result: ResultLabel) -> ProbeReport<'_> {
         } else {
             PathState::Down
         }),
+        changed: false,
         wall_rtt: Some(Duration::from_micros(30)),
         network_rtt: Some(Duration::from_micros(12)),
         host_delay: Some(Duration::from_micros(18)),
@@ -74,6 +75,103 @@ fn a_report_lands_in_its_series() {
     l(r#"rdma_mesh_bandwidth_bytes_per_second{peer="node2",device="rxe0",rail="0"} 1250000000.0"#);
     assert!(m.encode(Format::OpenMetrics).ends_with("# EOF\n"));
     assert!(!t.contains("# EOF"));
+}
+
+/// Before its first verdict a path is `unknown`, never `down`: it has no `rdma_mesh_path_up`
+/// (which `RdmaMeshPathDown` reads as `== 0`) and `state="unknown"` is 1; a probe judged without
+/// a verdict (its state still `unknown`) leaves it so; the first verdict ends it.
+#[test]
+fn no_path_is_down_before_its_first_verdict() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    let no_verdict = ProbeReport {
+        state: None,
+        ..report("node2", ResultLabel::Host)
+    };
+    m.record(&no_verdict).unwrap();
+    let state = |peer: &str, s: &str, v: u8| {
+        format!(r#"rdma_mesh_path_state{{peer="{peer}",device="rxe0",rail="0",state="{s}"}} {v}"#)
+    };
+    for format in [Format::Text, Format::OpenMetrics] {
+        let t = m.encode(format);
+        assert!(
+            !t.lines().any(|l| l.starts_with("rdma_mesh_path_up{")),
+            "a path_up before any verdict:\n{t}"
+        );
+        for peer in ["node2", "node3"] {
+            let has = |line: String| assert!(t.lines().any(|x| x == line), "no {line:?} in\n{t}");
+            has(state(peer, UNKNOWN_STATE, 1));
+            for s in PathState::ALL {
+                has(state(peer, s.as_str(), 0));
+            }
+        }
+    }
+    // node3's first verdict: down. Now, and only for node3, path_up says so.
+    m.record(&report("node3", ResultLabel::Rdma)).unwrap();
+    let t = m.encode(Format::Text);
+    let ups: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("rdma_mesh_path_up{"))
+        .collect();
+    assert_eq!(
+        ups,
+        [r#"rdma_mesh_path_up{peer="node3",device="rxe0",rail="0"} 0"#],
+        "{t}"
+    );
+    for line in [
+        state("node3", UNKNOWN_STATE, 0),
+        state("node3", "down", 1),
+        state("node2", UNKNOWN_STATE, 1),
+    ] {
+        assert!(t.lines().any(|x| x == line), "no {line:?} in\n{t}");
+    }
+}
+
+/// Each change the state machine reports counts once, under the state it went to; a probe that
+/// changed nothing, or gave no verdict, counts nothing. Every path's counters are there from
+/// the start at 0 (so `increase()` sees a path's first change).
+#[test]
+fn each_change_of_state_is_counted_under_where_it_went() {
+    let m = MeshMetrics::new(&paths()).unwrap();
+    let change = |peer: &str, to: &str, v: u8| {
+        format!(
+            r#"rdma_mesh_path_state_changes_total{{peer="{peer}",device="rxe0",rail="0",to="{to}"}} {v}"#
+        )
+    };
+    let has = |t: &str, line: String| assert!(t.lines().any(|x| x == line), "no {line:?} in\n{t}");
+    let t = m.encode(Format::Text);
+    has(
+        &t,
+        "# TYPE rdma_mesh_path_state_changes_total counter".to_owned(),
+    );
+    for peer in ["node2", "node3"] {
+        for to in PathState::ALL {
+            has(&t, change(peer, to.as_str(), 0));
+        }
+    }
+    let at = |result, state: Option<PathState>, changed| ProbeReport {
+        state,
+        changed,
+        ..report("node2", result)
+    };
+    // No verdict; the first verdict (unknown → up); up again; down; degraded; up.
+    m.record(&at(ResultLabel::Host, None, false)).unwrap();
+    m.record(&at(ResultLabel::Ok, Some(PathState::Up), true))
+        .unwrap();
+    m.record(&at(ResultLabel::Ok, Some(PathState::Up), false))
+        .unwrap();
+    m.record(&at(ResultLabel::Rdma, Some(PathState::Down), true))
+        .unwrap();
+    m.record(&at(ResultLabel::Slow, Some(PathState::Degraded), true))
+        .unwrap();
+    m.record(&at(ResultLabel::Ok, Some(PathState::Up), true))
+        .unwrap();
+    for format in [Format::Text, Format::OpenMetrics] {
+        let t = m.encode(format);
+        has(&t, change("node2", "up", 2));
+        has(&t, change("node2", "down", 1));
+        has(&t, change("node2", "degraded", 1));
+        has(&t, change("node3", "up", 0));
+    }
 }
 
 /// Cardinality is bounded: a peer, device or rail not configured adds no series.
@@ -173,6 +271,7 @@ fn each_cause_is_its_result_label_and_unknown_leaves_the_state() {
         assert_eq!(ResultLabel::from(Some(c)).as_str(), c.as_str());
     }
     assert_eq!(PathState::of(PairState::Unknown), None);
+    assert_eq!(UNKNOWN_STATE, PairState::Unknown.as_str());
     for s in [PairState::Up, PairState::Degraded, PairState::Down] {
         assert_eq!(PathState::of(s).map(PathState::as_str), Some(s.as_str()));
     }

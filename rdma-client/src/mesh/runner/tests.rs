@@ -8,10 +8,17 @@ use crate::mesh::http::{Limits, MetricsServer};
 use crate::mesh::metrics::Path;
 use crate::mesh::rtt::Rtt;
 use crate::mesh::state::PairState;
+use rdma_core_rs::CompletionClock;
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
+
+/// What Soft-RoCE answers when asked for its completion clock.
+const RXE: CompletionClock = CompletionClock::NoClock {
+    hca_core_clock_khz: 0,
+    timestamp_mask: 0,
+};
 
 type Behaviour<'a> = dyn Fn(&str, &Job) -> Result<Probed, ProbeFailure> + Sync + 'a;
 
@@ -108,7 +115,7 @@ fn run_rails(
         bw_every: 0,
         cycles: Some(cycles),
         devices,
-        no_timestamps: "this build measures wall time",
+        clocks: &vec![Ok(RXE); devices.len()],
     };
     let mut events = Vec::new();
     let stop = AtomicBool::new(false);
@@ -179,7 +186,17 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
         }
     };
     let fake = Fake::new(&behave);
-    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &Sinks::default());
+    let path = Path {
+        peer: "node2".into(),
+        device: "fake0".into(),
+        rail: "0".into(),
+    };
+    let metrics = MeshMetrics::new(&[path]).unwrap();
+    let sinks = Sinks {
+        metrics: Some(&metrics),
+        textfile: None,
+    };
+    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &sinks);
     assert_eq!((summary.probes, summary.failed), (8, 4));
     assert_eq!(
         transitions(&events),
@@ -209,6 +226,14 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
             .map(|(i, s)| (i as u64, *s))
             .collect::<Vec<_>>()
     );
+    // Each transition counted once, by where it went: unknown → up and down → up, up → down.
+    let text = metrics.encode(crate::mesh::metrics::Format::Text);
+    for (to, n) in [("up", 2), ("down", 1), ("degraded", 0)] {
+        let line = format!(
+            r#"rdma_mesh_path_state_changes_total{{peer="node2",device="fake0",rail="0",to="{to}"}} {n}"#
+        );
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
 }
 
 #[test]
@@ -303,7 +328,7 @@ fn a_stop_ends_a_run_without_cycles() {
         bw_every: 2,
         cycles: None,
         devices: &devices,
-        no_timestamps: "wall time",
+        clocks: &[Ok(RXE)],
     };
     let stop = AtomicBool::new(false);
     let summary = std::thread::scope(|s| {
@@ -467,4 +492,72 @@ fn each_rail_is_a_path_of_its_own() {
         }
     }
     assert_eq!(downs, [("node2".to_owned(), 1, "rxe1".to_owned())]);
+}
+
+/// What the devices answered is said once, at the start: `mesh_started`'s `timestamps_why`
+/// (never `timestamps: true`: this build reads no stamps) and each device's
+/// `rdma_mesh_timestamps_supported`, 1 only where the device has a clock.
+#[test]
+fn what_the_devices_said_of_their_clocks_is_said_once_at_start() {
+    let devices = ["rxe0".to_owned(), "mlx5_0".to_owned()];
+    let w = world(2, 0);
+    let paths: Vec<Path> = devices
+        .iter()
+        .enumerate()
+        .map(|(rail, d)| Path {
+            peer: "node2".into(),
+            device: d.clone(),
+            rail: rail.to_string(),
+        })
+        .collect();
+    let metrics = MeshMetrics::new(&paths).unwrap();
+    let clock = CompletionClock::Clock {
+        hca_core_clock_khz: 156_250,
+        timestamp_mask: 0xffff_ffff_ffff,
+    };
+    let plan = Plan {
+        world: &w,
+        config: config(15, 1),
+        bw_every: 0,
+        cycles: Some(2),
+        devices: &devices,
+        clocks: &[Ok(RXE), Ok(clock)],
+    };
+    let sinks = Sinks {
+        metrics: Some(&metrics),
+        textfile: None,
+    };
+    let fake = Fake::new(&good);
+    let mut events = Vec::new();
+    run(&plan, &fake, &sinks, &AtomicBool::new(false), &mut |e| {
+        let line = serde_json::to_string(e).unwrap();
+        events.push(line);
+    })
+    .unwrap();
+    let said: Vec<&String> = events.iter().filter(|l| l.contains("completion")).collect();
+    assert_eq!(said.len(), 1, "{events:#?}");
+    assert!(
+        said[0].starts_with(r#"{"type":"mesh_started""#),
+        "{}",
+        said[0]
+    );
+    assert!(
+        said[0].contains(
+            r#""timestamps":false,"timestamps_why":"rxe0 gives no completion timestamps (hca_core_clock 0 kHz); mlx5_0 has a completion clock (156250 kHz, mask 0xffffffffffff) but this build reads no completion timestamps yet: round trips are wall time""#
+        ),
+        "{}",
+        said[0]
+    );
+    let text = metrics.encode(crate::mesh::metrics::Format::Text);
+    for line in [
+        r#"rdma_mesh_timestamps_supported{device="rxe0"} 0"#,
+        r#"rdma_mesh_timestamps_supported{device="mlx5_0"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    // No probe was split: the fake's round trips are wall time, as this build's are.
+    assert!(
+        !text.contains("rdma_mesh_network_rtt_seconds_count{"),
+        "{text}"
+    );
 }
