@@ -24,7 +24,7 @@ use crate::mesh_guest::{Stage, Topology, budget};
 use crate::plan::{DEADLINE_ARG, Step};
 
 /// The probers' interval, and the runs of probes that move a pair's state.
-pub const EVERY_S: u64 = 3;
+pub const EVERY_S: u64 = 5;
 pub const DOWN_AFTER: u32 = 2;
 pub const UP_AFTER: u32 = 2;
 pub const DEGRADE_AFTER: u32 = 3;

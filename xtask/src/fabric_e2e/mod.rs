@@ -6,13 +6,18 @@
 //! runs, inside one `salloc -N 3`, the servers as a job step (`srun --overlap ... rdma-server
 //! --serve --max-clients 1`) and `srun --label rdma-client --fabric --json` four times:
 //! healthy, with `--rails auto` (both rails, each node's name resolving to one address per
-//! rail), with a `tc netem` delay on node3, and with node3's rxe devices deleted; between the
-//! rails and the delay, `rdma-client --mesh` on every node for a few cycles (issue 24). The
-//! host merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]; the
-//! mesh from its probers' events, [`mesh`]).
+//! rail), with a `tc netem` delay on node3, and with node3's rxe devices deleted. The host
+//! merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]).
+//!
+//! Then the mesh phase (issue 24, [`mesh`]): every node runs `rdma-server --serve` and
+//! `rdma-client --mesh`, node1 Prometheus scraping the three with the shipped rules, and
+//! faults one after another (RoCE blocked on node3, its server stopped, both restored, a lossy
+//! link), each checked from Prometheus in node1 (`xtask mesh-guest`); the host judges the
+//! probers' own events too ([`mesh_judge`]).
 //!
 //! The parts: [`cluster`] (hosts, slurm.conf and the guests' scripts, as text), [`judge`]
-//! (what each phase's report must show), [`rails`] (the rails phase's reports and lines).
+//! (what each phase's report must show), [`rails`] (the rails phase's reports and lines),
+//! [`mesh`] and [`mesh_judge`].
 
 mod cells;
 mod cluster;

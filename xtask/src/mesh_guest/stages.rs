@@ -354,7 +354,7 @@ impl Checker {
         )))
     }
 
-    /// Restored: every path up again, no alert firing.
+    /// Restored: every path up again (its state `up`, not only reachable), no alert firing.
     fn restored(&self, q: &dyn Query) -> Result<Check> {
         let (_, others) = split(&self.topo);
         let up = self.up(q)?;
@@ -362,7 +362,11 @@ impl Checker {
             return Ok(w);
         }
         let all = paths(&self.topo);
-        let bad = not_up(&up, &all, 1.0);
+        let state_up = by_path(
+            q,
+            r#"max by (instance, peer) (rdma_mesh_path_state{state="up"})"#,
+        )?;
+        let bad = not_up(&state_up, &all, 1.0);
         if !bad.is_empty() {
             return Ok(Check::NotYet(format!(
                 "not up again yet: {}",

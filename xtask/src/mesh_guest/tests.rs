@@ -279,7 +279,15 @@ fn restored_waits_for_every_path_and_the_alert_to_resolve() {
     f.firing(&THROUGH.map(|p| (p, "rdma")));
     let c = checker(Stage::Restored, &f, Vec::new());
     assert!(not_yet(c.poll(&f).unwrap()).contains("not up again yet"));
+    // Reachable again (path_up 1) but still degraded is not restored.
     f.up(&[], &[]);
+    let state_up = r#"max by (instance, peer) (rdma_mesh_path_state{state="up"})"#;
+    let mut states: Vec<Sample> = f.answers.borrow()[UP].clone();
+    states[1].value = 0.0;
+    f.set(state_up, states.clone());
+    assert!(not_yet(c.poll(&f).unwrap()).contains("not up again yet"));
+    states[1].value = 1.0;
+    f.set(state_up, states);
     assert!(not_yet(c.poll(&f).unwrap()).contains("still firing"));
     f.firing(&[]);
     assert!(done(c.poll(&f).unwrap()).contains("RdmaMeshPathDown resolved"));
