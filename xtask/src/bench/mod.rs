@@ -8,12 +8,14 @@
 //! summaries), `results.csv`, and the plots `latency.{svg,png}` and `bandwidth.{svg,png}`.
 //!
 //! Modules: `plans` (what each guest runs), `parse` (the tools' outputs), `results` (samples,
-//! summaries, targets, files), `report` (the table), `plot`, `tcp` (the hidden link probe).
+//! summaries, targets, files), `report` (the table), `plot`, `tcp` (the hidden link probe),
+//! `procfs` (a server's CPU and memory from `/proc`).
 
 pub mod flood;
 mod parse;
 mod plans;
 mod plot;
+mod procfs;
 mod report;
 mod results;
 pub mod tcp;
