@@ -1,7 +1,7 @@
 //! The two guests' plans for one bench session: guest A serves (a plain `rdma-server
 //! --serve` for the whole session, one perftest server per perftest run, the TCP sink),
 //! guest B measures (the TCP stream, then for every size and repetition both tools,
-//! alternating which goes first).
+//! alternating which goes first). Before those, in both: the stranger flood, then the mesh.
 
 use crate::e2e::Bins;
 use crate::plan::{GUEST_SYNC, Node, Plan, Step};
@@ -11,7 +11,7 @@ use crate::vm::PlanGuest;
 use super::results::{Mode, Tool};
 
 pub const SERVER_IP: &str = "10.0.0.1";
-const CLIENT_IP: &str = "10.0.0.2";
+pub const CLIENT_IP: &str = "10.0.0.2";
 const OUR_PORT: u16 = 7471;
 const TCP_PORT: u16 = 5201;
 const SERVER_UP: &str = "rdma-server-up";
@@ -41,6 +41,8 @@ pub struct Params {
     pub delay_ms: u32,
     /// Seconds of the stranger flood ([`super::flood`]), 0 for none.
     pub flood_secs: f64,
+    /// The mesh ([`super::mesh`]) over both guests (A rank 0, B rank 1), if any.
+    pub mesh: Option<super::mesh::figures::Setting>,
 }
 
 /// The guests' one link.
@@ -239,6 +241,12 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
         a.extend(fa);
         b.extend(fb);
     }
+    if let Some(setting) = &p.mesh {
+        // After the flood, before the rest: each server is read while only the mesh runs.
+        let mut per_rank = super::mesh::steps(bins, setting, ALL_DONE).into_iter();
+        a.extend(per_rank.next().unwrap_or_default());
+        b.extend(per_rank.next().unwrap_or_default());
+    }
 
     let mut sink = Step::new(
         TCP_SINK,
@@ -333,6 +341,7 @@ mod tests {
             setup_reps: 1,
             delay_ms: 0,
             flood_secs: 0.0,
+            mesh: None,
         }
     }
 
@@ -368,6 +377,57 @@ mod tests {
             ["flood", "flood client", "bare flood", TCP_SOURCE]
         );
         assert!(plans(&params(), &bins)[1].plan.steps[0].name == TCP_SOURCE);
+    }
+
+    /// Issue 24: the mesh runs in both guests after the flood and before the rest, and the
+    /// deadlines of the whole session still derive (no wait in a circle, every marker made).
+    #[test]
+    fn the_mesh_runs_after_the_flood_in_both_guests() {
+        let bins = crate::e2e::Bins::for_tests();
+        let setting = super::super::mesh::figures::Setting {
+            every: std::time::Duration::from_secs(1),
+            cycles: 30,
+            nodes: vec![SERVER_IP.into(), CLIENT_IP.into()],
+        };
+        let g = plans(
+            &Params {
+                flood_secs: 10.0,
+                mesh: Some(setting),
+                ..params()
+            },
+            &bins,
+        );
+        let names =
+            |k: usize| -> Vec<&str> { g[k].plan.steps.iter().map(|s| s.name.as_str()).collect() };
+        assert_eq!(
+            names(0)[7..12],
+            [
+                "mesh server r0",
+                "mesh cpu before r0",
+                "mesh prober r0",
+                "mesh cpu after r0",
+                TCP_SINK
+            ]
+        );
+        assert_eq!(
+            names(1)[3..8],
+            [
+                "mesh server r1",
+                "mesh cpu before r1",
+                "mesh prober r1",
+                "mesh cpu after r1",
+                TCP_SOURCE
+            ]
+        );
+        let mut plans: Vec<Plan> = g.into_iter().map(|p| p.plan).collect();
+        crate::deadline::derive(&mut plans).unwrap();
+        let prober = plans[1]
+            .steps
+            .iter()
+            .find(|s| s.name == "mesh prober r1")
+            .unwrap();
+        // It waits at least as long as guest A may take to get its server read.
+        assert!(prober.wait_timeout().as_secs_f64() > 10.0, "{prober:?}");
     }
 
     /// Issue 23, item 12: `--delay-ms` delays both guests' frames before anything runs, and
