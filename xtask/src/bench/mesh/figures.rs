@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use rdma_proto::events::client::Event;
-use rdma_proto::events::mesh::ProbeOutcome;
+use rdma_proto::events::mesh::{Cause, ProbeOutcome};
 use serde::{Deserialize, Serialize};
 
 use super::super::procfs::Usage;
@@ -61,8 +61,9 @@ pub struct ProberRun {
     pub wall_s: f64,
     /// `ok / wall_s`.
     pub probes_per_s: f64,
-    /// From an ok probe's fire time (the run's start, its interval, this node's phase) to its
-    /// result: the time one probe takes, median and most, milliseconds.
+    /// From the fire time (the run's start, its interval, this node's phase) of a probe that
+    /// went through all its steps (ok, or failed only as `slow`) to its result: the time one
+    /// probe takes, median and most, milliseconds.
     pub probe_ms_median: f64,
     pub probe_ms_max: f64,
 }
@@ -141,29 +142,32 @@ pub fn prober(
                 interval,
                 peer_rank,
                 outcome,
+                cause,
                 ..
             } => {
                 let Some(t0) = started else {
                     return Err(format!("line {}: a probe before mesh_started", i + 1));
                 };
                 match outcome {
-                    ProbeOutcome::Ok => {
-                        ok += 1;
-                        let fire = t0 + interval as f64 * every_ms + phase_ms;
-                        if at < fire - EARLY_MS {
-                            return Err(format!(
-                                "the result of interval {interval} came {:.0} ms before its fire time: the stamps do not fit the schedule",
-                                fire - at
-                            ));
-                        }
-                        took.push((at - fire).max(0.0));
-                    }
+                    ProbeOutcome::Ok => ok += 1,
                     ProbeOutcome::Failed => failed += 1,
                     ProbeOutcome::Skipped => {}
                     ProbeOutcome::Error => errors += 1,
                 }
                 if matches!(outcome, ProbeOutcome::Ok | ProbeOutcome::Failed) {
                     *ran_to.entry(peer_rank).or_default() += 1;
+                }
+                // A probe that went through all its steps: ok, or judged slow after them.
+                let whole = outcome == ProbeOutcome::Ok || cause == Some(Cause::Slow);
+                if whole {
+                    let fire = t0 + interval as f64 * every_ms + phase_ms;
+                    if at < fire - EARLY_MS {
+                        return Err(format!(
+                            "the result of interval {interval} came {:.0} ms before its fire time: the stamps do not fit the schedule",
+                            fire - at
+                        ));
+                    }
+                    took.push((at - fire).max(0.0));
                 }
             }
             Event::MeshStopped {
@@ -415,6 +419,8 @@ pub(super) mod tests {
         lines[2] = probe(1, 1, "failed");
         lines.insert(3, probe(1, 2, "skipped"));
         lines.insert(4, probe(1, 2, "error"));
+        // Judged slow: it went through its steps, so its time counts.
+        lines[5] = lines[5].replace(r#""outcome":"ok""#, r#""outcome":"failed","cause":"slow""#);
         stamps.line_ms.insert(3, 2100.0);
         stamps.line_ms.insert(4, 2100.0);
         // The stopped line counts the skipped intervals a stall dropped too.
@@ -423,13 +429,17 @@ pub(super) mod tests {
         let p = prober(&lines.join("\n"), &stamps, 0, &setting()).unwrap();
         assert_eq!(
             (p.run.ok, p.run.failed, p.run.skipped, p.run.errors),
-            (2, 1, 4, 1)
+            (1, 2, 4, 1)
         );
         assert_eq!(
             p.ran_to,
             BTreeMap::from([(1, 3)]),
             "ok and failed reached it"
         );
+        // The ok one took 100 ms, the slow one 400: the median between them; the one that
+        // failed to reach its host is no probe's time.
+        assert!((p.run.probe_ms_median - 250.0).abs() < 1e-9, "{:?}", p.run);
+        assert!((p.run.probe_ms_max - 400.0).abs() < 1e-9, "{:?}", p.run);
     }
 
     #[test]
