@@ -2,8 +2,9 @@
 //! `rdma-client --mesh A,B` for a fixed number of cycles, and the bench takes each node's
 //! probe rate, the time one probe takes, and what its server spent serving the other's probes.
 //!
-//! In each guest, after the stranger flood: its server (on [`PORT`], until the bench is
-//! done); the server's `/proc` reading once it listens (the flood's [`super::flood`] reads);
+//! In each guest, after every other measurement (its server stays until the session ends,
+//! and an idle one still wakes every 20 ms): its server (on [`PORT`], until the bench is done); the server's
+//! `/proc` reading once it listens (the flood's [`super::flood`] reads);
 //! its prober, once the other guest's server is read, under `xtask bench-stamp`
 //! ([`super::stamp`]: the events carry no time, the stamps say when each line came); and the
 //! server's second reading once the other prober has ended. The schedule has no jitter, so
