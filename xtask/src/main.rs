@@ -92,6 +92,10 @@ enum Cmd {
     /// time of the process listening on a port: what a stranger costs the server.
     #[command(hide = true)]
     BenchFlood(bench::flood::FloodArgs),
+    /// (inside a guest) Run a command, pass its stdout through and say on stderr when each
+    /// line came (the mesh's events carry no time).
+    #[command(hide = true)]
+    BenchStamp(bench::stamp::StampArgs),
     /// (inside a guest) One check of an installed package (pkg-test).
     #[command(hide = true)]
     PkgGuest(pkgtest::PkgGuestArgs),
@@ -147,5 +151,6 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::GuestAgent(a) => agent::cmd(a),
         Cmd::BenchTcp(a) => bench::tcp::cmd(a),
         Cmd::BenchFlood(a) => bench::flood::cmd(a),
+        Cmd::BenchStamp(a) => bench::stamp::cmd(a),
     }
 }

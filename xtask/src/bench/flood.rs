@@ -6,7 +6,8 @@
 //!
 //! `xtask bench-flood` (hidden, runs inside the guests, over the host's binary):
 //! `--connect ADDR --secs S --workers N` floods and prints `{"connections":C,"failed":F,"secs":S}`;
-//! `--cpu-of PORT` prints `{"pid":P,"cpu_ms":M}` of the process listening there.
+//! `--cpu-of PORT` prints the [`Usage`] of the process listening there (`{"pid":P,"cpu_ms":M,…}`,
+//! [`super::procfs`]).
 
 use crate::scenario::role::Invocation;
 use std::io::{BufRead as _, BufReader};
@@ -15,14 +16,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
-use serde::{Deserialize, Serialize};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
 
 use crate::e2e::Bins;
 use crate::plan::Step;
 use crate::scenario::judge;
 use crate::scenario::transcript::Transcript;
 
+use super::procfs::Usage;
 use super::results::{Count, Flood, Floor, Target};
 
 /// Arguments of `xtask bench-flood`.
@@ -69,13 +70,6 @@ const BARE_FLOOD: &str = "bare flood";
 const BARE_GO: &str = "bare-go";
 const BARE_DONE: &str = "bare-done";
 
-/// A process's CPU time.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-struct Cpu {
-    pid: u32,
-    cpu_ms: f64,
-}
-
 /// Entry point.
 pub fn cmd(args: &FloodArgs) -> Result<()> {
     match (args.connect, args.cpu_of) {
@@ -89,7 +83,10 @@ pub fn cmd(args: &FloodArgs) -> Result<()> {
             Ok(())
         }
         (None, Some(port)) => {
-            println!("{}", serde_json::to_string(&cpu_of(port)?)?);
+            println!(
+                "{}",
+                serde_json::to_string(&super::procfs::usage_of(port)?)?
+            );
             Ok(())
         }
         (None, None) => match args.listen {
@@ -171,70 +168,10 @@ fn flood(addr: SocketAddr, secs: Duration, workers: u32) -> Result<Count> {
     })
 }
 
-/// The CPU time (user + system) of the one process whose command line names `port`.
-fn cpu_of(port: u16) -> Result<Cpu> {
-    let needle = format!(":{port}");
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").wrap_err("reading /proc")? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let listens = args
-            .windows(2)
-            .any(|w| w[0] == b"--listen" && String::from_utf8_lossy(w[1]).ends_with(&needle));
-        if listens {
-            found.push(pid);
-        }
-    }
-    let [pid] = found[..] else {
-        bail!("expected one process listening on port {port}, found {found:?}");
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .wrap_err_with(|| format!("reading /proc/{pid}/stat"))?;
-    Ok(Cpu {
-        pid,
-        cpu_ms: cpu_ms(&stat, clock_ticks())?,
-    })
-}
-
-/// Clock ticks a second (`sysconf(_SC_CLK_TCK)`, 100 where unknown).
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
-}
-
-/// utime + stime of a `/proc/PID/stat` line, in milliseconds (fields 14 and 15, counted after
-/// the command name, which may hold spaces and parentheses).
-fn cpu_ms(stat: &str, ticks_per_s: f64) -> Result<f64> {
-    let after = stat
-        .rfind(')')
-        .map(|i| &stat[i + 1..])
-        .ok_or_else(|| eyre!("a /proc stat line without its command: {stat:?}"))?;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the command: state is field 3, so utime (14) and stime (15) are at 11 and 12.
-    let tick = |i: usize| -> Result<f64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .ok_or_else(|| eyre!("no CPU field {} in {stat:?}", i + 3))
-    };
-    Ok((tick(11)? + tick(12)?) * 1000.0 / ticks_per_s)
-}
-
-/// Guest A's two reads of the CPU of the process listening on `port`, named `names`: before
-/// the flood (once `ready` exists, when given; it then makes `go`) and after it (once `done`
-/// exists).
-fn cpu_reads(
+/// Two readings ([`super::procfs::Usage`]) of the process listening on `port`, in its own
+/// guest, named `names`: before the load (once `ready` exists, when given, and the port
+/// listens; it then makes `go`) and after it (once `done` exists). The flood's and the mesh's.
+pub(super) fn cpu_reads(
     bins: &Bins,
     port: u16,
     names: [&str; 2],
@@ -344,7 +281,7 @@ pub fn steps(bins: &Bins, server_ip: &str, secs: f64, all_done: &str) -> (Vec<St
 }
 
 /// The last JSON line of step `name`'s output.
-fn json_of<T: serde::de::DeserializeOwned>(t: &Transcript, name: &str) -> Option<T> {
+pub(super) fn json_of<T: serde::de::DeserializeOwned>(t: &Transcript, name: &str) -> Option<T> {
     let step = t.role(name)?;
     let line = step.stdout.lines().rev().find(|l| l.starts_with('{'))?;
     serde_json::from_str(line).ok()
@@ -353,8 +290,8 @@ fn json_of<T: serde::de::DeserializeOwned>(t: &Transcript, name: &str) -> Option
 /// What one flood cost: its count and the CPU the flooded process used over it (from guest
 /// A's reads `before` and `after`, guest B's flood `flood`), and whether one process was read.
 fn cost(t: &Transcript, [before, after, flood]: [&str; 3]) -> Option<(Floor, bool)> {
-    let before: Cpu = json_of(t, before)?;
-    let after: Cpu = json_of(t, after)?;
+    let before: Usage = json_of(t, before)?;
+    let after: Usage = json_of(t, after)?;
     let count: Count = json_of(t, flood)?;
     let cpu_ms = (after.cpu_ms - before.cpu_ms).max(0.0);
     let floor = Floor {
@@ -439,15 +376,6 @@ pub fn targets(f: Option<&Flood>) -> Vec<Target> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_time_comes_from_utime_and_stime() {
-        let stat =
-            "1234 (rdma (x) server) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 3 0";
-        assert_eq!(cpu_ms(stat, 100.0).unwrap(), 3000.0);
-        assert!(cpu_ms("garbage", 100.0).is_err());
-        assert!(cpu_ms("1 (x) S 1", 100.0).is_err());
-    }
 
     /// The flood against a listener on loopback: every connection reads a line.
     #[test]

@@ -7,15 +7,24 @@
 //! timed as before. Writes `target/bench/results.json` (schema-versioned: raw samples and
 //! summaries), `results.csv`, and the plots `latency.{svg,png}` and `bandwidth.{svg,png}`.
 //!
+//! The same boot also floods a server with strangers (`flood`) and runs the mesh on both guests
+//! (`mesh`: probes per second per node, one probe's time, the server's CPU per probe and its
+//! memory; `mesh.csv`).
+//!
 //! Modules: `plans` (what each guest runs), `parse` (the tools' outputs), `results` (samples,
-//! summaries, targets, files), `report` (the table), `plot`, `tcp` (the hidden link probe).
+//! summaries, targets, files), `report` (the table), `plot`, `tcp` (the hidden link probe),
+//! `procfs` (a server's CPU and memory from `/proc`), `stamp` (when each line of a command's
+//! output came).
 
 pub mod flood;
+mod mesh;
 mod parse;
 mod plans;
 mod plot;
+mod procfs;
 mod report;
 mod results;
+pub mod stamp;
 pub mod tcp;
 
 use std::path::PathBuf;
@@ -69,6 +78,15 @@ pub struct BenchArgs {
     /// server with a token; the server's CPU a connection is a target (0: none).
     #[arg(long, default_value_t = 10.0)]
     pub flood_secs: f64,
+    /// Cycles of the mesh (both guests run `rdma-server --serve` and `rdma-client --mesh`; two
+    /// nodes make a cycle one interval): its probe rate, one probe's time, and the server's CPU
+    /// per probe and memory (0: none).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=200))]
+    pub mesh_cycles: u32,
+    /// Seconds of the mesh's `--every` (each node probes the other once an interval; a probe
+    /// must end within it).
+    #[arg(long, default_value_t = 1.0)]
+    pub mesh_every: f64,
     /// Skip timing the warm `cargo xtask e2e` (then the binaries must be built already).
     #[arg(long)]
     pub no_e2e: bool,
@@ -154,6 +172,10 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         if r.flood_secs > 0.0 {
             r.targets.extend(flood::targets(r.flood.as_ref()));
         }
+        if r.mesh_cycles > 0 {
+            r.targets
+                .extend(mesh::targets(r.mesh.as_ref(), r.mesh_error.as_deref()));
+        }
         return finish(args, &r);
     }
     let mut sizes = if args.all_sizes {
@@ -197,6 +219,11 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         setup_reps: 3,
         delay_ms: args.delay_ms,
         flood_secs: args.flood_secs.clamp(0.0, 300.0),
+        mesh: (args.mesh_cycles > 0).then(|| mesh::figures::Setting {
+            every: Duration::from_secs_f64(args.mesh_every.clamp(0.1, 60.0)),
+            cycles: args.mesh_cycles,
+            nodes: vec![plans::SERVER_IP.to_owned(), plans::CLIENT_IP.to_owned()],
+        }),
     };
     let guests = plans::plans(&params, &bins);
     let run = vm::run_plans(&guests, &args.vm)?;
@@ -229,6 +256,14 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
     if params.flood_secs > 0.0 {
         targets.extend(flood::targets(flood.as_ref()));
     }
+    let (mesh, mesh_error) = match params.mesh.as_ref().map(|s| mesh::collect(&t, s)) {
+        Some(Ok(m)) => (Some(m), None),
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
+    };
+    if params.mesh.is_some() {
+        targets.extend(mesh::targets(mesh.as_ref(), mesh_error.as_deref()));
+    }
     let environment = format!(
         "Soft-RoCE (rdma_rxe) between two QEMU guests on one virtual link, {} \
          (emulated CPUs: compare the tools, not absolute numbers){}, host with {} CPU(s)",
@@ -258,6 +293,9 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
         targets,
         flood_secs: params.flood_secs,
         flood,
+        mesh_cycles: params.mesh.as_ref().map_or(0, |s| s.cycles),
+        mesh,
+        mesh_error,
     };
     if let Some(a) = t.guests.first().filter(|a| !a.ok) {
         println!(
@@ -268,7 +306,8 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
     finish(args, &r)
 }
 
-/// Writes the files and the plots, prints the table; with --strict, a missed target fails.
+/// Writes the files and the plots, prints the table; a mesh that ran without its figures
+/// fails, and with --strict so does a missed target.
 fn finish(args: &BenchArgs, r: &Results) -> Result<()> {
     let dir = out_dir();
     results::write(&dir, r)?;
@@ -284,7 +323,17 @@ fn finish(args: &BenchArgs, r: &Results) -> Result<()> {
         ),
         Err(e) => println!("  plots: not drawn: {e:#}"),
     }
-    println!("  results: {}/results.{{json,csv}}", dir.display());
+    println!(
+        "  results: {}/results.{{json,csv}}{}",
+        dir.display(),
+        if r.mesh.is_some() { ", mesh.csv" } else { "" }
+    );
+    if r.mesh_cycles > 0 && r.mesh.is_none() {
+        bail!(
+            "bench: the mesh ran without its figures: {}",
+            r.mesh_error.as_deref().unwrap_or("none recorded")
+        );
+    }
     let missed = r.targets.iter().filter(|t| !t.met).count();
     if args.strict && missed > 0 {
         bail!("bench: {missed} target(s) missed (see above)");
@@ -298,6 +347,9 @@ fn finish(args: &BenchArgs, r: &Results) -> Result<()> {
 fn cast(params: &Params, name: &str) -> Speaks {
     if name == plans::OUR_SERVER || name == flood::SERVER {
         return Speaks::Server;
+    }
+    if let Some(speaks) = mesh::speaks(name) {
+        return speaks;
     }
     let ours = units(params)
         .iter()
@@ -402,6 +454,7 @@ mod tests {
             setup_reps: 1,
             delay_ms: 0,
             flood_secs: 0.0,
+            mesh: None,
         };
         let t = |r: &PlanResult| {
             Transcript::build([(Machine::default(), Ok(r.clone()))], &|n: &str| {

@@ -1,7 +1,8 @@
 //! The two guests' plans for one bench session: guest A serves (a plain `rdma-server
 //! --serve` for the whole session, one perftest server per perftest run, the TCP sink),
 //! guest B measures (the TCP stream, then for every size and repetition both tools,
-//! alternating which goes first).
+//! alternating which goes first). Before those, in both, the stranger flood; after them the
+//! mesh.
 
 use crate::e2e::Bins;
 use crate::plan::{GUEST_SYNC, Node, Plan, Step};
@@ -11,7 +12,7 @@ use crate::vm::PlanGuest;
 use super::results::{Mode, Tool};
 
 pub const SERVER_IP: &str = "10.0.0.1";
-const CLIENT_IP: &str = "10.0.0.2";
+pub const CLIENT_IP: &str = "10.0.0.2";
 const OUR_PORT: u16 = 7471;
 const TCP_PORT: u16 = 5201;
 const SERVER_UP: &str = "rdma-server-up";
@@ -41,6 +42,8 @@ pub struct Params {
     pub delay_ms: u32,
     /// Seconds of the stranger flood ([`super::flood`]), 0 for none.
     pub flood_secs: f64,
+    /// The mesh ([`super::mesh`]) over both guests (A rank 0, B rank 1), if any.
+    pub mesh: Option<super::mesh::figures::Setting>,
 }
 
 /// The guests' one link.
@@ -239,7 +242,6 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
         a.extend(fa);
         b.extend(fb);
     }
-
     let mut sink = Step::new(
         TCP_SINK,
         &[
@@ -302,6 +304,13 @@ pub fn plans(p: &Params, bins: &Bins) -> Vec<PlanGuest> {
         }
         b.push(c);
     }
+    if let Some(setting) = &p.mesh {
+        // Last: its servers live until the session ends (an idle one still wakes every
+        // 20 ms), so no other measurement runs beside them.
+        let mut per_rank = super::mesh::steps(bins, setting, ALL_DONE).into_iter();
+        a.extend(per_rank.next().unwrap_or_default());
+        b.extend(per_rank.next().unwrap_or_default());
+    }
     let mut done = Step::new("bench done", &["true"]);
     done.create_file_when_done = Some(ALL_DONE.into());
     b.push(done);
@@ -333,6 +342,7 @@ mod tests {
             setup_reps: 1,
             delay_ms: 0,
             flood_secs: 0.0,
+            mesh: None,
         }
     }
 
@@ -368,6 +378,51 @@ mod tests {
             ["flood", "flood client", "bare flood", TCP_SOURCE]
         );
         assert!(plans(&params(), &bins)[1].plan.steps[0].name == TCP_SOURCE);
+    }
+
+    /// Issue 24: the mesh runs in both guests after everything else (its servers stay until
+    /// the end), and the deadlines of the whole session still derive (no wait in a circle,
+    /// every marker made).
+    #[test]
+    fn the_mesh_runs_last_in_both_guests() {
+        let bins = crate::e2e::Bins::for_tests();
+        let setting = super::super::mesh::figures::Setting {
+            every: std::time::Duration::from_secs(1),
+            cycles: 30,
+            nodes: vec![SERVER_IP.into(), CLIENT_IP.into()],
+        };
+        let g = plans(
+            &Params {
+                flood_secs: 10.0,
+                mesh: Some(setting),
+                ..params()
+            },
+            &bins,
+        );
+        let names =
+            |k: usize| -> Vec<&str> { g[k].plan.steps.iter().map(|s| s.name.as_str()).collect() };
+        let mesh = |r: usize| {
+            [
+                format!("mesh server r{r}"),
+                format!("mesh cpu before r{r}"),
+                format!("mesh prober r{r}"),
+                format!("mesh cpu after r{r}"),
+            ]
+        };
+        let (a, b) = (names(0), names(1));
+        assert_eq!(a[a.len() - 4..], mesh(0));
+        assert_eq!(b[b.len() - 5..b.len() - 1], mesh(1));
+        assert_eq!(b.last(), Some(&"bench done"));
+        assert!(a[..a.len() - 4].iter().all(|n| !n.starts_with("mesh")));
+        let mut plans: Vec<Plan> = g.into_iter().map(|p| p.plan).collect();
+        crate::deadline::derive(&mut plans).unwrap();
+        let prober = plans[1]
+            .steps
+            .iter()
+            .find(|s| s.name == "mesh prober r1")
+            .unwrap();
+        // It waits at least as long as guest A may take to get its server read.
+        assert!(prober.wait_timeout().as_secs_f64() > 10.0, "{prober:?}");
     }
 
     /// Issue 23, item 12: `--delay-ms` delays both guests' frames before anything runs, and

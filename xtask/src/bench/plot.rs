@@ -281,6 +281,9 @@ mod tests {
             targets: vec![],
             flood_secs: 0.0,
             flood: None,
+            mesh_cycles: 0,
+            mesh: None,
+            mesh_error: None,
         };
         let files = write(dir.path(), &r, "test").unwrap();
         assert_eq!(files.len(), 4);

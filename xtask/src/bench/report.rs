@@ -130,6 +130,23 @@ pub fn render(r: &Results) -> String {
             let _ = writeln!(s, "    {}", crate::text::shorten(f, 300));
         }
     }
+    if r.mesh_cycles > 0 {
+        let _ = writeln!(
+            s,
+            "\n  mesh ({} cycles; probes per second = ok probes / seconds from mesh_started to mesh_stopped):",
+            r.mesh_cycles
+        );
+        match (&r.mesh, &r.mesh_error) {
+            (Some(m), _) => s.push_str(&super::mesh::figures::render(m)),
+            (None, e) => {
+                let _ = writeln!(
+                    s,
+                    "    NO FIGURES: {}",
+                    e.as_deref().unwrap_or("none recorded")
+                );
+            }
+        }
+    }
     let missed = r.targets.iter().filter(|t| !t.met).count();
     let _ = writeln!(
         s,
@@ -180,6 +197,9 @@ mod tests {
             targets,
             flood_secs: 0.0,
             flood: None,
+            mesh_cycles: 0,
+            mesh: None,
+            mesh_error: None,
         };
         let out = render(&r);
         assert!(out.contains("2 B"), "{out}");

@@ -7,6 +7,7 @@ use std::path::Path;
 use color_eyre::eyre::{Result, WrapErr};
 use serde::{Deserialize, Serialize};
 
+use super::mesh::figures::Mesh;
 use super::parse::Tcp;
 use rdma_proto::events::bench::{BwRow, LatRow};
 
@@ -123,6 +124,15 @@ pub struct Results {
     /// What the flood measured ([`super::flood`]).
     #[serde(default)]
     pub flood: Option<Flood>,
+    /// Cycles of the mesh (0: none ran).
+    #[serde(default)]
+    pub mesh_cycles: u32,
+    /// What the mesh measured ([`super::mesh`]); also in `mesh.csv`.
+    #[serde(default)]
+    pub mesh: Option<Mesh>,
+    /// Why a mesh that ran has no figures.
+    #[serde(default)]
+    pub mesh_error: Option<String>,
 }
 
 /// What a stranger flood ([`super::flood`]) counted.
@@ -356,14 +366,26 @@ pub fn csv(r: &Results) -> String {
     s
 }
 
-/// Writes `results.json` and `results.csv` into `dir`.
+/// Writes `results.json`, `results.csv` and, when the mesh has figures, `mesh.csv` into `dir`
+/// (an older `mesh.csv` goes: it would not be this run's).
 pub fn write(dir: &Path, r: &Results) -> Result<()> {
     std::fs::create_dir_all(dir).wrap_err_with(|| format!("creating {}", dir.display()))?;
     let json = dir.join("results.json");
     std::fs::write(&json, serde_json::to_vec_pretty(r)?)
         .wrap_err_with(|| format!("writing {}", json.display()))?;
     let c = dir.join("results.csv");
-    std::fs::write(&c, csv(r)).wrap_err_with(|| format!("writing {}", c.display()))
+    std::fs::write(&c, csv(r)).wrap_err_with(|| format!("writing {}", c.display()))?;
+    let m = dir.join("mesh.csv");
+    match &r.mesh {
+        Some(mesh) => std::fs::write(&m, super::mesh::figures::csv(mesh))
+            .wrap_err_with(|| format!("writing {}", m.display())),
+        None => match std::fs::remove_file(&m) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).wrap_err_with(|| format!("removing {}", m.display()))
+            }
+            _ => Ok(()),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -492,6 +514,9 @@ pub(super) mod tests {
             targets: vec![],
             flood_secs: 0.0,
             flood: None,
+            mesh_cycles: 0,
+            mesh: None,
+            mesh_error: None,
         };
         let c = csv(&r);
         let lines: Vec<&str> = c.lines().collect();
