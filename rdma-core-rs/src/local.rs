@@ -21,6 +21,11 @@ pub struct LocalPort {
     pub gid: GidEntry,
     /// How this end's queue pairs mark their packets (`--tclass`, `--hop-limit`, `--sl`).
     pub class: PathClass,
+    /// The local ACK timeout code of this end's queue pairs (`--qp-timeout`): a packet not
+    /// acknowledged within 4.096 µs × 2^code is sent again ([`RtsParams::ack_timeout`]).
+    ///
+    /// [`RtsParams::ack_timeout`]: crate::RtsParams::ack_timeout
+    pub qp_timeout: u8,
 }
 
 impl LocalPort {
@@ -38,6 +43,7 @@ impl LocalPort {
             port,
             gid,
             class: PathClass::default(),
+            qp_timeout: crate::RtsParams::default().timeout,
         })
     }
 
@@ -69,6 +75,7 @@ impl LocalPort {
                 port: c.port,
                 gid: choice.gid,
                 class: PathClass::default(),
+                qp_timeout: crate::RtsParams::default().timeout,
             },
             why,
         ))
@@ -103,6 +110,7 @@ impl LocalPort {
                 port,
                 gid,
                 class: PathClass::default(),
+                qp_timeout: crate::RtsParams::default().timeout,
             },
             why,
         ))

@@ -47,9 +47,9 @@ pub enum Stage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    /// The server verified the write; the latency exchange took `rtt`. `stalled`: one of its
-    /// ping-pongs (or the write) took longer than the queue pair's ACK timeout, which only a
-    /// retransmission explains: RC hides a lost packet as that wait, so this is how loss shows.
+    /// The server verified the write; the latency exchange took `rtt`. `stalled`: the write or
+    /// one of its ping-pongs waited out a retransmission (`probe::stalled`): RC hides a lost
+    /// packet as that wait, so this is how loss shows.
     Ok {
         #[serde(flatten)]
         rtt: Rtt,

@@ -66,14 +66,16 @@ pub struct Probed {
 }
 
 /// Whether a wait of `took` (the write from post to completion, or one ping-pong's round trip)
-/// can only be explained by a retransmission: it is at least the queue pair's local ACK
-/// timeout, after which the sender resends what was not acknowledged. A healthy path's round
-/// trip is orders of magnitude shorter (microseconds against 67 ms at the default), so this
-/// tells loss that RC otherwise hides (the median of the exchange does not move). No ACK
-/// timeout (infinite): never.
+/// can only be explained by a retransmission: a packet lost on RC is resent after the queue
+/// pair's local ACK timeout, so a round trip that needed it takes at least that timeout plus a
+/// round trip of its own (`floor`: the exchange's fastest; zero for the write). A healthy
+/// path's round trip is orders of magnitude shorter (microseconds against 67 ms at the
+/// default), so this tells loss that RC otherwise hides (the exchange's median does not move);
+/// a host that stalls for less than that is not taken for loss. No ACK timeout (infinite):
+/// never.
 #[must_use]
-pub fn stalled(took: Duration, ack_timeout: Option<Duration>) -> bool {
-    ack_timeout.is_some_and(|t| took >= t)
+pub fn stalled(took: Duration, floor: Duration, ack_timeout: Option<Duration>) -> bool {
+    ack_timeout.is_some_and(|t| took >= t + floor)
 }
 
 /// A probe that failed: how far it got, and the client's error.
@@ -234,8 +236,8 @@ impl VerbsProber<'_> {
         Ok((delivered.outcome.verified, took))
     }
 
-    /// A short bench session of `mode`: the lat's typical and longest half round trips in µs,
-    /// or the bw's average MB/s (twice).
+    /// A short bench session of `mode`: the lat's typical, shortest and longest half round
+    /// trips in µs, or the bw's average MB/s (thrice).
     fn measure(
         &self,
         local: &LocalPort,
@@ -243,7 +245,7 @@ impl VerbsProber<'_> {
         job: &Job,
         mode: BenchMode,
         iters: u64,
-    ) -> Result<(f64, f64), ProbeFailure> {
+    ) -> Result<(f64, f64, f64), ProbeFailure> {
         // Out of time after the write: the path took it (a timeout in transfer is `rdma`).
         let opts = self.options(job, Stage::Transfer)?;
         let size = match mode {
@@ -272,8 +274,14 @@ impl VerbsProber<'_> {
         .map_err(at(Stage::Transfer))?;
         bench.finish().map_err(at(Stage::Transfer))?;
         let figure = match mode {
-            BenchMode::Lat => rows.lat.first().map(|r| (r.t_typical_us, r.t_max_us)),
-            BenchMode::Bw => rows.bw.first().map(|r| (r.bw_avg_mbs, r.bw_avg_mbs)),
+            BenchMode::Lat => rows
+                .lat
+                .first()
+                .map(|r| (r.t_typical_us, r.t_min_us, r.t_max_us)),
+            BenchMode::Bw => rows
+                .bw
+                .first()
+                .map(|r| (r.bw_avg_mbs, r.bw_avg_mbs, r.bw_avg_mbs)),
         };
         figure.ok_or_else(|| ProbeFailure {
             stage: Stage::Transfer,
@@ -286,7 +294,7 @@ impl Prober for VerbsProber<'_> {
     fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
         let (local, target) = self.end(peer, job)?;
         let (verified, write) = self.write(&local, &target, job)?;
-        let mut stall = stalled(write, self.ack_timeout);
+        let mut stall = stalled(write, Duration::ZERO, self.ack_timeout);
         if !verified {
             return Ok(Probed {
                 verified,
@@ -297,9 +305,9 @@ impl Prober for VerbsProber<'_> {
         }
         let round = |half_us: f64| Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0));
         let rtt = if self.lat_iters > 0 {
-            let (typical, worst) =
+            let (typical, least, worst) =
                 self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters)?;
-            stall |= stalled(round(worst), self.ack_timeout);
+            stall |= stalled(round(worst), round(least), self.ack_timeout);
             round(typical)
         } else {
             write
@@ -333,9 +341,14 @@ mod tests {
     #[test]
     fn only_a_wait_as_long_as_the_ack_timeout_is_a_stall() {
         let t = rdma_core_rs::RtsParams::default().ack_timeout();
-        assert!(!stalled(Duration::from_millis(66), t));
-        assert!(stalled(Duration::from_millis(68), t));
+        let ms = Duration::from_millis;
+        assert!(!stalled(ms(66), ms(0), t));
+        assert!(stalled(ms(68), ms(0), t));
+        // A retransmitted ping-pong is the timeout plus a round trip of its own: on a path
+        // whose fastest round trip is 10 ms, 70 ms is a host that stalled, not a resend.
+        assert!(!stalled(ms(70), ms(10), t));
+        assert!(stalled(ms(78), ms(10), t));
         // An infinite ACK timeout never retransmits: nothing is a stall.
-        assert!(!stalled(Duration::from_secs(60), None));
+        assert!(!stalled(Duration::from_secs(60), ms(0), None));
     }
 }

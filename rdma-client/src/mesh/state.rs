@@ -9,8 +9,8 @@
 //! - `failed(cause)`: the probe failed (`host`, `refused`, `rdma`, `corrupt`).
 //! - `slow`: it succeeded, with a round trip above `slow_factor` × the pair's baseline **and**
 //!   above `slow_floor` (microsecond jitter of a fast path is not a regression); or it
-//!   `stalled`: one of its ping-pongs took longer than the queue pair's ACK timeout, i.e. waited
-//!   out a retransmission (RC hides a lost packet as that wait; its median does not move).
+//!   `stalled`: it waited out a retransmission (the probe's own test: `probe::stalled`; RC
+//!   hides a lost packet as that wait, and the exchange's median does not move).
 //! - `lossy(cause)`: it succeeded, but more than `loss_threshold` of the last `loss_window`
 //!   probes failed (the cause: the latest failure's). This is how a path that fails every other
 //!   probe, which never fails `down_after` times in a row, still shows.

@@ -290,8 +290,12 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         knobs: task.knobs,
         lat_iters: task.lat_iters,
         bw_iters: task.bw_iters,
-        // The sessions' queue pairs keep the default ACK timeout.
-        ack_timeout: rdma_core_rs::RtsParams::default().ack_timeout(),
+        // The probes' queue pairs get `--qp-timeout` (LocalPort::qp_timeout, from the flags).
+        ack_timeout: rdma_core_rs::RtsParams {
+            timeout: task.device.qp_timeout,
+            ..rdma_core_rs::RtsParams::default()
+        }
+        .ack_timeout(),
     };
     let plan = Plan {
         world: &world,

@@ -41,7 +41,8 @@ impl QueuePair<Init> {
     /// INIT -> RTR -> RTS towards `peer`, on `local`'s port and GID, marked with its
     /// [`PathClass`](super::PathClass): the path MTU is the smaller of both ports' active
     /// MTUs, our send PSN is `sq_psn` (the one sent to the peer with [`LocalPort::endpoint`]),
-    /// every other attribute is the [`RtrParams`] / [`RtsParams`] default.
+    /// the local ACK timeout `local.qp_timeout`, every other attribute is the [`RtrParams`] /
+    /// [`RtsParams`] default.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an out-of-range peer (MTU, QPN, PSN, zero GID on RoCE, LID
@@ -60,7 +61,10 @@ impl QueuePair<Init> {
             class: local.class,
             ..rtr_params_towards(&local.port, local.gid.index, peer)?
         };
-        self.to_rtr(&rtr)?.to_rts(&RtsParams::new(sq_psn))
+        self.to_rtr(&rtr)?.to_rts(&RtsParams {
+            timeout: local.qp_timeout,
+            ..RtsParams::new(sq_psn)
+        })
     }
 }
 

@@ -34,6 +34,12 @@ pub struct DeviceArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
     pub sl: u8,
 
+    /// Local ACK timeout of this end's queue pairs, as perftest's --qp-timeout: a packet not
+    /// acknowledged within 4.096 us x 2^N is sent again (14: 67 ms). Raise it where hosts
+    /// stall longer than that (emulated CPUs), so a resend means a lost packet. 1-31.
+    #[arg(long, default_value_t = 14, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=31))]
+    pub qp_timeout: u8,
+
     /// Wait for completions by busy polling (lowest latency) or on a completion channel.
     #[arg(long, default_value = "event", value_name = "poll|event")]
     pub cq_mode: CqMode,
@@ -60,6 +66,7 @@ impl DeviceArgs {
     pub fn open(&self) -> rdma_core_rs::Result<LocalPort> {
         let mut local = LocalPort::open(self.device.as_deref(), self.port, self.gid_index)?;
         local.class = self.class();
+        local.qp_timeout = self.qp_timeout;
         Ok(local)
     }
 
@@ -92,6 +99,7 @@ impl DeviceArgs {
         let ip = local.to_canonical();
         let (mut port, why) = LocalPort::open_for(ip, self.device.as_deref())?;
         port.class = self.class();
+        port.qp_timeout = self.qp_timeout;
         Ok((port, Some(why)))
     }
 
@@ -127,6 +135,25 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("decimal (106) or hex (0x6a)"), "{bad}: {e}");
+        }
+    }
+
+    /// `--qp-timeout` as perftest's: 14 (67 ms) unless given, 1-31, and what it gives the
+    /// queue pairs is the ACK timeout it codes.
+    #[test]
+    fn qp_timeout_defaults_to_perftests_and_is_bounded() {
+        let cli = Cli::try_parse_from(["t"]).unwrap();
+        assert_eq!(
+            cli.dev.qp_timeout,
+            rdma_core_rs::RtsParams::default().timeout
+        );
+        let cli = Cli::try_parse_from(["t", "--qp-timeout", "18"]).unwrap();
+        assert_eq!(cli.dev.qp_timeout, 18);
+        for bad in ["0", "32", "x"] {
+            assert!(
+                Cli::try_parse_from(["t", "--qp-timeout", bad]).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -25,15 +25,20 @@ use crate::plan::{DEADLINE_ARG, Step};
 
 /// The probers' interval, and the runs of probes that move a pair's state.
 pub const EVERY_S: u64 = 5;
-pub const DOWN_AFTER: u32 = 2;
+pub const DOWN_AFTER: u32 = 3;
 pub const UP_AFTER: u32 = 2;
 pub const DEGRADE_AFTER: u32 = 3;
 /// Slow above this many times a pair's own median: TCG guests sharing two cores see a median
 /// move 3 x now and then (the default would degrade healthy pairs here).
 pub const SLOW_FACTOR: u32 = 5;
-/// Ping-pongs of each probe's lat exchange: with 5% loss one probe in two or more waits out a
-/// retransmission.
-pub const LAT_ITERS: u32 = 20;
+/// Ping-pongs of each probe's lat exchange, and 64 KiB writes of a bandwidth sample.
+pub const LAT_ITERS: u32 = 10;
+pub const BW_ITERS: u32 = 5;
+/// Every queue pair's local ACK timeout code (`--qp-timeout`, both binaries): 18 is 1.07 s. A
+/// probe takes a ping-pong that waited out a resend for loss (`probe::stalled`: the timeout
+/// plus a round trip); at the default 67 ms, TCG guests sharing two cores stall that long now
+/// and then with no packet lost, and healthy pairs looked lossy.
+pub const QP_TIMEOUT: u8 = 18;
 /// A bandwidth sample every this many probes of a pair (the dashboard has a panel for it).
 pub const BW_EVERY: u32 = 3;
 /// The port of the probers' `/metrics`.
@@ -254,7 +259,21 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
     let (lat, bw) = (LAT_ITERS.to_string(), BW_EVERY.to_string());
     let slow = SLOW_FACTOR.to_string();
     let listen = format!("0.0.0.0:{METRICS_PORT}");
-    let server = || service("mesh-server", &[b.server, "--serve", "--max-clients", "8"]);
+    let qp_timeout = QP_TIMEOUT.to_string();
+    let bw_iters = BW_ITERS.to_string();
+    let server = || {
+        service(
+            "mesh-server",
+            &[
+                b.server,
+                "--serve",
+                "--max-clients",
+                "8",
+                "--qp-timeout",
+                &qp_timeout,
+            ],
+        )
+    };
     let prober = after(
         service(
             "mesh-prober",
@@ -276,6 +295,10 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
                 &lat,
                 "--bw-every",
                 &bw,
+                "--bw-iters",
+                &bw_iters,
+                "--qp-timeout",
+                &qp_timeout,
                 "--metrics-listen",
                 &listen,
                 "--json",

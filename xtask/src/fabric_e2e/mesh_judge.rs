@@ -65,10 +65,14 @@ pub fn check(
                 } => {
                     let p = pairs.entry((me, peer_rank)).or_default();
                     match outcome {
+                        // A slow probe (reported failed, cause slow) reached the server: like
+                        // an ok one it ends a run of failures, as the prober's state machine
+                        // counts them.
                         ProbeOutcome::Ok => {
                             p.ok += 1;
                             p.run = 0;
                         }
+                        ProbeOutcome::Failed if cause == Some(Cause::Slow) => p.run = 0,
                         ProbeOutcome::Failed => {
                             p.failed += 1;
                             p.run += 1;
@@ -270,6 +274,19 @@ mod tests {
             })
             .collect();
         assert!(run(&s).unwrap_err().contains("not cause rdma"));
+
+        // A slow probe before the failures does not count among them.
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[1] = s[1].replacen(
+            &probe(2, "failed", Some("rdma"), "up"),
+            &format!(
+                "{}\n{}",
+                probe(2, "failed", Some("slow"), "up"),
+                probe(2, "failed", Some("rdma"), "up")
+            ),
+            1,
+        );
+        assert!(run(&s).is_ok(), "{:?}", run(&s));
 
         let mut s: Vec<String> = (0..3).map(good).collect();
         s[0] = s[0].replacen(
