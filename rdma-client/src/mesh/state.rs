@@ -23,8 +23,9 @@
 //!   nor breaks the run; a good probe breaks it) → `degraded`, from `unknown` or `up`.
 //! - `up_after` consecutive `good` → `up`, from `unknown` or `degraded`.
 //! - Out of `down`: `up_after` consecutive probes that did not fail → `up` if all were good,
-//!   else `degraded`. Going down empties the loss window: the failures that put the pair down
-//!   are told by its being down, and must not keep it degraded a whole window after it is back.
+//!   else `degraded`. Going down empties the loss window, and failures while down stay out of
+//!   it: the outage is told by the pair's being down, and must not keep it degraded a whole
+//!   window after it is back.
 //!
 //! Each change is returned as a [`Transition`] (from, to, cause) for the caller to log.
 //!
@@ -252,7 +253,11 @@ impl Pair {
         let rtt = match outcome {
             Outcome::Failed { cause } if !cause.is_failure() => return Mark::Slow,
             Outcome::Failed { cause } => {
-                self.remember(config, Some(*cause));
+                // A failure while down is the outage itself, told by the state: kept out of
+                // the loss window, or the pair would come back degraded for a window.
+                if self.state != PairState::Down {
+                    self.remember(config, Some(*cause));
+                }
                 return Mark::Failed(*cause);
             }
             Outcome::Ok { rtt, stalled } => (rtt.judged(), *stalled),
@@ -405,6 +410,23 @@ mod tests {
     /// Loss on an RC path: each probe's median is the path's own, but one of its ping-pongs
     /// waited out a retransmission. Slow, a run of them degraded; the baseline still learns
     /// the medians, and clean probes bring it back.
+    /// Found in the guests: a server stopped for a while, then back. The failures while the
+    /// pair was down must not make its first good probes `lossy`: it comes back up.
+    #[test]
+    fn failures_while_down_do_not_bring_it_back_degraded() {
+        let c = config();
+        let mut p = Pair::new();
+        feed(&mut p, &c, &[ok(300); 10]);
+        let host = Outcome::Failed { cause: Cause::Host };
+        for _ in 0..c.down_after + 4 {
+            p.observe(&c, &host);
+        }
+        assert_eq!(p.state(), PairState::Down);
+        let back: Vec<_> = (0..c.up_after).map(|_| p.observe(&c, &ok(300))).collect();
+        assert!(back.iter().all(|o| o.mark == Mark::Good), "{back:?}");
+        assert_eq!(p.state(), PairState::Up);
+    }
+
     #[test]
     fn a_stalled_probe_is_slow_though_its_median_is_normal() {
         let c = config();
