@@ -49,7 +49,7 @@ pub const PROMETHEUS_PORT: u16 = 9090;
 pub const ALERT_FOR_S: u64 = 3;
 /// The lossy link's loss, and how many probes each of its paths must have under it.
 pub const LOSS_PCT: u32 = 5;
-pub const LOSS_PROBES: u32 = 8;
+pub const LOSS_PROBES: u32 = 12;
 /// The marker every mesh step lives until.
 pub const DONE: &str = "mesh-done";
 /// The faulted node, and the lossy link's ends.

@@ -4,7 +4,8 @@
 //!
 //! - a pair the faults do not touch: `unknown → up`, then nothing (no flap);
 //! - a pair through the faulted node: `unknown → up`, `up → down` with cause `rdma` after
-//!   exactly `--down-after` failed probes, `down → up`; probes to that node failed `host` or
+//!   exactly `--down-after` failed probes, `down → up` (or through `degraded`, when a probe
+//!   of its way back was slow); probes to that node failed `host` or
 //!   `refused` while its server was stopped; a pair of the lossy link may then go `degraded`
 //!   and back, never `down`;
 //! - no probe `corrupt`, none the prober's own `error`.
@@ -123,16 +124,23 @@ pub fn check(
             let moves: Vec<(PairState, PairState)> = p.changes.iter().map(|c| (c.0, c.1)).collect();
             let through = w == faulted || t == faulted;
             let on_lossy = lossy.contains(&w) && lossy.contains(&t);
-            let fault = [(Unknown, Up), (Up, Down), (Down, Up)];
             let ok = if !through {
                 moves == [(Unknown, Up)]
-            } else if moves.len() < 3 || moves[..3] != fault {
-                false
             } else {
-                // After the restore: the lossy link's pairs may degrade and recover.
-                moves[3..]
-                    .iter()
-                    .all(|&(f, to)| on_lossy && matches!((f, to), (Up, Degraded) | (Degraded, Up)))
+                // Up, down for the fault, back up (through degraded when a probe of its way
+                // back was slow); then only the lossy link's pairs may degrade and recover.
+                let back = match moves.as_slice() {
+                    [(Unknown, Up), (Up, Down), (Down, Up), tail @ ..]
+                    | [(Unknown, Up), (Up, Down), (Down, Degraded), (Degraded, Up), tail @ ..] => {
+                        Some(tail)
+                    }
+                    _ => None,
+                };
+                back.is_some_and(|tail| {
+                    tail.iter().all(|&(f, to)| {
+                        on_lossy && matches!((f, to), (Up, Degraded) | (Degraded, Up))
+                    })
+                })
             };
             if !ok {
                 wrong.push(format!(
@@ -245,6 +253,25 @@ mod tests {
         s[1].push_str(&state(2, "degraded", "up", None));
         let v = run(&s).unwrap();
         assert!(v.starts_with("6 ordered pairs: the 4 through node3"), "{v}");
+        // Back from down through degraded (a slow probe on its way back), then up: fine;
+        // left degraded, or degraded again off the lossy link: not.
+        let back = |tail: &[String]| {
+            let mut s: Vec<String> = (0..3).map(good).collect();
+            s[2] = s[2].replace(
+                &state(0, "down", "up", None),
+                &[state(0, "down", "degraded", Some("slow"))]
+                    .iter()
+                    .chain(tail)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+            run(&s)
+        };
+        assert!(back(&[state(0, "degraded", "up", None)]).is_ok());
+        assert!(back(&[]).unwrap_err().contains("node3 -> node1: state changes"));
+        let again = [state(0, "degraded", "up", None), state(0, "up", "degraded", Some("slow"))];
+        assert!(back(&again).unwrap_err().contains("node3 -> node1: state changes"));
     }
 
     #[test]
