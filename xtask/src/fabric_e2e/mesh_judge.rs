@@ -131,9 +131,13 @@ pub fn check(
                 // back was slow); then only the lossy link's pairs may degrade and recover.
                 let back = match moves.as_slice() {
                     [(Unknown, Up), (Up, Down), (Down, Up), tail @ ..]
-                    | [(Unknown, Up), (Up, Down), (Down, Degraded), (Degraded, Up), tail @ ..] => {
-                        Some(tail)
-                    }
+                    | [
+                        (Unknown, Up),
+                        (Up, Down),
+                        (Down, Degraded),
+                        (Degraded, Up),
+                        tail @ ..,
+                    ] => Some(tail),
                     _ => None,
                 };
                 back.is_some_and(|tail| {
@@ -269,9 +273,20 @@ mod tests {
             run(&s)
         };
         assert!(back(&[state(0, "degraded", "up", None)]).is_ok());
-        assert!(back(&[]).unwrap_err().contains("node3 -> node1: state changes"));
-        let again = [state(0, "degraded", "up", None), state(0, "up", "degraded", Some("slow"))];
-        assert!(back(&again).unwrap_err().contains("node3 -> node1: state changes"));
+        assert!(
+            back(&[])
+                .unwrap_err()
+                .contains("node3 -> node1: state changes")
+        );
+        let again = [
+            state(0, "degraded", "up", None),
+            state(0, "up", "degraded", Some("slow")),
+        ];
+        assert!(
+            back(&again)
+                .unwrap_err()
+                .contains("node3 -> node1: state changes")
+        );
     }
 
     #[test]
