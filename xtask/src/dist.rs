@@ -191,6 +191,14 @@ pub fn check_crates() -> Result<()> {
         ))
         .wrap_err("the crates' docs have warnings")?;
     }
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    if let Some(home) = cargo_home {
+        for gone in forget_unpacked(&home.join("registry/src"), &CRATES)? {
+            println!("dist: removed a stale unpacked copy, {}", gone.display());
+        }
+    }
     exec::run(cmd!(
         sh,
         "cargo publish --dry-run --allow-dirty --quiet {pkgs...}"
@@ -205,6 +213,45 @@ pub fn check_crates() -> Result<()> {
 
 /// The release binary `bin` (what the .deb ships) must not have a `--fault` test hook (those
 /// live in the test-only `rdma-misbehave` peers): it refuses the flag as an unknown argument.
+/// Removes what earlier dry-runs unpacked of `crates` under `src` (`$CARGO_HOME/registry/src`).
+/// A multi-package `cargo publish --dry-run` builds each crate against the others packaged
+/// into a local registry, which cargo unpacks under `registry/src/-HASH/NAME-VERSION`, the
+/// hash from the workspace's path; a copy already there (`.cargo-ok`) is used as it is, so a
+/// second run from the same path built against the first run's sources (found: a CI clone in
+/// a path an earlier clone had used failed on a field the crate had gained since). Only the
+/// local registries' folders (named `-HASH`) are touched, never a real index's. Returns what
+/// it removed.
+///
+/// # Errors
+/// A folder that cannot be read or removed.
+pub fn forget_unpacked(src: &Path, crates: &[&str]) -> Result<Vec<PathBuf>> {
+    let mut gone = Vec::new();
+    let Ok(registries) = std::fs::read_dir(src) else {
+        return Ok(gone);
+    };
+    for reg in registries.flatten() {
+        if !reg.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let unpacked = std::fs::read_dir(reg.path())
+            .wrap_err_with(|| format!("reading {}", reg.path().display()))?;
+        for dir in unpacked.flatten() {
+            let name = dir.file_name().to_string_lossy().into_owned();
+            let ours = crates.iter().any(|c| {
+                name.strip_prefix(c)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|ch: char| ch.is_ascii_digit()))
+            });
+            if ours {
+                std::fs::remove_dir_all(dir.path())
+                    .wrap_err_with(|| format!("removing {}", dir.path().display()))?;
+                gone.push(dir.path());
+            }
+        }
+    }
+    Ok(gone)
+}
+
 fn check_no_test_hooks(sh: &Shell, bin: &Path) -> Result<()> {
     // A usage error is answered at once; the deadline is for a binary that hangs instead.
     let out = exec::output_with(
@@ -404,6 +451,35 @@ pub fn dependency_problems(depends: &str, other: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_our_crates_unpacked_from_local_registries_are_forgotten() {
+        let home = tempfile::tempdir().unwrap();
+        let src = home.path();
+        for d in [
+            "-22c3805da5a543b4/rdma-core-rs-0.1.0",
+            "-22c3805da5a543b4/rdma-proto-0.1.0",
+            "-22c3805da5a543b4/rdma-core-rs-extra-0.1.0",
+            "index.crates.io-1949cf8c6b5b557f/rdma-core-rs-0.1.0",
+            "index.crates.io-1949cf8c6b5b557f/serde-1.0.0",
+        ] {
+            std::fs::create_dir_all(src.join(d)).unwrap();
+        }
+        let mut gone = forget_unpacked(src, &CRATES).unwrap();
+        gone.sort();
+        assert_eq!(
+            gone,
+            [
+                src.join("-22c3805da5a543b4/rdma-core-rs-0.1.0"),
+                src.join("-22c3805da5a543b4/rdma-proto-0.1.0")
+            ]
+        );
+        assert!(src.join("-22c3805da5a543b4/rdma-core-rs-extra-0.1.0").exists());
+        assert!(src.join("index.crates.io-1949cf8c6b5b557f/rdma-core-rs-0.1.0").exists());
+        assert!(src.join("index.crates.io-1949cf8c6b5b557f/serde-1.0.0").exists());
+        // No registry at all: nothing to do.
+        assert!(forget_unpacked(&src.join("none"), &CRATES).unwrap().is_empty());
+    }
 
     #[test]
     fn a_binary_with_the_test_hooks_is_told_apart() {
