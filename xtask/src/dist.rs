@@ -474,11 +474,24 @@ mod tests {
                 src.join("-22c3805da5a543b4/rdma-proto-0.1.0")
             ]
         );
-        assert!(src.join("-22c3805da5a543b4/rdma-core-rs-extra-0.1.0").exists());
-        assert!(src.join("index.crates.io-1949cf8c6b5b557f/rdma-core-rs-0.1.0").exists());
-        assert!(src.join("index.crates.io-1949cf8c6b5b557f/serde-1.0.0").exists());
+        assert!(
+            src.join("-22c3805da5a543b4/rdma-core-rs-extra-0.1.0")
+                .exists()
+        );
+        assert!(
+            src.join("index.crates.io-1949cf8c6b5b557f/rdma-core-rs-0.1.0")
+                .exists()
+        );
+        assert!(
+            src.join("index.crates.io-1949cf8c6b5b557f/serde-1.0.0")
+                .exists()
+        );
         // No registry at all: nothing to do.
-        assert!(forget_unpacked(&src.join("none"), &CRATES).unwrap().is_empty());
+        assert!(
+            forget_unpacked(&src.join("none"), &CRATES)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
