@@ -121,13 +121,13 @@ pub struct Results {
     /// Seconds of the stranger flood (0: none ran).
     #[serde(default)]
     pub flood_secs: f64,
-    /// What the flood measured ([`super::flood`]).
+    /// What the flood measured (`bench::flood`).
     #[serde(default)]
     pub flood: Option<Flood>,
     /// Cycles of the mesh (0: none ran).
     #[serde(default)]
     pub mesh_cycles: u32,
-    /// What the mesh measured ([`super::mesh`]); also in `mesh.csv`.
+    /// What the mesh measured (`bench::mesh`); also in `mesh.csv`.
     #[serde(default)]
     pub mesh: Option<Mesh>,
     /// Why a mesh that ran has no figures.
@@ -135,7 +135,7 @@ pub struct Results {
     pub mesh_error: Option<String>,
 }
 
-/// What a stranger flood ([`super::flood`]) counted.
+/// What a stranger flood (`bench::flood`) counted.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Count {
     pub connections: u64,
