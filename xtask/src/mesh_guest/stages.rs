@@ -89,6 +89,18 @@ fn not_up(up: &BTreeMap<PathKey, f64>, paths: &[PathKey], want: f64) -> Vec<Stri
         .collect()
 }
 
+/// Paths whose `path_up` is there and not `want`: a state that moved. An absent series is a
+/// scrape that failed (its target's series go stale at once), not a state.
+fn moved(up: &BTreeMap<PathKey, f64>, paths: &[PathKey], want: f64) -> Vec<String> {
+    paths
+        .iter()
+        .filter_map(|p| {
+            let v = *up.get(p)?;
+            (v != want).then(|| format!("{} (path_up {v})", show(p)))
+        })
+        .collect()
+}
+
 /// The paths through the faulted node, and the others.
 fn split(t: &Topology) -> (Vec<PathKey>, Vec<PathKey>) {
     let f = t.instance(&t.faulted);
@@ -175,14 +187,9 @@ impl Checker {
         by_path(q, "max by (instance, peer) (rdma_mesh_path_up)")
     }
 
-    /// Paths that must stay up (not through the fault) but are down: a flap. An absent series
-    /// is a scrape that failed (its target's series go stale at once), not a state.
+    /// Paths that must stay up (not through the fault) but are down: a flap ([`moved`]).
     fn others_flapped(&self, up: &BTreeMap<PathKey, f64>, others: &[PathKey]) -> Option<Check> {
-        let bad: Vec<String> = others
-            .iter()
-            .filter(|p| up.get(*p).is_some_and(|v| *v != 1.0))
-            .map(|p| format!("{} (path_up {})", show(p), up[p]))
-            .collect();
+        let bad = moved(up, others, 1.0);
         (!bad.is_empty()).then(|| {
             Check::Wrong(format!(
                 "a path the fault does not touch left up: {}",
@@ -325,7 +332,7 @@ impl Checker {
         if let Some(w) = self.others_flapped(&up, &others) {
             return Ok(w);
         }
-        let back = not_up(&up, &through, 0.0);
+        let back = moved(&up, &through, 0.0);
         if !back.is_empty() {
             return Ok(Check::Wrong(format!(
                 "a path through the stopped node came up: {}",

@@ -269,6 +269,9 @@ fn stopped_wants_host_or_refused_to_the_node_and_its_paths_still_down() {
     );
     f.up(&THROUGH[1..], &[]);
     assert!(wrong(c.poll(&f).unwrap()).contains("came up: node1:9478 -> node3"));
+    // A scrape that failed (the series absent) is not a path that came up.
+    f.up(&THROUGH[1..], &[THROUGH[0]]);
+    assert!(done(c.poll(&f).unwrap()).contains("its paths still down"));
 }
 
 #[test]
