@@ -13,6 +13,7 @@ use crate::ports::Ports;
 use crate::session::{self, SessionCtx};
 use crate::workers::Workers;
 use color_eyre::eyre::{Result, WrapErr as _};
+use rdma_app::wake::{Ringer, Stop};
 use rdma_proto::{ErrorCode, ErrorMsg, ServerMessage, ServerPolicy};
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -21,8 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often the accept loop looks at the stop flags.
+/// How often [`stop_sessions`] looks whether the sessions' threads have ended.
 const TICK: Duration = Duration::from_millis(20);
+/// How long the accept loop waits after a failed accept (e.g. EMFILE) before it tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// The accept loop's state, shared with the session threads, which see only `session`.
 #[derive(Debug)]
@@ -47,8 +50,10 @@ fn features() -> Vec<String> {
     f
 }
 
-/// The accept loop's state around `session`, with `args`' admission rules.
-fn shared(args: Args, session: SessionCtx) -> Arc<Shared> {
+/// The accept loop's state around `session`, with `args`' admission rules; a verified write
+/// rings `stop`'s bell (a one-shot server stops on it).
+fn shared(args: Args, mut session: SessionCtx, stop: &Stop) -> Arc<Shared> {
+    session.wake = stop.bell().ringer();
     Arc::new(Shared {
         session,
         active: AtomicUsize::new(0),
@@ -59,19 +64,17 @@ fn shared(args: Args, session: SessionCtx) -> Arc<Shared> {
     })
 }
 
-/// Admits clients from `listener` (non-blocking) and serves them until a stop: `signalled`,
-/// the first verified write (one-shot), or the lifetime (an error). Every live session is
-/// stopped before it returns; `Ok` says why it stopped and how many connections came.
-fn accept_loop(
-    s: &Arc<Shared>,
-    listener: &TcpListener,
-    signalled: &AtomicBool,
-) -> Result<(StopReason, u64)> {
+/// Admits clients from `listener` (non-blocking) and serves them until a stop: `stop`
+/// requested (a signal), the first verified write (one-shot), or the lifetime (an error).
+/// Between clients it sleeps on `stop`'s bell ([`rdma_app::wake`]): an idle server does not wake.
+/// Every live session is stopped before it returns; `Ok` says why it stopped and how many
+/// connections came.
+fn accept_loop(s: &Arc<Shared>, listener: &TcpListener, stop: &Stop) -> Result<(StopReason, u64)> {
     let started = Instant::now();
     let mut next_id = 0u64;
     let mut workers = Workers::new();
     let reason = loop {
-        if signalled.load(Ordering::Relaxed) {
+        if stop.requested() {
             break StopReason::Signal;
         }
         if !s.args.serve && s.session.verified.load(Ordering::Acquire) > 0 {
@@ -80,7 +83,7 @@ fn accept_loop(
         if let Some(lifetime) = s.args.lifetime
             && started.elapsed() >= lifetime
         {
-            stop(s, workers);
+            stop_sessions(s, workers);
             return Err(ServerError::Lifetime(lifetime).into());
         }
         match listener.accept() {
@@ -89,15 +92,21 @@ fn accept_loop(
                 next_id += 1;
                 admit(s, &mut workers, stream, peer, next_id);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(TICK),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let left = s.args.lifetime.map(|l| l.saturating_sub(started.elapsed()));
+                if let Err(e) = stop.bell().wait(listener, left) {
+                    tracing::warn!("waiting for clients failed: {e}");
+                    std::thread::sleep(ACCEPT_RETRY);
+                }
+            }
             Err(e) => {
                 // E.g. EMFILE: keep serving the sessions we have, try again shortly.
                 tracing::warn!("accept failed: {e}");
-                std::thread::sleep(TICK * 5);
+                std::thread::sleep(ACCEPT_RETRY);
             }
         }
     };
-    stop(s, workers);
+    stop_sessions(s, workers);
     Ok((reason, next_id))
 }
 
@@ -111,12 +120,12 @@ pub(crate) fn accept_with(
     args: Args,
     session: SessionCtx,
     listener: &TcpListener,
-    stop: &AtomicBool,
+    stop: &Stop,
 ) -> Result<(StopReason, u64)> {
     listener
         .set_nonblocking(true)
         .wrap_err("making the listener non-blocking")?;
-    accept_loop(&shared(args, session), listener, stop)
+    accept_loop(&shared(args, session, stop), listener, stop)
 }
 
 /// Runs the server until it is done; see the module docs.
@@ -161,10 +170,9 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         .wrap_err("making the listener non-blocking")?;
     let local_addr = listener.local_addr().unwrap_or(args.listen);
 
-    let signalled = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&signalled)).map_err(ServerError::Signals)?;
-    }
+    let stop = Stop::new().map_err(ServerError::Signals)?;
+    stop.on_signals(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+        .map_err(ServerError::Signals)?;
 
     let session = SessionCtx {
         ports: Box::new(ports),
@@ -184,8 +192,10 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         bench_max_time: args.bench_max_time,
         pinned: budget::PinBudget::new(pinned.total),
         stranger_log: Mutex::new(LogLimit::new(Instant::now())),
+        // `shared` gives it the accept loop's bell.
+        wake: Ringer::none(),
     };
-    let shared = shared(args, session);
+    let shared = shared(args, session, &stop);
     let s = &shared;
     let out = &s.session.out;
     let local = &*start;
@@ -220,7 +230,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         cm,
     });
 
-    let (reason, next_id) = accept_loop(s, &listener, &signalled)?;
+    let (reason, next_id) = accept_loop(s, &listener, &stop)?;
     let cpu_ms = cpu_used().map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     out.emit(&Event::Stopped {
         reason,
@@ -395,7 +405,7 @@ fn refuse(mut stream: TcpStream, code: ErrorCode, message: String) {
 }
 
 /// Stops every live session (they answer `shutting_down`) and waits for their threads.
-fn stop(s: &Arc<Shared>, workers: Workers) {
+fn stop_sessions(s: &Arc<Shared>, workers: Workers) {
     s.session.stopping.store(true, Ordering::Release);
     if let Ok(map) = s.sockets.lock() {
         for sock in map.values() {

@@ -13,10 +13,11 @@
 //!   workers, each of which ends by its deadline.
 
 use super::metrics::{Format, MeshMetrics};
+use rdma_app::wake::Stop;
 use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -74,7 +75,7 @@ pub enum HttpError {
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     active: Arc<AtomicUsize>,
     acceptor: Option<JoinHandle<()>>,
     limits: Limits,
@@ -96,7 +97,7 @@ impl MetricsServer {
         let bound = listener
             .local_addr()
             .map_err(setup("reading the bound address"))?;
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Stop::new().map_err(setup("making its wake-up socket"))?);
         let active = Arc::new(AtomicUsize::new(0));
         let acceptor = {
             let (stop, active) = (stop.clone(), active.clone());
@@ -126,7 +127,7 @@ impl MetricsServer {
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.request();
         if let Some(a) = self.acceptor.take() {
             // A panic in the acceptor is a bug of ours; it served nothing more either way.
             let _ = a.join();
@@ -157,14 +158,21 @@ fn accept_loop(
     listener: &TcpListener,
     metrics: &Arc<MeshMetrics>,
     limits: Limits,
-    stop: &AtomicBool,
+    stop: &Stop,
     active: &Arc<AtomicUsize>,
 ) {
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.requested() {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            // Nothing waiting, or a transient failure (EMFILE, an aborted connection): look
-            // again after a pause rather than spin.
+            // Nothing waiting: sleep until a scraper comes or the stop does.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if stop.bell().wait(listener, None).is_err() {
+                    std::thread::sleep(POLL);
+                }
+                continue;
+            }
+            // A transient failure (EMFILE, an aborted connection): look again after a pause
+            // rather than spin.
             Err(_) => {
                 std::thread::sleep(POLL);
                 continue;

@@ -30,6 +30,7 @@ use super::textfile::Textfile;
 use crate::fabric::ranks::World;
 use crate::output::Event;
 use color_eyre::eyre::{Report, Result, WrapErr as _};
+use rdma_app::wake::Stop;
 use rdma_proto::events::mesh::ProbeOutcome;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,8 +43,6 @@ pub const PROBE_CAP: Duration = Duration::from_secs(30);
 pub const MAX_WORKERS: usize = 16;
 /// How long past the last deadline a stopping run waits for the probes in flight.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
-/// How often the scheduler looks at `stop` while it waits.
-const POLL: Duration = Duration::from_millis(50);
 
 /// What the runner runs.
 #[derive(Debug)]
@@ -99,6 +98,24 @@ struct Done {
     result: Ran,
 }
 
+/// What the scheduler waits for: a worker's result, or its stop's bell (a signal, or the run
+/// ending), passed on by the watcher thread, so that it sleeps until one of them comes.
+enum Msg {
+    Done(Done),
+    Rung,
+}
+
+/// Says the run is over and rings the stop's bell, however the run ends, so that the watcher
+/// thread ends before the scope joins it.
+struct Release<'a>(&'a Stop, &'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.1.store(true, Ordering::SeqCst);
+        self.0.bell().ringer().ring();
+    }
+}
+
 enum Ran {
     Probed(Result<Probed, ProbeFailure>),
     /// Not run: no worker reached it before its deadline, or the run is stopping.
@@ -115,7 +132,7 @@ pub fn run<P: Prober>(
     plan: &Plan<'_>,
     prober: &P,
     sinks: &Sinks<'_>,
-    stop: &AtomicBool,
+    stop: &Stop,
     emit: &mut dyn FnMut(&Event<'_>),
 ) -> Result<Summary> {
     let world = plan.world;
@@ -157,15 +174,30 @@ pub fn run<P: Prober>(
         emit,
     };
     let (jobs, queue) = mpsc::sync_channel::<Job>(per_interval.max(1));
-    let (done_tx, done) = mpsc::channel::<Done>();
+    let (done_tx, done) = mpsc::channel::<Msg>();
     let queue = Mutex::new(queue);
     let probe_time = timing.every().min(PROBE_CAP);
     let start = Instant::now();
+    let over = AtomicBool::new(false);
     std::thread::scope(|scope| -> Result<()> {
         for _ in 0..workers {
             let (queue, done_tx) = (&queue, done_tx.clone());
             scope.spawn(move || work(prober, &world.hosts, queue, &done_tx, stop));
         }
+        {
+            let (done_tx, over) = (done_tx.clone(), &over);
+            scope.spawn(move || {
+                // Woken by a signal, the run's end, or an interruption: the scheduler looks
+                // at its stop each time; this ends once either is so.
+                while !stop.requested() && !over.load(Ordering::SeqCst) {
+                    if stop.bell().sleep().is_err() {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    let _ = done_tx.send(Msg::Rung);
+                }
+            });
+        }
+        let _release = Release(stop, &over);
         drop(done_tx);
         let r = (|| -> Result<()> {
             let mut t = 0u64;
@@ -210,7 +242,8 @@ pub fn run<P: Prober>(
         while s.in_flight.iter().any(|&f| f) {
             let left = last.saturating_duration_since(Instant::now());
             match done.recv_timeout(left) {
-                Ok(d) => s.take(d)?,
+                Ok(Msg::Done(d)) => s.take(d)?,
+                Ok(Msg::Rung) => {}
                 Err(_) => break,
             }
         }
@@ -238,8 +271,8 @@ fn work<P: Prober>(
     prober: &P,
     hosts: &[String],
     queue: &Mutex<Receiver<Job>>,
-    done: &mpsc::Sender<Done>,
-    stop: &AtomicBool,
+    done: &mpsc::Sender<Msg>,
+    stop: &Stop,
 ) {
     loop {
         // The lock is held only while waiting for the next job.
@@ -248,14 +281,14 @@ fn work<P: Prober>(
             Err(_) => return,
         };
         let Ok(job) = job else { return };
-        let result = if stop.load(Ordering::SeqCst) {
+        let result = if stop.requested() {
             Ran::Stopping
         } else if Instant::now() >= job.deadline {
             Ran::Late
         } else {
             Ran::Probed(prober.probe(&hosts[job.peer], &job))
         };
-        if done.send(Done { job, result }).is_err() {
+        if done.send(Msg::Done(Done { job, result })).is_err() {
             return;
         }
     }
@@ -275,22 +308,19 @@ struct Scheduler<'p, 'e> {
 
 impl<'p> Scheduler<'p, '_> {
     /// Takes results until `fire`; `false` when `stop` came first.
-    fn wait_until(
-        &mut self,
-        fire: Instant,
-        done: &Receiver<Done>,
-        stop: &AtomicBool,
-    ) -> Result<bool> {
+    fn wait_until(&mut self, fire: Instant, done: &Receiver<Msg>, stop: &Stop) -> Result<bool> {
         loop {
-            if stop.load(Ordering::SeqCst) {
+            if stop.requested() {
                 return Ok(false);
             }
             let now = Instant::now();
             if now >= fire {
                 return Ok(true);
             }
-            match done.recv_timeout((fire - now).min(POLL)) {
-                Ok(d) => self.take(d)?,
+            match done.recv_timeout(fire - now) {
+                Ok(Msg::Done(d)) => self.take(d)?,
+                // A signal (its flag is read above), or a ring that was not one.
+                Ok(Msg::Rung) => {}
                 Err(RecvTimeoutError::Timeout) => {}
                 // No worker left: a bug (they end only when the queue closes).
                 Err(RecvTimeoutError::Disconnected) => {

@@ -21,7 +21,6 @@ use rdma_proto::DEFAULT_PORT;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -274,11 +273,9 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         )?),
         None => None,
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .wrap_err("installing the SIGINT/SIGTERM handler")?;
-    }
+    let stop = rdma_app::wake::Stop::new().wrap_err("making the mesh's wake-up socket")?;
+    stop.on_signals(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+        .wrap_err("installing the SIGINT/SIGTERM handler")?;
     let payload: Vec<u8> = (0..m.probe_bytes).map(|i| b'a' + (i % 26) as u8).collect();
     let prober = VerbsProber {
         ends,

@@ -2,7 +2,8 @@
 //! the contract's exit codes ([`classify`]), the `--json` writer of the contract's events
 //! ([`Output`]), one error reporter ([`report`]), and [`main`], the one way a binary ends;
 //! [`device`] (the flags that choose the local end), [`token`] (the access token) and
-//! [`generate`] (man page, completions).
+//! [`generate`] (man page, completions), and [`wake`] (how a loop that runs for days sleeps
+//! until a client or a signal).
 //!
 //! It is where the protocol (rdma-proto) and the verbs layer (rdma-core-rs) meet, so that
 //! neither depends on the other: [`verbs`] says which exit a verbs error ends in and converts
@@ -18,6 +19,7 @@ pub mod testing;
 pub mod token;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod wake;
 
 pub use output::{Events, Output};
 pub use rdma_proto::exit::{Documented, Exit, exit_codes_help};

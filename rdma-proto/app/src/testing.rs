@@ -436,6 +436,26 @@ fn exit_code_table(help: &str) -> BTreeMap<i32, String> {
         .collect()
 }
 
+/// How many times the thread named `name` of this process was switched out, on its own or
+/// not: how often a loop that should sleep woke (`/proc/self/task/*/status`); `None` when no thread has that name.
+pub fn thread_switches(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+        return Some(
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum(),
+        );
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

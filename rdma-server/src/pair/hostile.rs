@@ -216,7 +216,7 @@ struct AcceptLoop {
     addr: SocketAddr,
     /// Its `--max-clients` and `--max-per-ip`, as the harness is told them.
     caps: (u32, u32),
-    stop: Arc<AtomicBool>,
+    stop: Arc<rdma_app::wake::Stop>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -226,6 +226,11 @@ impl AcceptLoop {
     const TIMEOUT: Duration = Duration::from_secs(2);
 
     fn start(flags: &[&str]) -> Self {
+        Self::start_as(flags, "accept-loop")
+    }
+
+    /// [`Self::start`], its thread named `thread`.
+    fn start_as(flags: &[&str], thread: &str) -> Self {
         let fabric = Fabric::new();
         let port = Served::with(Arc::new(fabric.port(true)), Some(vec![port_gid()]));
         let mut ctx = context(Box::new(OnePort(Arc::new(port))), 64);
@@ -236,14 +241,17 @@ impl AcceptLoop {
         let caps = (args.max_clients, args.max_per_ip);
         let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
         let addr = l.local_addr().expect("its address");
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(rdma_app::wake::Stop::new().expect("a stop bell"));
         let thread = {
             let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                if let Err(e) = crate::run::accept_with(args, ctx, &l, &stop) {
-                    panic!("the accept loop failed: {e:#}");
-                }
-            })
+            std::thread::Builder::new()
+                .name(thread.to_owned())
+                .spawn(move || {
+                    if let Err(e) = crate::run::accept_with(args, ctx, &l, &stop) {
+                        panic!("the accept loop failed: {e:#}");
+                    }
+                })
+                .expect("a thread")
         };
         AcceptLoop {
             addr,
@@ -274,7 +282,7 @@ impl AcceptLoop {
 
 impl Drop for AcceptLoop {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        self.stop.request();
         // The loop stops its sessions, each within its deadline, before it returns.
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -326,4 +334,53 @@ fn busy_fails_against_a_server_with_more_room_than_claimed() {
         "{}",
         v.seen
     );
+}
+
+/// An idle `--serve` server sleeps: its accept loop wakes for a client or a stop, not on a
+/// tick (it polled every 20 ms, 50 wake-ups a second, for days).
+#[test]
+fn an_idle_accept_loop_sleeps_until_a_client_or_a_stop() {
+    // Its own name: the other tests' accept loops run beside it.
+    const THREAD: &str = "idle-accept";
+    let mut al = AcceptLoop::start_as(&[], THREAD);
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while !done() {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for("the accept loop's thread", &|| {
+        rdma_app::testing::thread_switches(THREAD).is_some()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let idle = || {
+        let before = rdma_app::testing::thread_switches(THREAD).expect("the accept loop's thread");
+        std::thread::sleep(Duration::from_secs(1));
+        rdma_app::testing::thread_switches(THREAD).expect("the accept loop's thread") - before
+    };
+    let woke = idle();
+    assert!(
+        woke <= 2,
+        "an idle accept loop woke {woke} times in a second"
+    );
+    // A client still gets in (and is served) at once.
+    let cfg = al.config(Case::Forbidden);
+    let c = std::net::TcpStream::connect(al.addr).expect("a connection");
+    let mut banner = String::new();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&c), &mut banner).unwrap();
+    assert!(banner.contains("\"banner\""), "{banner} ({cfg:?})");
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    let woke = idle();
+    assert!(
+        woke <= 2,
+        "after a client, the idle accept loop woke {woke} times in a second"
+    );
+    // A stop wakes it: the loop ends without a client.
+    al.stop.request();
+    let thread = al.thread.take().expect("the thread");
+    wait_for("the accept loop to stop", &|| thread.is_finished());
+    thread.join().expect("the accept loop");
 }

@@ -235,6 +235,7 @@ pub(crate) fn context(ports: Box<dyn crate::ports::PortSource>, buffer_size: u64
         bench_max_time: TIMEOUT,
         pinned: crate::budget::PinBudget::new(1 << 30),
         stranger_log: std::sync::Mutex::new(crate::admission::LogLimit::new(Instant::now())),
+        wake: rdma_app::wake::Ringer::none(),
     }
 }
 

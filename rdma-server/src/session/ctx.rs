@@ -37,6 +37,8 @@ pub(crate) struct SessionCtx {
     /// connection, so its `connected` line and a failure before its hello is admitted are
     /// rate-limited, as the accept loop's refusals are.
     pub stranger_log: Mutex<LogLimit>,
+    /// Rung on a verified write: wakes the accept loop, which a one-shot server leaves on it.
+    pub wake: rdma_app::wake::Ringer,
 }
 
 impl SessionCtx {

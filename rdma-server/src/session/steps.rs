@@ -189,6 +189,7 @@ pub(crate) fn peer_gave_up(e: &ErrorMsg) -> Failure {
 pub(crate) fn report_verdict(s: &SessionCtx, id: u64, outcome: &Outcome, detail: &Detail<'_>) {
     if outcome.verified {
         s.verified.fetch_add(1, Ordering::AcqRel);
+        s.wake.ring();
     }
     s.out.emit_with(
         &Event::Verified {

@@ -118,7 +118,7 @@ fn run_rails(
         clocks: &vec![Ok(RXE); devices.len()],
     };
     let mut events = Vec::new();
-    let stop = AtomicBool::new(false);
+    let stop = rdma_app::wake::Stop::new().unwrap();
     let summary = run(&plan, prober, sinks, &stop, &mut |e| {
         let line = serde_json::to_string(e).unwrap();
         events.push(rdma_proto::events::parse::<Event<'static>>(&line).unwrap());
@@ -330,11 +330,11 @@ fn a_stop_ends_a_run_without_cycles() {
         devices: &devices,
         clocks: &[Ok(RXE)],
     };
-    let stop = AtomicBool::new(false);
+    let stop = rdma_app::wake::Stop::new().unwrap();
     let summary = std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(150));
-            stop.store(true, Ordering::SeqCst);
+            stop.request();
         });
         run(&plan, &fake, &Sinks::default(), &stop, &mut |_| {}).unwrap()
     });
@@ -529,10 +529,16 @@ fn what_the_devices_said_of_their_clocks_is_said_once_at_start() {
     };
     let fake = Fake::new(&good);
     let mut events = Vec::new();
-    run(&plan, &fake, &sinks, &AtomicBool::new(false), &mut |e| {
-        let line = serde_json::to_string(e).unwrap();
-        events.push(line);
-    })
+    run(
+        &plan,
+        &fake,
+        &sinks,
+        &rdma_app::wake::Stop::new().unwrap(),
+        &mut |e| {
+            let line = serde_json::to_string(e).unwrap();
+            events.push(line);
+        },
+    )
     .unwrap();
     let said: Vec<&String> = events.iter().filter(|l| l.contains("completion")).collect();
     assert_eq!(said.len(), 1, "{events:#?}");
@@ -560,4 +566,50 @@ fn what_the_devices_said_of_their_clocks_is_said_once_at_start() {
         !text.contains("rdma_mesh_network_rtt_seconds_count{"),
         "{text}"
     );
+}
+
+/// The scheduler sleeps between intervals: it wakes for its next interval, a result or a stop,
+/// not on a tick (it looked at its stop flag every 50 ms, for as long as the mesh ran).
+#[test]
+fn an_idle_scheduler_sleeps_until_its_interval_or_a_stop() {
+    const THREAD: &str = "mesh-scheduler";
+    let fake = Fake::new(&good);
+    let w = world(3, 0);
+    let devices = ["fake0".to_owned()];
+    let plan = Plan {
+        world: &w,
+        config: config(3_600_000, 2),
+        bw_every: 0,
+        cycles: None,
+        devices: &devices,
+        clocks: &[Ok(RXE)],
+    };
+    let stop = rdma_app::wake::Stop::new().unwrap();
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while !done() {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    std::thread::scope(|s| {
+        let scheduler = std::thread::Builder::new()
+            .name(THREAD.into())
+            .spawn_scoped(s, || {
+                run(&plan, &fake, &Sinks::default(), &stop, &mut |_| {})
+            })
+            .unwrap();
+        wait_for("the first interval's probes", &|| fake.calls().len() == 2);
+        std::thread::sleep(Duration::from_millis(200));
+        let before = rdma_app::testing::thread_switches(THREAD).expect("the scheduler's thread");
+        std::thread::sleep(Duration::from_secs(1));
+        let woke = rdma_app::testing::thread_switches(THREAD).expect("the scheduler") - before;
+        assert!(woke <= 2, "an idle scheduler woke {woke} times in a second");
+        // The stop ends the hour-long wait at once.
+        stop.request();
+        wait_for("the run to stop", &|| scheduler.is_finished());
+        let summary = scheduler.join().unwrap().unwrap();
+        assert!(!summary.by_cycles);
+        assert_eq!(summary.intervals, 1, "{summary:?}");
+    });
 }
