@@ -456,6 +456,18 @@ pub fn thread_switches(name: &str) -> Option<u64> {
     None
 }
 
+/// Waits until `done` holds, looking every 10 ms; panics naming `what` after 10 s.
+pub fn wait_for(what: &str, done: &dyn Fn() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "waited 10 s for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

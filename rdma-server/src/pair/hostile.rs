@@ -343,13 +343,7 @@ fn an_idle_accept_loop_sleeps_until_a_client_or_a_stop() {
     // Its own name: the other tests' accept loops run beside it.
     const THREAD: &str = "idle-accept";
     let mut al = AcceptLoop::start_as(&[], THREAD);
-    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
-        let t = Instant::now();
-        while !done() {
-            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let wait_for = rdma_app::testing::wait_for;
     wait_for("the accept loop's thread", &|| {
         rdma_app::testing::thread_switches(THREAD).is_some()
     });

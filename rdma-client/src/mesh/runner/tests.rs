@@ -576,22 +576,20 @@ fn an_idle_scheduler_sleeps_until_its_interval_or_a_stop() {
     let fake = Fake::new(&good);
     let w = world(3, 0);
     let devices = ["fake0".to_owned()];
+    // An hour's interval, node 0's phase 0 and no jitter: the first probes at once, the next
+    // an hour later.
+    let mut hour = config(3_600_000, 2);
+    hour.jitter = 0.0;
     let plan = Plan {
         world: &w,
-        config: config(3_600_000, 2),
+        config: hour,
         bw_every: 0,
         cycles: None,
         devices: &devices,
         clocks: &[Ok(RXE)],
     };
     let stop = rdma_app::wake::Stop::new().unwrap();
-    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
-        let t = Instant::now();
-        while !done() {
-            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let wait_for = rdma_app::testing::wait_for;
     std::thread::scope(|s| {
         let scheduler = std::thread::Builder::new()
             .name(THREAD.into())
