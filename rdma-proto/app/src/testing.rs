@@ -437,7 +437,8 @@ fn exit_code_table(help: &str) -> BTreeMap<i32, String> {
 }
 
 /// How many times the thread named `name` of this process was switched out, on its own or
-/// not: how often a loop that should sleep woke (`/proc/self/task/*/status`); `None` when no thread has that name.
+/// not: how often a loop that should sleep woke (`/proc/self/task/*/status`); `None` when no
+/// thread has that name.
 pub fn thread_switches(name: &str) -> Option<u64> {
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();

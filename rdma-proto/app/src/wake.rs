@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// A request to stop that the accept loop sees at once: the flag it reads, and the bell that
+/// A request to stop that a sleeping loop sees at once: the flag it reads, and the bell that
 /// wakes it to read it.
 #[derive(Debug)]
 pub struct Stop {
@@ -58,18 +58,19 @@ impl Stop {
         self.flag.load(Ordering::Acquire)
     }
 
-    /// The bell the accept loop sleeps on.
+    /// The bell the loop sleeps on.
     pub fn bell(&self) -> &Bell {
         &self.bell
     }
 }
 
-/// What wakes the accept loop besides a client.
+/// What wakes a sleeping loop besides a client.
 #[derive(Debug)]
 pub struct Bell {
     /// The end the loop polls and drains.
     rx: UnixStream,
-    ringer: Ringer,
+    /// The end its ringers write.
+    tx: Arc<UnixStream>,
 }
 
 /// Wakes a [`Bell`]'s loop; cheap to clone, never blocks, safe from any thread.
@@ -101,13 +102,13 @@ impl Bell {
         tx.set_nonblocking(true)?;
         Ok(Self {
             rx,
-            ringer: Ringer(Some(Arc::new(tx))),
+            tx: Arc::new(tx),
         })
     }
 
     /// A ringer for this bell.
     pub fn ringer(&self) -> Ringer {
-        self.ringer.clone()
+        Ringer(Some(Arc::clone(&self.tx)))
     }
 
     /// Rings this bell whenever `signal` comes (from the handler: one non-blocking write).
@@ -115,10 +116,7 @@ impl Bell {
     /// # Errors
     /// The signal could not be registered, or the socket not duplicated.
     pub fn ring_on(&self, signal: std::ffi::c_int) -> io::Result<()> {
-        let Some(tx) = &self.ringer.0 else {
-            return Ok(());
-        };
-        signal_hook::low_level::pipe::register(signal, tx.try_clone()?)?;
+        signal_hook::low_level::pipe::register(signal, self.tx.try_clone()?)?;
         Ok(())
     }
 
