@@ -108,11 +108,12 @@ impl Resolved {
     #[must_use]
     pub fn write(&self) -> Write<'_> {
         Write {
-            target: &self.target,
+            target: self.target.clone(),
             payload: &self.payload,
             notify: self.notify,
             token: self.token.clone(),
             chosen: self.chosen.as_deref(),
+            rounds: false,
         }
     }
 }
@@ -129,12 +130,15 @@ pub struct Delivered {
 /// One write of `payload` to `target`.
 #[derive(Debug)]
 pub struct Write<'a> {
-    pub target: &'a Target,
+    pub target: Target,
     pub payload: &'a [u8],
     pub notify: Notify,
     pub token: Option<String>,
     /// Why the local end is what it is, when the route chose it (for the `connected` event).
     pub chosen: Option<&'a str>,
+    /// Ask the server to keep the session for more writes ([`Connected::again`]), where it
+    /// offers rounds.
+    pub rounds: bool,
 }
 
 impl<'a> Write<'a> {
@@ -144,8 +148,8 @@ impl<'a> Write<'a> {
     /// [`Connected::post`], [`Connected::complete`] and [`Connected::finish`].
     pub fn run(
         self,
-        local: &'a LocalPort,
-        opts: &'a SessionOptions,
+        local: &LocalPort,
+        opts: &SessionOptions,
         out: Option<&'a Output>,
     ) -> Result<Delivered> {
         let mut w = self.connect(local, opts, out, 0)?;
@@ -160,20 +164,21 @@ impl<'a> Write<'a> {
     /// `more_completions` others (work the caller posts besides).
     pub fn connect(
         self,
-        local: &'a LocalPort,
-        opts: &'a SessionOptions,
+        local: &LocalPort,
+        opts: &SessionOptions,
         out: Option<&'a Output>,
         more_completions: u32,
     ) -> Result<Connected<'a>> {
-        self.open(local, opts, out, more_completions)?.connect()
+        self.open(local, opts, out, more_completions)?
+            .connect(local)
     }
 
     /// Connects to the server (its banner read, `connected` emitted) and registers the payload;
     /// the queue pair is in INIT, no hello sent yet.
     pub fn open(
         self,
-        local: &'a LocalPort,
-        opts: &'a SessionOptions,
+        local: &LocalPort,
+        opts: &SessionOptions,
         out: Option<&'a Output>,
         more_completions: u32,
     ) -> Result<Opened<'a>> {
@@ -186,8 +191,9 @@ impl<'a> Write<'a> {
             crc32c: crc,
             token: self.token,
         });
+        let hs = if self.rounds { hs.asking_rounds() } else { hs };
         let session = Session::open(
-            self.target,
+            &self.target,
             hs,
             &local.into(),
             self.chosen,
@@ -209,7 +215,6 @@ impl<'a> Write<'a> {
             Notify::Tcp => None,
         };
         Ok(Opened {
-            local,
             qp,
             resources: Resources {
                 write: Written {
@@ -245,7 +250,6 @@ pub struct Written<'a> {
 /// [`Write::open`] leaves for the hello.
 #[derive(Debug)]
 pub struct Opened<'a> {
-    pub local: &'a LocalPort,
     // Field order is drop order (see [`Connected`]).
     pub qp: QueuePair<Init>,
     pub resources: Resources<'a>,
@@ -253,9 +257,9 @@ pub struct Opened<'a> {
 }
 
 impl<'a> Opened<'a> {
-    /// Our hello, the server's accept, our queue pair to RTS towards its ([`Session::connect`]).
-    pub fn connect(self) -> Result<Connected<'a>> {
-        let local = self.local;
+    /// Our hello, the server's accept, our queue pair (on `local`, the port it was opened on)
+    /// to RTS towards its ([`Session::connect`]).
+    pub fn connect(self, local: &LocalPort) -> Result<Connected<'a>> {
         let (mut session, qp, resources) = self.into_parts();
         let (qp, accept) = session.connect(local, qp, &Detail::Link(local))?;
         Ok(Connected::new(session, qp, &accept, resources))
@@ -394,6 +398,11 @@ impl<'a> Connected<'a> {
     /// Tells the server the write is done (where the handshake says so), takes its verdict and
     /// emits it: `Ok` only when it verified the bytes.
     pub fn finish(mut self, write_micros: u128) -> Result<Delivered> {
+        self.verdict(write_micros)
+    }
+
+    /// [`finish`](Self::finish), keeping the session for another round ([`again`](Self::again)).
+    pub fn verdict(&mut self, write_micros: u128) -> Result<Delivered> {
         self.session.written()?;
         let outcome = self.session.result()?;
         self.emit_verified(&outcome);
@@ -401,6 +410,24 @@ impl<'a> Connected<'a> {
             outcome,
             write_micros,
         })
+    }
+
+    /// One more round of the same payload on the same queue pairs, after a verified round of a
+    /// session whose server granted rounds ([`rdma_proto::rounds`]): asks for it, and points
+    /// [`remote`](Self::remote) at the fresh buffer the server answers with. Each wait from now
+    /// on gets `timeout`. The write, its completion and the verdict follow as in the first
+    /// round ([`post`](Self::post), [`complete`](Self::complete), [`verdict`](Self::verdict)).
+    pub fn again(&mut self, timeout: std::time::Duration) -> Result<()> {
+        self.session.set_timeout(timeout);
+        self.resources.write.timeout = timeout;
+        let w = self.resources.write;
+        let region = self.session.next_round(w.payload.len() as u64, w.crc)?;
+        self.remote = RemoteBuffer {
+            addr: region.addr,
+            rkey: region.rkey,
+            len: region.buf_len,
+        };
+        Ok(())
     }
 
     /// Emits `outcome` as the `verified` event.

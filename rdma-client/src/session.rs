@@ -13,7 +13,7 @@ use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
     Accept, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, ErrorCode, Notify, Outcome,
-    QpEndpoint, ServerMessage,
+    QpEndpoint, Region, ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::path::PathBuf;
@@ -175,7 +175,7 @@ fn first_addr((name, port): (&str, Option<u16>)) -> Option<SocketAddr> {
 pub struct Session<'a> {
     conn: LineConn<TcpStream>,
     hs: ClientHandshake,
-    opts: &'a SessionOptions,
+    opts: SessionOptions,
     out: Option<&'a Output>,
 }
 
@@ -187,7 +187,7 @@ impl<'a> Session<'a> {
         mut hs: ClientHandshake,
         end: &PortName,
         chosen: Option<&str>,
-        opts: &'a SessionOptions,
+        opts: &SessionOptions,
         out: Option<&'a Output>,
         detail: &Detail<'_>,
     ) -> Result<Self> {
@@ -205,7 +205,7 @@ impl<'a> Session<'a> {
             let mut s = Session {
                 conn: LineConn::new(stream, DEFAULT_MAX_LINE),
                 hs,
-                opts,
+                opts: opts.clone(),
                 out,
             };
             let msg = s.recv()?;
@@ -356,6 +356,27 @@ impl<'a> Session<'a> {
     /// The verdict the server sent, whatever it said.
     pub fn verdict(&self) -> Option<&Outcome> {
         self.hs.outcome()
+    }
+
+    /// How long the server keeps this session after each verdict, where its accept granted
+    /// rounds ([`rdma_proto::rounds`]).
+    #[must_use]
+    pub fn keep_alive(&self) -> Option<Duration> {
+        self.hs.keep_alive()
+    }
+
+    /// The deadline of each phase from now on (`--timeout`, or a probe's share of its own).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.opts.timeout = timeout;
+    }
+
+    /// Asks for one more round of `length` bytes whose CRC32C is `crc32c`, after a verified
+    /// round of a session with rounds, and reads the server's answer: the round's buffer.
+    pub fn next_round(&mut self, length: u64, crc32c: u32) -> Result<Region> {
+        let next = self.hs.next(length, crc32c)?;
+        self.send(&next.to_line())?;
+        let msg = self.recv()?;
+        Ok(self.hs.on_region(msg)?)
     }
 
     /// Emits `outcome` as the `verified` event (`detail`: what its human line says besides).

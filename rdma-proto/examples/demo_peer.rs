@@ -56,6 +56,7 @@ fn serve(port: u16) -> Result<(), Box<dyn Error>> {
         program_version: env!("CARGO_PKG_VERSION").to_owned(),
         features: ServerPolicy::default_features(),
         bench_max_len: 0,
+        keep_alive_ms: 0,
     });
     send(&mut conn, &hs.banner()?.to_line())?;
     let io = |e: FrameError| ProtoError::new(e.code(), e.to_string());

@@ -31,6 +31,7 @@ pub mod events;
 pub mod exit;
 pub mod framing;
 pub mod handshake;
+pub mod rounds;
 mod text;
 pub mod wire;
 
@@ -45,8 +46,8 @@ pub use handshake::{
 };
 pub use text::{is_deceptive, printable};
 pub use wire::{
-    Accept, Auth, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Notify, Outcome,
-    ParseAuthError, ParseGidError, ParseNotifyError, QpEndpoint, ServerMessage, VALID_MTUS,
+    Accept, Auth, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Next, Notify, Outcome,
+    ParseAuthError, ParseGidError, ParseNotifyError, QpEndpoint, Region, ServerMessage, VALID_MTUS,
     Written,
 };
 

@@ -176,6 +176,7 @@ fn handshake_over_tcp() {
                 program_version: "0.1.0".into(),
                 features: ServerPolicy::default_features(),
                 bench_max_len: 0,
+                keep_alive_ms: 0,
             });
             conn.send_line(&hs.banner().unwrap().to_line(), after(2000))
                 .unwrap();

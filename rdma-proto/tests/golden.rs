@@ -91,6 +91,7 @@ fn transcript(notify: Notify, token: Option<&str>) -> String {
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
         bench_max_len: 0,
+        keep_alive_ms: 0,
     });
     let mut client = ClientHandshake::new(ClientRequest::for_payload(
         PAYLOAD,
@@ -178,6 +179,7 @@ fn bench_transcript() -> String {
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
         bench_max_len: 8 << 20,
+        keep_alive_ms: 0,
     });
     let bench = BenchParams {
         kind: BenchKind::Lat(PongBuffer {
@@ -312,6 +314,7 @@ fn cm_transcript() -> String {
         program_version: "0.1.0".to_owned(),
         features,
         bench_max_len: 0,
+        keep_alive_ms: 0,
     });
     let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
     let iwarp = QpEndpoint {

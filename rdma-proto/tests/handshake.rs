@@ -23,6 +23,7 @@ fn policy(token: Option<&str>) -> ServerPolicy {
         program_version: "0.1.0".to_owned(),
         features: ServerPolicy::default_features(),
         bench_max_len: 0,
+        keep_alive_ms: 0,
     }
 }
 
@@ -35,6 +36,7 @@ fn hello(notify: Notify, length: u64, token: Option<&str>) -> ClientMessage {
         token: token.map(str::to_owned),
         bench: None,
         cm: false,
+        rounds: false,
     })
 }
 
@@ -243,6 +245,7 @@ fn the_binding_comes_from_the_sessions_port_after_the_hello() {
             token: token.map(str::to_owned),
             bench: Some(bench_params(BenchMode::Lat, vec![4096])),
             cm: false,
+            rounds: false,
         })
     };
     let admitted = |token: Option<&str>| {
@@ -630,6 +633,7 @@ fn verify_reports_each_failed_check() {
         token: None,
         bench: None,
         cm: false,
+        rounds: false,
     }))
     .unwrap();
     assert!(s.verify(b"abc", Some(3), None).verified);
@@ -664,6 +668,7 @@ fn accept_msg(buf_len: u64) -> ServerMessage {
         rkey: 0xdead_beef,
         buf_len,
         cm: None,
+        keep_alive_ms: None,
     })
 }
 
@@ -978,6 +983,7 @@ fn bench_hello(length: u64) -> ClientMessage {
         token: None,
         bench: Some(bench_params(BenchMode::Bw, vec![length])),
         cm: false,
+        rounds: false,
     })
 }
 
@@ -1054,6 +1060,7 @@ fn cm_mode_needs_the_feature_on_both_sides_and_skips_only_the_gid_binding() {
             program_version: "0.1.0".into(),
             features,
             bench_max_len: 0,
+            keep_alive_ms: 0,
         }
     };
     let bound = GidBinding::Peer {
@@ -1122,5 +1129,6 @@ fn c_hello(endpoint: QpEndpoint, cm: bool) -> ClientMessage {
         token: None,
         bench: None,
         cm,
+        rounds: false,
     })
 }

@@ -64,6 +64,7 @@ fn hello() -> impl Strategy<Value = Hello> {
                 token,
                 bench: None,
                 cm: false,
+                rounds: false,
             }
         })
 }
@@ -102,6 +103,7 @@ fn server_message() -> impl Strategy<Value = ServerMessage> {
                 rkey,
                 buf_len,
                 cm: None,
+                keep_alive_ms: None,
             })
         },
     );

@@ -61,6 +61,7 @@ fn full_64_bit_addr_survives() {
         rkey: u32::MAX,
         buf_len: u64::MAX,
         cm: None,
+        keep_alive_ms: None,
     };
     let line = ServerMessage::Accept(a).to_line();
     assert!(line.contains("\"addr\":18446744073709551615"), "{line}");

@@ -66,6 +66,13 @@ pub struct Args {
     #[arg(long)]
     pub serve: bool,
 
+    /// With --serve: how long a session whose client asked for rounds (the mesh's probes) is
+    /// kept after each verdict for its next write on the same queue pairs; `0` grants none.
+    /// At most half of --max-clients sessions are kept idle at once; the rest end at their
+    /// verdict as usual.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = keep_alive)]
+    pub keep_alive: Duration,
+
     /// Most clients served at once; one more gets a `busy` error.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_clients: u32,
@@ -92,6 +99,20 @@ pub struct Args {
     pub config: Option<PathBuf>,
 }
 
+/// `--keep-alive`: a duration (at most an hour), or `0` for none.
+fn keep_alive(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let d = app::parse_duration(text)?;
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if rdma_proto::rounds::KEEP_ALIVE_MS.contains(&ms) {
+        Ok(d)
+    } else {
+        Err("a keep-alive is 1ms to 1h, or 0 for none (e.g. 30s)".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +124,7 @@ mod tests {
         assert_eq!(a.buffer_size, 64);
         assert!(!a.serve);
         assert_eq!(a.max_clients, 16);
+        assert_eq!(a.keep_alive, Duration::from_secs(30));
     }
 
     #[test]
@@ -112,5 +134,9 @@ mod tests {
         assert!(Args::try_parse_from(["rdma-server", "--listen", "nowhere"]).is_err());
         assert!(Args::try_parse_from(["rdma-server", "--max-clients", "0"]).is_err());
         assert!(Args::try_parse_from(["rdma-server", "--lifetime", "0s"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--keep-alive", "2h"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--keep-alive", "soon"]).is_err());
+        let none = Args::try_parse_from(["rdma-server", "--keep-alive", "0"]).unwrap();
+        assert_eq!(none.keep_alive, Duration::ZERO);
     }
 }

@@ -3,7 +3,7 @@
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
 //! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
-//! `bench-max-time`, `max-pinned`, `timeout`, `max-clients`, `max-per-ip`, `allow` (a list) and
+//! `bench-max-time`, `max-pinned`, `timeout`, `keep-alive`, `max-clients`, `max-per-ip`, `allow` (a list) and
 //! `token-file`. A flag given on the command line (or through its environment variable;
 //! `RDMA_WRITE_TOKEN` for the token) wins over the file.
 //!
@@ -61,6 +61,7 @@ struct FileSettings {
     bench_max_time: Option<Spanned<String>>,
     max_pinned: Option<Spanned<u64>>,
     timeout: Option<Spanned<String>>,
+    keep_alive: Option<Spanned<String>>,
     max_clients: Option<Spanned<u32>>,
     max_per_ip: Option<Spanned<u32>>,
     allow: Option<Spanned<Vec<String>>>,
@@ -116,6 +117,7 @@ impl FileSettings {
             ),
             one("max-pinned", "max_pinned", self.max_pinned.as_ref()),
             one("timeout", "timeout", self.timeout.as_ref()),
+            one("keep-alive", "keep_alive", self.keep_alive.as_ref()),
             one("max-clients", "max_clients", self.max_clients.as_ref()),
             one("max-per-ip", "max_per_ip", self.max_per_ip.as_ref()),
         ]

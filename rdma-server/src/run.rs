@@ -182,6 +182,12 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
             program_version: env!("CARGO_PKG_VERSION").to_owned(),
             features: features(),
             bench_max_len: args.bench_max_bytes,
+            // Rounds only for a server that keeps serving (a one-shot one ends at its verdict).
+            keep_alive_ms: if args.serve {
+                u64::try_from(args.keep_alive.as_millis()).unwrap_or(u64::MAX)
+            } else {
+                0
+            },
         },
         timeout: args.timeout,
         cq_mode: args.local.cq_mode,
@@ -194,6 +200,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         stranger_log: Mutex::new(LogLimit::new(Instant::now())),
         // `shared` gives it the accept loop's bell.
         wake: Ringer::none(),
+        kept: crate::session::KeptSlots::half_of(args.max_clients),
     };
     let shared = shared(args, session, &stop);
     let s = &shared;

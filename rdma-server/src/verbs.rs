@@ -1,6 +1,6 @@
 //! The verbs half of a write session, behind a seam: what the session asks of its port is
 //! [`WriteVerbs`] (expose a buffer, [`Exposure`]: connect to the client, wait for the write,
-//! revoke). The server's ports are devices ([`LocalPort`], below); `cargo test` runs the same
+//! revoke; with rounds, end a round and expose a fresh buffer on the same queue pair). The server's ports are devices ([`LocalPort`], below); `cargo test` runs the same
 //! sessions on a fake fabric (`crate::pair`, test-only code). Bench sessions and RDMA CM need
 //! the device itself ([`WriteVerbs::device`]).
 
@@ -52,10 +52,13 @@ pub(crate) trait WriteVerbs: Send + Sync + std::fmt::Debug {
 pub(crate) type CmConnect<'f> =
     dyn FnMut(&LocalPort, QueuePair<Init>, &ExposedRegion) -> Result<QueuePair<Rts>, Failure> + 'f;
 
+/// The buffer a revoked exposure gives back: the CPU's alone.
+pub(crate) type Revoked = Box<dyn std::ops::Deref<Target = [u8]>>;
+
 /// One client's buffer and queue pair, from [`WriteVerbs::expose`] to [`Exposure::revoke`].
 pub(crate) trait Exposure {
-    /// The buffer the client may write.
-    fn region(&self) -> Region;
+    /// The buffer the client may write (`None` once revoked or between rounds).
+    fn region(&self) -> Option<Region>;
     /// Brings our queue pair to RTS towards the client's `peer` (from its hello), with send
     /// PSN `psn`; returns our endpoint, for the accept.
     fn connect(&mut self, peer: &QpEndpoint, psn: u32) -> Result<QpEndpoint, rdma_core_rs::Error>;
@@ -67,8 +70,17 @@ pub(crate) trait Exposure {
     /// ([`rdma_core_rs::ErrorKind::Timeout`] then).
     fn poll(&self, deadline: Instant) -> Result<Completion, rdma_core_rs::Error>;
     /// Takes the client's access away before a byte is read: no more packets from its queue
-    /// pair are taken, its rkey dies; returns the buffer, now ours alone.
-    fn revoke(self: Box<Self>) -> Result<Box<dyn std::ops::Deref<Target = [u8]>>, Failure>;
+    /// pair are taken, its rkey dies; returns the buffer, now ours alone. Nothing is left to
+    /// the client after it.
+    fn revoke(&mut self) -> Result<Revoked, Failure>;
+    /// Ends a round ([`rdma_proto::rounds`]): the buffer's rkey dies (its region is
+    /// deregistered) before a byte is read, the queue pair stays connected; returns the buffer,
+    /// now ours alone. With no region registered, the client's packets find nothing to write.
+    fn end_round(&mut self) -> Result<Revoked, Failure>;
+    /// The next round's buffer: `len` fresh bytes registered anew in the same protection
+    /// domain as `grant` says (a new rkey), and with `imm` the receive for its
+    /// write-with-immediate posted, all before the client can know it.
+    fn rearm(&mut self, len: usize, grant: &Grant, imm: bool) -> Result<(), rdma_core_rs::Error>;
 }
 
 impl WriteVerbs for LocalPort {
@@ -110,9 +122,9 @@ impl WriteVerbs for LocalPort {
         Ok(Box::new(OnDevice {
             local: self,
             qp: Qp::Init(qp),
-            mr,
+            mr: Some(mr),
             cq,
-            _pd: pd,
+            pd,
         }))
     }
 
@@ -134,9 +146,10 @@ enum Qp {
 struct OnDevice<'a> {
     local: &'a LocalPort,
     qp: Qp,
-    mr: ExposedRegion,
+    /// `None` once revoked, and between rounds.
+    mr: Option<ExposedRegion>,
     cq: rdma_core_rs::CompletionQueue,
-    _pd: rdma_core_rs::ProtectionDomain,
+    pd: rdma_core_rs::ProtectionDomain,
 }
 
 impl OnDevice<'_> {
@@ -155,12 +168,12 @@ impl OnDevice<'_> {
 }
 
 impl Exposure for OnDevice<'_> {
-    fn region(&self) -> Region {
-        Region {
-            addr: self.mr.addr(),
-            rkey: self.mr.rkey(),
-            len: self.mr.len() as u64,
-        }
+    fn region(&self) -> Option<Region> {
+        self.mr.as_ref().map(|mr| Region {
+            addr: mr.addr(),
+            rkey: mr.rkey(),
+            len: mr.len() as u64,
+        })
     }
 
     fn connect(&mut self, peer: &QpEndpoint, psn: u32) -> Result<QpEndpoint, rdma_core_rs::Error> {
@@ -178,7 +191,13 @@ impl Exposure for OnDevice<'_> {
                 return Some(Err(Failure::new(ErrorCode::Internal, e.to_string())));
             }
         };
-        Some(how(self.local, qp, &self.mr).map(|qp| self.qp = Qp::Rts(qp)))
+        let Some(mr) = self.mr.as_ref() else {
+            return Some(Err(Failure::new(
+                ErrorCode::Internal,
+                "the session's buffer is revoked already",
+            )));
+        };
+        Some(how(self.local, qp, mr).map(|qp| self.qp = Qp::Rts(qp)))
     }
 
     fn qp(&self) -> (u32, u32) {
@@ -193,16 +212,42 @@ impl Exposure for OnDevice<'_> {
         self.cq.poll(deadline)
     }
 
-    fn revoke(self: Box<Self>) -> Result<Box<dyn std::ops::Deref<Target = [u8]>>, Failure> {
-        let OnDevice {
-            qp, mr, cq, _pd, ..
-        } = *self;
+    fn revoke(&mut self) -> Result<Revoked, Failure> {
         // Our queue pair first (no more packets from it are taken), then the region (the rkey
         // dies).
-        drop(qp);
-        let buf = revoke_region(mr)?;
-        drop(cq);
-        Ok(Box::new(buf))
+        self.qp = Qp::Gone;
+        self.end_round()
+    }
+
+    fn end_round(&mut self) -> Result<Revoked, Failure> {
+        let mr = self.mr.take().ok_or_else(|| {
+            Failure::new(
+                ErrorCode::Internal,
+                "the session's buffer is revoked already",
+            )
+        })?;
+        Ok(Box::new(revoke_region(mr)?))
+    }
+
+    fn rearm(&mut self, len: usize, grant: &Grant, imm: bool) -> Result<(), rdma_core_rs::Error> {
+        let Qp::Rts(qp) = &self.qp else {
+            return Err(rdma_core_rs::Error::InvalidArgument {
+                what: "a round on a queue pair that is not connected".to_owned(),
+                advice: "connect it first".to_owned(),
+            });
+        };
+        if self.mr.is_some() {
+            return Err(rdma_core_rs::Error::InvalidArgument {
+                what: "a round while the last round's buffer is still registered".to_owned(),
+                advice: "end the round first".to_owned(),
+            });
+        }
+        let mr = self.pd.register_exposed(len, grant.region)?;
+        if imm {
+            qp.post_recv(RECV_WR_ID)?;
+        }
+        self.mr = Some(mr);
+        Ok(())
     }
 }
 

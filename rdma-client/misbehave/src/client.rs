@@ -147,7 +147,7 @@ fn write(task: &WriteTask, fault: ClientFault, out: &Output) -> Result<()> {
             }
             Connected::new(session, qp, &accept, resources)
         }
-        _ => opened.connect()?,
+        _ => opened.connect(local)?,
     };
     let remote = aim(fault, c.remote);
     let started = c.post(remote)?;

@@ -276,12 +276,13 @@ impl Pair<'_> {
         let token = || token.map(str::to_owned);
         let (written, waited) = wait_turn(deadline, || {
             let w = Write {
-                target: server,
+                target: server.clone(),
                 payload,
                 notify,
                 token: token(),
                 // The fabric check prints one event per pair, not the sessions' own.
                 chosen: None,
+                rounds: false,
             };
             w.run(local, opts, None)
         });

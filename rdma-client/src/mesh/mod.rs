@@ -44,6 +44,7 @@ pub mod cause;
 pub mod clock;
 pub mod error;
 pub mod http;
+pub mod kept;
 pub mod metrics;
 pub mod probe;
 pub mod rtt;

@@ -5,10 +5,13 @@
 //! `--bench bw`. With `--rails`, from each rail's device to the peer's address on that rail,
 //! as the fabric check does ([`Ends::Rails`]).
 //!
-//! **Each probe is its own sessions** (one for the write, one per measurement): the server
-//! serves one write (or one bench run) per session, so reusing a session or a queue pair
-//! between probes would need a protocol change. That costs a TCP connect, a handshake and a
-//! queue pair per session, well inside an interval of seconds, and it is a known limit.
+//! **The write reuses its session** where the server offers rounds ([`rdma_proto::rounds`]):
+//! a path's verified write keeps its session ([`super::kept`]) when the server keeps it longer
+//! than the path's next probe is away, and that probe writes again on the same queue pairs
+//! (a `next`, a fresh rkey), with no TCP connect, handshake or queue pair of its own. A kept
+//! session the server has closed since (it restarted, its keep-alive ran out) is dropped, and
+//! the probe connects anew, as it does everywhere else. The lat exchange and the bandwidth
+//! sample are bench sessions, a connection each.
 //!
 //! **Deadline.** A probe has one deadline (the runner's: from `--every`); each session of it
 //! gets `--timeout` or what is left of the deadline, whichever is shorter, as the deadline of
@@ -21,9 +24,10 @@
 //! and the hosts' are not known ([`super::rtt::Rtt::wall`]).
 
 use super::cause::Stage;
+use super::kept::Kept;
 use super::rtt::Rtt;
 use crate::bench::{Knobs, Measure, Sweep};
-use crate::run::Write;
+use crate::run::{Connected, Write};
 use crate::session::{SessionOptions, Target};
 use color_eyre::eyre::{Report, Result};
 use rdma_app::device::DeviceArgs;
@@ -63,6 +67,8 @@ pub struct Probed {
     /// The write, or one ping-pong of the lat exchange, took longer than the ACK timeout: it
     /// waited out a retransmission ([`stalled`]).
     pub stalled: bool,
+    /// The write went on a session kept from the path's last probe ([`super::kept`]).
+    pub reused: bool,
 }
 
 /// Whether a wait of `took` (the write from post to completion, or one ping-pong's round trip)
@@ -122,7 +128,7 @@ pub struct VerbsProber<'a> {
     /// The peers' servers' port.
     pub port: u16,
     /// What the verified write writes (`--probe-bytes`).
-    pub payload: Vec<u8>,
+    pub payload: &'a [u8],
     /// `--notify`; `None`: what the device has (`session::notify_for`).
     pub notify: Option<Notify>,
     pub token: Option<String>,
@@ -137,9 +143,14 @@ pub struct VerbsProber<'a> {
     /// The queue pairs' local ACK timeout (`RtsParams::ack_timeout`): a wait this long is a
     /// retransmission.
     pub ack_timeout: Option<Duration>,
+    /// The write sessions kept between probes (`--no-reuse`: none).
+    pub kept: Kept<Connected<'a>>,
+    /// How long until a path is probed again, at most: a session its server keeps for less is
+    /// not kept.
+    pub revisit: Duration,
 }
 
-impl VerbsProber<'_> {
+impl<'a> VerbsProber<'a> {
     /// The options of a session starting now: each wait at most `--timeout` or what is left
     /// of the deadline.
     fn options(&self, job: &Job, stage: Stage) -> Result<SessionOptions, ProbeFailure> {
@@ -209,30 +220,53 @@ impl VerbsProber<'_> {
         Ok((local, target))
     }
 
-    /// The verified write; its time from post to completion.
+    /// The verified write, on the path's kept session where there is one that still works,
+    /// else on a new one; its verdict, its time from post to completion, and whether it reused
+    /// a session.
     fn write(
         &self,
         local: &LocalPort,
         target: &Target,
         job: &Job,
-    ) -> Result<(bool, Duration), ProbeFailure> {
+        path: super::kept::Key,
+    ) -> Result<(bool, Duration, bool), ProbeFailure> {
         let opts = self.options(job, Stage::Connect)?;
+        if let Some(mut c) = self.kept.take(&path, Instant::now()) {
+            // A kept session the server closed since fails here, before anything is written:
+            // it is dropped, and the probe connects anew.
+            if c.again(opts.timeout).is_ok() {
+                return self.round(c, path).map(|(v, took)| (v, took, true));
+            }
+        }
         let (notify, _) =
             crate::session::notify_for(self.notify, local).map_err(at(Stage::Connect))?;
         let w = Write {
-            target,
-            payload: &self.payload,
+            target: target.clone(),
+            payload: self.payload,
             notify,
             token: self.token.clone(),
             chosen: None,
+            rounds: self.kept.enabled(),
         };
         let opened = w.open(local, &opts, None, 0).map_err(at(Stage::Connect))?;
-        let mut c = opened.connect().map_err(at(Stage::Handshake))?;
-        let transfer = at(Stage::Transfer);
-        let started = c.post(c.remote).map_err(transfer)?;
+        let c = opened.connect(local).map_err(at(Stage::Handshake))?;
+        self.round(c, path).map(|(v, took)| (v, took, false))
+    }
+
+    /// One write on `c` and its verdict; then `c` is kept for `path`'s next probe where its
+    /// server keeps it long enough.
+    fn round(
+        &self,
+        mut c: Connected<'a>,
+        path: super::kept::Key,
+    ) -> Result<(bool, Duration), ProbeFailure> {
+        let started = c.post(c.remote).map_err(at(Stage::Transfer))?;
         let micros = c.complete(started).map_err(at(Stage::Transfer))?;
-        let delivered = c.finish(micros).map_err(at(Stage::Transfer))?;
+        let delivered = c.verdict(micros).map_err(at(Stage::Transfer))?;
         let took = Duration::from_micros(u64::try_from(micros).unwrap_or(u64::MAX));
+        if let Some(keep) = c.session.keep_alive() {
+            self.kept.put(path, c, Instant::now(), keep, self.revisit);
+        }
         Ok((delivered.outcome.verified, took))
     }
 
@@ -293,7 +327,8 @@ impl VerbsProber<'_> {
 impl Prober for VerbsProber<'_> {
     fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
         let (local, target) = self.end(peer, job)?;
-        let (verified, write) = self.write(&local, &target, job)?;
+        let (verified, write, reused) =
+            self.write(&local, &target, job, (peer.to_owned(), job.rail))?;
         let mut stall = stalled(write, Duration::ZERO, self.ack_timeout);
         if !verified {
             return Ok(Probed {
@@ -301,6 +336,7 @@ impl Prober for VerbsProber<'_> {
                 rtt: Rtt::wall(write),
                 bw_mbs: None,
                 stalled: stall,
+                reused,
             });
         }
         let round = |half_us: f64| Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0));
@@ -325,6 +361,7 @@ impl Prober for VerbsProber<'_> {
             rtt: Rtt::wall(rtt),
             bw_mbs,
             stalled: stall,
+            reused,
         })
     }
 }

@@ -386,6 +386,7 @@ impl<'p> Scheduler<'p, '_> {
             None,
             state,
             Some(why),
+            false,
         );
     }
 
@@ -399,6 +400,7 @@ impl<'p> Scheduler<'p, '_> {
         };
         let ix = self.ix(key);
         self.in_flight[ix] = false;
+        let reused = matches!(&result, Ran::Probed(Ok(p)) if p.reused);
         let probed = match result {
             Ran::Stopping => return Ok(()),
             Ran::Late => {
@@ -430,7 +432,7 @@ impl<'p> Scheduler<'p, '_> {
                     // The prober's own fault: says nothing of the pair.
                     let state = self.pairs[ix].state();
                     let e = ProbeOutcome::Error;
-                    self.probe_event(key, e, None, None, None, state, Some(&why));
+                    self.probe_event(key, e, None, None, None, state, Some(&why), false);
                     return Ok(());
                 };
                 (o, Some(why), None)
@@ -472,7 +474,16 @@ impl<'p> Scheduler<'p, '_> {
             })
             .wrap_err("recording a probe in the metrics")?;
         }
-        self.probe_event(key, verdict, cause, rtt, bw, state, error.as_deref());
+        self.probe_event(
+            key,
+            verdict,
+            cause,
+            rtt,
+            bw,
+            state,
+            error.as_deref(),
+            reused,
+        );
         if let Some(tr) = observed.transition {
             let host = &self.plan.world.hosts[key.peer];
             let device = self.device(key);
@@ -502,6 +513,7 @@ impl<'p> Scheduler<'p, '_> {
         bw_mbs: Option<f64>,
         state: super::state::PairState,
         error: Option<&str>,
+        reused: bool,
     ) {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let split = rtt.and_then(|r| r.split);
@@ -519,6 +531,7 @@ impl<'p> Scheduler<'p, '_> {
             host_delay_ns: split.map(|s| ns(s.host_delay)),
             bw_mbs,
             state,
+            reused,
             error: error.map(Into::into),
         });
     }

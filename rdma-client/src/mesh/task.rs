@@ -32,7 +32,10 @@ up to --jitter of it at random, and a phase per node) each node probes --fan-out
 rotation that covers every ordered pair within ceil((N-1)/fan-out) intervals (a cycle) and gives \
 each server --fan-out probers per interval, whatever N. A probe is the fabric check's steps: a \
 verified write of --probe-bytes, --lat-iters 2-byte ping-pongs (its round trip), a --bench bw \
-sample every --bw-every probes of a pair (with --rails, on each rail: a path each); each its own session, within min(--every, 30s); a \
+sample every --bw-every probes of a pair (with --rails, on each rail: a path each), within \
+min(--every, 30s). The write keeps its session for the path's next probe where the server keeps \
+it that long (rdma-server --serve --keep-alive, rounds: a fresh rkey, no new connection or queue \
+pairs; --no-reuse: a new session each time); the lat and bw runs are sessions of their own. A \
 peer whose previous probe still runs is skipped, not queued. Causes: host (no TCP, no banner), \
 refused (the server said no), rdma (TCP works, the RDMA path does not), corrupt (the verdict \
 failed), slow (--slow-factor x the pair's median round trip). States: up, degraded (slow or \
@@ -106,6 +109,11 @@ pub struct MeshArgs {
     /// SIGINT or SIGTERM.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "mesh")]
     pub mesh_cycles: Option<u64>,
+
+    /// Open a new write session for every probe, never keeping one for the path's next probe
+    /// (by default a server that offers rounds is asked for them).
+    #[arg(long, requires = "mesh")]
+    pub no_reuse: bool,
 }
 
 fn fraction(text: &str) -> Result<f64, String> {
@@ -189,6 +197,15 @@ impl MeshArgs {
         c.validate().map_err(|e| MeshError::Config(e.to_string()))?;
         Ok(c)
     }
+}
+
+/// How long until a path is probed again, at most: a cycle of intervals and a jitter window.
+fn revisit(config: &MeshConfig, nodes: usize) -> Duration {
+    let cycle = super::schedule::Schedule::new(nodes, config.fan_out).map_or(1, |s| s.cycle());
+    config
+        .every
+        .saturating_mul(u32::try_from(cycle).unwrap_or(u32::MAX))
+        .saturating_add(config.every.mul_f64(config.jitter))
 }
 
 /// The world of `--mesh LIST [--rank N]`: by rank, else by this host's name.
@@ -280,7 +297,7 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
     let prober = VerbsProber {
         ends,
         port: m.mesh_port,
-        payload,
+        payload: &payload,
         notify: task.notify,
         token,
         session: task.session.clone(),
@@ -293,6 +310,8 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
             ..rdma_core_rs::RtsParams::default()
         }
         .ack_timeout(),
+        kept: super::kept::Kept::new(!m.no_reuse),
+        revisit: revisit(&config, world.size()),
     };
     let plan = Plan {
         world: &world,

@@ -509,6 +509,7 @@ mod tests {
             host_delay_ns: None,
             bw_mbs: None,
             state: PairState::Down,
+            reused: false,
             error: Some("connection refused".into()),
         };
         let l = line(&probe, &Detail::None);

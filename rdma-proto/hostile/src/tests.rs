@@ -107,6 +107,7 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32, pinned: &AtomicU64) {
         program_version: "0".to_owned(),
         features: ServerPolicy::default_features(),
         bench_max_len: 8 << 20,
+        keep_alive_ms: 0,
     });
     let binding = match (f.unbound, peer) {
         // Our hellos come over loopback announcing Config::for_tests's GID: "this host's".
@@ -175,9 +176,9 @@ fn fake_session(s: TcpStream, f: Fake, rkeys: &AtomicU32, pinned: &AtomicU64) {
                 }
             }
             Ok(ServerEvent::PeerError(_)) => return,
-            Ok(ServerEvent::Written(_)) => ServerMessage::Error(ErrorMsg {
+            Ok(ServerEvent::Written(_) | ServerEvent::Next(_)) => ServerMessage::Error(ErrorMsg {
                 code: ErrorCode::UnexpectedMessage,
-                message: "`written` before `hello`".to_owned(),
+                message: "`written` or `next` before `hello`".to_owned(),
                 supported: None,
             }),
             Err(e) => hs.fail(&e),

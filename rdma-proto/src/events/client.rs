@@ -137,6 +137,10 @@ pub enum Event<'a> {
         bw_mbs: Option<f64>,
         /// The pair's state after this probe.
         state: PairState,
+        /// Whether its write went on a session kept from the path's last probe (rounds: no
+        /// new connection, handshake or queue pairs).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        reused: bool,
         /// What went wrong (`failed`, `skipped`, `error`), with advice.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<Cow<'a, str>>,
@@ -279,6 +283,7 @@ mod tests {
             host_delay_ns: None,
             bw_mbs: None,
             state: PairState::Down,
+            reused: false,
             error: Some("connection refused".into()),
         };
         let line = serde_json::to_string(&probe).unwrap();
@@ -300,6 +305,7 @@ mod tests {
             host_delay_ns: None,
             bw_mbs: Some(1200.5),
             state: PairState::Up,
+            reused: false,
             error: None,
         };
         let line = serde_json::to_string(&ok).unwrap();

@@ -83,6 +83,13 @@ pub enum Event<'a> {
         truncated: bool,
         reason: Option<Cow<'a, str>>,
     },
+    /// A session with rounds goes on ([`crate::rounds`]): round `round` (2 and on) of
+    /// `length` bytes, a fresh buffer on the same queue pairs.
+    Round {
+        session: u64,
+        round: u64,
+        length: u64,
+    },
     /// A session failed; the server goes on. `fatal` errors end the server (`code` is then
     /// the exit's name, `exit_code` its status).
     Error {

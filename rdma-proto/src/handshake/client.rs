@@ -6,7 +6,8 @@ use std::fmt;
 use crate::bench::{self, BenchParams};
 use crate::error::{ErrorCode, ProtoError};
 use crate::wire::{
-    Accept, Auth, Banner, ClientMessage, Hello, Notify, Outcome, QpEndpoint, ServerMessage, Written,
+    Accept, Auth, Banner, ClientMessage, Hello, Next, Notify, Outcome, QpEndpoint, Region,
+    ServerMessage, Written,
 };
 use crate::{SUPPORTED_VERSIONS, crc32c};
 
@@ -59,6 +60,8 @@ pub enum ClientState {
     Writing,
     /// Waiting for `result`.
     AwaitResult,
+    /// `next` sent (rounds), waiting for `region`.
+    AwaitRegion,
     /// Verified by the server.
     Done,
     /// Something went wrong.
@@ -73,6 +76,7 @@ impl fmt::Display for ClientState {
             ClientState::AwaitAccept => "awaiting accept",
             ClientState::Writing => "writing",
             ClientState::AwaitResult => "awaiting result",
+            ClientState::AwaitRegion => "awaiting the next round's region",
             ClientState::Done => "done",
             ClientState::Failed => "failed",
         })
@@ -86,6 +90,10 @@ pub struct ClientHandshake {
     bench: Option<BenchParams>,
     /// Whether the hello asked for RDMA CM.
     cm: bool,
+    /// Whether to ask for rounds (where the banner offers them).
+    want_rounds: bool,
+    /// Whether the hello asked for rounds.
+    asked_rounds: bool,
     state: ClientState,
     banner: Option<Banner>,
     accept: Option<Accept>,
@@ -99,6 +107,8 @@ impl ClientHandshake {
             req,
             bench: None,
             cm: false,
+            want_rounds: false,
+            asked_rounds: false,
             state: ClientState::AwaitBanner,
             banner: None,
             accept: None,
@@ -114,6 +124,23 @@ impl ClientHandshake {
             bench: Some(bench),
             ..ClientHandshake::new(req)
         }
+    }
+
+    /// A write session that asks to be kept for more [`rounds`](crate::rounds), where the
+    /// server's banner offers them (elsewhere, and with RDMA CM, the hello does not ask, and
+    /// the session ends at its verdict).
+    #[must_use]
+    pub fn asking_rounds(mut self) -> Self {
+        self.want_rounds = true;
+        self
+    }
+
+    /// How long the server keeps the session after each verdict, once its accept granted
+    /// rounds.
+    pub fn keep_alive(&self) -> Option<std::time::Duration> {
+        self.accept
+            .and_then(|a| a.keep_alive_ms)
+            .map(std::time::Duration::from_millis)
     }
 
     /// The current state.
@@ -269,6 +296,11 @@ impl ClientHandshake {
                 ));
             }
         }
+        let offered = self
+            .banner
+            .as_ref()
+            .is_some_and(|x| x.features.iter().any(|f| f == crate::rounds::FEATURE));
+        self.asked_rounds = self.want_rounds && offered && self.bench.is_none() && !cm;
         self.state = ClientState::AwaitAccept;
         Ok(ClientMessage::Hello(Hello {
             endpoint: local,
@@ -282,6 +314,7 @@ impl ClientHandshake {
             },
             bench: self.bench.clone(),
             cm,
+            rounds: self.asked_rounds,
         }))
     }
 
@@ -300,6 +333,12 @@ impl ClientHandshake {
                         } else {
                             "is present, though the hello did not ask for RDMA CM"
                         },
+                    ))
+                } else if a.keep_alive_ms.is_some() && !self.asked_rounds {
+                    Err(ProtoError::invalid(
+                        "accept",
+                        "keep_alive_ms",
+                        "is present, though the hello did not ask for rounds",
                     ))
                 } else if a.buf_len < self.req.length {
                     Err(ProtoError::TooLong {
@@ -381,6 +420,69 @@ impl ClientHandshake {
                 }
             }
             (_, msg) => Err(self.unexpected(&msg, "`result` after the write")),
+        };
+        self.guard(r)
+    }
+
+    /// The `next` line that asks for one more round of `length` bytes whose CRC32C is `crc32c`,
+    /// after a verified round of a session whose accept granted rounds. `Done -> AwaitRegion`.
+    pub fn next(&mut self, length: u64, crc32c: u32) -> Result<ClientMessage, ProtoError> {
+        let r = if self.state != ClientState::Done || self.keep_alive().is_none() {
+            Err(ProtoError::new(
+                ErrorCode::Internal,
+                format!(
+                    "client bug: next() called while the client is {}{}",
+                    self.state,
+                    if self.keep_alive().is_none() {
+                        ", in a session without rounds"
+                    } else {
+                        ""
+                    }
+                ),
+            ))
+        } else if length == 0 {
+            Err(ProtoError::invalid(
+                "next",
+                "length",
+                "0 is out of range; write at least 1 byte",
+            ))
+        } else if self.req.notify == Notify::Imm && length > u64::from(u32::MAX) {
+            Err(ProtoError::invalid(
+                "next",
+                "length",
+                format!("{length} does not fit the 32-bit immediate"),
+            ))
+        } else {
+            self.req.length = length;
+            self.req.crc32c = crc32c;
+            self.outcome = None;
+            self.state = ClientState::AwaitRegion;
+            Ok(ClientMessage::Next(Next {
+                length,
+                crc32c: Some(crc32c),
+            }))
+        };
+        self.guard(r)
+    }
+
+    /// Handles the server's answer to `next`. `AwaitRegion -> Writing`.
+    /// `buf_len` must be at least the round's length (else `too_long`); `error` ->
+    /// [`ProtoError::Remote`].
+    pub fn on_region(&mut self, msg: ServerMessage) -> Result<Region, ProtoError> {
+        let r = match (self.state, msg) {
+            (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitRegion, ServerMessage::Region(g)) => {
+                if g.buf_len < self.req.length {
+                    Err(ProtoError::TooLong {
+                        length: self.req.length,
+                        max: g.buf_len,
+                    })
+                } else {
+                    self.state = ClientState::Writing;
+                    Ok(g)
+                }
+            }
+            (_, msg) => Err(self.unexpected(&msg, "`region` after next")),
         };
         self.guard(r)
     }

@@ -5,14 +5,14 @@ use std::fmt;
 use subtle::{Choice, ConstantTimeEq};
 
 use super::binding::GidBinding;
-use crate::bench;
 use crate::error::{ErrorCode, ProtoError};
 use crate::framing::FrameError;
 use crate::wire::{
-    Accept, Auth, Banner, ClientMessage, ErrorMsg, Hello, Notify, Outcome, QpEndpoint,
-    ServerMessage, Written,
+    Accept, Auth, Banner, ClientMessage, ErrorMsg, Hello, Next, Notify, Outcome, QpEndpoint,
+    Region, ServerMessage, Written,
 };
 use crate::{SUPPORTED_VERSIONS, crc32c, preview_text};
+use crate::{bench, rounds};
 
 /// What the server allows and announces.
 #[derive(Clone, PartialEq, Eq)]
@@ -29,6 +29,10 @@ pub struct ServerPolicy {
     /// Largest buffer a bench session may ask for (`hello.bench`; see [`crate::bench`]);
     /// 0 = no bench sessions. When not 0 the banner lists the `bench` feature.
     pub bench_max_len: u64,
+    /// How long a session that asked for [`rounds`](crate::rounds) is kept after each verdict,
+    /// in milliseconds (in [`crate::rounds::KEEP_ALIVE_MS`]); 0 = no rounds. When not 0 the
+    /// banner lists the `rounds` feature.
+    pub keep_alive_ms: u64,
 }
 
 impl fmt::Debug for ServerPolicy {
@@ -39,6 +43,7 @@ impl fmt::Debug for ServerPolicy {
             .field("program_version", &self.program_version)
             .field("features", &self.features)
             .field("bench_max_len", &self.bench_max_len)
+            .field("keep_alive_ms", &self.keep_alive_ms)
             .finish()
     }
 }
@@ -59,6 +64,9 @@ pub enum ServerEvent {
     Hello(Hello),
     /// The client says the write is done (notify=tcp): check the buffer, call `result`.
     Written(Written),
+    /// The client asks for one more round (rounds granted, after a verdict): register a fresh
+    /// buffer of at least its length and call [`ServerHandshake::region`].
+    Next(Next),
     /// The client sent an `error`; the handshake is `Failed`, close the connection.
     PeerError(ErrorMsg),
 }
@@ -80,6 +88,11 @@ pub enum ServerState {
         /// How the client will signal completion.
         notify: Notify,
     },
+    /// `result` sent, rounds granted: waiting up to the keep-alive for `next` (or the close
+    /// that ends the session).
+    Kept,
+    /// `next` received; the caller registers a fresh buffer and calls `region`.
+    AwaitRegion,
     /// `result` sent.
     Done,
     /// Something went wrong; nothing more is accepted.
@@ -94,6 +107,8 @@ impl fmt::Display for ServerState {
             ServerState::AwaitBinding => f.write_str("binding the hello to its connection"),
             ServerState::AwaitAccept => f.write_str("preparing accept"),
             ServerState::AwaitWrite { notify } => write!(f, "awaiting the write (notify={notify})"),
+            ServerState::Kept => f.write_str("keeping the session for its next round"),
+            ServerState::AwaitRegion => f.write_str("preparing the next round's buffer"),
             ServerState::Done => f.write_str("done"),
             ServerState::Failed => f.write_str("failed"),
         }
@@ -108,6 +123,12 @@ pub struct ServerHandshake {
     state: ServerState,
     hello: Option<Hello>,
     written: Option<Written>,
+    /// This round's `next`, after the first round.
+    round: Option<Next>,
+    /// Whether the caller declined rounds (before the accept).
+    declined: bool,
+    /// Whether the accept granted rounds.
+    granted: bool,
 }
 
 impl ServerHandshake {
@@ -119,6 +140,9 @@ impl ServerHandshake {
             state: ServerState::Start,
             hello: None,
             written: None,
+            round: None,
+            declined: false,
+            granted: false,
         }
     }
 
@@ -192,6 +216,34 @@ impl ServerHandshake {
         self.hello.as_ref().map(|h| h.notify)
     }
 
+    /// The bytes this round writes: the hello's, or the last `next`'s. 0 before a hello.
+    pub fn length(&self) -> u64 {
+        self.round
+            .map(|n| n.length)
+            .or(self.hello.as_ref().map(|h| h.length))
+            .unwrap_or(0)
+    }
+
+    /// This round's announced CRC32C: the hello's, or the last `next`'s.
+    fn announced_crc(&self) -> Option<u32> {
+        match self.round {
+            Some(n) => n.crc32c,
+            None => self.hello.as_ref().and_then(|h| h.crc32c),
+        }
+    }
+
+    /// How long the session is kept after each verdict, once the accept granted rounds.
+    pub fn keep_alive(&self) -> Option<std::time::Duration> {
+        self.granted
+            .then(|| std::time::Duration::from_millis(self.policy.keep_alive_ms))
+    }
+
+    /// Grants no rounds to this session, though its hello asked (the server keeps as many idle
+    /// sessions as it will already): its accept leaves `keep_alive_ms` out. Before the accept.
+    pub fn decline_rounds(&mut self) {
+        self.declined = true;
+    }
+
     /// The `written` message received (notify=tcp), if any.
     pub fn written(&self) -> Option<&Written> {
         self.written.as_ref()
@@ -206,6 +258,9 @@ impl ServerHandshake {
         let mut features = self.policy.features.clone();
         if self.policy.bench_max_len > 0 && !features.iter().any(|f| f == bench::FEATURE) {
             features.push(bench::FEATURE.to_owned());
+        }
+        if self.policy.keep_alive_ms > 0 && !features.iter().any(|f| f == rounds::FEATURE) {
+            features.push(rounds::FEATURE.to_owned());
         }
         Ok(ServerMessage::Banner(Banner {
             program: "rdma-server".to_owned(),
@@ -258,6 +313,9 @@ impl ServerHandshake {
                         "this server does not connect queue pairs through RDMA CM (its banner has no `cm` feature); leave `cm` out",
                     ));
                 }
+                if h.rounds {
+                    check_rounds(&self.policy, &h)?;
+                }
                 let max = if h.bench.is_some() {
                     if self.policy.bench_max_len == 0 {
                         return Err(ProtoError::invalid(
@@ -287,19 +345,47 @@ impl ServerHandshake {
                 },
                 ClientMessage::Written(w),
             ) if self.written.is_none() => {
-                let announced = self.hello.as_ref().map_or(0, |h| h.length);
+                let announced = self.length();
                 if w.length != announced {
                     return Err(ProtoError::invalid(
                         "written",
                         "length",
                         format!(
-                            "{} differs from the {announced} bytes announced in hello",
-                            w.length
+                            "{} differs from the {announced} bytes announced in {}",
+                            w.length,
+                            if self.round.is_some() {
+                                "next"
+                            } else {
+                                "hello"
+                            }
                         ),
                     ));
                 }
                 self.written = Some(w);
                 Ok(ServerEvent::Written(w))
+            }
+            (ServerState::Kept, ClientMessage::Next(n)) => {
+                let notify = self.hello.as_ref().map_or(Notify::Tcp, |h| h.notify);
+                if n.length > self.policy.buffer_size {
+                    return Err(ProtoError::TooLong {
+                        length: n.length,
+                        max: self.policy.buffer_size,
+                    });
+                }
+                if notify == Notify::Imm && n.length > u64::from(u32::MAX) {
+                    return Err(ProtoError::invalid(
+                        "next",
+                        "length",
+                        format!(
+                            "{} does not fit the 32-bit immediate of this session's notify imm",
+                            n.length
+                        ),
+                    ));
+                }
+                self.round = Some(n);
+                self.written = None;
+                self.state = ServerState::AwaitRegion;
+                Ok(ServerEvent::Next(n))
             }
             (state, msg) => Err(ProtoError::Unexpected {
                 got: msg.kind().to_owned(),
@@ -374,6 +460,7 @@ impl ServerHandshake {
             self.state = ServerState::Failed;
             return Err(e);
         }
+        self.granted = hello.rounds && !self.declined && self.policy.keep_alive_ms > 0;
         self.state = ServerState::AwaitWrite { notify };
         Ok(ServerMessage::Accept(Accept {
             endpoint: local,
@@ -381,6 +468,39 @@ impl ServerHandshake {
             rkey,
             buf_len,
             cm,
+            keep_alive_ms: self.granted.then_some(self.policy.keep_alive_ms),
+        }))
+    }
+
+    /// The `region` line that answers a `next`, once the caller registered this round's buffer.
+    /// `AwaitRegion -> AwaitWrite`.
+    ///
+    /// Fails (and moves to `Failed`) if `buf_len` is smaller than the round's length.
+    pub fn region(
+        &mut self,
+        addr: u64,
+        rkey: u32,
+        buf_len: u64,
+    ) -> Result<ServerMessage, ProtoError> {
+        if self.state != ServerState::AwaitRegion {
+            return Err(self.misuse("region()"));
+        }
+        let Some(notify) = self.notify() else {
+            return Err(self.misuse("region()"));
+        };
+        let length = self.length();
+        if buf_len < length {
+            self.state = ServerState::Failed;
+            return Err(ProtoError::TooLong {
+                length,
+                max: buf_len,
+            });
+        }
+        self.state = ServerState::AwaitWrite { notify };
+        Ok(ServerMessage::Region(Region {
+            addr,
+            rkey,
+            buf_len,
         }))
     }
 
@@ -401,21 +521,25 @@ impl ServerHandshake {
             None => problems
                 .push("no hello was accepted, so there is nothing to check against".to_owned()),
             Some(h) => {
-                if length != h.length {
-                    problems.push(format!(
-                        "saw {length} bytes but hello announced {}",
-                        h.length
-                    ));
+                let (want, by) = (
+                    self.length(),
+                    if self.round.is_some() {
+                        "next"
+                    } else {
+                        "hello"
+                    },
+                );
+                if length != want {
+                    problems.push(format!("saw {length} bytes but {by} announced {want}"));
                 }
                 match h.notify {
                     Notify::Imm => match imm {
                         None => {
                             problems.push("notify=imm but no immediate data arrived".to_owned())
                         }
-                        Some(i) if u64::from(i) != h.length => {
+                        Some(i) if u64::from(i) != want => {
                             problems.push(format!(
-                                "immediate data {i} differs from the announced length {}",
-                                h.length
+                                "immediate data {i} differs from the announced length {want}"
                             ));
                         }
                         Some(_) => {}
@@ -425,10 +549,10 @@ impl ServerHandshake {
                             problems.push("notify=tcp but no `written` message arrived".to_owned())
                         }
                         Some(w) => {
-                            if w.length != h.length {
+                            if w.length != want {
                                 problems.push(format!(
-                                    "`written` says {} bytes but hello announced {}",
-                                    w.length, h.length
+                                    "`written` says {} bytes but {by} announced {want}",
+                                    w.length
                                 ));
                             }
                             if w.crc32c != crc {
@@ -440,10 +564,10 @@ impl ServerHandshake {
                         }
                     },
                 }
-                if let Some(want) = h.crc32c {
+                if let Some(want) = self.announced_crc() {
                     if want != crc {
                         problems.push(format!(
-                            "crc32c of the buffer is {crc:#010x} but hello announced {want:#010x}"
+                            "crc32c of the buffer is {crc:#010x} but {by} announced {want:#010x}"
                         ));
                     }
                 }
@@ -459,12 +583,16 @@ impl ServerHandshake {
         }
     }
 
-    /// The `result` line. `AwaitWrite -> Done`.
+    /// The `result` line. `AwaitWrite -> Done`, or `-> Kept` where the accept granted rounds.
     pub fn result(&mut self, outcome: Outcome) -> Result<ServerMessage, ProtoError> {
         if !matches!(self.state, ServerState::AwaitWrite { .. }) {
             return Err(self.misuse("result()"));
         }
-        self.state = ServerState::Done;
+        self.state = if self.granted {
+            ServerState::Kept
+        } else {
+            ServerState::Done
+        };
         Ok(ServerMessage::Result(outcome))
     }
 
@@ -516,6 +644,8 @@ fn unexpected_context(state: ServerState, msg: &ClientMessage) -> String {
             "nothing: in notify=imm the write's immediate data signals completion, do not send `written`".to_owned()
         }
         ServerState::AwaitWrite { notify: Notify::Tcp } => "nothing more (`written` was already received)".to_owned(),
+        ServerState::Kept => "`next`, or the connection closed".to_owned(),
+        ServerState::AwaitRegion => "nothing (the server is preparing the next round's buffer)".to_owned(),
         ServerState::Done | ServerState::Failed => "nothing (the handshake is over)".to_owned(),
     };
     let dup = match (state, msg) {
@@ -523,10 +653,29 @@ fn unexpected_context(state: ServerState, msg: &ClientMessage) -> String {
             ServerState::AwaitBinding
             | ServerState::AwaitAccept
             | ServerState::AwaitWrite { .. }
+            | ServerState::Kept
+            | ServerState::AwaitRegion
             | ServerState::Done,
             ClientMessage::Hello(_),
         ) => " (duplicate hello: one hello per connection)",
+        (ServerState::Done, ClientMessage::Next(_)) => {
+            " (this session has no rounds: its hello did not ask for them, or the accept did not grant them)"
+        }
         _ => "",
     };
     format!("while the server is {state}{dup}; expected {expected}")
+}
+
+/// A hello's `rounds`: only to a server that offers them, and only for a write session.
+fn check_rounds(policy: &ServerPolicy, h: &Hello) -> Result<(), ProtoError> {
+    let why = if policy.keep_alive_ms == 0 {
+        "this server keeps no session after its verdict (its banner has no `rounds` feature); leave `rounds` out"
+    } else if h.bench.is_some() {
+        "a bench session has no rounds; leave `rounds` out"
+    } else if h.cm {
+        "a session connected through RDMA CM has no rounds; leave `rounds` out"
+    } else {
+        return Ok(());
+    };
+    Err(ProtoError::invalid("hello", "rounds", why))
 }

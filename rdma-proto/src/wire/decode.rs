@@ -8,16 +8,16 @@ use std::str::FromStr;
 use serde_json::{Map, Value};
 
 use super::{
-    Accept, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Notify, Outcome, QpEndpoint,
-    ServerMessage, VALID_MTUS, Written,
+    Accept, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Next, Notify, Outcome,
+    QpEndpoint, Region, ServerMessage, VALID_MTUS, Written,
 };
 use crate::bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
 use crate::cm::CmOffer;
 use crate::error::{ErrorCode, ProtoError};
 use crate::{MAX_TEXT, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
 
-const CLIENT_TYPES: &str = "`hello`, `written`, `error`";
-const SERVER_TYPES: &str = "`banner`, `accept`, `result`, `error`";
+const CLIENT_TYPES: &str = "`hello`, `written`, `next`, `error`";
+const SERVER_TYPES: &str = "`banner`, `accept`, `result`, `region`, `error`";
 
 impl ClientMessage {
     /// Parses one line (with or without its `\r\n`/`\n`) sent by a client.
@@ -31,8 +31,9 @@ impl ClientMessage {
                 ..f
             })
             .map(ClientMessage::Written),
+            "next" => parse_next(Fields { msg: "next", ..f }).map(ClientMessage::Next),
             "error" => parse_error(Fields { msg: "error", ..f }).map(ClientMessage::Error),
-            "banner" | "accept" | "result" => Err(ProtoError::Unexpected {
+            "banner" | "accept" | "result" | "region" => Err(ProtoError::Unexpected {
                 got: ty,
                 context: format!(
                     "from a client: that is a server message; a client sends {CLIENT_TYPES}"
@@ -55,8 +56,9 @@ impl ServerMessage {
             "banner" => parse_banner(Fields { msg: "banner", ..f }).map(ServerMessage::Banner),
             "accept" => parse_accept(Fields { msg: "accept", ..f }).map(ServerMessage::Accept),
             "result" => parse_result(Fields { msg: "result", ..f }).map(ServerMessage::Result),
+            "region" => parse_region(Fields { msg: "region", ..f }).map(ServerMessage::Region),
             "error" => parse_error(Fields { msg: "error", ..f }).map(ServerMessage::Error),
-            "hello" | "written" => Err(ProtoError::Unexpected {
+            "hello" | "written" | "next" => Err(ProtoError::Unexpected {
                 got: ty,
                 context: format!(
                     "from a server: that is a client message; a server sends {SERVER_TYPES}"
@@ -354,6 +356,7 @@ fn parse_hello(f: Fields<'_>) -> Result<Hello, ProtoError> {
         .map(|v| parse_bench(f, v, length, notify))
         .transpose()?;
     let cm = f.opt_bool("cm")?.unwrap_or(false);
+    let rounds = f.opt_bool("rounds")?.unwrap_or(false);
     Ok(Hello {
         endpoint,
         length,
@@ -362,6 +365,7 @@ fn parse_hello(f: Fields<'_>) -> Result<Hello, ProtoError> {
         token,
         bench,
         cm,
+        rounds,
     })
 }
 
@@ -450,6 +454,22 @@ fn parse_accept(f: Fields<'_>) -> Result<Accept, ProtoError> {
         rkey: f.u32("rkey", 0..=u32::MAX)?,
         buf_len: f.uint("buf_len", 1..=u64::MAX)?,
         cm: f.get("cm").map(|v| parse_cm_offer(f, v)).transpose()?,
+        keep_alive_ms: f.opt_uint("keep_alive_ms", crate::rounds::KEEP_ALIVE_MS)?,
+    })
+}
+
+fn parse_next(f: Fields<'_>) -> Result<Next, ProtoError> {
+    Ok(Next {
+        length: f.uint("length", 1..=u64::MAX)?,
+        crc32c: f.opt_uint("crc32c", 0..=u64::from(u32::MAX))?.map(narrow),
+    })
+}
+
+fn parse_region(f: Fields<'_>) -> Result<Region, ProtoError> {
+    Ok(Region {
+        addr: f.uint("addr", 0..=u64::MAX)?,
+        rkey: f.u32("rkey", 0..=u32::MAX)?,
+        buf_len: f.uint("buf_len", 1..=u64::MAX)?,
     })
 }
 

@@ -264,6 +264,11 @@ pub struct Hello {
     /// feature; see [`crate::cm`]). `false` is not sent.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cm: bool,
+    /// Asks to keep the session for more rounds after the verdict (only to a server whose
+    /// banner lists the `rounds` feature, and only for a write session; see
+    /// [`crate::rounds`]). `false` is not sent.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rounds: bool,
 }
 
 /// `accept`: server -> client, the server's QP and the remote buffer.
@@ -282,6 +287,34 @@ pub struct Accept {
     /// (see [`crate::cm`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cm: Option<crate::cm::CmOffer>,
+    /// How long, in milliseconds, the server waits after each verdict for a `next`: present
+    /// exactly when the hello asked for `rounds` and the server grants them (see
+    /// [`crate::rounds`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_alive_ms: Option<u64>,
+}
+
+/// `next`: client -> server, after a verdict in a session whose accept granted rounds: one more
+/// write on the same queue pairs, of `length` bytes (see [`crate::rounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Next {
+    /// Payload bytes of this round, at least 1, at most the accept's `buf_len`.
+    pub length: u64,
+    /// CRC32C of this round's payload, if announced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<u32>,
+}
+
+/// `region`: server -> client, the answer to `next`: a freshly registered buffer (a new rkey;
+/// the last round's is dead) for this round's write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Region {
+    /// Full 64-bit virtual address of the registered buffer.
+    pub addr: u64,
+    /// Remote key of the buffer's memory region.
+    pub rkey: u32,
+    /// Buffer length in bytes (>= `next.length`).
+    pub buf_len: u64,
 }
 
 /// `written`: client -> server in notify=tcp, after the client's write completion.
@@ -318,6 +351,8 @@ pub enum ClientMessage {
     Hello(Hello),
     /// `written`.
     Written(Written),
+    /// `next` (rounds).
+    Next(Next),
     /// `error`.
     Error(ErrorMsg),
 }
@@ -331,6 +366,8 @@ pub enum ServerMessage {
     Accept(Accept),
     /// `result`.
     Result(Outcome),
+    /// `region` (rounds).
+    Region(Region),
     /// `error`.
     Error(ErrorMsg),
 }
@@ -375,6 +412,7 @@ impl ClientMessage {
         match self {
             ClientMessage::Hello(m) => encode("hello", m),
             ClientMessage::Written(m) => encode("written", m),
+            ClientMessage::Next(m) => encode("next", m),
             ClientMessage::Error(m) => encode("error", m),
         }
     }
@@ -384,6 +422,7 @@ impl ClientMessage {
         match self {
             ClientMessage::Hello(_) => "hello",
             ClientMessage::Written(_) => "written",
+            ClientMessage::Next(_) => "next",
             ClientMessage::Error(_) => "error",
         }
     }
@@ -396,6 +435,7 @@ impl ServerMessage {
             ServerMessage::Banner(m) => encode("banner", m),
             ServerMessage::Accept(m) => encode("accept", m),
             ServerMessage::Result(m) => encode("result", m),
+            ServerMessage::Region(m) => encode("region", m),
             ServerMessage::Error(m) => encode("error", m),
         }
     }
@@ -406,6 +446,7 @@ impl ServerMessage {
             ServerMessage::Banner(_) => "banner",
             ServerMessage::Accept(_) => "accept",
             ServerMessage::Result(_) => "result",
+            ServerMessage::Region(_) => "region",
             ServerMessage::Error(_) => "error",
         }
     }

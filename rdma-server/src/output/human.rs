@@ -105,6 +105,13 @@ pub fn line(event: &Event<'_>, lang: Lang, detail: &Detail<'_>) -> String {
                 reason.as_deref().unwrap_or("unknown reason")
             ),
         },
+        Event::Round {
+            session,
+            round,
+            length,
+        } => format!(
+            "[{session}] round {round}: a fresh buffer (new rkey) for {length} bytes, same queue pairs"
+        ),
         Event::Error {
             session: Some(id),
             code,
@@ -222,6 +229,18 @@ mod tests {
         assert_eq!(
             line(&write, Lang::En, &Detail::Offered(4096)),
             "[4] QP 0x000011 <- client QP 0x000022, path MTU 1024, offering 4096 bytes (notify imm)"
+        );
+        assert_eq!(
+            line(
+                &Event::Round {
+                    session: 4,
+                    round: 2,
+                    length: 17
+                },
+                Lang::En,
+                &Detail::None
+            ),
+            "[4] round 2: a fresh buffer (new rkey) for 17 bytes, same queue pairs"
         );
         let done = |notify| Event::Written {
             session: 4,

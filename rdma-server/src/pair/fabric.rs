@@ -4,7 +4,9 @@
 //! - a write lands only through a queue pair connected to the one the region was exposed with
 //!   (the same protection domain), with that region's live rkey, inside its bounds;
 //! - a write with immediate data needs the receive posted, and completes it;
-//! - after `revoke` the region and its queue pair are gone: a write then finds neither.
+//! - after `revoke` the region and its queue pair are gone: a write then finds neither;
+//! - after `end_round` the region is gone and the queue pair stays; `rearm` registers a new
+//!   region (a new rkey) in the same protection domain.
 //!
 //! It keeps count of what the sessions did to it (exposures made, left live) and of the writes
 //! it refused, which the cases assert on.
@@ -45,6 +47,8 @@ struct State {
     regions: HashMap<u32, FakeRegion>,
     /// The rkey of each exposure sessions made (device work done for them).
     exposed: Vec<u32>,
+    /// The rkey of each round's region registered anew on an exposure's queue pair.
+    rearmed: Vec<u32>,
     /// Writes the fabric refused, and why.
     refused: Vec<(WcStatus, String)>,
 }
@@ -130,6 +134,12 @@ impl Fabric {
     #[must_use]
     pub fn exposed(&self) -> Vec<u32> {
         self.lock().exposed.clone()
+    }
+
+    /// The rkey of each region registered for a round after the first, in order.
+    #[must_use]
+    pub fn rearmed(&self) -> Vec<u32> {
+        self.lock().rearmed.clone()
     }
 
     /// How many regions are still exposed (a session that ended must leave none).
@@ -270,12 +280,11 @@ impl WriteVerbs for FakePort {
         Ok(Box::new(FakeExposure {
             fabric: &self.fabric,
             qpn,
-            rkey,
-            region: Region {
+            region: Some(Region {
                 addr,
                 rkey,
                 len: len as u64,
-            },
+            }),
         }))
     }
 
@@ -289,12 +298,12 @@ impl WriteVerbs for FakePort {
 struct FakeExposure<'a> {
     fabric: &'a Fabric,
     qpn: u32,
-    rkey: u32,
-    region: Region,
+    /// `None` once revoked, and between rounds.
+    region: Option<Region>,
 }
 
 impl Exposure for FakeExposure<'_> {
-    fn region(&self) -> Region {
+    fn region(&self) -> Option<Region> {
         self.region
     }
 
@@ -340,15 +349,59 @@ impl Exposure for FakeExposure<'_> {
         }
     }
 
-    fn revoke(self: Box<Self>) -> Result<Box<dyn std::ops::Deref<Target = [u8]>>, Failure> {
-        let mut st = self.fabric.lock();
-        st.qps.remove(&self.qpn);
-        let bytes = st
+    fn revoke(&mut self) -> Result<crate::verbs::Revoked, Failure> {
+        self.fabric.lock().qps.remove(&self.qpn);
+        self.end_round()
+    }
+
+    fn end_round(&mut self) -> Result<crate::verbs::Revoked, Failure> {
+        let r = self
+            .region
+            .take()
+            .ok_or_else(|| Failure::new(rdma_proto::ErrorCode::Internal, "revoked already"))?;
+        let bytes = self
+            .fabric
+            .lock()
             .regions
-            .remove(&self.rkey)
+            .remove(&r.rkey)
             .map(|r| r.bytes)
             .unwrap_or_default();
         Ok(Box::new(bytes))
+    }
+
+    fn rearm(&mut self, len: usize, _: &Grant, imm: bool) -> Result<(), rdma_core_rs::Error> {
+        let mut st = self.fabric.lock();
+        let connected = st.qps.get(&self.qpn).is_some_and(|qp| qp.peer.is_some());
+        if !connected || self.region.is_some() {
+            return Err(rdma_core_rs::Error::InvalidArgument {
+                what: "a round without a connected queue pair, or with the last one's region live"
+                    .to_owned(),
+                advice: "connect, and end the round first".to_owned(),
+            });
+        }
+        st.last += 1;
+        let rkey = st.last;
+        st.rearmed.push(rkey);
+        let addr = IOVA + BASE * u64::from(rkey);
+        st.regions.insert(
+            rkey,
+            FakeRegion {
+                addr,
+                bytes: vec![0; len],
+                qp: self.qpn,
+            },
+        );
+        if imm {
+            if let Some(qp) = st.qps.get_mut(&self.qpn) {
+                qp.recv_posted = true;
+            }
+        }
+        self.region = Some(Region {
+            addr,
+            rkey,
+            len: len as u64,
+        });
+        Ok(())
     }
 }
 
@@ -356,6 +409,8 @@ impl Drop for FakeExposure<'_> {
     fn drop(&mut self) {
         let mut st = self.fabric.lock();
         st.qps.remove(&self.qpn);
-        st.regions.remove(&self.rkey);
+        if let Some(r) = self.region {
+            st.regions.remove(&r.rkey);
+        }
     }
 }

@@ -27,6 +27,9 @@ pub const TOKEN: &str = "s3cret";
 /// Each phase's deadline, both sides: short, for the cases that wait one out.
 pub const TIMEOUT: Duration = Duration::from_millis(300);
 
+/// How long the server keeps a session with rounds after each verdict.
+pub const KEEP_ALIVE: Duration = Duration::from_millis(400);
+
 /// A server context on one port of its own fabric.
 pub struct Pair {
     pub fabric: Arc<Fabric>,
@@ -225,6 +228,7 @@ pub(crate) fn context(ports: Box<dyn crate::ports::PortSource>, buffer_size: u64
             program_version: "0".to_owned(),
             features: rdma_proto::ServerPolicy::default_features(),
             bench_max_len: 0,
+            keep_alive_ms: KEEP_ALIVE.as_millis() as u64,
         },
         timeout: TIMEOUT,
         cq_mode: rdma_core_rs::CqMode::Poll,
@@ -236,6 +240,7 @@ pub(crate) fn context(ports: Box<dyn crate::ports::PortSource>, buffer_size: u64
         pinned: crate::budget::PinBudget::new(1 << 30),
         stranger_log: std::sync::Mutex::new(crate::admission::LogLimit::new(Instant::now())),
         wake: rdma_app::wake::Ringer::none(),
+        kept: crate::session::KeptSlots::new(2),
     }
 }
 

@@ -35,7 +35,12 @@ pub(crate) fn accept_exposed(
         });
     }
     let ours = x.connect(&hello.endpoint, psn).map_err(&rdma)?;
-    let r = x.region();
+    let r = x.region().ok_or_else(|| {
+        Failure::new(
+            rdma_proto::ErrorCode::Internal,
+            "the session's buffer is revoked already",
+        )
+    })?;
     let accept = hs.accept(ours, r.addr, r.rkey, r.len)?;
     conn.send_line(&accept.to_line(), Instant::now() + s.timeout)?;
     Ok(())

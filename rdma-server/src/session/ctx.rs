@@ -39,6 +39,9 @@ pub(crate) struct SessionCtx {
     pub stranger_log: Mutex<LogLimit>,
     /// Rung on a verified write: wakes the accept loop, which a one-shot server leaves on it.
     pub wake: rdma_app::wake::Ringer,
+    /// How many sessions may have rounds at once (`policy.keep_alive_ms` says for how long
+    /// each is kept after a verdict).
+    pub kept: super::KeptSlots,
 }
 
 impl SessionCtx {

@@ -10,11 +10,14 @@ mod bench;
 mod cm;
 mod connect;
 mod ctx;
+mod rounds;
 mod steps;
 
+use crate::verbs::Exposure;
 use connect::accept_exposed;
 pub(crate) use ctx::Failure;
 pub(crate) use ctx::SessionCtx;
+pub(crate) use rounds::KeptSlots;
 use steps::*;
 
 use crate::budget::{self};
@@ -113,7 +116,8 @@ fn session(
         ));
     }
 
-    // A fresh PD, MR (fresh rkey) and QP for this client only; all released before the verdict.
+    // A fresh PD, MR (fresh rkey) and QP for this client only; all released before the verdict
+    // (with rounds: each round's MR before its verdict, the rest when the session ends).
     let rdma = |e: rdma_core_rs::Error| {
         Failure::new(
             ErrorCode::RdmaSetup,
@@ -133,10 +137,15 @@ fn session(
     let mut x = verbs
         .expose(buffer_size, &s.grant, s.cq_mode, imm)
         .map_err(rdma)?;
+    // Rounds only while a kept slot is free (held until the session ends).
+    let kept = if hello.rounds { s.kept.take() } else { None };
+    if kept.is_none() {
+        hs.decline_rounds();
+    }
     accept_exposed(s, conn, hs, &hello, &mut *x, id, rdma)?;
     let notify = SessionNotify::from(hello.notify);
     let (qpn, path_mtu) = x.qp();
-    let offered = x.region().len;
+    let offered = x.region().map_or(0, |r| r.len);
     emit_qp_ready(
         s,
         id,
@@ -145,11 +154,30 @@ fn session(
         notify,
         &Detail::Offered(offered),
     );
+    let mut round = 1;
+    loop {
+        write_round(s, conn, hs, &mut *x, id, notify)?;
+        if !rounds::next(s, conn, hs, &mut *x, id, &mut round, buffer_size, rdma)? {
+            return Ok(());
+        }
+    }
+}
 
-    // Wait for the write: its immediate completion, or the client's `written` notice.
-    let deadline = Instant::now() + phase;
-    let (imm, written) = match hello.notify {
-        Notify::Imm => {
+/// One round of a write session, from the accept (or region) sent to the verdict sent: waits
+/// for the write (its immediate completion, or the client's `written` notice), takes the
+/// client's access away (the whole exposure, or with rounds this round's buffer), verifies.
+fn write_round(
+    s: &SessionCtx,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    x: &mut dyn Exposure,
+    id: u64,
+    notify: SessionNotify,
+) -> Result<(), Failure> {
+    let deadline = Instant::now() + s.timeout;
+    let length = hs.length();
+    let (imm, written) = match hs.notify() {
+        Some(Notify::Imm) => {
             let c = wait_for_completion(s, conn, hs, &|d| x.poll(d), deadline)?;
             if c.opcode != WcOpcode::RecvRdmaWithImm {
                 return Err(Failure::new(
@@ -159,28 +187,30 @@ fn session(
             }
             (c.imm, None)
         }
-        Notify::Tcp => match next_event(conn, hs, deadline)? {
+        _ => match next_event(conn, hs, deadline)? {
             ServerEvent::Written(w) => (None, Some(w)),
             other => return Err(out_of_order(&other)),
         },
     };
     s.out.emit(&Event::Written {
         session: id,
-        length: hello.length,
+        length,
         notify,
     });
 
-    // Take the client's access away before reading a byte; this also frees its slot under
-    // --max-clients before it hears the verdict.
-    let buf = x.revoke()?;
-    let length = usize::try_from(hello.length)
-        .unwrap_or(usize::MAX)
-        .min(buf.len());
+    // Take the client's access away before reading a byte; without rounds this also frees its
+    // slot under --max-clients before it hears the verdict.
+    let buf = if hs.keep_alive().is_some() {
+        x.end_round()?
+    } else {
+        x.revoke()?
+    };
+    let length = usize::try_from(length).unwrap_or(usize::MAX).min(buf.len());
     let outcome: Outcome = hs.verify(&buf[..length], imm, written.as_ref());
     drop(buf);
     report_verdict(s, id, &outcome, &Detail::None);
     let result = hs.result(outcome)?;
-    conn.send_line(&result.to_line(), Instant::now() + phase)?;
+    conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
     Ok(())
 }
 
@@ -246,6 +276,7 @@ mod tests {
                 token: token.map(str::to_owned),
                 bench: None,
                 cm: false,
+                rounds: false,
             });
             (&stream).write_all(hello.to_line().as_bytes()).unwrap();
             line.clear();

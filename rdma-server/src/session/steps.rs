@@ -112,6 +112,7 @@ pub(crate) fn out_of_order(event: &ServerEvent) -> Failure {
     let what = match event {
         ServerEvent::Hello(_) => "hello",
         ServerEvent::Written(_) => "written",
+        ServerEvent::Next(_) => "next",
         ServerEvent::PeerError(_) => "error",
     };
     Failure::new(

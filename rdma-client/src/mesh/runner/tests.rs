@@ -59,6 +59,7 @@ fn good(_: &str, _: &Job) -> Result<Probed, ProbeFailure> {
         rtt: Rtt::wall(Duration::from_micros(40)),
         bw_mbs: None,
         stalled: false,
+        reused: false,
     })
 }
 
