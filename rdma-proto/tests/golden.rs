@@ -345,3 +345,78 @@ fn cm_transcript() -> String {
 fn golden_handshake_cm() {
     check_golden("handshake-cm.jsonl", &cm_transcript());
 }
+
+/// Rounds (`hello.rounds`): the banner lists `rounds`, the accept grants a keep-alive, and
+/// after the first verdict a `next` gets a fresh `region` (a new rkey) for a second write on
+/// the same queue pairs, verified as the first (notify tcp: the second round's `written` and
+/// CRC32C are those of the second payload).
+fn rounds_transcript() -> String {
+    let mut out = String::new();
+    let mut server = ServerHandshake::new(ServerPolicy {
+        buffer_size: 64,
+        token: None,
+        program_version: "0.1.0".to_owned(),
+        features: ServerPolicy::default_features(),
+        bench_max_len: 0,
+        keep_alive_ms: 30_000,
+    });
+    let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None))
+        .asking_rounds();
+    let h = banner_and_hello(&mut server, &mut client, &mut out);
+    assert!(h.rounds);
+    let accept = server
+        .accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 64)
+        .unwrap()
+        .to_line();
+    out.push_str(&format!("S: {accept}"));
+    client
+        .on_accept(ServerMessage::parse(accept.as_bytes()).unwrap())
+        .unwrap();
+    assert_eq!(
+        client.keep_alive(),
+        Some(std::time::Duration::from_secs(30))
+    );
+    let second: &[u8] = b"and again, on the same QPs";
+    for (round, payload) in [(1, PAYLOAD), (2, second)] {
+        if round > 1 {
+            let next = client
+                .next(payload.len() as u64, crc32c(payload))
+                .unwrap()
+                .to_line();
+            out.push_str(&format!("C: {next}"));
+            assert!(matches!(
+                server.on_line(next.as_bytes()).unwrap(),
+                ServerEvent::Next(_)
+            ));
+            assert_eq!(server.state(), ServerState::AwaitRegion);
+            let region = server
+                .region(0x7f8a_1234_6000, 0x0002_1f4d, 64)
+                .unwrap()
+                .to_line();
+            out.push_str(&format!("S: {region}"));
+            let r = client
+                .on_region(ServerMessage::parse(region.as_bytes()).unwrap())
+                .unwrap();
+            assert_eq!(r.rkey, 0x0002_1f4d);
+        }
+        // (the RDMA Write happens here)
+        let w = client.written().unwrap().unwrap().to_line();
+        out.push_str(&format!("C: {w}"));
+        server.on_line(w.as_bytes()).unwrap();
+        let outcome = server.verify(payload, None, None);
+        assert!(outcome.verified, "round {round}: {outcome:?}");
+        let result = server.result(outcome).unwrap().to_line();
+        out.push_str(&format!("S: {result}"));
+        client
+            .on_result(ServerMessage::parse(result.as_bytes()).unwrap())
+            .unwrap();
+        assert_eq!(server.state(), ServerState::Kept);
+        assert_eq!(client.state(), ClientState::Done);
+    }
+    out
+}
+
+#[test]
+fn golden_handshake_rounds() {
+    check_golden("handshake-rounds.jsonl", &rounds_transcript());
+}

@@ -89,6 +89,12 @@ impl<T> Kept<T> {
         true
     }
 
+    /// Whether no session is kept now.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// How many sessions are kept now.
     #[must_use]
     pub fn len(&self) -> usize {
@@ -138,7 +144,7 @@ mod tests {
         assert!(k.put(key("b"), Counted(closed.clone()), t0, S(30), S(10)));
         assert!(k.take(&key("b"), t0 + S(29)).is_none());
         assert_eq!(closed.load(Ordering::Acquire), 2);
-        assert_eq!(k.len(), 0);
+        assert!(k.is_empty());
     }
 
     #[test]

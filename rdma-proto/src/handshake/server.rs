@@ -2,17 +2,22 @@
 
 use std::fmt;
 
+mod rounds;
+mod verify;
+
+use rounds::check_rounds;
+
 use subtle::{Choice, ConstantTimeEq};
 
 use super::binding::GidBinding;
+use crate::SUPPORTED_VERSIONS;
+use crate::bench;
 use crate::error::{ErrorCode, ProtoError};
 use crate::framing::FrameError;
 use crate::wire::{
     Accept, Auth, Banner, ClientMessage, ErrorMsg, Hello, Next, Notify, Outcome, QpEndpoint,
-    Region, ServerMessage, Written,
+    ServerMessage, Written,
 };
-use crate::{SUPPORTED_VERSIONS, crc32c, preview_text};
-use crate::{bench, rounds};
 
 /// What the server allows and announces.
 #[derive(Clone, PartialEq, Eq)]
@@ -216,34 +221,6 @@ impl ServerHandshake {
         self.hello.as_ref().map(|h| h.notify)
     }
 
-    /// The bytes this round writes: the hello's, or the last `next`'s. 0 before a hello.
-    pub fn length(&self) -> u64 {
-        self.round
-            .map(|n| n.length)
-            .or(self.hello.as_ref().map(|h| h.length))
-            .unwrap_or(0)
-    }
-
-    /// This round's announced CRC32C: the hello's, or the last `next`'s.
-    fn announced_crc(&self) -> Option<u32> {
-        match self.round {
-            Some(n) => n.crc32c,
-            None => self.hello.as_ref().and_then(|h| h.crc32c),
-        }
-    }
-
-    /// How long the session is kept after each verdict, once the accept granted rounds.
-    pub fn keep_alive(&self) -> Option<std::time::Duration> {
-        self.granted
-            .then(|| std::time::Duration::from_millis(self.policy.keep_alive_ms))
-    }
-
-    /// Grants no rounds to this session, though its hello asked (the server keeps as many idle
-    /// sessions as it will already): its accept leaves `keep_alive_ms` out. Before the accept.
-    pub fn decline_rounds(&mut self) {
-        self.declined = true;
-    }
-
     /// The `written` message received (notify=tcp), if any.
     pub fn written(&self) -> Option<&Written> {
         self.written.as_ref()
@@ -259,8 +236,8 @@ impl ServerHandshake {
         if self.policy.bench_max_len > 0 && !features.iter().any(|f| f == bench::FEATURE) {
             features.push(bench::FEATURE.to_owned());
         }
-        if self.policy.keep_alive_ms > 0 && !features.iter().any(|f| f == rounds::FEATURE) {
-            features.push(rounds::FEATURE.to_owned());
+        if self.policy.keep_alive_ms > 0 && !features.iter().any(|f| f == crate::rounds::FEATURE) {
+            features.push(crate::rounds::FEATURE.to_owned());
         }
         Ok(ServerMessage::Banner(Banner {
             program: "rdma-server".to_owned(),
@@ -364,29 +341,7 @@ impl ServerHandshake {
                 self.written = Some(w);
                 Ok(ServerEvent::Written(w))
             }
-            (ServerState::Kept, ClientMessage::Next(n)) => {
-                let notify = self.hello.as_ref().map_or(Notify::Tcp, |h| h.notify);
-                if n.length > self.policy.buffer_size {
-                    return Err(ProtoError::TooLong {
-                        length: n.length,
-                        max: self.policy.buffer_size,
-                    });
-                }
-                if notify == Notify::Imm && n.length > u64::from(u32::MAX) {
-                    return Err(ProtoError::invalid(
-                        "next",
-                        "length",
-                        format!(
-                            "{} does not fit the 32-bit immediate of this session's notify imm",
-                            n.length
-                        ),
-                    ));
-                }
-                self.round = Some(n);
-                self.written = None;
-                self.state = ServerState::AwaitRegion;
-                Ok(ServerEvent::Next(n))
-            }
+            (ServerState::Kept, ClientMessage::Next(n)) => self.on_next(n),
             (state, msg) => Err(ProtoError::Unexpected {
                 got: msg.kind().to_owned(),
                 context: unexpected_context(state, &msg),
@@ -472,117 +427,6 @@ impl ServerHandshake {
         }))
     }
 
-    /// The `region` line that answers a `next`, once the caller registered this round's buffer.
-    /// `AwaitRegion -> AwaitWrite`.
-    ///
-    /// Fails (and moves to `Failed`) if `buf_len` is smaller than the round's length.
-    pub fn region(
-        &mut self,
-        addr: u64,
-        rkey: u32,
-        buf_len: u64,
-    ) -> Result<ServerMessage, ProtoError> {
-        if self.state != ServerState::AwaitRegion {
-            return Err(self.misuse("region()"));
-        }
-        let Some(notify) = self.notify() else {
-            return Err(self.misuse("region()"));
-        };
-        let length = self.length();
-        if buf_len < length {
-            self.state = ServerState::Failed;
-            return Err(ProtoError::TooLong {
-                length,
-                max: buf_len,
-            });
-        }
-        self.state = ServerState::AwaitWrite { notify };
-        Ok(ServerMessage::Region(Region {
-            addr,
-            rkey,
-            buf_len,
-        }))
-    }
-
-    /// Checks the bytes the server sees against what the client announced. Pure.
-    ///
-    /// `payload` is what the server reads from its buffer (normally the first `hello.length`
-    /// bytes, or as many as the immediate says). `imm` is the immediate data of the completion
-    /// (notify=imm), `written` the client's `written` message (notify=tcp; when `None`, the one
-    /// received through `on_message` is used). Checks, all reported in `reason`:
-    /// length == hello.length; imm == length (imm mode); written.length == length and
-    /// written.crc32c == crc32c(payload) (tcp mode); hello.crc32c == crc32c(payload) if given.
-    pub fn verify(&self, payload: &[u8], imm: Option<u32>, written: Option<&Written>) -> Outcome {
-        let crc = crc32c(payload);
-        let (text, truncated) = preview_text(payload);
-        let length = payload.len() as u64;
-        let mut problems = Vec::new();
-        match &self.hello {
-            None => problems
-                .push("no hello was accepted, so there is nothing to check against".to_owned()),
-            Some(h) => {
-                let (want, by) = (
-                    self.length(),
-                    if self.round.is_some() {
-                        "next"
-                    } else {
-                        "hello"
-                    },
-                );
-                if length != want {
-                    problems.push(format!("saw {length} bytes but {by} announced {want}"));
-                }
-                match h.notify {
-                    Notify::Imm => match imm {
-                        None => {
-                            problems.push("notify=imm but no immediate data arrived".to_owned())
-                        }
-                        Some(i) if u64::from(i) != want => {
-                            problems.push(format!(
-                                "immediate data {i} differs from the announced length {want}"
-                            ));
-                        }
-                        Some(_) => {}
-                    },
-                    Notify::Tcp => match written.or(self.written.as_ref()) {
-                        None => {
-                            problems.push("notify=tcp but no `written` message arrived".to_owned())
-                        }
-                        Some(w) => {
-                            if w.length != want {
-                                problems.push(format!(
-                                    "`written` says {} bytes but {by} announced {want}",
-                                    w.length
-                                ));
-                            }
-                            if w.crc32c != crc {
-                                problems.push(format!(
-                                    "crc32c of the buffer is {crc:#010x} but `written` says {:#010x}",
-                                    w.crc32c
-                                ));
-                            }
-                        }
-                    },
-                }
-                if let Some(want) = self.announced_crc() {
-                    if want != crc {
-                        problems.push(format!(
-                            "crc32c of the buffer is {crc:#010x} but {by} announced {want:#010x}"
-                        ));
-                    }
-                }
-            }
-        }
-        Outcome {
-            verified: problems.is_empty(),
-            length,
-            crc32c: crc,
-            text,
-            truncated,
-            reason: (!problems.is_empty()).then(|| problems.join("; ")),
-        }
-    }
-
     /// The `result` line. `AwaitWrite -> Done`, or `-> Kept` where the accept granted rounds.
     pub fn result(&mut self, outcome: Outcome) -> Result<ServerMessage, ProtoError> {
         if !matches!(self.state, ServerState::AwaitWrite { .. }) {
@@ -664,18 +508,4 @@ fn unexpected_context(state: ServerState, msg: &ClientMessage) -> String {
         _ => "",
     };
     format!("while the server is {state}{dup}; expected {expected}")
-}
-
-/// A hello's `rounds`: only to a server that offers them, and only for a write session.
-fn check_rounds(policy: &ServerPolicy, h: &Hello) -> Result<(), ProtoError> {
-    let why = if policy.keep_alive_ms == 0 {
-        "this server keeps no session after its verdict (its banner has no `rounds` feature); leave `rounds` out"
-    } else if h.bench.is_some() {
-        "a bench session has no rounds; leave `rounds` out"
-    } else if h.cm {
-        "a session connected through RDMA CM has no rounds; leave `rounds` out"
-    } else {
-        return Ok(());
-    };
-    Err(ProtoError::invalid("hello", "rounds", why))
 }

@@ -10,6 +10,7 @@
 mod cases;
 pub mod fabric;
 mod hostile;
+mod rounds;
 
 use crate::session::{SessionCtx, serve};
 use fabric::Fabric;

@@ -12,21 +12,16 @@ mod connect;
 mod ctx;
 mod rounds;
 mod steps;
+mod write;
 
-use crate::verbs::Exposure;
-use connect::accept_exposed;
 pub(crate) use ctx::Failure;
 pub(crate) use ctx::SessionCtx;
 pub(crate) use rounds::KeptSlots;
 use steps::*;
 
-use crate::budget::{self};
-use crate::output::{Detail, Event, SessionNotify};
-use rdma_core_rs::WcOpcode;
+use crate::output::Event;
 use rdma_proto::framing::LineConn;
-use rdma_proto::{
-    ErrorCode, ErrorMsg, Notify, Outcome, ServerEvent, ServerHandshake, ServerMessage,
-};
+use rdma_proto::{ErrorCode, ErrorMsg, ServerEvent, ServerHandshake, ServerMessage};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -105,113 +100,7 @@ fn session(
         return bench::session(s, local, conn, hs, id, &hello, b);
     }
 
-    // Before anything is reserved or registered: a write this device cannot take.
-    if hello.notify == Notify::Imm && !verbs.has_write_with_imm() {
-        return Err(Failure::new(
-            ErrorCode::InvalidField,
-            format!(
-                "notify imm: this server's device {} is iWARP, which has no RDMA Write with immediate; use notify tcp",
-                verbs.name().device
-            ),
-        ));
-    }
-
-    // A fresh PD, MR (fresh rkey) and QP for this client only; all released before the verdict
-    // (with rounds: each round's MR before its verdict, the rest when the session ends).
-    let rdma = |e: rdma_core_rs::Error| {
-        Failure::new(
-            ErrorCode::RdmaSetup,
-            format!("server-side RDMA setup failed: {e}"),
-        )
-    };
-    let buffer_size = usize::try_from(s.policy.buffer_size)
-        .map_err(|_| Failure::new(ErrorCode::Internal, "buffer size does not fit in memory"))?;
-    // Held until the session ends, after the buffer is gone.
-    let _pins = s
-        .pinned
-        .reserve(budget::write_session(s.policy.buffer_size))
-        .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
-    // With `imm` the receive is posted before the client can know our QP: the
-    // write-with-immediate finds it waiting.
-    let imm = hello.notify == Notify::Imm;
-    let mut x = verbs
-        .expose(buffer_size, &s.grant, s.cq_mode, imm)
-        .map_err(rdma)?;
-    // Rounds only while a kept slot is free (held until the session ends).
-    let kept = if hello.rounds { s.kept.take() } else { None };
-    if kept.is_none() {
-        hs.decline_rounds();
-    }
-    accept_exposed(s, conn, hs, &hello, &mut *x, id, rdma)?;
-    let notify = SessionNotify::from(hello.notify);
-    let (qpn, path_mtu) = x.qp();
-    let offered = x.region().map_or(0, |r| r.len);
-    emit_qp_ready(
-        s,
-        id,
-        (qpn, path_mtu),
-        &hello,
-        notify,
-        &Detail::Offered(offered),
-    );
-    let mut round = 1;
-    loop {
-        write_round(s, conn, hs, &mut *x, id, notify)?;
-        if !rounds::next(s, conn, hs, &mut *x, id, &mut round, buffer_size, rdma)? {
-            return Ok(());
-        }
-    }
-}
-
-/// One round of a write session, from the accept (or region) sent to the verdict sent: waits
-/// for the write (its immediate completion, or the client's `written` notice), takes the
-/// client's access away (the whole exposure, or with rounds this round's buffer), verifies.
-fn write_round(
-    s: &SessionCtx,
-    conn: &mut LineConn<TcpStream>,
-    hs: &mut ServerHandshake,
-    x: &mut dyn Exposure,
-    id: u64,
-    notify: SessionNotify,
-) -> Result<(), Failure> {
-    let deadline = Instant::now() + s.timeout;
-    let length = hs.length();
-    let (imm, written) = match hs.notify() {
-        Some(Notify::Imm) => {
-            let c = wait_for_completion(s, conn, hs, &|d| x.poll(d), deadline)?;
-            if c.opcode != WcOpcode::RecvRdmaWithImm {
-                return Err(Failure::new(
-                    ErrorCode::WriteFailed,
-                    format!("expected an RDMA Write with immediate, got {:?}", c.opcode),
-                ));
-            }
-            (c.imm, None)
-        }
-        _ => match next_event(conn, hs, deadline)? {
-            ServerEvent::Written(w) => (None, Some(w)),
-            other => return Err(out_of_order(&other)),
-        },
-    };
-    s.out.emit(&Event::Written {
-        session: id,
-        length,
-        notify,
-    });
-
-    // Take the client's access away before reading a byte; without rounds this also frees its
-    // slot under --max-clients before it hears the verdict.
-    let buf = if hs.keep_alive().is_some() {
-        x.end_round()?
-    } else {
-        x.revoke()?
-    };
-    let length = usize::try_from(length).unwrap_or(usize::MAX).min(buf.len());
-    let outcome: Outcome = hs.verify(&buf[..length], imm, written.as_ref());
-    drop(buf);
-    report_verdict(s, id, &outcome, &Detail::None);
-    let result = hs.result(outcome)?;
-    conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
-    Ok(())
+    write::session(s, conn, hs, verbs, &hello, id)
 }
 
 #[cfg(test)]
@@ -271,7 +160,7 @@ mod tests {
                     mtu: 1024,
                 },
                 length: 2,
-                notify: Notify::Tcp,
+                notify: rdma_proto::Notify::Tcp,
                 crc32c: None,
                 token: token.map(str::to_owned),
                 bench: None,

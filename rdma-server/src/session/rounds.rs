@@ -54,6 +54,7 @@ impl KeptSlots {
     }
 
     /// How many are held now.
+    #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.held.load(Ordering::Acquire)
     }
