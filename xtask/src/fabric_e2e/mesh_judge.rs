@@ -8,7 +8,10 @@
 //!   of its way back was slow); probes to that node failed `host` or
 //!   `refused` while its server was stopped; a pair of the lossy link may then go `degraded`
 //!   and back, never `down`;
-//! - no probe `corrupt`, none the prober's own `error`.
+//! - no probe `corrupt`, none the prober's own `error`;
+//! - a pair the faults do not touch writes on its first session all along (rounds, the
+//!   servers' default keep-alive outlasting an interval): every ok probe after its first
+//!   reused the path's session, but where a failed probe before it explains a new one.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +30,8 @@ struct Pair {
     while_down: Vec<Cause>,
     ok: u64,
     failed: u64,
+    /// Ok probes that reused the path's kept session.
+    reused: u64,
 }
 
 /// The nodes' events: `streams[r]` is rank `r`'s prober output. `faulted` and `lossy` are
@@ -62,9 +67,13 @@ pub fn check(
                     outcome,
                     cause,
                     error,
+                    reused,
                     ..
                 } => {
                     let p = pairs.entry((me, peer_rank)).or_default();
+                    if reused && outcome == ProbeOutcome::Ok {
+                        p.reused += 1;
+                    }
                     match outcome {
                         // A slow probe (reported failed, cause slow) reached the server: like
                         // an ok one it ends a run of failures, as the prober's state machine
@@ -124,6 +133,13 @@ pub fn check(
             let moves: Vec<(PairState, PairState)> = p.changes.iter().map(|c| (c.0, c.1)).collect();
             let through = w == faulted || t == faulted;
             let on_lossy = lossy.contains(&w) && lossy.contains(&t);
+            let fresh = p.ok - p.reused;
+            if !through && fresh > 1 + p.failed {
+                wrong.push(format!(
+                    "{name}: {fresh} of its {} ok probes opened a new session ({} failed): a kept session was not reused",
+                    p.ok, p.failed
+                ));
+            }
             let ok = if !through {
                 moves == [(Unknown, Up)]
             } else {
@@ -181,11 +197,11 @@ pub fn check(
     if !wrong.is_empty() {
         return Err(wrong.join("; "));
     }
-    let (ok, failed) = pairs
-        .values()
-        .fold((0, 0), |(o, f), p| (o + p.ok, f + p.failed));
+    let (ok, failed, reused) = pairs.values().fold((0, 0, 0), |(o, f, r), p| {
+        (o + p.ok, f + p.failed, r + p.reused)
+    });
     Ok(format!(
-        "{} ordered pairs: the {} through node{} down (rdma, after {down_after} probes) and up again, the others never moved; probes: {ok} ok, {failed} failed, none corrupt",
+        "{} ordered pairs: the {} through node{} down (rdma, after {down_after} probes) and up again, the others never moved; probes: {ok} ok ({reused} on a kept session), {failed} failed, none corrupt",
         n * (n - 1),
         2 * (n - 1),
         faulted + 1
@@ -224,9 +240,10 @@ mod tests {
     fn good(me: usize) -> String {
         let mut l = vec![started(me)];
         for t in (0..3).filter(|&t| t != me) {
-            // A probe's event comes before the change it makes.
+            // A probe's event comes before the change it makes; the second writes on the
+            // first's session.
             l.push(probe(t, "ok", None, "unknown"));
-            l.push(probe(t, "ok", None, "up"));
+            l.push(reused(&probe(t, "ok", None, "up")));
             l.push(state(t, "unknown", "up", None));
             if me == 2 || t == 2 {
                 l.push(probe(t, "failed", Some("rdma"), "up"));
@@ -240,6 +257,10 @@ mod tests {
             }
         }
         l.join("\n")
+    }
+
+    fn reused(probe: &str) -> String {
+        probe.replacen(r#""state""#, r#""reused":true,"state""#, 1)
     }
 
     fn run(streams: &[String]) -> Result<String, String> {
@@ -287,6 +308,33 @@ mod tests {
                 .unwrap_err()
                 .contains("node3 -> node1: state changes")
         );
+    }
+
+    #[test]
+    fn an_untouched_pair_that_opened_new_sessions_is_named() {
+        let v = run(&(0..3).map(good).collect::<Vec<_>>()).unwrap();
+        assert!(v.contains("(6 on a kept session)"), "{v}");
+        // node1 -> node2 did not reuse its session: a second new one, no failure to explain it.
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[0] = s[0].replace(
+            &reused(&probe(1, "ok", None, "up")),
+            &probe(1, "ok", None, "up"),
+        );
+        let e = run(&s).unwrap_err();
+        assert!(
+            e.contains("node1 -> node2: 2 of its 2 ok probes opened a new session (0 failed)"),
+            "{e}"
+        );
+        // Explained by a failed probe before it: fine.
+        s[0] = s[0].replace(
+            &probe(1, "ok", None, "up"),
+            &[
+                probe(1, "failed", Some("rdma"), "unknown"),
+                probe(1, "ok", None, "up"),
+            ]
+            .join("\n"),
+        );
+        assert!(run(&s).is_ok(), "{:?}", run(&s));
     }
 
     #[test]
