@@ -33,6 +33,9 @@ pub enum Case {
     /// A valid hello (gets a real accept), then a second hello: `unexpected_message`
     /// (both notify modes).
     DuplicateHello,
+    /// A `next` (rounds) before the hello, and one in place of the write after a valid hello's
+    /// accept (a session that did not ask for rounds): `unexpected_message` both times.
+    NextOutOfTurn,
     /// A hello asking for one byte more than the buffer: `too_long`.
     TooLong,
     /// Two sessions at once and one after: three different rkeys.

@@ -87,6 +87,7 @@ impl Cx<'_> {
                 &e("unexpected_message"),
             ),
             Case::DuplicateHello => self.duplicate_hello(),
+            Case::NextOutOfTurn => self.next_out_of_turn(),
             Case::TooLong => {
                 let h = self.hello(self.cfg.buffer_size.saturating_add(1), "imm", Tok::Right);
                 self.line_case(&to_line(&h), &e("too_long"))
@@ -360,6 +361,23 @@ impl Cx<'_> {
             seen.push(format!("{notify}: accept, then {s}"));
         }
         Ok(seen.join("; "))
+    }
+
+    fn next_out_of_turn(&mut self) -> CaseResult {
+        let next = b"{\"type\":\"next\",\"v\":1,\"length\":4,\"crc32c\":0}\n";
+        let unexpected = Answer::Error {
+            code: "unexpected_message",
+            mentions: Some("next"),
+        };
+        let before = self.line_case(next, &unexpected)?;
+        let (mut c, _) = self.open_session("tcp")?;
+        c.send(next, self.deadline())?;
+        let after = c
+            .expect(&unexpected, self.deadline(), self.cfg.reply)
+            .map_err(|e| format!("after the accept: {e}"))?;
+        Ok(format!(
+            "before the hello: {before}; after the accept: {after}"
+        ))
     }
 
     fn fresh_rkey(&mut self) -> CaseResult {

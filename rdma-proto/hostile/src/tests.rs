@@ -271,6 +271,7 @@ fn token_and_busy_cases_pass_against_a_correct_server() {
         Case::MissingToken,
         Case::Busy,
         Case::DuplicateHello,
+        Case::NextOutOfTurn,
     ]
     .into_iter()
     .enumerate()

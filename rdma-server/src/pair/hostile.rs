@@ -194,7 +194,7 @@ fn every_hostile_case_without_rdma_passes_against_the_real_session() {
         started.elapsed()
     );
     assert_eq!(Verdict::failures(&verdicts), Vec::<String>::new());
-    assert_eq!(verdicts.len(), 25, "the cases that run on the session");
+    assert_eq!(verdicts.len(), 26, "the cases that run on the session");
     assert!(
         server.fabric.exposed().len() >= 5,
         "the sessions that got an accept exposed their buffers on the fabric"

@@ -48,6 +48,9 @@ pub struct MeshNode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProberRun {
     pub ok: u64,
+    /// Ok probes whose write went on the path's kept session (rounds), not a new one.
+    #[serde(default)]
+    pub reused: u64,
     pub failed: u64,
     /// Skipped probes, from `mesh_stopped` (it also counts the intervals a stall dropped,
     /// which have no event).
@@ -113,7 +116,7 @@ pub fn prober(
     // With no jitter, node i of n fires i/n into each interval (the mesh's schedule).
     let phase_ms = every_ms * rank as f64 / n as f64;
     let (mut started, mut stopped) = (None, None);
-    let (mut ok, mut failed, mut errors) = (0u64, 0u64, 0u64);
+    let (mut ok, mut failed, mut errors, mut reused_ok) = (0u64, 0u64, 0u64, 0u64);
     let mut ran_to: BTreeMap<usize, u64> = BTreeMap::new();
     let mut took: Vec<f64> = Vec::new();
     for (i, (line, &at)) in lines.iter().zip(&stamps.line_ms).enumerate() {
@@ -143,13 +146,17 @@ pub fn prober(
                 peer_rank,
                 outcome,
                 cause,
+                reused,
                 ..
             } => {
                 let Some(t0) = started else {
                     return Err(format!("line {}: a probe before mesh_started", i + 1));
                 };
                 match outcome {
-                    ProbeOutcome::Ok => ok += 1,
+                    ProbeOutcome::Ok => {
+                        ok += 1;
+                        reused_ok += u64::from(reused);
+                    }
                     ProbeOutcome::Failed => failed += 1,
                     ProbeOutcome::Skipped => {}
                     ProbeOutcome::Error => errors += 1,
@@ -213,6 +220,7 @@ pub fn prober(
     };
     let run = ProberRun {
         ok,
+        reused: reused_ok,
         failed,
         skipped,
         errors,
@@ -272,13 +280,13 @@ pub fn csv(m: &Mesh) -> String {
     let mut s = String::from(
         "rank,node,every_s,cycles,ok,failed,skipped,errors,wall_s,probes_per_s,probe_ms_median,\
          probe_ms_max,served,server_cpu_ms,server_cpu_per_probe_ms,server_rss_before_kb,\
-         server_rss_kb,server_hwm_kb,server_sessions\n",
+         server_rss_kb,server_hwm_kb,server_sessions,reused\n",
     );
     for n in &m.nodes {
         let (p, v) = (&n.prober, &n.server);
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             n.rank,
             n.node,
             m.every_s,
@@ -298,6 +306,7 @@ pub fn csv(m: &Mesh) -> String {
             v.rss_kb,
             v.hwm_kb,
             v.sessions.map_or_else(String::new, |x| x.to_string()),
+            p.reused,
         );
     }
     s
@@ -311,11 +320,12 @@ pub fn render(m: &Mesh) -> String {
         let (p, v) = (&n.prober, &n.server);
         let _ = writeln!(
             s,
-            "    rank {} ({}): {:.2} probes/s ({} ok, {} failed, {} skipped, {} errors in {:.1} s); one probe {:.0} ms median, {:.0} ms most (one at a time: at most {:.2}/s to a peer)",
+            "    rank {} ({}): {:.2} probes/s ({} ok, {} of them on a kept session, {} failed, {} skipped, {} errors in {:.1} s); one probe {:.0} ms median, {:.0} ms most (one at a time: at most {:.2}/s to a peer)",
             n.rank,
             n.node,
             p.probes_per_s,
             p.ok,
+            p.reused,
             p.failed,
             p.skipped,
             p.errors,

@@ -42,7 +42,13 @@ pub fn run(rank: usize, took: [f64; 3]) -> (String, Stamps) {
     let mut lines = vec![started(rank)];
     let mut at = vec![10.0];
     for (t, ms) in took.iter().enumerate() {
-        lines.push(probe(peer, t as u64, "ok"));
+        // The first probe's write opens the path's session; the others reuse it.
+        let line = probe(peer, t as u64, "ok");
+        lines.push(if t == 0 {
+            line
+        } else {
+            line.replacen(r#""state""#, r#""reused":true,"state""#, 1)
+        });
         at.push(10.0 + t as f64 * 1000.0 + phase + ms);
     }
     lines.push(stopped("cycles", 3, 0));
@@ -57,6 +63,7 @@ fn a_healthy_run_gives_its_rate_and_each_probes_time() {
         let p = prober(&out, &stamps, rank, &setting()).unwrap();
         let r = &p.run;
         assert_eq!((r.ok, r.failed, r.skipped, r.errors), (3, 0, 0, 0));
+        assert_eq!(r.reused, 2);
         assert_eq!((r.intervals, r.stopped.as_str()), (3, "cycles"));
         // From 10 ms to 2000 + phase + 400 + 5 ms after it.
         let wall = (2000.0 + 500.0 * rank as f64 + 400.0 + 5.0) / 1000.0;
@@ -243,6 +250,8 @@ fn the_csv_has_a_row_per_node_and_the_report_every_figure() {
     assert!(lines[2].starts_with("1,10.0.0.2,"), "{c}");
     let r = render(&m);
     assert!(r.contains("rank 0 (10.0.0.1): 1.25 probes/s"), "{r}");
+    assert!(r.contains("(3 ok, 2 of them on a kept session,"), "{r}");
+    assert!(lines[1].ends_with(",2"), "{c}");
     assert!(
         r.contains(
             "one probe 300 ms median, 400 ms most (one at a time: at most 3.33/s to a peer)"
