@@ -17,6 +17,10 @@ use std::path::PathBuf;
 
 use rdma_proto::*;
 
+mod common;
+
+use common::policy;
+
 const PAYLOAD: &[u8] = b"Hello RDMA Write!";
 
 fn golden_dir() -> PathBuf {
@@ -85,14 +89,7 @@ fn banner_and_hello_cm(
 /// transcript.
 fn transcript(notify: Notify, token: Option<&str>) -> String {
     let mut out = String::new();
-    let mut server = ServerHandshake::new(ServerPolicy {
-        buffer_size: 64,
-        token: token.map(str::to_owned),
-        program_version: "0.1.0".to_owned(),
-        features: ServerPolicy::default_features(),
-        bench_max_len: 0,
-        keep_alive_ms: 0,
-    });
+    let mut server = ServerHandshake::new(policy(token));
     let mut client = ClientHandshake::new(ClientRequest::for_payload(
         PAYLOAD,
         notify,
@@ -174,12 +171,8 @@ fn golden_handshake_tcp_with_token() {
 fn bench_transcript() -> String {
     let mut out = String::new();
     let mut server = ServerHandshake::new(ServerPolicy {
-        buffer_size: 64,
-        token: None,
-        program_version: "0.1.0".to_owned(),
-        features: ServerPolicy::default_features(),
         bench_max_len: 8 << 20,
-        keep_alive_ms: 0,
+        ..policy(None)
     });
     let bench = BenchParams {
         kind: BenchKind::Lat(PongBuffer {
@@ -194,17 +187,28 @@ fn bench_transcript() -> String {
         ClientHandshake::with_bench(ClientRequest::for_payload(&fin, Notify::Tcp, None), bench);
     let h = banner_and_hello(&mut server, &mut client, &mut out);
     assert_eq!(h.bench.as_ref().map(|b| b.iters), Some(1000));
+    accept_onto(&mut server, &mut client, 4096, &mut out);
+    // (the ping-pong happens here)
+    finish_tcp(&mut server, &mut client, &fin, &mut out);
+    out
+}
+
+/// The server's accept (its endpoint, a buffer of `buf_len` bytes) onto `out`, which the client
+/// takes.
+fn accept_onto(
+    server: &mut ServerHandshake,
+    client: &mut ClientHandshake,
+    buf_len: u64,
+    out: &mut String,
+) -> Accept {
     let accept = server
-        .accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 4096)
+        .accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, buf_len)
         .unwrap()
         .to_line();
     out.push_str(&format!("S: {accept}"));
     client
         .on_accept(ServerMessage::parse(accept.as_bytes()).unwrap())
-        .unwrap();
-    // (the ping-pong happens here)
-    finish_tcp(&mut server, &mut client, &fin, &mut out);
-    out
+        .unwrap()
 }
 
 /// The end of a notify-tcp session onto `out`: the client's `written`, the server's check of
@@ -309,12 +313,8 @@ fn cm_transcript() -> String {
     let mut features = ServerPolicy::default_features();
     features.push(rdma_proto::cm::FEATURE.to_owned());
     let mut server = ServerHandshake::new(ServerPolicy {
-        buffer_size: 64,
-        token: None,
-        program_version: "0.1.0".to_owned(),
         features,
-        bench_max_len: 0,
-        keep_alive_ms: 0,
+        ..policy(None)
     });
     let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
     let iwarp = QpEndpoint {
@@ -353,25 +353,15 @@ fn golden_handshake_cm() {
 fn rounds_transcript() -> String {
     let mut out = String::new();
     let mut server = ServerHandshake::new(ServerPolicy {
-        buffer_size: 64,
-        token: None,
-        program_version: "0.1.0".to_owned(),
-        features: ServerPolicy::default_features(),
-        bench_max_len: 0,
         keep_alive_ms: 30_000,
+        ..policy(None)
     });
     let mut client = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None))
         .asking_rounds();
     let h = banner_and_hello(&mut server, &mut client, &mut out);
     assert!(h.rounds);
-    let accept = server
-        .accept(server_ep(), 0x7f8a_1234_5000, 0x0002_1f3c, 64)
-        .unwrap()
-        .to_line();
-    out.push_str(&format!("S: {accept}"));
-    client
-        .on_accept(ServerMessage::parse(accept.as_bytes()).unwrap())
-        .unwrap();
+    let a = accept_onto(&mut server, &mut client, 64, &mut out);
+    assert_eq!(a.keep_alive_ms, Some(30_000));
     assert_eq!(
         client.keep_alive(),
         Some(std::time::Duration::from_secs(30))
@@ -400,18 +390,8 @@ fn rounds_transcript() -> String {
             assert_eq!(r.rkey, 0x0002_1f4d);
         }
         // (the RDMA Write happens here)
-        let w = client.written().unwrap().unwrap().to_line();
-        out.push_str(&format!("C: {w}"));
-        server.on_line(w.as_bytes()).unwrap();
-        let outcome = server.verify(payload, None, None);
-        assert!(outcome.verified, "round {round}: {outcome:?}");
-        let result = server.result(outcome).unwrap().to_line();
-        out.push_str(&format!("S: {result}"));
-        client
-            .on_result(ServerMessage::parse(result.as_bytes()).unwrap())
-            .unwrap();
-        assert_eq!(server.state(), ServerState::Kept);
-        assert_eq!(client.state(), ClientState::Done);
+        finish_tcp(&mut server, &mut client, payload, &mut out);
+        assert_eq!(server.state(), ServerState::Kept, "round {round}");
     }
     out
 }

@@ -2,30 +2,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (clippy.toml covers only #[test] fns)
 
+mod common;
+
+use common::{ep, policy};
 use rdma_proto::*;
 
 const PAYLOAD: &[u8] = b"Hello RDMA Write!";
-
-fn ep(qpn: u32) -> QpEndpoint {
-    QpEndpoint {
-        qpn,
-        psn: 0x10,
-        gid: "::ffff:10.0.0.1".parse().unwrap(),
-        lid: 0,
-        mtu: 1024,
-    }
-}
-
-fn policy(token: Option<&str>) -> ServerPolicy {
-    ServerPolicy {
-        buffer_size: 64,
-        token: token.map(str::to_owned),
-        program_version: "0.1.0".to_owned(),
-        features: ServerPolicy::default_features(),
-        bench_max_len: 0,
-        keep_alive_ms: 0,
-    }
-}
 
 fn hello(notify: Notify, length: u64, token: Option<&str>) -> ClientMessage {
     ClientMessage::Hello(Hello {

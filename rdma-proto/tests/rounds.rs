@@ -3,21 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (clippy.toml covers only #[test] fns)
 
+mod common;
+
+use common::ep;
 use rdma_proto::*;
 use std::time::Duration;
 
 const FIRST: &[u8] = b"Hello RDMA Write!";
 const SECOND: &[u8] = b"second round";
-
-fn ep(qpn: u32) -> QpEndpoint {
-    QpEndpoint {
-        qpn,
-        psn: 0x10,
-        gid: "::ffff:10.0.0.1".parse().unwrap(),
-        lid: 0,
-        mtu: 1024,
-    }
-}
 
 fn policy(keep_alive_ms: u64) -> ServerPolicy {
     ServerPolicy {

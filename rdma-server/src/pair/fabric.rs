@@ -156,6 +156,20 @@ impl Fabric {
 }
 
 impl State {
+    /// A zeroed region of `len` bytes under `rkey`, exposed with queue pair `qp`; its address.
+    fn register(&mut self, rkey: u32, len: usize, qp: u32) -> u64 {
+        let addr = IOVA + BASE * u64::from(rkey);
+        self.regions.insert(
+            rkey,
+            FakeRegion {
+                addr,
+                bytes: vec![0; len],
+                qp,
+            },
+        );
+        addr
+    }
+
     fn land(
         &mut self,
         from: u32,
@@ -268,15 +282,7 @@ impl WriteVerbs for FakePort {
                 ..Qp::default()
             },
         );
-        let addr = IOVA + BASE * u64::from(rkey);
-        st.regions.insert(
-            rkey,
-            FakeRegion {
-                addr,
-                bytes: vec![0; len],
-                qp: qpn,
-            },
-        );
+        let addr = st.register(rkey, len, qpn);
         Ok(Box::new(FakeExposure {
             fabric: &self.fabric,
             qpn,
@@ -382,15 +388,7 @@ impl Exposure for FakeExposure<'_> {
         st.last += 1;
         let rkey = st.last;
         st.rearmed.push(rkey);
-        let addr = IOVA + BASE * u64::from(rkey);
-        st.regions.insert(
-            rkey,
-            FakeRegion {
-                addr,
-                bytes: vec![0; len],
-                qp: self.qpn,
-            },
-        );
+        let addr = st.register(rkey, len, self.qpn);
         if imm {
             if let Some(qp) = st.qps.get_mut(&self.qpn) {
                 qp.recv_posted = true;

@@ -129,6 +129,12 @@ impl Pair {
     /// Serves one connection with the server's real session, while `client` runs its real
     /// session against it; returns when both ended.
     pub fn run(&self, client: &Client) -> Ended {
+        self.serving(|addr| self.client(addr, client))
+    }
+
+    /// Serves one connection with the server's real session, while `client` runs against its
+    /// address; returns what `client` did, when both ended.
+    fn serving<T>(&self, client: impl FnOnce(SocketAddr) -> T) -> T {
         let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
         let addr = l.local_addr().expect("its address");
         std::thread::scope(|scope| {
@@ -137,45 +143,20 @@ impl Pair {
                     serve(&self.server, stream, peer, 1);
                 }
             });
-            self.client(addr, client)
+            client(addr)
         })
     }
 
     fn client(&self, addr: SocketAddr, c: &Client) -> Ended {
-        let opts = SessionOptions {
-            timeout: TIMEOUT * 4,
-            wait_for_server: None,
-            cq_mode: rdma_core_rs::CqMode::Poll,
-            token: TokenSource::default(),
-            cm: false,
-        };
-        let target = Target {
-            name: addr.to_string(),
-            addr,
-        };
         let req = ClientRequest {
             length: c.payload.len() as u64,
             notify: c.notify,
             crc32c: c.crc.unwrap_or_else(|| rdma_proto::crc32c(&c.payload)),
             token: c.token.clone(),
         };
-        let end = PortName {
-            device: "fake1".to_owned(),
-            port: 1,
-            gid_index: 1,
-            gid: "::ffff:127.0.0.1".to_owned(),
-        };
         let mut session = None;
         let result = (|| {
-            let s = session.insert(Session::open(
-                &target,
-                ClientHandshake::new(req),
-                &end,
-                None,
-                &opts,
-                None,
-                &rdma_client::output::Detail::None,
-            )?);
+            let s = session.insert(open(addr, ClientHandshake::new(req))?);
             self.session(s, c)
         })();
         Ended {
@@ -216,6 +197,37 @@ impl Pair {
         }
         verdict
     }
+}
+
+/// The real client's session with the server at `addr` (banner read), as `rdma-client` opens
+/// it: each phase's deadline [`TIMEOUT`] four times over, nothing printed.
+pub(crate) fn open(addr: SocketAddr, hs: ClientHandshake) -> color_eyre::Result<Session<'static>> {
+    let opts = SessionOptions {
+        timeout: TIMEOUT * 4,
+        wait_for_server: None,
+        cq_mode: rdma_core_rs::CqMode::Poll,
+        token: TokenSource::default(),
+        cm: false,
+    };
+    let target = Target {
+        name: addr.to_string(),
+        addr,
+    };
+    let end = PortName {
+        device: "fake1".to_owned(),
+        port: 1,
+        gid_index: 1,
+        gid: "::ffff:127.0.0.1".to_owned(),
+    };
+    Session::open(
+        &target,
+        hs,
+        &end,
+        None,
+        &opts,
+        None,
+        &rdma_client::output::Detail::None,
+    )
 }
 
 /// A server context for tests: sessions get their ports from `ports`, buffers of

@@ -2,12 +2,10 @@
 //! session whose client asked, and the real client `Session` writes round after round on the
 //! same fake queue pairs, each round a region registered anew.
 
-use super::{KEEP_ALIVE, Pair, TIMEOUT, TOKEN};
-use crate::session::{KeptSlots, serve};
-use rdma_client::session::{Session, SessionOptions, Target, TokenSource};
+use super::{KEEP_ALIVE, Pair, TOKEN};
+use crate::session::KeptSlots;
 use rdma_core_rs::WcStatus;
 use rdma_proto::{ClientHandshake, ClientRequest, Notify, Outcome};
-use std::net::TcpListener;
 use std::time::Duration;
 
 /// What the client does between two rounds.
@@ -36,14 +34,7 @@ impl Pair {
     /// One session that asks for rounds and writes `payloads`, one a round, doing `between`
     /// between rounds; the server's session is served to its end.
     fn rounds(&self, notify: Notify, payloads: &[&[u8]], between: Between) -> Rounds {
-        let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
-        let addr = l.local_addr().expect("its address");
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                if let Ok((stream, peer)) = l.accept() {
-                    serve(&self.server, stream, peer, 1);
-                }
-            });
+        self.serving(|addr| {
             let mut done = Rounds {
                 keep_alive: None,
                 verdicts: Vec::new(),
@@ -64,34 +55,8 @@ impl Pair {
         between: Between,
         done: &mut Rounds,
     ) -> color_eyre::Result<()> {
-        let opts = SessionOptions {
-            timeout: TIMEOUT * 4,
-            wait_for_server: None,
-            cq_mode: rdma_core_rs::CqMode::Poll,
-            token: TokenSource::default(),
-            cm: false,
-        };
-        let target = Target {
-            name: addr.to_string(),
-            addr,
-        };
-        let first = payloads[0];
-        let req = ClientRequest::for_payload(first, notify, Some(TOKEN.to_owned()));
-        let end = rdma_app::verbs::PortName {
-            device: "fake1".to_owned(),
-            port: 1,
-            gid_index: 1,
-            gid: "::ffff:127.0.0.1".to_owned(),
-        };
-        let mut s = Session::open(
-            &target,
-            ClientHandshake::new(req).asking_rounds(),
-            &end,
-            None,
-            &opts,
-            None,
-            &rdma_client::output::Detail::None,
-        )?;
+        let req = ClientRequest::for_payload(payloads[0], notify, Some(TOKEN.to_owned()));
+        let mut s = super::open(addr, ClientHandshake::new(req).asking_rounds())?;
         let qp = self.fabric.client_qp();
         s.hello_endpoint(qp, false)?;
         let accept = s.await_accept()?;
