@@ -87,6 +87,10 @@ pub struct BenchArgs {
     /// must end within it).
     #[arg(long, default_value_t = 1.0)]
     pub mesh_every: f64,
+    /// The mesh's probers open a new write session every probe (`--no-reuse`), to compare
+    /// with the default, which writes on each path's kept session (rounds).
+    #[arg(long)]
+    pub mesh_no_reuse: bool,
     /// Skip timing the warm `cargo xtask e2e` (then the binaries must be built already).
     #[arg(long)]
     pub no_e2e: bool,
@@ -223,6 +227,7 @@ pub fn cmd(args: &BenchArgs) -> Result<()> {
             every: Duration::from_secs_f64(args.mesh_every.clamp(0.1, 60.0)),
             cycles: args.mesh_cycles,
             nodes: vec![plans::SERVER_IP.to_owned(), plans::CLIENT_IP.to_owned()],
+            no_reuse: args.mesh_no_reuse,
         }),
     };
     let guests = plans::plans(&params, &bins);

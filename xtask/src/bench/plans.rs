@@ -390,6 +390,7 @@ mod tests {
             every: std::time::Duration::from_secs(1),
             cycles: 30,
             nodes: vec![SERVER_IP.into(), CLIENT_IP.into()],
+            no_reuse: false,
         };
         let g = plans(
             &Params {

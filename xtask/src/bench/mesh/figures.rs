@@ -25,6 +25,9 @@ pub struct Setting {
     pub every: Duration,
     pub cycles: u32,
     pub nodes: Vec<String>,
+    /// The probers run with `--no-reuse`: a new write session every probe, instead of the
+    /// path's kept one (rounds).
+    pub no_reuse: bool,
 }
 
 /// The whole measurement, as `results.json` keeps it.
@@ -32,6 +35,9 @@ pub struct Setting {
 pub struct Mesh {
     pub every_s: f64,
     pub cycles: u32,
+    /// The probers ran with `--no-reuse` (see [`Setting::no_reuse`]).
+    #[serde(default)]
+    pub no_reuse: bool,
     pub nodes: Vec<MeshNode>,
 }
 
@@ -315,6 +321,15 @@ pub fn csv(m: &Mesh) -> String {
 /// The report's lines.
 pub fn render(m: &Mesh) -> String {
     let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "    the write: {}",
+        if m.no_reuse {
+            "a new session every probe (--no-reuse)"
+        } else {
+            "on the path's kept session (rounds), after its first"
+        }
+    );
     let mib = |kb: u64| kb as f64 / 1024.0;
     for n in &m.nodes {
         let (p, v) = (&n.prober, &n.server);

@@ -149,6 +149,7 @@ pub fn steps(bins: &Bins, setting: &Setting, all_done: &str) -> Vec<Vec<Step>> {
                     &cycles,
                     "--json",
                 ])
+                .args(setting.no_reuse.then_some("--no-reuse"))
                 .argv();
             prober.wait_for_file = Some(ready(peer));
             prober.waits_on = vec![before_name(peer)];
@@ -203,6 +204,7 @@ pub fn collect(t: &Transcript, setting: &Setting) -> Result<Mesh, String> {
     Ok(Mesh {
         every_s: setting.every.as_secs_f64(),
         cycles: setting.cycles,
+        no_reuse: setting.no_reuse,
         nodes,
     })
 }
@@ -292,6 +294,12 @@ mod tests {
                 "{a}"
             );
             assert!(prober.timeout_s >= prober_timeout(setting().every, 3));
+            let fresh = Setting {
+                no_reuse: true,
+                ..setting()
+            };
+            let a = steps(&bins, &fresh, "done")[rank][2].argv.join(" ");
+            assert!(a.ends_with("--mesh-cycles 3 --json --no-reuse"), "{a}");
             assert_eq!(speaks(&prober.name), Some(Speaks::Client));
             assert_eq!(speaks(&server.name), Some(Speaks::Server));
             assert_eq!(speaks(&after.name), Some(Speaks::Other));

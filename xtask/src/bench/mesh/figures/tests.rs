@@ -5,6 +5,7 @@ pub fn setting() -> Setting {
         every: Duration::from_secs(1),
         cycles: 3,
         nodes: vec!["10.0.0.1".into(), "10.0.0.2".into()],
+        no_reuse: false,
     }
 }
 
@@ -234,6 +235,7 @@ pub fn mesh() -> Mesh {
     Mesh {
         every_s: 1.0,
         cycles: 3,
+        no_reuse: false,
         nodes,
     }
 }
@@ -251,6 +253,15 @@ fn the_csv_has_a_row_per_node_and_the_report_every_figure() {
     let r = render(&m);
     assert!(r.contains("rank 0 (10.0.0.1): 1.25 probes/s"), "{r}");
     assert!(r.contains("(3 ok, 2 of them on a kept session,"), "{r}");
+    assert!(r.contains("the write: on the path's kept session"), "{r}");
+    let fresh = render(&Mesh {
+        no_reuse: true,
+        ..m.clone()
+    });
+    assert!(
+        fresh.contains("a new session every probe (--no-reuse)"),
+        "{fresh}"
+    );
     assert!(lines[1].ends_with(",2"), "{c}");
     assert!(
         r.contains(
