@@ -240,23 +240,12 @@ impl ClientHandshake {
             ));
         }
         local.validate("hello")?;
-        if self.req.length == 0 {
-            return Err(ProtoError::invalid(
-                "hello",
-                "length",
-                "0 is out of range; write at least 1 byte",
-            ));
-        }
-        if self.req.notify == Notify::Imm && self.req.length > u64::from(u32::MAX) {
-            return Err(ProtoError::invalid(
-                "hello",
-                "length",
-                format!(
-                    "{} does not fit the 32-bit immediate; use notify tcp",
-                    self.req.length
-                ),
-            ));
-        }
+        check_length(
+            "hello",
+            self.req.length,
+            self.req.notify,
+            "; use notify tcp",
+        )?;
         let wants_token = self.banner.as_ref().is_some_and(|b| b.auth == Auth::Token);
         let banner = self.banner.as_ref();
         if cm && !banner.is_some_and(|x| x.features.iter().any(|f| f == crate::cm::FEATURE)) {
@@ -440,18 +429,8 @@ impl ClientHandshake {
                     }
                 ),
             ))
-        } else if length == 0 {
-            Err(ProtoError::invalid(
-                "next",
-                "length",
-                "0 is out of range; write at least 1 byte",
-            ))
-        } else if self.req.notify == Notify::Imm && length > u64::from(u32::MAX) {
-            Err(ProtoError::invalid(
-                "next",
-                "length",
-                format!("{length} does not fit the 32-bit immediate"),
-            ))
+        } else if let Err(e) = check_length("next", length, self.req.notify, "") {
+            Err(e)
         } else {
             self.req.length = length;
             self.req.crc32c = crc32c;
@@ -486,4 +465,29 @@ impl ClientHandshake {
         };
         self.guard(r)
     }
+}
+
+/// A length `msg` may announce: at least a byte, and with notify imm one the 32-bit immediate
+/// carries (`advice` follows that refusal).
+fn check_length(
+    msg: &'static str,
+    length: u64,
+    notify: Notify,
+    advice: &str,
+) -> Result<(), ProtoError> {
+    if length == 0 {
+        return Err(ProtoError::invalid(
+            msg,
+            "length",
+            "0 is out of range; write at least 1 byte",
+        ));
+    }
+    if notify == Notify::Imm && length > u64::from(u32::MAX) {
+        return Err(ProtoError::invalid(
+            msg,
+            "length",
+            format!("{length} does not fit the 32-bit immediate{advice}"),
+        ));
+    }
+    Ok(())
 }

@@ -330,11 +330,7 @@ impl ServerHandshake {
                         format!(
                             "{} differs from the {announced} bytes announced in {}",
                             w.length,
-                            if self.round.is_some() {
-                                "next"
-                            } else {
-                                "hello"
-                            }
+                            self.announced_by()
                         ),
                     ));
                 }

@@ -14,6 +14,15 @@ impl ServerHandshake {
             .unwrap_or(0)
     }
 
+    /// Which message announced this round: `hello` for the first, `next` after.
+    pub(super) fn announced_by(&self) -> &'static str {
+        if self.round.is_some() {
+            "next"
+        } else {
+            "hello"
+        }
+    }
+
     /// This round's announced CRC32C: the hello's, or the last `next`'s.
     pub(super) fn announced_crc(&self) -> Option<u32> {
         match self.round {
@@ -68,14 +77,13 @@ impl ServerHandshake {
 
     /// A `next` in state `Kept`: within the buffer (and the immediate). `Kept -> AwaitRegion`.
     pub(super) fn on_next(&mut self, n: Next) -> Result<ServerEvent, ProtoError> {
-        let notify = self.hello.as_ref().map_or(Notify::Tcp, |h| h.notify);
         if n.length > self.policy.buffer_size {
             return Err(ProtoError::TooLong {
                 length: n.length,
                 max: self.policy.buffer_size,
             });
         }
-        if notify == Notify::Imm && n.length > u64::from(u32::MAX) {
+        if self.notify() == Some(Notify::Imm) && n.length > u64::from(u32::MAX) {
             return Err(ProtoError::invalid(
                 "next",
                 "length",

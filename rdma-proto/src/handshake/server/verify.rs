@@ -22,14 +22,7 @@ impl ServerHandshake {
             None => problems
                 .push("no hello was accepted, so there is nothing to check against".to_owned()),
             Some(h) => {
-                let (want, by) = (
-                    self.length(),
-                    if self.round.is_some() {
-                        "next"
-                    } else {
-                        "hello"
-                    },
-                );
+                let (want, by) = (self.length(), self.announced_by());
                 if length != want {
                     problems.push(format!("saw {length} bytes but {by} announced {want}"));
                 }
