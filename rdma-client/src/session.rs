@@ -370,10 +370,16 @@ impl<'a> Session<'a> {
         self.opts.timeout = timeout;
     }
 
-    /// Asks for one more round of `length` bytes whose CRC32C is `crc32c`, after a verified
+    /// Asks for one more round of `length` bytes whose CRC32C is `crc32c` (a `lat` bench
+    /// session's with `pong`, its buffer for the answers registered anew), after a verified
     /// round of a session with rounds, and reads the server's answer: the round's buffer.
-    pub fn next_round(&mut self, length: u64, crc32c: u32) -> Result<Region> {
-        let next = self.hs.next(length, crc32c)?;
+    pub fn next_round(
+        &mut self,
+        length: u64,
+        crc32c: u32,
+        pong: Option<rdma_proto::bench::PongBuffer>,
+    ) -> Result<Region> {
+        let next = self.hs.next(length, crc32c, pong)?;
         self.send(&next.to_line())?;
         let msg = self.recv()?;
         Ok(self.hs.on_region(msg)?)

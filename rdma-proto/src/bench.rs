@@ -86,7 +86,8 @@ pub enum BenchKind {
 }
 
 /// `lat`: the client's buffer the server writes its answers to (`hello.length` bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// On the wire it is `hello.bench`'s `addr` and `rkey`, or a `next`'s `pong` object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PongBuffer {
     /// `hello.bench.addr`.
     pub addr: u64,

@@ -3,7 +3,8 @@
 //! probes) pays for a TCP connection, a handshake and two queue pairs once, not every time.
 //!
 //! The client asks with `hello.rounds = true`, only to a server whose banner lists `"rounds"`,
-//! and only for a write session (no `bench`, no `cm`). A server that grants it says for how long
+//! never with `cm`, and for a bench session only where the banner lists `"bench-rounds"` too
+//! ([`FEATURE_BENCH`]). A server that grants it says for how long
 //! it keeps the session idle in `accept.keep_alive_ms`; one that does not (it keeps as many
 //! idle sessions as it will already) leaves the field out, and the session ends at its verdict
 //! as any other.
@@ -17,12 +18,20 @@
 //! the server deregisters each round's buffer before it reads a byte of it, and registers the
 //! next one only when asked.
 //!
+//! **Bench sessions** ([`crate::bench`]) repeat their sweep each round: `next.length` is the
+//! hello's, the counters start at 1 again, and a `lat` session's `next` names a fresh buffer of
+//! the client's for the server's answers (`next.pong`), so that neither side's rkey outlives
+//! its round.
+//!
 //! Pure; no I/O.
 
 use std::ops::RangeInclusive;
 
 /// The banner feature that offers rounds.
 pub const FEATURE: &str = "rounds";
+
+/// The banner feature that offers rounds to bench sessions as well (with [`FEATURE`]).
+pub const FEATURE_BENCH: &str = "bench-rounds";
 
 /// The keep-alives `accept.keep_alive_ms` may name: a millisecond to an hour.
 pub const KEEP_ALIVE_MS: RangeInclusive<u64> = 1..=3_600_000;

@@ -370,7 +370,7 @@ fn rounds_transcript() -> String {
     for (round, payload) in [(1, PAYLOAD), (2, second)] {
         if round > 1 {
             let next = client
-                .next(payload.len() as u64, crc32c(payload))
+                .next(payload.len() as u64, crc32c(payload), None)
                 .unwrap()
                 .to_line();
             out.push_str(&format!("C: {next}"));

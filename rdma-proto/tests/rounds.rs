@@ -84,6 +84,7 @@ fn next(length: u64, crc: u32) -> ClientMessage {
     ClientMessage::Next(Next {
         length,
         crc32c: Some(crc),
+        pong: None,
     })
 }
 
@@ -101,22 +102,22 @@ fn the_banner_offers_rounds_only_with_a_keep_alive() {
 }
 
 #[test]
-fn only_a_write_session_to_a_server_that_offers_them_asks_for_rounds() {
+fn only_a_server_that_offers_them_grants_rounds_and_never_through_rdma_cm() {
     let (c, why) = code(admitted(0, hello(Notify::Imm, true)));
     assert_eq!(c, ErrorCode::InvalidField);
     assert!(
         why.contains("rounds") && why.contains("no `rounds` feature"),
         "{why}"
     );
-    let mut bench = hello(Notify::Tcp, true);
-    bench.bench = Some(BenchParams {
-        kind: BenchKind::Bw,
-        sizes: vec![FIRST.len() as u64],
-        iters: 10,
-    });
-    let (c, why) = code(admitted(400, bench));
+    let mut cm = hello(Notify::Tcp, true);
+    cm.cm = true;
+    let mut p = policy(400);
+    p.features.push(cm::FEATURE.to_owned());
+    let mut s = ServerHandshake::new(p);
+    banner_features(&mut s);
+    let (c, why) = code(s.on_message(ClientMessage::Hello(cm)));
     assert_eq!(c, ErrorCode::InvalidField);
-    assert!(why.contains("a bench session has no rounds"), "{why}");
+    assert!(why.contains("RDMA CM has no rounds"), "{why}");
 }
 
 #[test]
@@ -286,14 +287,14 @@ fn the_client_goes_round_after_round_only_where_granted() {
     c.on_accept(accept(Some(400))).unwrap();
     assert_eq!(c.keep_alive(), Some(Duration::from_millis(400)));
     // Not before the verdict.
-    let (code_, _) = code(c.next(1, 0));
+    let (code_, _) = code(c.next(1, 0, None));
     assert_eq!(code_, ErrorCode::Internal);
 
     let (mut c, _) = client_after_hello(&["rounds"], true);
     c.on_accept(accept(Some(400))).unwrap();
     assert!(c.written().unwrap().is_none());
     c.on_result(verdict(FIRST)).unwrap();
-    let ClientMessage::Next(n) = c.next(SECOND.len() as u64, crc32c(SECOND)).unwrap() else {
+    let ClientMessage::Next(n) = c.next(SECOND.len() as u64, crc32c(SECOND), None).unwrap() else {
         panic!()
     };
     assert_eq!(n.length, SECOND.len() as u64);
@@ -310,7 +311,7 @@ fn the_client_goes_round_after_round_only_where_granted() {
     c.on_accept(accept(Some(400))).unwrap();
     c.written().unwrap();
     c.on_result(verdict(FIRST)).unwrap();
-    c.next(SECOND.len() as u64, crc32c(SECOND)).unwrap();
+    c.next(SECOND.len() as u64, crc32c(SECOND), None).unwrap();
     let r = c
         .on_region(ServerMessage::Region(Region {
             addr: 0x2_0000_0000,
@@ -330,7 +331,7 @@ fn the_client_goes_round_after_round_only_where_granted() {
     c.on_accept(accept(None)).unwrap();
     c.written().unwrap();
     c.on_result(verdict(FIRST)).unwrap();
-    let (code_, why) = code(c.next(1, 0));
+    let (code_, why) = code(c.next(1, 0, None));
     assert_eq!(code_, ErrorCode::Internal);
     assert!(why.contains("without rounds"), "{why}");
 }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::bench::{self, BenchParams};
+use crate::bench::{self, BenchParams, PongBuffer};
 use crate::error::{ErrorCode, ProtoError};
 use crate::wire::{
     Accept, Auth, Banner, ClientMessage, Hello, Next, Notify, Outcome, QpEndpoint, Region,
@@ -285,11 +285,14 @@ impl ClientHandshake {
                 ));
             }
         }
-        let offered = self
-            .banner
-            .as_ref()
-            .is_some_and(|x| x.features.iter().any(|f| f == crate::rounds::FEATURE));
-        self.asked_rounds = self.want_rounds && offered && self.bench.is_none() && !cm;
+        let lists = |feature: &str| {
+            self.banner
+                .as_ref()
+                .is_some_and(|x| x.features.iter().any(|f| f == feature))
+        };
+        let offered = lists(crate::rounds::FEATURE)
+            && (self.bench.is_none() || lists(crate::rounds::FEATURE_BENCH));
+        self.asked_rounds = self.want_rounds && offered && !cm;
         self.state = ClientState::AwaitAccept;
         Ok(ClientMessage::Hello(Hello {
             endpoint: local,
@@ -414,8 +417,19 @@ impl ClientHandshake {
     }
 
     /// The `next` line that asks for one more round of `length` bytes whose CRC32C is `crc32c`,
-    /// after a verified round of a session whose accept granted rounds. `Done -> AwaitRegion`.
-    pub fn next(&mut self, length: u64, crc32c: u32) -> Result<ClientMessage, ProtoError> {
+    /// after a verified round of a session whose accept granted rounds. A bench session repeats
+    /// its sweep (`length` is the hello's), and a `lat` one names `pong`, its buffer for the
+    /// server's answers registered anew. `Done -> AwaitRegion`.
+    pub fn next(
+        &mut self,
+        length: u64,
+        crc32c: u32,
+        pong: Option<PongBuffer>,
+    ) -> Result<ClientMessage, ProtoError> {
+        let lat = matches!(
+            self.bench.as_ref().map(|b| b.kind),
+            Some(bench::BenchKind::Lat(_))
+        );
         let r = if self.state != ClientState::Done || self.keep_alive().is_none() {
             Err(ProtoError::new(
                 ErrorCode::Internal,
@@ -431,6 +445,20 @@ impl ClientHandshake {
             ))
         } else if let Err(e) = check_length("next", length, self.req.notify, "") {
             Err(e)
+        } else if self.bench.is_some() && length != self.req.length {
+            Err(ProtoError::new(
+                ErrorCode::Internal,
+                format!(
+                    "client bug: a bench session's next round repeats its sweep of {} bytes, not {length}",
+                    self.req.length
+                ),
+            ))
+        } else if lat != pong.is_some() {
+            Err(ProtoError::new(
+                ErrorCode::Internal,
+                "client bug: a `next` names a buffer for the server's answers exactly in a lat session"
+                    .to_owned(),
+            ))
         } else {
             self.req.length = length;
             self.req.crc32c = crc32c;
@@ -439,6 +467,7 @@ impl ClientHandshake {
             Ok(ClientMessage::Next(Next {
                 length,
                 crc32c: Some(crc32c),
+                pong,
             }))
         };
         self.guard(r)

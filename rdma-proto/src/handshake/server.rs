@@ -36,7 +36,7 @@ pub struct ServerPolicy {
     pub bench_max_len: u64,
     /// How long a session that asked for [`rounds`](crate::rounds) is kept after each verdict,
     /// in milliseconds (in [`crate::rounds::KEEP_ALIVE_MS`]); 0 = no rounds. When not 0 the
-    /// banner lists the `rounds` feature.
+    /// banner lists the `rounds` feature, and with bench sessions `bench-rounds` too.
     pub keep_alive_ms: u64,
 }
 
@@ -238,6 +238,12 @@ impl ServerHandshake {
         }
         if self.policy.keep_alive_ms > 0 && !features.iter().any(|f| f == crate::rounds::FEATURE) {
             features.push(crate::rounds::FEATURE.to_owned());
+        }
+        if self.policy.keep_alive_ms > 0
+            && self.policy.bench_max_len > 0
+            && !features.iter().any(|f| f == crate::rounds::FEATURE_BENCH)
+        {
+            features.push(crate::rounds::FEATURE_BENCH.to_owned());
         }
         Ok(ServerMessage::Banner(Banner {
             program: "rdma-server".to_owned(),

@@ -462,6 +462,26 @@ fn parse_next(f: Fields<'_>) -> Result<Next, ProtoError> {
     Ok(Next {
         length: f.uint("length", 1..=u64::MAX)?,
         crc32c: f.opt_uint("crc32c", 0..=u64::from(u32::MAX))?.map(narrow),
+        pong: f.get("pong").map(|v| parse_pong(f, v)).transpose()?,
+    })
+}
+
+/// `next.pong`: a `lat` round's buffer of the client's.
+fn parse_pong(f: Fields<'_>, v: &Value) -> Result<PongBuffer, ProtoError> {
+    let Value::Object(obj) = v else {
+        return Err(ProtoError::invalid(
+            f.msg,
+            "pong",
+            format!("{} is not an object", summary(v)),
+        ));
+    };
+    let p = Fields {
+        obj,
+        msg: "next.pong",
+    };
+    Ok(PongBuffer {
+        addr: p.uint("addr", 0..=u64::MAX)?,
+        rkey: p.u32("rkey", 0..=u32::MAX)?,
     })
 }
 

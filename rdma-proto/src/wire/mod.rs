@@ -303,6 +303,10 @@ pub struct Next {
     /// CRC32C of this round's payload, if announced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crc32c: Option<u32>,
+    /// A `lat` bench session's buffer for this round's answers: registered anew by the client
+    /// (present exactly in a `lat` session's `next`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pong: Option<crate::bench::PongBuffer>,
 }
 
 /// `region`: server -> client, the answer to `next`: a freshly registered buffer (a new rkey;

@@ -69,7 +69,7 @@ impl Pair {
                     std::thread::sleep(d);
                 }
                 let crc = rdma_proto::crc32c(payload);
-                let region = s.next_round(payload.len() as u64, crc)?;
+                let region = s.next_round(payload.len() as u64, crc, None)?;
                 if between == Between::StaleRkey {
                     done.stale
                         .push(self.fabric.write(qp.qpn, region.addr, rkey, payload, None));

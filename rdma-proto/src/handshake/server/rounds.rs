@@ -2,6 +2,7 @@
 //! `region`, and the round the checks are made against.
 
 use super::{ServerEvent, ServerHandshake, ServerPolicy, ServerState};
+use crate::bench::{BenchKind, PongBuffer};
 use crate::error::ProtoError;
 use crate::wire::{Hello, Next, Notify, Region, ServerMessage};
 
@@ -12,6 +13,15 @@ impl ServerHandshake {
             .map(|n| n.length)
             .or(self.hello.as_ref().map(|h| h.length))
             .unwrap_or(0)
+    }
+
+    /// A `lat` bench session's buffer for this round's answers: the hello's, or the last
+    /// `next`'s. `None` in any other session.
+    pub fn pong(&self) -> Option<PongBuffer> {
+        match self.hello.as_ref()?.bench.as_ref()?.kind {
+            BenchKind::Lat(first) => Some(self.round.and_then(|n| n.pong).unwrap_or(first)),
+            BenchKind::Bw => None,
+        }
     }
 
     /// Which message announced this round: `hello` for the first, `next` after.
@@ -75,9 +85,24 @@ impl ServerHandshake {
         }))
     }
 
-    /// A `next` in state `Kept`: within the buffer (and the immediate). `Kept -> AwaitRegion`.
+    /// A `next` in state `Kept`: within the buffer (and the immediate); in a bench session,
+    /// the hello's length again, and a fresh `pong` exactly where the session is `lat`.
+    /// `Kept -> AwaitRegion`.
     pub(super) fn on_next(&mut self, n: Next) -> Result<ServerEvent, ProtoError> {
-        if n.length > self.policy.buffer_size {
+        let bench = self
+            .hello
+            .as_ref()
+            .and_then(|h| h.bench.as_ref().map(|b| (h.length, b.kind)));
+        if let Some((length, kind)) = bench {
+            check_bench_next(&n, length, kind)?;
+        } else if n.pong.is_some() {
+            return Err(ProtoError::invalid(
+                "next",
+                "pong",
+                "is for a lat bench session's rounds; this is a write session: leave it out",
+            ));
+        }
+        if n.length > self.policy.buffer_size && bench.is_none() {
             return Err(ProtoError::TooLong {
                 length: n.length,
                 max: self.policy.buffer_size,
@@ -100,12 +125,41 @@ impl ServerHandshake {
     }
 }
 
-/// A hello's `rounds`: only to a server that offers them, and only for a write session.
+/// A bench session's `next`: its sweep again (the hello's length), and a fresh buffer for the
+/// answers exactly where it is `lat`.
+fn check_bench_next(n: &Next, length: u64, kind: BenchKind) -> Result<(), ProtoError> {
+    if n.length != length {
+        return Err(ProtoError::invalid(
+            "next",
+            "length",
+            format!(
+                "{} is not the hello's {length}: a bench session's rounds repeat its sweep",
+                n.length
+            ),
+        ));
+    }
+    match (kind, n.pong) {
+        (BenchKind::Lat(_), None) => Err(ProtoError::invalid(
+            "next",
+            "pong",
+            "is missing: each round of a lat session names a buffer registered anew for the server's answers",
+        )),
+        (BenchKind::Bw, Some(_)) => Err(ProtoError::invalid(
+            "next",
+            "pong",
+            "is for lat sessions; a bw session's server does not answer: leave it out",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A hello's `rounds`: only to a server that offers them (to a bench session only where it
+/// offers `bench-rounds` too), never with RDMA CM.
 pub(super) fn check_rounds(policy: &ServerPolicy, h: &Hello) -> Result<(), ProtoError> {
     let why = if policy.keep_alive_ms == 0 {
         "this server keeps no session after its verdict (its banner has no `rounds` feature); leave `rounds` out"
-    } else if h.bench.is_some() {
-        "a bench session has no rounds; leave `rounds` out"
+    } else if h.bench.is_some() && policy.bench_max_len == 0 {
+        "this server runs no bench sessions, so it keeps none (its banner has no `bench-rounds` feature); leave `rounds` out"
     } else if h.cm {
         "a session connected through RDMA CM has no rounds; leave `rounds` out"
     } else {
