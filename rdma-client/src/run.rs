@@ -421,7 +421,9 @@ impl<'a> Connected<'a> {
         self.session.set_timeout(timeout);
         self.resources.write.timeout = timeout;
         let w = self.resources.write;
-        let region = self.session.next_round(w.payload.len() as u64, w.crc, None)?;
+        let region = self
+            .session
+            .next_round(w.payload.len() as u64, w.crc, None)?;
         self.remote = RemoteBuffer {
             addr: region.addr,
             rkey: region.rkey,

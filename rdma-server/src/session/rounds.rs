@@ -1,11 +1,11 @@
-//! Rounds of a write session ([`rdma_proto::rounds`]): after a verdict, a session whose accept
-//! granted them waits up to its keep-alive for the client's `next`, exposes a fresh buffer on
-//! the same queue pair and answers with its `region`. Which sessions get rounds at all is
+//! Rounds of a write or bench session ([`rdma_proto::rounds`]): after a verdict, a session
+//! whose accept granted them waits up to its keep-alive for the client's `next`, exposes a
+//! fresh buffer on the same queue pair and answers with its `region`. Which sessions get rounds at all is
 //! [`KeptSlots`]' to say: at most so many at once, so kept sessions never take every slot
 //! under `--max-clients`.
 
 use rdma_proto::framing::{FrameError, LineConn};
-use rdma_proto::{ErrorCode, Notify, ServerEvent, ServerHandshake};
+use rdma_proto::{ServerEvent, ServerHandshake};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -13,7 +13,7 @@ use std::time::Instant;
 use super::ctx::{Failure, SessionCtx};
 use super::steps::{feed, out_of_order, read_failed};
 use crate::output::Event;
-use crate::verbs::Exposure;
+use crate::verbs::Region;
 
 /// How many sessions may have rounds at once (each holds its slot under `--max-clients`, idle
 /// between rounds): a session whose hello asks for rounds gets them only while one of these
@@ -67,19 +67,16 @@ impl Drop for KeptSlot<'_> {
 }
 
 /// After a verdict: where the accept granted rounds, waits up to the keep-alive for the
-/// client's `next`, registers the round's buffer and sends its `region`; `round` counts it.
-/// `Ok(false)`: the session is over, as it ends normally (no rounds, the client closed the
-/// connection, the keep-alive ran out, the server is stopping).
-#[allow(clippy::too_many_arguments)]
+/// client's `next`, has `rearm` register the round's buffer and sends its `region`; `round`
+/// counts it. `Ok(false)`: the session is over, as it ends normally (no rounds, the client
+/// closed the connection, the keep-alive ran out, the server is stopping).
 pub(super) fn next(
     s: &SessionCtx,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
-    x: &mut dyn Exposure,
     id: u64,
     round: &mut u64,
-    buffer_size: usize,
-    rdma: impl Fn(rdma_core_rs::Error) -> Failure,
+    rearm: &mut dyn FnMut(&ServerHandshake) -> Result<Region, Failure>,
 ) -> Result<bool, Failure> {
     let Some(keep) = hs.keep_alive() else {
         return Ok(false);
@@ -97,11 +94,7 @@ pub(super) fn next(
         ServerEvent::Next(_) => {}
         other => return Err(out_of_order(&other)),
     }
-    let imm = hs.notify() == Some(Notify::Imm);
-    x.rearm(buffer_size, &s.grant, imm).map_err(rdma)?;
-    let r = x
-        .region()
-        .ok_or_else(|| Failure::new(ErrorCode::Internal, "a round's buffer was not registered"))?;
+    let r = rearm(hs)?;
     let region = hs.region(r.addr, r.rkey, r.len)?;
     *round += 1;
     s.out.emit(&Event::Round {

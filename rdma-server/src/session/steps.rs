@@ -1,10 +1,10 @@
-//! The steps every kind of session takes alike: revoking the client's access, logging the
+//! The steps every kind of session takes alike: logging the
 //! queue pair and the verdict, feeding the client's lines to the handshake, waiting for the
 //! write's completion.
 
 use crate::output::{Detail, Event, SessionNotify};
 use crate::verbs::PortName;
-use rdma_core_rs::{Completion, ErrorKind, ExposedRegion, OwnedBuffer, QueuePair, Rts};
+use rdma_core_rs::{Completion, ErrorKind};
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{ErrorCode, ErrorMsg, Hello, Outcome, ServerEvent, ServerHandshake};
@@ -16,14 +16,6 @@ use super::ctx::{Failure, SessionCtx};
 
 /// How often a session waiting for the write checks the socket and the stop flag.
 const SLICE: Duration = Duration::from_millis(100);
-
-/// The client could still write: its QP is connected and the rkey is live. Takes both away
-/// before the CPU reads a byte: destroys our QP (no more packets from it are taken), then
-/// deregisters the MR (the rkey dies); returns the buffer.
-pub(crate) fn revoke(qp: QueuePair<Rts>, mr: ExposedRegion) -> Result<OwnedBuffer, Failure> {
-    drop(qp);
-    crate::verbs::revoke_region(mr)
-}
 
 /// Says which device, port and GID the session uses, and why (chosen by its address).
 pub(crate) fn emit_port_chosen(s: &SessionCtx, id: u64, port: &PortName, why: &str) {

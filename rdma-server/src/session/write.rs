@@ -76,7 +76,14 @@ pub(super) fn session(
     let mut round = 1;
     loop {
         write_round(s, conn, hs, &mut *x, id, notify)?;
-        if !rounds::next(s, conn, hs, &mut *x, id, &mut round, buffer_size, rdma)? {
+        let mut rearm = |hs: &ServerHandshake| {
+            let imm = hs.notify() == Some(Notify::Imm);
+            x.rearm(buffer_size, &s.grant, imm).map_err(rdma)?;
+            x.region().ok_or_else(|| {
+                Failure::new(ErrorCode::Internal, "a round's buffer was not registered")
+            })
+        };
+        if !rounds::next(s, conn, hs, id, &mut round, &mut rearm)? {
             return Ok(());
         }
     }

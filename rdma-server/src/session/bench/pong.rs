@@ -1,34 +1,21 @@
-//! A bench session (`hello.bench`, from `rdma-client --bench`): the client carries every
-//! parameter, the server sizes a fresh buffer for it (up to `--bench-max-bytes`), under the
-//! same token / allow-list / max-clients rules as a write.
-//!
-//! `lat`: for each size, the server spins on the last byte of its buffer until the client's
-//! ping (counter `n`) lands, then writes its pong (the same size, last byte `n`) into the
-//! client's buffer — `ib_write_lat`'s exchange. `bw`: the server only waits. Both end like a
-//! tcp-mode write: the client's `written` names the final bytes, the server revokes the
-//! client's access, checks its buffer against them and sends the verdict.
+//! The server's half of a `lat` bench session's ping-pong ([`Pong`]), and how its waits are
+//! bounded ([`SessionClock`]) and paced ([`Pace`], [`nap`]).
 
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdma_core_rs::{
-    Access, CompletionQueue, ExposedRegion, LocalPort, MemoryRegion, QpCaps, QueuePair,
-    RemoteBuffer, Rts, WriteFlags,
+    CompletionQueue, ExposedRegion, MemoryRegion, QueuePair, RemoteBuffer, Rts, WriteFlags,
 };
-use rdma_proto::bench::{self, BenchKind, BenchParams, SIGNAL_EVERY};
+use rdma_proto::bench::{self, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
-use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
+use rdma_proto::{ErrorCode, ServerHandshake};
 
-use super::connect::connect_and_accept;
-use super::ctx::{Failure, SessionCtx};
-use super::steps::{emit_qp_ready, next_event, out_of_order, report_verdict, revoke};
-use crate::output::{Detail, Event, SessionNotify};
+use super::SQ_DEPTH;
+use crate::session::ctx::{Failure, SessionCtx};
+use crate::session::steps::{next_event, out_of_order};
 
-/// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
-const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;
-/// Inline data asked for (rxe and most NICs offer at least this); 0 if the device refuses.
-const INLINE: u32 = 256;
 /// How long the lat loop spins flat out for a ping before it starts to sleep between looks,
 /// until the session has measured its own round trip ([`Pace`]).
 const SPIN_FOR: Duration = Duration::from_millis(1);
@@ -131,130 +118,19 @@ pub(crate) fn nap(waited: Duration, spin_for: Duration) -> Option<Duration> {
     Some(Duration::from_micros(micros).min(MAX_NAP))
 }
 
-/// Runs one bench session after its hello was accepted by the handshake.
-pub(crate) fn session(
-    s: &SessionCtx,
-    local: &LocalPort,
-    conn: &mut LineConn<TcpStream>,
-    hs: &mut ServerHandshake,
-    id: u64,
-    hello: &Hello,
-    b: &BenchParams,
-) -> Result<(), Failure> {
-    let rdma = |e: rdma_core_rs::Error| {
-        Failure::new(
-            ErrorCode::RdmaSetup,
-            format!("server-side RDMA setup for the bench session failed: {e}"),
-        )
-    };
-    let len = usize::try_from(hello.length)
-        .map_err(|_| Failure::new(ErrorCode::TooLong, "bench buffer does not fit in memory"))?;
-    // Held until the session ends, after both buffers are gone.
-    let _pins = s
-        .pinned
-        .reserve(crate::budget::bench_session(
-            hello.length,
-            matches!(b.kind, BenchKind::Lat(_)),
-        ))
-        .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
-    let pd = local.ctx.alloc_pd().map_err(rdma)?;
-    let mr = pd
-        .register_exposed(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .map_err(rdma)?;
-    // lat: our pongs, and the client's buffer they go to.
-    let mut pongs = match b.kind {
-        BenchKind::Lat(to) => {
-            let mut m = pd.register(len, Access::NONE).map_err(rdma)?;
-            bench::fill_pattern(m.as_mut_slice());
-            Some((m, to))
-        }
-        BenchKind::Bw => None,
-    };
-    let cq = local
-        .ctx
-        .create_cq(SQ_DEPTH * 2, rdma_core_rs::CqMode::Poll)
-        .map_err(rdma)?;
-    let caps = |inline| QpCaps {
-        max_send_wr: SQ_DEPTH,
-        max_inline_data: inline,
-        ..QpCaps::default()
-    };
-    let (qp, inline) = match pd.create_rc_qp(&cq, caps(INLINE)) {
-        Ok(qp) => (qp, INLINE),
-        Err(_) => (pd.create_rc_qp(&cq, caps(0)).map_err(rdma)?, 0),
-    };
-    let qp = qp
-        .to_init(local.port.num, Access::REMOTE_WRITE)
-        .map_err(rdma)?;
-    // From the accept, which `connect_and_accept` sends: an RDMA CM connection (up to
-    // --timeout) counts against --bench-max-time like the rest (issue 23, item 6).
-    let clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
-    let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, id, rdma)?;
-    let mode = SessionNotify::from(b.mode());
-    let path_mtu = qp.path_mtu().bytes();
-    let detail = Detail::Bench {
-        mode,
-        sizes: &b.sizes,
-        iters: b.iters,
-    };
-    emit_qp_ready(s, id, (qp.qpn(), path_mtu), hello, mode, &detail);
-
-    if let Some((src, to)) = pongs.as_mut() {
-        let remote = RemoteBuffer {
-            addr: to.addr,
-            rkey: to.rkey,
-            len: hello.length,
-        };
-        let pong = Pong {
-            qp: &qp,
-            cq: &cq,
-            mr: &mr,
-            remote,
-            inline,
-        };
-        pong.run(s, conn, hs, b, src, &clock)?;
-    }
-
-    // The client's `written` ends both modes: after its last pong (lat) or its last write
-    // completed (bw). The session's end bounds how long a client may hold the buffer.
-    let written = match next_event(conn, hs, clock.end)? {
-        ServerEvent::Written(w) => w,
-        other => return Err(out_of_order(&other)),
-    };
-    s.out.emit(&Event::Written {
-        session: id,
-        length: hello.length,
-        notify: mode,
-    });
-    // As for a write: no more packets from the client's QP, its rkey revoked, then read.
-    let buf = revoke(qp, mr)?;
-    drop(pongs);
-    drop(cq);
-    drop(pd);
-    let mut outcome = hs.verify(&buf[..len.min(buf.len())], None, Some(&written));
-    drop(buf);
-    // The bench pattern is not text: say what was checked instead of echoing bytes.
-    outcome.text = format!("{mode} {:?} x {}", b.sizes, b.iters);
-    outcome.truncated = false;
-    report_verdict(s, id, &outcome, &detail);
-    let result = hs.result(outcome)?;
-    conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
-    Ok(())
-}
-
 /// The server's half of the ping-pong.
-struct Pong<'a> {
-    qp: &'a QueuePair<Rts>,
-    cq: &'a CompletionQueue,
+pub(super) struct Pong<'a> {
+    pub qp: &'a QueuePair<Rts>,
+    pub cq: &'a CompletionQueue,
     /// Where the client's pings land.
-    mr: &'a ExposedRegion,
+    pub mr: &'a ExposedRegion,
     /// The client's buffer, where pongs go.
-    remote: RemoteBuffer,
-    inline: u32,
+    pub remote: RemoteBuffer,
+    pub inline: u32,
 }
 
 impl Pong<'_> {
-    fn run(
+    pub(super) fn run(
         &self,
         s: &SessionCtx,
         conn: &mut LineConn<TcpStream>,

@@ -1,0 +1,239 @@
+//! A bench session (`hello.bench`, from `rdma-client --bench`): the client carries every
+//! parameter, the server sizes a fresh buffer for it (up to `--bench-max-bytes`), under the
+//! same token / allow-list / max-clients rules as a write.
+//!
+//! `lat`: for each size, the server spins on the last byte of its buffer until the client's
+//! ping (counter `n`) lands, then writes its pong (the same size, last byte `n`) into the
+//! client's buffer — `ib_write_lat`'s exchange. `bw`: the server only waits. Both end like a
+//! tcp-mode write: the client's `written` names the final bytes, the server revokes the
+//! client's access, checks its buffer against them and sends the verdict.
+//!
+//! With rounds ([`rdma_proto::rounds`], `bench-rounds`) the session then waits for the
+//! client's `next` and runs its sweep again on the same queue pairs: a buffer registered anew
+//! for the pings, the `lat` answers into the client's fresh buffer the `next` names. Between
+//! rounds nothing of the session's is exposed: the pings' buffer is deregistered before a byte
+//! of it is read.
+
+use std::net::TcpStream;
+use std::time::Instant;
+
+use rdma_core_rs::{
+    Access, CompletionQueue, ExposedRegion, LocalPort, MemoryRegion, ProtectionDomain, QpCaps,
+    QueuePair, RemoteBuffer, Rts,
+};
+use rdma_proto::bench::{self, BenchKind, BenchParams, SIGNAL_EVERY};
+use rdma_proto::framing::LineConn;
+use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
+
+use super::connect::connect_and_accept;
+use super::ctx::{Failure, SessionCtx};
+use super::rounds;
+use super::steps::{emit_qp_ready, next_event, out_of_order, report_verdict};
+use crate::output::{Detail, Event, SessionNotify};
+use crate::verbs::{Region, revoke_region};
+
+mod pong;
+
+use pong::{Pong, SessionClock};
+
+/// Send-queue depth of a bench QP; a signalled pong at least every `SIGNAL_EVERY`.
+const SQ_DEPTH: u32 = 4 * SIGNAL_EVERY as u32;
+/// Inline data asked for (rxe and most NICs offer at least this); 0 if the device refuses.
+const INLINE: u32 = 256;
+
+/// A bench session's verbs objects. Field order is drop order: the queue pair, the regions,
+/// the completion queue, then their protection domain.
+struct Rig {
+    /// `None` once revoked.
+    qp: Option<QueuePair<Rts>>,
+    /// Where the pings land; `None` once revoked, and between rounds.
+    mr: Option<ExposedRegion>,
+    /// `lat`: the answers' source, the pattern (never exposed).
+    src: Option<MemoryRegion>,
+    cq: CompletionQueue,
+    pd: ProtectionDomain,
+    inline: u32,
+}
+
+/// Runs one bench session after its hello was accepted by the handshake.
+pub(crate) fn session(
+    s: &SessionCtx,
+    local: &LocalPort,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    id: u64,
+    hello: &Hello,
+    b: &BenchParams,
+) -> Result<(), Failure> {
+    let rdma = |e: rdma_core_rs::Error| {
+        Failure::new(
+            ErrorCode::RdmaSetup,
+            format!("server-side RDMA setup for the bench session failed: {e}"),
+        )
+    };
+    let len = usize::try_from(hello.length)
+        .map_err(|_| Failure::new(ErrorCode::TooLong, "bench buffer does not fit in memory"))?;
+    // Held until the session ends, after both buffers are gone.
+    let _pins = s
+        .pinned
+        .reserve(crate::budget::bench_session(
+            hello.length,
+            matches!(b.kind, BenchKind::Lat(_)),
+        ))
+        .map_err(|m| Failure::new(ErrorCode::Busy, m))?;
+    let pd = local.ctx.alloc_pd().map_err(rdma)?;
+    let exposed = |pd: &ProtectionDomain| {
+        pd.register_exposed(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .map_err(rdma)
+    };
+    let mr = exposed(&pd)?;
+    // lat: our answers' source.
+    let src = match b.kind {
+        BenchKind::Lat(_) => {
+            let mut m = pd.register(len, Access::NONE).map_err(rdma)?;
+            bench::fill_pattern(m.as_mut_slice());
+            Some(m)
+        }
+        BenchKind::Bw => None,
+    };
+    let cq = local
+        .ctx
+        .create_cq(SQ_DEPTH * 2, rdma_core_rs::CqMode::Poll)
+        .map_err(rdma)?;
+    let caps = |inline| QpCaps {
+        max_send_wr: SQ_DEPTH,
+        max_inline_data: inline,
+        ..QpCaps::default()
+    };
+    let (qp, inline) = match pd.create_rc_qp(&cq, caps(INLINE)) {
+        Ok(qp) => (qp, INLINE),
+        Err(_) => (pd.create_rc_qp(&cq, caps(0)).map_err(rdma)?, 0),
+    };
+    let qp = qp
+        .to_init(local.port.num, Access::REMOTE_WRITE)
+        .map_err(rdma)?;
+    // Rounds only while a kept slot is free (held until the session ends).
+    let kept = if hello.rounds { s.kept.take() } else { None };
+    if kept.is_none() {
+        hs.decline_rounds();
+    }
+    // From the accept, which `connect_and_accept` sends: an RDMA CM connection (up to
+    // --timeout) counts against --bench-max-time like the rest (issue 23, item 6).
+    let mut clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
+    let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, id, rdma)?;
+    let mode = SessionNotify::from(b.mode());
+    let detail = Detail::Bench {
+        mode,
+        sizes: &b.sizes,
+        iters: b.iters,
+    };
+    emit_qp_ready(
+        s,
+        id,
+        (qp.qpn(), qp.path_mtu().bytes()),
+        hello,
+        mode,
+        &detail,
+    );
+    let mut rig = Rig {
+        qp: Some(qp),
+        mr: Some(mr),
+        src,
+        cq,
+        pd,
+        inline,
+    };
+    let mut round = 1;
+    loop {
+        bench_round(s, conn, hs, id, &mut rig, b, &clock, &detail)?;
+        // The next round: a fresh buffer for the pings (a new rkey), the answers' source back
+        // to the pattern (the last round's answers landed: the client's `written` said so).
+        let mut rearm = |_: &ServerHandshake| {
+            let mr = exposed(&rig.pd)?;
+            let r = Region {
+                addr: mr.addr(),
+                rkey: mr.rkey(),
+                len: mr.len() as u64,
+            };
+            rig.mr = Some(mr);
+            if let Some(src) = rig.src.as_mut() {
+                bench::fill_pattern(src.as_mut_slice());
+            }
+            Ok(r)
+        };
+        if !rounds::next(s, conn, hs, id, &mut round, &mut rearm)? {
+            return Ok(());
+        }
+        clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
+    }
+}
+
+/// One round of a bench session, from the accept (or region) sent to the verdict sent: the
+/// `lat` answers, the client's `written`, its access taken away (the whole session's, or with
+/// rounds this round's buffer), the check.
+#[allow(clippy::too_many_arguments)]
+fn bench_round(
+    s: &SessionCtx,
+    conn: &mut LineConn<TcpStream>,
+    hs: &mut ServerHandshake,
+    id: u64,
+    rig: &mut Rig,
+    b: &BenchParams,
+    clock: &SessionClock,
+    detail: &Detail<'_>,
+) -> Result<(), Failure> {
+    let gone = || {
+        Failure::new(
+            ErrorCode::Internal,
+            "the bench session's buffer is revoked already",
+        )
+    };
+    let length = hs.length();
+    if let (Some(src), Some(to)) = (rig.src.as_mut(), hs.pong()) {
+        let (Some(qp), Some(mr)) = (rig.qp.as_ref(), rig.mr.as_ref()) else {
+            return Err(gone());
+        };
+        let pong = Pong {
+            qp,
+            cq: &rig.cq,
+            mr,
+            remote: RemoteBuffer {
+                addr: to.addr,
+                rkey: to.rkey,
+                len: length,
+            },
+            inline: rig.inline,
+        };
+        pong.run(s, conn, hs, b, src, clock)?;
+    }
+
+    // The client's `written` ends both modes: after its last pong (lat) or its last write
+    // completed (bw). The round's end bounds how long a client may hold the buffer.
+    let written = match next_event(conn, hs, clock.end)? {
+        ServerEvent::Written(w) => w,
+        other => return Err(out_of_order(&other)),
+    };
+    let mode = SessionNotify::from(b.mode());
+    s.out.emit(&Event::Written {
+        session: id,
+        length,
+        notify: mode,
+    });
+    // As for a write: no more packets from the client's QP (unless the session is kept), its
+    // rkey revoked, then read.
+    if hs.keep_alive().is_none() {
+        rig.qp = None;
+        rig.src = None;
+    }
+    let buf = revoke_region(rig.mr.take().ok_or_else(gone)?)?;
+    let len = usize::try_from(length).unwrap_or(usize::MAX).min(buf.len());
+    let mut outcome = hs.verify(&buf[..len], None, Some(&written));
+    drop(buf);
+    // The bench pattern is not text: say what was checked instead of echoing bytes.
+    outcome.text = format!("{mode} {:?} x {}", b.sizes, b.iters);
+    outcome.truncated = false;
+    report_verdict(s, id, &outcome, detail);
+    let result = hs.result(outcome)?;
+    conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
+    Ok(())
+}
