@@ -1,7 +1,9 @@
 //! One bench session: [`Measure::connect`] sets it up (verbs objects and the session,
 //! [`Measure::open`]; the hello, the accept and the queue pair in RTS, [`Opened::connect`]),
 //! [`Run::measure`] runs the loops over a [`Link`] (the real one is [`Bench::link`]'s),
-//! [`Bench::finish`] takes the server's verdict on the final bytes.
+//! [`Bench::finish`] takes the server's verdict on the final bytes. With rounds
+//! ([`rdma_proto::rounds`], `bench-rounds`, [`Measure::rounds`]) [`Bench::verdict`] keeps the
+//! session and [`Bench::again`] runs the sweep once more on the same queue pairs.
 
 use std::time::Instant;
 
@@ -36,18 +38,20 @@ pub struct Measure<'a> {
     pub knobs: Knobs,
     /// Why the local end is what it is, when the route chose it (for the `connected` event).
     pub chosen: Option<&'a str>,
+    /// Ask to keep the session for more rounds, where the server offers `bench-rounds`.
+    pub rounds: bool,
 }
 
-impl<'a> Measure<'a> {
+impl Measure<'_> {
     /// From connect to the server's verdict on the final bytes; `Ok` only when it verified
     /// them. Each step is an event on `out`; with `None` (the fabric check measuring a pair)
     /// nothing is printed and the rows are only returned.
     pub fn run(
         self,
-        local: &'a LocalPort,
-        opts: &'a SessionOptions,
+        local: &LocalPort,
+        opts: &SessionOptions,
         t_start: Instant,
-        out: Option<&'a Output>,
+        out: Option<&Output>,
     ) -> Result<Rows> {
         let mut bench = self.connect(local, opts, t_start, out)?;
         let rows = {
@@ -61,10 +65,10 @@ impl<'a> Measure<'a> {
     /// Registers the buffers, connects to the server with the bench hello and brings the queue
     /// pair to RTS: everything up to the first post (`bench_setup`, timed from `t_start`):
     /// [`open`](Self::open), then [`Opened::connect`].
-    pub fn connect(
+    pub fn connect<'a>(
         self,
-        local: &'a LocalPort,
-        opts: &'a SessionOptions,
+        local: &LocalPort,
+        opts: &SessionOptions,
         t_start: Instant,
         out: Option<&'a Output>,
     ) -> Result<Bench<'a>> {
@@ -73,18 +77,19 @@ impl<'a> Measure<'a> {
 
     /// Registers the buffers, creates the queue pair (INIT) and opens the session (the
     /// banner read); the hello is not sent yet.
-    pub fn open(
+    pub fn open<'a, 'l>(
         self,
-        local: &'a LocalPort,
-        opts: &'a SessionOptions,
+        local: &'l LocalPort,
+        opts: &SessionOptions,
         out: Option<&'a Output>,
-    ) -> Result<Opened<'a>> {
+    ) -> Result<Opened<'a, 'l>> {
         let Measure {
             target,
             params: sweep,
             token,
             knobs: b,
             chosen,
+            rounds,
         } = self;
         let mode = sweep.mode;
         let max = sweep.sizes.last().copied().unwrap_or(1);
@@ -138,6 +143,7 @@ impl<'a> Measure<'a> {
             ClientRequest::for_payload(&fin, Notify::Tcp, token),
             p.clone(),
         );
+        let hs = if rounds { hs.asking_rounds() } else { hs };
         let detail = Detail::Bench {
             mode,
             sizes: &p.sizes,
@@ -157,6 +163,7 @@ impl<'a> Measure<'a> {
                 params: p,
                 knobs: b,
                 timeout: opts.timeout,
+                crc32c: rdma_proto::crc32c(&fin),
             },
             inline,
             cq_mode: opts.cq_mode,
@@ -168,7 +175,7 @@ impl<'a> Measure<'a> {
 /// [`connect`](Self::connect) takes to RTS, or a caller step by step
 /// ([`session`](Self::session), then [`connect_accepted`](Self::connect_accepted)).
 #[derive(Debug)]
-pub struct Opened<'a> {
+pub struct Opened<'a, 'l> {
     // Field order is drop order, as in [`Bench`].
     qp: QueuePair<Init>,
     cq: CompletionQueue,
@@ -176,16 +183,16 @@ pub struct Opened<'a> {
     pongs: Option<ExposedRegion>,
     pd: ProtectionDomain,
     session: Session<'a>,
-    local: &'a LocalPort,
+    local: &'l LocalPort,
     run: Run,
     inline: u32,
     cq_mode: rdma_core_rs::CqMode,
 }
 
-impl<'a> Opened<'a> {
+impl<'a, 'l> Opened<'a, 'l> {
     /// The session, and the queue pair its hello announces: for [`Session::hello`] and
     /// [`Session::await_accept`] when a caller takes the steps itself.
-    pub fn session(&mut self) -> (&mut Session<'a>, &'a LocalPort, &QueuePair<Init>) {
+    pub fn session(&mut self) -> (&mut Session<'a>, &'l LocalPort, &QueuePair<Init>) {
         (&mut self.session, self.local, &self.qp)
     }
 
@@ -239,7 +246,7 @@ impl<'a> Opened<'a> {
             cq,
             src,
             pongs,
-            _pd: pd,
+            pd,
             session,
         })
     }
@@ -257,8 +264,10 @@ pub struct Bench<'a> {
     qp: QueuePair<Rts>,
     cq: CompletionQueue,
     src: MemoryRegion,
+    /// `lat`: where the server's answers land; with rounds, registered anew each round and
+    /// deregistered at its verdict.
     pongs: Option<ExposedRegion>,
-    _pd: ProtectionDomain,
+    pd: ProtectionDomain,
     session: Session<'a>,
 }
 
@@ -268,6 +277,8 @@ pub struct Run {
     params: BenchParams,
     knobs: Knobs,
     timeout: std::time::Duration,
+    /// The CRC32C of the final bytes (each round's).
+    crc32c: u32,
 }
 
 impl<'a> Bench<'a> {
@@ -289,9 +300,61 @@ impl<'a> Bench<'a> {
     /// Says the loops are done (`written`, naming the final bytes) and takes the server's
     /// verdict on them: `Ok` only when it verified them.
     pub fn finish(mut self) -> Result<()> {
+        self.verdict()
+    }
+
+    /// [`finish`](Self::finish), keeping the session for another round where the server
+    /// granted rounds ([`again`](Self::again)); the server's answers can no longer land here
+    /// then (the `lat` buffer for them is deregistered).
+    pub fn verdict(&mut self) -> Result<()> {
         self.session.written()?;
         let outcome = self.session.result()?;
         self.session.emit_verified(&outcome, &Detail::BenchFinal);
+        if self.keep_alive().is_some() {
+            self.pongs = None;
+        }
+        Ok(())
+    }
+
+    /// How long the server keeps this session after each verdict, where it granted rounds.
+    #[must_use]
+    pub fn keep_alive(&self) -> Option<std::time::Duration> {
+        self.session.keep_alive()
+    }
+
+    /// The sweep once more on the same queue pairs, after a verified round of a session whose
+    /// server granted rounds: a `lat` buffer for the answers registered anew (zeroed, so no
+    /// counter of the last round can pass for this one's), the pattern back in our source, a
+    /// `next` naming both, and the server's fresh buffer its `region` names. Each wait from
+    /// now on gets `timeout`. Then [`link`](Self::link) and [`Run::measure`] as in the first
+    /// round, and [`verdict`](Self::verdict).
+    pub fn again(&mut self, timeout: std::time::Duration) -> Result<()> {
+        self.session.set_timeout(timeout);
+        self.run.timeout = timeout;
+        let len = usize::try_from(self.remote.len)?;
+        let pong = match self.run.params.kind {
+            BenchKind::Lat(_) => {
+                let r = self
+                    .pd
+                    .register_exposed(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                let to = PongBuffer {
+                    addr: r.addr(),
+                    rkey: r.rkey(),
+                };
+                self.pongs = Some(r);
+                Some(to)
+            }
+            BenchKind::Bw => None,
+        };
+        bench::fill_pattern(self.src.as_mut_slice());
+        let region = self
+            .session
+            .next_round(self.remote.len, self.run.crc32c, pong)?;
+        self.remote = RemoteBuffer {
+            addr: region.addr,
+            rkey: region.rkey,
+            len: region.buf_len,
+        };
         Ok(())
     }
 }

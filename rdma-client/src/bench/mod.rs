@@ -202,6 +202,7 @@ impl Resolved {
             token: self.token.clone(),
             knobs: task.bench.knobs(),
             chosen: self.chosen.as_deref(),
+            rounds: false,
         }
     }
 }

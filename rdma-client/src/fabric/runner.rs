@@ -313,6 +313,7 @@ impl Pair<'_> {
                     token: token(),
                     knobs: self.task.knobs,
                     chosen: None,
+                    rounds: false,
                 };
                 m.run(local, opts, Instant::now(), None)
             });

@@ -5,13 +5,14 @@
 //! `--bench bw`. With `--rails`, from each rail's device to the peer's address on that rail,
 //! as the fabric check does ([`Ends::Rails`]).
 //!
-//! **The write reuses its session** where the server offers rounds ([`rdma_proto::rounds`]):
-//! a path's verified write keeps its session ([`super::kept`]) when the server keeps it longer
-//! than the path's next probe is away, and that probe writes again on the same queue pairs
-//! (a `next`, a fresh rkey), with no TCP connect, handshake or queue pair of its own. A kept
-//! session the server has closed since (it restarted, its keep-alive ran out) is dropped, and
-//! the probe connects anew, as it does everywhere else. The lat exchange and the bandwidth
-//! sample are bench sessions, a connection each.
+//! **The write and the lat exchange reuse their sessions** where the server offers rounds
+//! ([`rdma_proto::rounds`]; for the exchange, `bench-rounds`): a path keeps each session
+//! ([`super::kept`]) when the server keeps it longer than the path's next probe is away, and
+//! that probe writes again on the same queue pairs (a `next`, fresh rkeys), with no TCP
+//! connect, handshake or queue pair of its own. A kept session the server has closed since
+//! (it restarted, its keep-alive ran out) is dropped, and the probe connects anew, as it does
+//! everywhere else. The bandwidth sample, taken only every `--bw-every` probes (further apart
+//! than a server keeps a session), is a session of its own each time.
 //!
 //! **Deadline.** A probe has one deadline (the runner's: from `--every`); each session of it
 //! gets `--timeout` or what is left of the deadline, whichever is shorter, as the deadline of
@@ -26,7 +27,7 @@
 use super::cause::Stage;
 use super::kept::Kept;
 use super::rtt::Rtt;
-use crate::bench::{Knobs, Measure, Sweep};
+use crate::bench::{Bench, Knobs, Measure, Sweep};
 use crate::run::{Connected, Write};
 use crate::session::{SessionOptions, Target};
 use color_eyre::eyre::{Report, Result};
@@ -67,7 +68,8 @@ pub struct Probed {
     /// The write, or one ping-pong of the lat exchange, took longer than the ACK timeout: it
     /// waited out a retransmission ([`stalled`]).
     pub stalled: bool,
-    /// The write went on a session kept from the path's last probe ([`super::kept`]).
+    /// The probe opened no session: its write, and its lat exchange where it had one, went on
+    /// sessions kept from the path's last probe ([`super::kept`]).
     pub reused: bool,
 }
 
@@ -145,6 +147,8 @@ pub struct VerbsProber<'a> {
     pub ack_timeout: Option<Duration>,
     /// The write sessions kept between probes (`--no-reuse`: none).
     pub kept: Kept<Connected<'a>>,
+    /// The lat exchanges' sessions kept between probes (`--no-reuse`: none).
+    pub kept_lat: Kept<Bench<'a>>,
     /// How long until a path is probed again, at most: a session its server keeps for less is
     /// not kept.
     pub revisit: Duration,
@@ -271,7 +275,8 @@ impl<'a> VerbsProber<'a> {
     }
 
     /// A short bench session of `mode`: the lat's typical, shortest and longest half round
-    /// trips in µs, or the bw's average MB/s (thrice).
+    /// trips in µs, or the bw's average MB/s (thrice); and whether it ran on a session kept
+    /// from the path's last probe (`lat` only: a `bw` sample opens its own).
     fn measure(
         &self,
         local: &LocalPort,
@@ -279,9 +284,21 @@ impl<'a> VerbsProber<'a> {
         job: &Job,
         mode: BenchMode,
         iters: u64,
-    ) -> Result<(f64, f64, f64), ProbeFailure> {
+        path: &super::kept::Key,
+    ) -> Result<((f64, f64, f64), bool), ProbeFailure> {
         // Out of time after the write: the path took it (a timeout in transfer is `rdma`).
         let opts = self.options(job, Stage::Transfer)?;
+        let lat = mode == BenchMode::Lat;
+        if let Some(mut bench) = lat
+            .then(|| self.kept_lat.take(path, Instant::now()))
+            .flatten()
+        {
+            // As for the write: a kept session the server closed since fails here, before
+            // anything is written, and the probe connects anew.
+            if bench.again(opts.timeout).is_ok() {
+                return self.sweep(bench, mode, path).map(|f| (f, true));
+            }
+        }
         let size = match mode {
             BenchMode::Lat => LAT_SIZE,
             BenchMode::Bw => BW_SIZE,
@@ -296,17 +313,33 @@ impl<'a> VerbsProber<'a> {
             token: self.token.clone(),
             knobs: self.knobs,
             chosen: None,
+            rounds: lat && self.kept_lat.enabled(),
         };
         let opened = m.open(local, &opts, None).map_err(at(Stage::Connect))?;
-        let mut bench = opened
+        let bench = opened
             .connect(Instant::now())
             .map_err(at(Stage::Handshake))?;
+        self.sweep(bench, mode, path).map(|f| (f, false))
+    }
+
+    /// One sweep on `bench` and its verdict, its figure; then a `lat` session is kept for
+    /// `path`'s next probe where its server keeps it long enough.
+    fn sweep(
+        &self,
+        mut bench: Bench<'a>,
+        mode: BenchMode,
+        path: &super::kept::Key,
+    ) -> Result<(f64, f64, f64), ProbeFailure> {
         let rows = {
             let (session, mut link, run) = bench.link();
             run.measure(session, &mut link)
         }
         .map_err(at(Stage::Transfer))?;
-        bench.finish().map_err(at(Stage::Transfer))?;
+        bench.verdict().map_err(at(Stage::Transfer))?;
+        if let (BenchMode::Lat, Some(keep)) = (mode, bench.keep_alive()) {
+            self.kept_lat
+                .put(path.clone(), bench, Instant::now(), keep, self.revisit);
+        }
         let figure = match mode {
             BenchMode::Lat => rows
                 .lat
@@ -327,8 +360,8 @@ impl<'a> VerbsProber<'a> {
 impl Prober for VerbsProber<'_> {
     fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
         let (local, target) = self.end(peer, job)?;
-        let (verified, write, reused) =
-            self.write(&local, &target, job, (peer.to_owned(), job.rail))?;
+        let path = (peer.to_owned(), job.rail);
+        let (verified, write, mut reused) = self.write(&local, &target, job, path.clone())?;
         let mut stall = stalled(write, Duration::ZERO, self.ack_timeout);
         if !verified {
             return Ok(Probed {
@@ -341,8 +374,9 @@ impl Prober for VerbsProber<'_> {
         }
         let round = |half_us: f64| Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0));
         let rtt = if self.lat_iters > 0 {
-            let (typical, least, worst) =
-                self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters)?;
+            let ((typical, least, worst), kept) =
+                self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters, &path)?;
+            reused &= kept;
             stall |= stalled(round(worst), round(least), self.ack_timeout);
             round(typical)
         } else {
@@ -350,7 +384,8 @@ impl Prober for VerbsProber<'_> {
         };
         let bw_mbs = if job.bw && self.bw_iters > 0 {
             Some(
-                self.measure(&local, &target, job, BenchMode::Bw, self.bw_iters)?
+                self.measure(&local, &target, job, BenchMode::Bw, self.bw_iters, &path)?
+                    .0
                     .0,
             )
         } else {

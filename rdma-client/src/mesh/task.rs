@@ -33,9 +33,10 @@ rotation that covers every ordered pair within ceil((N-1)/fan-out) intervals (a 
 each server --fan-out probers per interval, whatever N. A probe is the fabric check's steps: a \
 verified write of --probe-bytes, --lat-iters 2-byte ping-pongs (its round trip), a --bench bw \
 sample every --bw-every probes of a pair (with --rails, on each rail: a path each), within \
-min(--every, 30s). The write keeps its session for the path's next probe where the server keeps \
-it that long (rdma-server --serve --keep-alive, rounds: a fresh rkey, no new connection or queue \
-pairs; --no-reuse: a new session each time); the lat and bw runs are sessions of their own. A \
+min(--every, 30s). The write and the lat exchange keep their sessions for the path's next probe \
+where the server keeps them that long (rdma-server --serve --keep-alive, rounds: fresh rkeys, no \
+new connection or queue pairs; --no-reuse: new sessions each time); a bw sample is a session of \
+its own. A \
 peer whose previous probe still runs is skipped, not queued. Causes: host (no TCP, no banner), \
 refused (the server said no), rdma (TCP works, the RDMA path does not), corrupt (the verdict \
 failed), slow (--slow-factor x the pair's median round trip). States: up, degraded (slow or \
@@ -110,8 +111,8 @@ pub struct MeshArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "mesh")]
     pub mesh_cycles: Option<u64>,
 
-    /// Open a new write session for every probe, never keeping one for the path's next probe
-    /// (by default a server that offers rounds is asked for them).
+    /// Open new sessions (the write's, the lat exchange's) for every probe, never keeping one
+    /// for the path's next probe (by default a server that offers rounds is asked for them).
     #[arg(long, requires = "mesh")]
     pub no_reuse: bool,
 }
@@ -311,6 +312,7 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         }
         .ack_timeout(),
         kept: super::kept::Kept::new(!m.no_reuse),
+        kept_lat: super::kept::Kept::new(!m.no_reuse),
         revisit: revisit(&config, world.size()),
     };
     let plan = Plan {

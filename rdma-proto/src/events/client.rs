@@ -137,8 +137,9 @@ pub enum Event<'a> {
         bw_mbs: Option<f64>,
         /// The pair's state after this probe.
         state: PairState,
-        /// Whether its write went on a session kept from the path's last probe (rounds: no
-        /// new connection, handshake or queue pairs).
+        /// Whether the probe opened no session: its write, and its lat exchange where it had
+        /// one, went on sessions kept from the path's last probe (rounds: no new connection,
+        /// handshake or queue pairs).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         reused: bool,
         /// What went wrong (`failed`, `skipped`, `error`), with advice.

@@ -261,6 +261,9 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
     let listen = format!("0.0.0.0:{METRICS_PORT}");
     let qp_timeout = QP_TIMEOUT.to_string();
     let bw_iters = BW_ITERS.to_string();
+    // Each server keeps a write and a lat session for each of its n - 1 probers: half of
+    // --max-clients (the kept sessions' cap) holds them with room to spare.
+    let max_clients = (4 * n.saturating_sub(1) + 4).to_string();
     let server = || {
         service(
             "mesh-server",
@@ -268,7 +271,7 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
                 b.server,
                 "--serve",
                 "--max-clients",
-                "8",
+                &max_clients,
                 "--qp-timeout",
                 &qp_timeout,
             ],

@@ -9,9 +9,10 @@
 //!   `refused` while its server was stopped; a pair of the lossy link may then go `degraded`
 //!   and back, never `down`;
 //! - no probe `corrupt`, none the prober's own `error`;
-//! - a pair the faults do not touch writes on its first session all along (rounds, the
-//!   servers' default keep-alive outlasting an interval): every ok probe after its first
-//!   reused the path's session, but where a failed probe before it explains a new one.
+//! - a pair the faults do not touch writes and pings on its first sessions all along (rounds
+//!   and bench rounds, the servers' default keep-alive outlasting an interval): every ok probe
+//!   after its first opened no session (`reused`: its write and its lat exchange on the
+//!   path's kept ones), but where a failed probe before it explains a new one.
 
 use std::collections::BTreeMap;
 
