@@ -244,6 +244,9 @@ fn golden_lines_roundtrip() {
         "handshake-imm.jsonl",
         "handshake-tcp.jsonl",
         "handshake-bench.jsonl",
+        "handshake-cm.jsonl",
+        "handshake-rounds.jsonl",
+        "handshake-bench-rounds.jsonl",
     ] {
         let text = std::fs::read_to_string(golden_dir().join(name)).unwrap();
         let mut n = 0;
@@ -399,4 +402,62 @@ fn rounds_transcript() -> String {
 #[test]
 fn golden_handshake_rounds() {
     check_golden("handshake-rounds.jsonl", &rounds_transcript());
+}
+
+/// Bench rounds (`hello.rounds` in a lat bench hello, feature `bench-rounds`): the second
+/// round's `next` repeats the sweep's length and CRC32C and names a fresh buffer of the
+/// client's for the answers (`pong`); the server's `region` is its fresh buffer for the pings.
+fn bench_rounds_transcript() -> String {
+    let mut out = String::new();
+    let mut server = ServerHandshake::new(ServerPolicy {
+        bench_max_len: 8 << 20,
+        keep_alive_ms: 30_000,
+        ..policy(None)
+    });
+    let bench = BenchParams {
+        kind: BenchKind::Lat(PongBuffer {
+            addr: 0x7f8a_5678_9000,
+            rkey: 0x0003_1a2b,
+        }),
+        sizes: vec![2, 4096],
+        iters: 1000,
+    };
+    let fin = rdma_proto::bench::final_content(&bench, bench.iters);
+    let mut client =
+        ClientHandshake::with_bench(ClientRequest::for_payload(&fin, Notify::Tcp, None), bench)
+            .asking_rounds();
+    let h = banner_and_hello(&mut server, &mut client, &mut out);
+    assert!(h.rounds);
+    let a = accept_onto(&mut server, &mut client, 4096, &mut out);
+    assert_eq!(a.keep_alive_ms, Some(30_000));
+    // (the first round's ping-pong happens here)
+    finish_tcp(&mut server, &mut client, &fin, &mut out);
+    let pong = PongBuffer {
+        addr: 0x7f8a_5678_b000,
+        rkey: 0x0003_1a4e,
+    };
+    let next = client
+        .next(4096, crc32c(&fin), Some(pong))
+        .unwrap()
+        .to_line();
+    out.push_str(&format!("C: {next}"));
+    server.on_line(next.as_bytes()).unwrap();
+    assert_eq!(server.pong(), Some(pong));
+    let region = server
+        .region(0x7f8a_1234_7000, 0x0002_1f5e, 4096)
+        .unwrap()
+        .to_line();
+    out.push_str(&format!("S: {region}"));
+    client
+        .on_region(ServerMessage::parse(region.as_bytes()).unwrap())
+        .unwrap();
+    // (the second round's ping-pong happens here, its answers into `pong`)
+    finish_tcp(&mut server, &mut client, &fin, &mut out);
+    assert_eq!(server.state(), ServerState::Kept);
+    out
+}
+
+#[test]
+fn golden_handshake_bench_rounds() {
+    check_golden("handshake-bench-rounds.jsonl", &bench_rounds_transcript());
 }

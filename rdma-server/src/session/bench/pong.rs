@@ -171,7 +171,7 @@ impl Pong<'_> {
                     restore = Some(last);
                 }
                 // Keep the send queue from filling: reap until a slot is free.
-                while posted - completed >= u64::from(SQ_DEPTH) - 1 {
+                while posted.saturating_sub(completed) >= u64::from(SQ_DEPTH) - 1 {
                     let (deadline, _) = clock.wait_deadline(Instant::now());
                     let c = self.cq.poll(deadline).map_err(failed)?;
                     completed = c.wr_id + 1;
@@ -181,6 +181,12 @@ impl Pong<'_> {
                     .map_err(failed)?;
                 posted += 1;
             }
+        }
+        // Reap up to the last pong (signalled), so that no completion of this round is left
+        // in the queue for the next one's counting (rounds) to take for its own.
+        while completed < posted {
+            let (deadline, _) = clock.wait_deadline(Instant::now());
+            completed = self.cq.poll(deadline).map_err(failed)?.wr_id + 1;
         }
         Ok(())
     }
