@@ -331,7 +331,8 @@ impl<'a> Bench<'a> {
     pub fn again(&mut self, timeout: std::time::Duration) -> Result<()> {
         self.session.set_timeout(timeout);
         self.run.timeout = timeout;
-        let len = usize::try_from(self.remote.len)?;
+        // The sweep's largest size: the hello's length, and each buffer's.
+        let len = self.src.len();
         let pong = match self.run.params.kind {
             BenchKind::Lat(_) => {
                 let r = self
@@ -347,9 +348,7 @@ impl<'a> Bench<'a> {
             BenchKind::Bw => None,
         };
         bench::fill_pattern(self.src.as_mut_slice());
-        let region = self
-            .session
-            .next_round(self.remote.len, self.run.crc32c, pong)?;
+        let region = self.session.next_round(len as u64, self.run.crc32c, pong)?;
         self.remote = RemoteBuffer {
             addr: region.addr,
             rkey: region.rkey,
