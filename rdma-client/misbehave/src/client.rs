@@ -32,6 +32,10 @@ pub enum ClientFault {
     /// In a `--bench lat` session, wait a second before each ping: a peer that holds its
     /// bench slot by pinging just often enough (the server must end it at --bench-max-time).
     SlowPing,
+    /// A `--bench lat` session kept for rounds: two verified rounds (the second on a fresh
+    /// rkey), then a write into the second round's buffer after its verdict, which the server
+    /// deregistered: the server's NIC must refuse it ([`stale_bench_round`]).
+    StaleBenchRound,
     /// Through RDMA CM, present a nonce one bit off the server's: the server must reject the
     /// connection request (and go on serving).
     CmBadNonce,
@@ -73,6 +77,7 @@ pub fn run(args: MisbehaveArgs, out: &Output) -> Result<()> {
     let fault = args.fault;
     match (args.client.task()?, fault) {
         (Task::Bench(task), ClientFault::SlowPing) => slow_ping(&task, out),
+        (Task::Bench(task), ClientFault::StaleBenchRound) => stale_bench_round(&task, out),
         (Task::Bench(task), ClientFault::CmLateBench) => {
             let Some(max) = args.server_bench_max_time else {
                 bail!(
@@ -82,7 +87,10 @@ pub fn run(args: MisbehaveArgs, out: &Output) -> Result<()> {
             crate::cm::late_bench(&task, out, max)
         }
         (Task::Write(task), f)
-            if !matches!(f, ClientFault::SlowPing | ClientFault::CmLateBench) =>
+            if !matches!(
+                f,
+                ClientFault::SlowPing | ClientFault::CmLateBench | ClientFault::StaleBenchRound
+            ) =>
         {
             write(&task, f, out)
         }
@@ -92,7 +100,7 @@ pub fn run(args: MisbehaveArgs, out: &Output) -> Result<()> {
 
 fn applies_to(f: ClientFault) -> &'static str {
     match f {
-        ClientFault::SlowPing => "a --bench lat session",
+        ClientFault::SlowPing | ClientFault::StaleBenchRound => "a --bench lat session",
         ClientFault::CmLateBench => "a --bench lat session through RDMA CM (--cm)",
         _ => "a plain write (no --bench, --fabric)",
     }
@@ -208,6 +216,51 @@ fn slow_ping(task: &bench::BenchTask, out: &Output) -> Result<()> {
         run.measure(session, &mut Paced(link))?;
     }
     bench.finish()
+}
+
+/// `rdma-client SERVER --bench lat`, asking for rounds: two verified rounds on one session,
+/// the second on a buffer with a fresh rkey, then one write into that buffer after its verdict.
+/// The server deregistered it before reading it (PROTOCOL.md §3.9), so the write must fail
+/// with a remote access error: that error is this fault's expected end. Anything else (no
+/// rounds granted, an rkey used twice, the write landing) is an error that says so.
+fn stale_bench_round(task: &bench::BenchTask, out: &Output) -> Result<()> {
+    let t_start = Instant::now();
+    let r = task.resolve()?;
+    let m = bench::Measure {
+        rounds: true,
+        ..r.measure(task)
+    };
+    let mut b = m.connect(&r.local, &task.session, t_start, Some(out))?;
+    let mut rkeys = Vec::new();
+    for round in 1..=2 {
+        if round > 1 {
+            b.again(task.session.timeout)?;
+        }
+        {
+            let (session, mut link, run) = b.link();
+            rkeys.push(link.remote.rkey);
+            run.measure(session, &mut link)?;
+        }
+        b.verdict()?;
+        if b.keep_alive().is_none() {
+            bail!("the server granted no rounds: run it with --serve and a --keep-alive");
+        }
+    }
+    if rkeys[0] == rkeys[1] {
+        bail!(
+            "the second round's buffer has the first round's rkey {:#x}",
+            rkeys[0]
+        );
+    }
+    let (_, mut link, _) = b.link();
+    link.post(1, None, true, u64::from(u32::MAX))?;
+    match link.poll(Instant::now() + task.session.timeout) {
+        Ok(_) => bail!(
+            "a write into the last round's buffer after its verdict landed: its rkey {:#x} outlived the round",
+            rkeys[1]
+        ),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A [`Link`] whose pings go out [`SLOW_PING`] apart.

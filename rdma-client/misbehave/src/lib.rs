@@ -5,7 +5,8 @@
 //!
 //! - [`client`]: `rdma-misbehave-client --fault KIND [rdma-client's arguments]`: a wrong rkey, a
 //!   write past the buffer's end, a crash (SIGKILL) after the hello, the accept or the write,
-//!   rewrites racing the verdict ([`rewrite`]), pings paced a second apart, a wrong RDMA CM
+//!   rewrites racing the verdict ([`rewrite`]), pings paced a second apart, a write into a
+//!   kept bench session's buffer after its round, a wrong RDMA CM
 //!   nonce, a flood of RDMA CM requests and a second one ([`cm`]).
 //! - [`server`]: `rdma-misbehave-server --fault no-remote-write [rdma-server's arguments]`: a
 //!   server whose buffers grant no remote write (the classic demo's bug).

@@ -58,6 +58,33 @@ pub(super) fn bench() -> Vec<Scenario> {
                 "a bench lat client that pings just often enough is cut off at --bench-max-time, and the server goes on serving",
             )
         },
+        Scenario {
+            // `--serve` keeps sessions (its default --keep-alive): the bench session gets rounds.
+            server_args: strings(&["--json", "--serve"]),
+            server_expect: vec![
+                server("the bench session's second round", |e| {
+                    matches!(e, ServerEvent::Round { round: 2, .. })
+                }),
+                server_verified(SEED_MESSAGE),
+                stopped_after(3),
+            ],
+            clients: vec![
+                ClientRun {
+                    tool: Tool::Misbehave("stale-bench-round"),
+                    ..failing_client(
+                        "two bench rounds, then a write into the last one's buffer",
+                        Exit::Transfer,
+                        &["--bench", "lat", "--size", "64", "--iters", "20"],
+                        "remote access",
+                    )
+                },
+                good_client("then a normal client", SEED_MESSAGE, &[]),
+            ],
+            ..Scenario::new(
+                "bench-rounds",
+                "a lat bench session kept for two verified rounds, each on a fresh rkey; a write into the last round's buffer after its verdict is refused by the server's NIC, and the server goes on serving",
+            )
+        },
     ]
 }
 
