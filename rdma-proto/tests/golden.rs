@@ -174,15 +174,7 @@ fn bench_transcript() -> String {
         bench_max_len: 8 << 20,
         ..policy(None)
     });
-    let bench = BenchParams {
-        kind: BenchKind::Lat(PongBuffer {
-            addr: 0x7f8a_5678_9000,
-            rkey: 0x0003_1a2b,
-        }),
-        sizes: vec![2, 4096],
-        iters: 1000,
-    };
-    let fin = rdma_proto::bench::final_content(&bench, bench.iters);
+    let (bench, fin) = lat_bench();
     let mut client =
         ClientHandshake::with_bench(ClientRequest::for_payload(&fin, Notify::Tcp, None), bench);
     let h = banner_and_hello(&mut server, &mut client, &mut out);
@@ -349,6 +341,44 @@ fn golden_handshake_cm() {
     check_golden("handshake-cm.jsonl", &cm_transcript());
 }
 
+/// The lat bench session of the golden transcripts (its answers into the client's buffer at
+/// `0x7f8a_5678_9000`), and the bytes the server holds at its end.
+fn lat_bench() -> (BenchParams, Vec<u8>) {
+    let bench = BenchParams {
+        kind: BenchKind::Lat(PongBuffer {
+            addr: 0x7f8a_5678_9000,
+            rkey: 0x0003_1a2b,
+        }),
+        sizes: vec![2, 4096],
+        iters: 1000,
+    };
+    let fin = rdma_proto::bench::final_content(&bench, bench.iters);
+    (bench, fin)
+}
+
+/// The client's `next` and the server's `region` onto `out`: the buffer at `addr`, its `rkey`
+/// and `buf_len`, which the client takes.
+fn next_onto(
+    server: &mut ServerHandshake,
+    client: &mut ClientHandshake,
+    next: ClientMessage,
+    (addr, rkey, buf_len): (u64, u32, u64),
+    out: &mut String,
+) -> Region {
+    let next = next.to_line();
+    out.push_str(&format!("C: {next}"));
+    assert!(matches!(
+        server.on_line(next.as_bytes()).unwrap(),
+        ServerEvent::Next(_)
+    ));
+    assert_eq!(server.state(), ServerState::AwaitRegion);
+    let region = server.region(addr, rkey, buf_len).unwrap().to_line();
+    out.push_str(&format!("S: {region}"));
+    client
+        .on_region(ServerMessage::parse(region.as_bytes()).unwrap())
+        .unwrap()
+}
+
 /// Rounds (`hello.rounds`): the banner lists `rounds`, the accept grants a keep-alive, and
 /// after the first verdict a `next` gets a fresh `region` (a new rkey) for a second write on
 /// the same queue pairs, verified as the first (notify tcp: the second round's `written` and
@@ -372,24 +402,14 @@ fn rounds_transcript() -> String {
     let second: &[u8] = b"and again, on the same QPs";
     for (round, payload) in [(1, PAYLOAD), (2, second)] {
         if round > 1 {
-            let next = client
-                .next(payload.len() as u64, crc32c(payload), None)
-                .unwrap()
-                .to_line();
-            out.push_str(&format!("C: {next}"));
-            assert!(matches!(
-                server.on_line(next.as_bytes()).unwrap(),
-                ServerEvent::Next(_)
-            ));
-            assert_eq!(server.state(), ServerState::AwaitRegion);
-            let region = server
-                .region(0x7f8a_1234_6000, 0x0002_1f4d, 64)
-                .unwrap()
-                .to_line();
-            out.push_str(&format!("S: {region}"));
-            let r = client
-                .on_region(ServerMessage::parse(region.as_bytes()).unwrap())
-                .unwrap();
+            let next = client.next(payload.len() as u64, crc32c(payload), None);
+            let r = next_onto(
+                &mut server,
+                &mut client,
+                next.unwrap(),
+                (0x7f8a_1234_6000, 0x0002_1f4d, 64),
+                &mut out,
+            );
             assert_eq!(r.rkey, 0x0002_1f4d);
         }
         // (the RDMA Write happens here)
@@ -414,15 +434,7 @@ fn bench_rounds_transcript() -> String {
         keep_alive_ms: 30_000,
         ..policy(None)
     });
-    let bench = BenchParams {
-        kind: BenchKind::Lat(PongBuffer {
-            addr: 0x7f8a_5678_9000,
-            rkey: 0x0003_1a2b,
-        }),
-        sizes: vec![2, 4096],
-        iters: 1000,
-    };
-    let fin = rdma_proto::bench::final_content(&bench, bench.iters);
+    let (bench, fin) = lat_bench();
     let mut client =
         ClientHandshake::with_bench(ClientRequest::for_payload(&fin, Notify::Tcp, None), bench)
             .asking_rounds();
@@ -436,21 +448,16 @@ fn bench_rounds_transcript() -> String {
         addr: 0x7f8a_5678_b000,
         rkey: 0x0003_1a4e,
     };
-    let next = client
-        .next(4096, crc32c(&fin), Some(pong))
-        .unwrap()
-        .to_line();
-    out.push_str(&format!("C: {next}"));
-    server.on_line(next.as_bytes()).unwrap();
+    let next = client.next(4096, crc32c(&fin), Some(pong)).unwrap();
+    let r = next_onto(
+        &mut server,
+        &mut client,
+        next,
+        (0x7f8a_1234_7000, 0x0002_1f5e, 4096),
+        &mut out,
+    );
     assert_eq!(server.pong(), Some(pong));
-    let region = server
-        .region(0x7f8a_1234_7000, 0x0002_1f5e, 4096)
-        .unwrap()
-        .to_line();
-    out.push_str(&format!("S: {region}"));
-    client
-        .on_region(ServerMessage::parse(region.as_bytes()).unwrap())
-        .unwrap();
+    assert_eq!(r.rkey, 0x0002_1f5e);
     // (the second round's ping-pong happens here, its answers into `pong`)
     finish_tcp(&mut server, &mut client, &fin, &mut out);
     assert_eq!(server.state(), ServerState::Kept);

@@ -139,12 +139,7 @@ impl Pong<'_> {
         src: &mut MemoryRegion,
         clock: &SessionClock,
     ) -> Result<(), Failure> {
-        let failed = |e: rdma_core_rs::Error| {
-            Failure::new(
-                ErrorCode::WriteFailed,
-                format!("bench lat: a pong failed: {e}"),
-            )
-        };
+        let failed = pong_failed;
         let mut posted: u64 = 0;
         let mut completed: u64 = 0;
         let mut restore: Option<usize> = None;
@@ -220,12 +215,7 @@ impl Pong<'_> {
             }
             spins = spins.wrapping_add(1);
             if napping || spins % 1024 == 0 {
-                if let Some(c) = self.cq.try_poll().map_err(|e| {
-                    Failure::new(
-                        ErrorCode::WriteFailed,
-                        format!("bench lat: a pong failed: {e}"),
-                    )
-                })? {
+                if let Some(c) = self.cq.try_poll().map_err(pong_failed)? {
                     *completed = c.wr_id + 1;
                 }
                 let now = Instant::now();
@@ -251,6 +241,14 @@ impl Pong<'_> {
             }
         }
     }
+}
+
+/// A pong that could not be posted, or whose completion failed.
+fn pong_failed(e: rdma_core_rs::Error) -> Failure {
+    Failure::new(
+        ErrorCode::WriteFailed,
+        format!("bench lat: a pong failed: {e}"),
+    )
 }
 
 #[cfg(test)]
