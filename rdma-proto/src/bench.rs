@@ -178,11 +178,22 @@ pub fn pattern_byte(i: usize) -> u8 {
 }
 
 /// Fills `buf` with the bench pattern.
+///
+/// The pattern repeats every [`PATTERN_PERIOD`] bytes, so one period is computed and copied
+/// along the buffer: a memory copy, fast even in a debug build (a server fills megabytes of it
+/// before it may answer a bench hello).
 pub fn fill_pattern(buf: &mut [u8]) {
-    for (i, b) in buf.iter_mut().enumerate() {
+    let mut period = [0u8; PATTERN_PERIOD];
+    for (i, b) in period.iter_mut().enumerate() {
         *b = pattern_byte(i);
     }
+    for chunk in buf.chunks_mut(PATTERN_PERIOD) {
+        chunk.copy_from_slice(&period[..chunk.len()]);
+    }
 }
+
+/// The bench pattern's period in bytes: [`pattern_byte`] depends on `i` modulo 128 only.
+pub const PATTERN_PERIOD: usize = 128;
 
 /// The last byte of ping-pong exchange `n` (1-based): 1..=127, and consecutive exchanges differ.
 /// Total: `n = 0` (no exchange yet) is 127, the counter cycle's step before exchange 1, and no
@@ -212,6 +223,19 @@ pub fn final_content(p: &BenchParams, last_iters: u64) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pattern_is_filled_as_defined_byte_by_byte() {
+        for len in [0, 1, 127, 128, 129, 1000, 4096 + 3] {
+            let mut buf = vec![0u8; len];
+            fill_pattern(&mut buf);
+            assert!(
+                buf.iter().enumerate().all(|(i, b)| *b == pattern_byte(i)),
+                "{len} bytes"
+            );
+        }
+        assert!((0..PATTERN_PERIOD).all(|i| pattern_byte(i) == pattern_byte(i + PATTERN_PERIOD)));
+    }
 
     fn lat(sizes: Vec<u64>) -> BenchParams {
         BenchParams {
