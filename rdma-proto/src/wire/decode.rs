@@ -138,6 +138,24 @@ struct Fields<'a> {
 }
 
 impl Fields<'_> {
+    /// Field `name`'s value `v` as an object, whose own fields are read as message `msg`'s
+    /// (`accept.cm`, `hello.bench`, `next.pong`).
+    fn nested<'v>(
+        &self,
+        name: &'static str,
+        v: &'v Value,
+        msg: &'static str,
+    ) -> Result<Fields<'v>, ProtoError> {
+        let Value::Object(obj) = v else {
+            return Err(ProtoError::invalid(
+                self.msg,
+                name,
+                format!("{} is not an object", summary(v)),
+            ));
+        };
+        Ok(Fields { obj, msg })
+    }
+
     fn get(&self, name: &str) -> Option<&Value> {
         self.obj.get(name).filter(|v| !v.is_null())
     }
@@ -371,17 +389,7 @@ fn parse_hello(f: Fields<'_>) -> Result<Hello, ProtoError> {
 
 /// `accept.cm`: the RDMA CM port and nonce.
 fn parse_cm_offer(f: Fields<'_>, v: &Value) -> Result<CmOffer, ProtoError> {
-    let Value::Object(obj) = v else {
-        return Err(ProtoError::invalid(
-            f.msg,
-            "cm",
-            format!("{} is not an object", summary(v)),
-        ));
-    };
-    let c = Fields {
-        obj,
-        msg: "accept.cm",
-    };
+    let c = f.nested("cm", v, "accept.cm")?;
     let port = u16::try_from(c.uint("port", 1..=u64::from(u16::MAX))?).unwrap_or(u16::MAX);
     let text = c.string("nonce")?;
     let nonce = CmOffer::parse_nonce(&text).ok_or_else(|| {
@@ -405,17 +413,7 @@ fn parse_bench(
     length: u64,
     notify: Notify,
 ) -> Result<BenchParams, ProtoError> {
-    let Value::Object(obj) = v else {
-        return Err(ProtoError::invalid(
-            f.msg,
-            "bench",
-            format!("{} is not an object", summary(v)),
-        ));
-    };
-    let b = Fields {
-        obj,
-        msg: "hello.bench",
-    };
+    let b = f.nested("bench", v, "hello.bench")?;
     let full = 1..=u64::MAX;
     let sizes = b
         .array("sizes")?
@@ -468,17 +466,7 @@ fn parse_next(f: Fields<'_>) -> Result<Next, ProtoError> {
 
 /// `next.pong`: a `lat` round's buffer of the client's.
 fn parse_pong(f: Fields<'_>, v: &Value) -> Result<PongBuffer, ProtoError> {
-    let Value::Object(obj) = v else {
-        return Err(ProtoError::invalid(
-            f.msg,
-            "pong",
-            format!("{} is not an object", summary(v)),
-        ));
-    };
-    let p = Fields {
-        obj,
-        msg: "next.pong",
-    };
+    let p = f.nested("pong", v, "next.pong")?;
     Ok(PongBuffer {
         addr: p.uint("addr", 0..=u64::MAX)?,
         rkey: p.u32("rkey", 0..=u32::MAX)?,
