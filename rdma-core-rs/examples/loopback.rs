@@ -15,7 +15,10 @@
 //!    `REM_ACCESS_ERR`, and the buffer handed back holds only what landed before;
 //! 7. `LocalPort::open_for` picks this port from the address in its GID, across all devices;
 //! 8. `Context::completion_clock` answers (through the provider's `query_device_ex`), and a
-//!    software device (Soft-RoCE `rxe*`, Soft-iWARP `siw*`) has no completion clock.
+//!    software device (Soft-RoCE `rxe*`, Soft-iWARP `siw*`) has no completion clock;
+//! 9. extended CQs (`Context::create_cq_ex`) carry check 1's write-with-imm in both modes, with
+//!    no timestamps; asked for timestamps, a device without a completion clock refuses with
+//!    `EOPNOTSUPP`, and one with a clock stamps every completion (within its timestamp mask).
 //!
 //! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`. `cargo xtask e2e --selftest` runs it on the
 //! server node (and `cargo xtask test` does, in a guest).
@@ -24,9 +27,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use rdma_core_rs::{
-    Access, CompletionQueue, CqMode, Error, ExposedRegion, LocalPort, ProtectionDomain, QpCaps,
-    QpState, QueuePair, RemoteBuffer, RemoteQp, RtrParams, Rts, RtsParams, WcOpcode, WcStatus,
-    describe_gid_table, random_psn,
+    Access, Completion, CompletionClock, CompletionQueue, CqMode, Error, ExposedRegion, LocalPort,
+    ProtectionDomain, QpCaps, QpState, QueuePair, RemoteBuffer, RemoteQp, RtrParams, Rts,
+    RtsParams, VerbOp, WcOpcode, WcStatus, describe_gid_table, random_psn,
 };
 
 type R<T> = Result<T, Box<dyn std::error::Error>>;
@@ -40,12 +43,40 @@ struct Pair {
     pd: ProtectionDomain,
 }
 
+/// Which completion queues a pair uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cqs {
+    /// `Context::create_cq`.
+    Plain,
+    /// `Context::create_cq_ex`, stamping completions or not.
+    Extended { timestamps: bool },
+}
+
+impl Cqs {
+    fn create(self, env: &LocalPort, mode: CqMode) -> Result<CompletionQueue, Error> {
+        match self {
+            Cqs::Plain => env.ctx.create_cq(16, mode),
+            Cqs::Extended { timestamps } => env.ctx.create_cq_ex(16, mode, timestamps),
+        }
+    }
+}
+
 /// The server side comes up through `connect_to` (as the binaries do); the client side step by
 /// step with its own RTS attributes.
 fn connect(env: &LocalPort, mode: CqMode, client_rts: RtsParams, recvs: u64) -> R<Pair> {
+    connect_with(env, mode, Cqs::Plain, client_rts, recvs)
+}
+
+fn connect_with(
+    env: &LocalPort,
+    mode: CqMode,
+    cqs: Cqs,
+    client_rts: RtsParams,
+    recvs: u64,
+) -> R<Pair> {
     let pd = env.ctx.alloc_pd()?;
-    let server_cq = env.ctx.create_cq(16, mode)?;
-    let client_cq = env.ctx.create_cq(16, mode)?;
+    let server_cq = cqs.create(env, mode)?;
+    let client_cq = cqs.create(env, mode)?;
     let server_mr = pd.register_exposed(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let s = pd
         .create_rc_qp(&server_cq, QpCaps::default())?
@@ -97,8 +128,10 @@ fn remote_of(mr: &ExposedRegion) -> RemoteBuffer {
     }
 }
 
-fn write_roundtrip(env: &LocalPort, mode: CqMode) -> R<()> {
-    let p = connect(env, mode, RtsParams::new(random_psn()?), 1)?;
+/// 1, 2 and 9: a write-with-imm, both completions, and the bytes in the server's buffer.
+/// Returns the two completions (sender's, receiver's).
+fn write_roundtrip(env: &LocalPort, mode: CqMode, cqs: Cqs) -> R<(Completion, Completion)> {
+    let p = connect_with(env, mode, cqs, RtsParams::new(random_psn()?), 1)?;
     let msg = b"Hello RDMA Write!";
     let src = p.pd.register_bytes(msg, Access::NONE)?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -130,8 +163,8 @@ fn write_roundtrip(env: &LocalPort, mode: CqMode) -> R<()> {
     if sent.imm.is_some() {
         return Err(format!("the sender's completion reports an immediate: {sent:?}").into());
     }
-    println!("ok: {mode:?} write-with-imm: {sent:?} / {got:?}");
-    Ok(())
+    println!("ok: {mode:?} write-with-imm through {cqs:?} CQs: {sent:?} / {got:?}");
+    Ok((sent, got))
 }
 
 /// A multi-packet write (64 KiB at MTU <= 4096) into the middle of a larger buffer, from an
@@ -294,13 +327,18 @@ fn run() -> R<()> {
     println!("selected GID: {:?}", env.gid);
     route_by_address(&env)?;
     completion_clock(&env)?;
-    write_roundtrip(&env, CqMode::Poll)?;
-    write_roundtrip(&env, CqMode::Event)?;
+    for mode in [CqMode::Poll, CqMode::Event] {
+        let (sent, got) = write_roundtrip(&env, mode, Cqs::Plain)?;
+        if sent.timestamp.is_some() || got.timestamp.is_some() {
+            return Err(format!("a plain CQ stamped a completion: {sent:?} / {got:?}").into());
+        }
+    }
     big_write(&env)?;
     wrong_rkey(&env)?;
     no_receive(&env)?;
     timeout(&env)?;
     deregistered_rkey(&env)?;
+    extended_cqs(&env)?;
     Ok(())
 }
 
@@ -337,6 +375,77 @@ fn completion_clock(env: &LocalPort) -> R<()> {
         return Err(format!("{name} is a software device and claims a completion clock").into());
     }
     Ok(())
+}
+
+/// 9. Extended CQs carry a write-with-imm as plain ones do; timestamps only with a clock.
+fn extended_cqs(env: &LocalPort) -> R<()> {
+    let name = env.ctx.name();
+    // Soft-iWARP makes no extended CQs at all: it must say so, as the advice tells.
+    if name.starts_with("siw") {
+        return match env.ctx.create_cq_ex(4, CqMode::Poll, false) {
+            Err(e) if refused(&e) => {
+                println!("timestamps: ok: {name} makes no extended CQs: {e}");
+                Ok(())
+            }
+            other => Err(format!("{name}: expected EOPNOTSUPP, got {other:?}").into()),
+        };
+    }
+    for mode in [CqMode::Poll, CqMode::Event] {
+        let (sent, got) = write_roundtrip(env, mode, Cqs::Extended { timestamps: false })?;
+        if sent.timestamp.is_some() || got.timestamp.is_some() {
+            return Err(format!("an unstamped CQ stamped a completion: {sent:?} / {got:?}").into());
+        }
+    }
+    match (
+        env.ctx.completion_clock()?,
+        env.ctx.create_cq_ex(4, CqMode::Poll, true),
+    ) {
+        (CompletionClock::Clock { timestamp_mask, .. }, Ok(_)) => {
+            for mode in [CqMode::Poll, CqMode::Event] {
+                let (sent, got) = write_roundtrip(env, mode, Cqs::Extended { timestamps: true })?;
+                for c in [sent, got] {
+                    match c.timestamp {
+                        Some(t) if t & !timestamp_mask == 0 => {}
+                        _ => {
+                            return Err(format!(
+                                "a stamped CQ gave {c:?} (mask {timestamp_mask:#x})"
+                            )
+                            .into());
+                        }
+                    }
+                }
+            }
+            println!("timestamps: ok: {name} stamps completions (extended CQs, both modes)");
+            Ok(())
+        }
+        (CompletionClock::Clock { .. }, Err(e)) => {
+            Err(format!("{name} has a completion clock but refuses to stamp: {e}").into())
+        }
+        (clock, Err(e)) if refused(&e) => {
+            println!(
+                "timestamps: ok: {name} has no clock ({clock:?}); extended CQs carry writes \
+                 in both modes, a stamped one is refused: {e}"
+            );
+            Ok(())
+        }
+        (clock, other) => Err(format!(
+            "{name} has no clock ({clock:?}): a stamped CQ must be refused with EOPNOTSUPP, got \
+             {other:?}"
+        )
+        .into()),
+    }
+}
+
+/// `ibv_create_cq_ex` refused for want of support.
+fn refused(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Verb {
+            op: VerbOp::CreateCqEx,
+            errno: libc::EOPNOTSUPP,
+            ..
+        }
+    )
 }
 
 fn main() -> ExitCode {

@@ -4,17 +4,12 @@
 //! bits a stamp holds). Soft-RoCE (rxe) and Soft-iWARP report 0 for both.
 //!
 //! `ibv_query_device_ex` is a `static inline` function of `verbs.h`, so ibverbs-sys (bindgen)
-//! does not bind it. It calls the provider's `query_device_ex` op through `struct
-//! verbs_context`, which ends just before the `struct ibv_context` a device handle points at
-//! (`verbs_get_ctx`). [`Context::completion_clock`] does what the header does, with the same
-//! checks: the context is an extended one (`abi_compat`), its `sz` covers the op, the op is
-//! set. The part of `verbs_context` read here (from `query_device_ex` to `sz`) is ABI: new
-//! ops are added at the struct's start ("grows up"), and every program built against
-//! rdma-core since the op exists has these offsets inlined in it. The pure rule, from the two
-//! figures to the answer, is [`CompletionClock::from_attr`].
+//! does not bind it: [`Context::completion_clock`] calls the provider's `query_device_ex` op
+//! as the header does, found with the header's checks (`verbs_ctx`). The pure rule, from the
+//! two figures to the answer, is [`CompletionClock::from_attr`].
 
-use std::ffi::{c_int, c_void};
-use std::mem::{align_of, size_of};
+use std::ffi::c_int;
+use std::mem::size_of;
 use std::ptr;
 
 use ibverbs_sys as ffi;
@@ -67,49 +62,6 @@ impl CompletionClock {
     }
 }
 
-/// The provider's `query_device_ex` op, as `struct verbs_context` holds it.
-type QueryDeviceEx = unsafe extern "C" fn(
-    *mut ffi::ibv_context,
-    *const ffi::ibv_query_device_ex_input,
-    *mut ffi::ibv_device_attr_ex,
-    usize,
-) -> c_int;
-
-/// The end of rdma-core's `struct verbs_context`, from `query_device_ex` to `sz`, in its
-/// order: the fields just before the `struct ibv_context` (its last field). Only
-/// `query_device_ex` and `sz` are read; the others are there for their size.
-#[repr(C)]
-struct VerbsContextTail {
-    query_device_ex: Option<QueryDeviceEx>,
-    ibv_destroy_flow: *const c_void,
-    abi_placeholder2: *const c_void,
-    ibv_create_flow: *const c_void,
-    abi_placeholder1: *const c_void,
-    open_qp: *const c_void,
-    create_qp_ex: *const c_void,
-    get_srq_num: *const c_void,
-    create_srq_ex: *const c_void,
-    open_xrcd: *const c_void,
-    close_xrcd: *const c_void,
-    abi_placeholder3: u64,
-    /// The size of the provider's `verbs_context` from its first op to its end (the
-    /// `ibv_context` included): an op lies inside it when `sz` reaches back to the op.
-    sz: usize,
-}
-
-// The tail ends where `struct ibv_context` starts: no padding between them (as in C, where
-// `context` follows `sz` directly); on 64-bit targets it is 13 words, as verbs.h lays it out.
-const _: () = assert!(size_of::<VerbsContextTail>() % align_of::<ffi::ibv_context>() == 0);
-#[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<VerbsContextTail>() == 13 * 8);
-
-/// `sizeof(struct verbs_context) - offsetof(struct verbs_context, query_device_ex)`: the
-/// least `sz` of a context whose `verbs_context` holds the op (`verbs_get_ctx_op`'s check).
-const QUERY_DEVICE_EX_REACH: usize = size_of::<VerbsContextTail>() + size_of::<ffi::ibv_context>();
-
-/// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` of a context that has a `verbs_context`.
-const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
-
 /// Whether `query_device_ex`'s answer says the provider cannot answer (verbs.h then falls back
 /// to `ibv_query_device`, which has no clock).
 fn unsupported(rc: c_int) -> bool {
@@ -124,30 +76,10 @@ impl Context {
     /// [`Error::Verb`] ([`VerbOp::QueryDeviceEx`]) when the provider has the op and it fails
     /// other than by not supporting it.
     pub fn completion_clock(&self) -> Result<CompletionClock> {
-        let ctx = self.raw();
-        // SAFETY: `ctx` is this open context's `ibv_context`, valid while `self` lives;
-        // `abi_compat` is a plain pointer field of it.
-        let abi_compat = unsafe { (*ctx).abi_compat };
-        if abi_compat.addr() != VERBS_ABI_IS_EXTENDED {
+        let Some(op) = self.query_device_ex_op() else {
             return Ok(CompletionClock::NotSupported);
-        }
-        // SAFETY: an extended context (`abi_compat` checked above) is the last field of the
-        // provider's `struct verbs_context` (libibverbs allocates them together), so the
-        // `VerbsContextTail` just before it is in the same live allocation, aligned (its size
-        // is a multiple of `ibv_context`'s alignment, asserted above), and laid out as verbs.h
-        // lays it (see the module docs); `verbs_get_ctx` computes the same address. We only
-        // read it.
-        let tail = unsafe {
-            ptr::read(
-                ctx.cast::<u8>()
-                    .sub(size_of::<VerbsContextTail>())
-                    .cast::<VerbsContextTail>(),
-            )
         };
-        let op = match tail.query_device_ex {
-            Some(op) if tail.sz >= QUERY_DEVICE_EX_REACH => op,
-            _ => return Ok(CompletionClock::NotSupported),
-        };
+        let ctx = self.raw();
         let mut attr = ffi::ibv_device_attr_ex::default();
         // SAFETY: `op` is the provider's `query_device_ex`, present (`sz` reaches it, non-null)
         // as `verbs_get_ctx_op` requires; it is called as verbs.h's `ibv_query_device_ex`
@@ -212,22 +144,5 @@ mod tests {
         assert!(unsupported(libc::ENOSYS));
         assert!(!unsupported(libc::EINVAL));
         assert!(!unsupported(0));
-    }
-
-    /// The offsets verbs.h inlines on x86-64, as gcc computes them from rdma-core 44's
-    /// `struct verbs_context` (Debian 12): `query_device_ex` 104 bytes before the
-    /// `ibv_context`, `sz` 8 bytes before it, and `sizeof(struct verbs_context) -
-    /// offsetof(struct verbs_context, query_device_ex)` 432 (the context is 328 bytes).
-    #[cfg(target_pointer_width = "64")]
-    #[test]
-    fn the_tail_is_laid_out_as_verbs_h() {
-        assert_eq!(std::mem::offset_of!(VerbsContextTail, query_device_ex), 0);
-        assert_eq!(size_of::<VerbsContextTail>(), 104);
-        assert_eq!(
-            size_of::<VerbsContextTail>() - std::mem::offset_of!(VerbsContextTail, sz),
-            8
-        );
-        assert_eq!(size_of::<ffi::ibv_context>(), 328);
-        assert_eq!(QUERY_DEVICE_EX_REACH, 432);
     }
 }

@@ -11,7 +11,8 @@
 //!   only read by the device (the source of a write); an `ExposedRegion` may be written by peers
 //!   at any time, so the CPU reads it only after [`ExposedRegion::deregister`] revoked its keys.
 //! * [`CompletionQueue`] — waits for one completion with a deadline, busy-polling or sleeping
-//!   on a completion channel ([`CqMode`]).
+//!   on a completion channel ([`CqMode`]); plain ([`Context::create_cq`]) or extended
+//!   ([`Context::create_cq_ex`]), which can stamp each [`Completion`] with the device's clock.
 //! * [`QueuePair`] — an RC QP whose state is a type: [`Reset`] → [`Init`] → [`Rtr`] → [`Rts`];
 //!   only `QueuePair<Rts>` can [`post_write`](QueuePair::post_write).
 //!   [`connect_to`](QueuePair::connect_to) goes from INIT to RTS given the peer's [`Endpoint`].
@@ -78,6 +79,7 @@ mod qp;
 pub mod route;
 mod transport;
 mod types;
+mod verbs_ctx;
 
 pub use clock::CompletionClock;
 pub use context::{Context, DeviceInfo, devices, select_gid_in};

@@ -103,11 +103,17 @@ pub fn advice_for(op: VerbOp, errno: i32) -> String {
             "the memory region could not be deregistered (see `dmesg`); its buffer is kept \
              allocated (leaked), so that the device can never write freed memory"
         }
-        (V::AllocPd | V::CreateCompChannel | V::CreateCq | V::CreateQp, libc::ENOMEM) => {
-            "the device is out of resources: close other RDMA users or use smaller queues"
+        (V::CreateCqEx, libc::EOPNOTSUPP | libc::ENOSYS) => {
+            "the device cannot make this extended CQ: completion timestamps need a device with \
+             a completion clock (`Context::completion_clock`; Soft-RoCE has none), and \
+             Soft-iWARP makes no extended CQs at all; use a plain CQ and wall-clock times"
         }
+        (
+            V::AllocPd | V::CreateCompChannel | V::CreateCq | V::CreateCqEx | V::CreateQp,
+            libc::ENOMEM,
+        ) => "the device is out of resources: close other RDMA users or use smaller queues",
         (V::CreateCompChannel, libc::EMFILE) => "too many open files: raise `ulimit -n`",
-        (V::CreateCq, libc::EINVAL) => {
+        (V::CreateCq | V::CreateCqEx, libc::EINVAL) => {
             "CQ size out of range: it must not exceed max_cqe (see `ibv_devinfo -v`)"
         }
         (V::CreateQp, libc::EINVAL) => {
@@ -166,7 +172,7 @@ pub fn advice_for(op: VerbOp, errno: i32) -> String {
         (V::ReqNotifyCq | V::WaitCqEvent, _) => {
             "completion events failed; retry with polling mode (CqMode::Poll)"
         }
-        (V::AllocPd | V::CreateCompChannel | V::CreateCq | V::CreateQp, _) => {
+        (V::AllocPd | V::CreateCompChannel | V::CreateCq | V::CreateCqEx | V::CreateQp, _) => {
             "check the device with `ibv_devinfo -v` and the kernel log (`dmesg`)"
         }
     };
@@ -223,6 +229,23 @@ mod tests {
             assert!(a.contains("ulimit -l"), "{errno}: {a}");
         }
         assert!(!advice_for(VerbOp::RegMr, libc::EINVAL).contains("ulimit"));
+    }
+
+    #[test]
+    fn an_extended_cq_refused_points_at_the_clock_and_the_plain_cq() {
+        for errno in [libc::EOPNOTSUPP, libc::ENOSYS] {
+            let a = advice_for(VerbOp::CreateCqEx, errno);
+            assert!(
+                a.contains("completion_clock") && a.contains("plain CQ"),
+                "{a}"
+            );
+        }
+        // Other failures of it read as any CQ's.
+        assert_eq!(
+            advice_for(VerbOp::CreateCqEx, libc::EINVAL),
+            advice_for(VerbOp::CreateCq, libc::EINVAL)
+        );
+        assert!(!advice_for(VerbOp::CreateCq, libc::EOPNOTSUPP).contains("clock"));
     }
 
     #[test]

@@ -375,6 +375,7 @@ mod tests {
             VerbOp::DeregMr,
             VerbOp::CreateCompChannel,
             VerbOp::CreateCq,
+            VerbOp::CreateCqEx,
             VerbOp::CreateQp,
             VerbOp::ModifyQpInit,
             VerbOp::ModifyQpRtr,

@@ -30,6 +30,8 @@ pub enum VerbOp {
     CreateCompChannel,
     /// `ibv_create_cq`.
     CreateCq,
+    /// `ibv_create_cq_ex` (an extended CQ, which can stamp completions).
+    CreateCqEx,
     /// `ibv_create_qp`.
     CreateQp,
     /// `ibv_modify_qp` RESET->INIT.
@@ -88,6 +90,7 @@ impl VerbOp {
             VerbOp::DeregMr => "deregistering memory",
             VerbOp::CreateCompChannel => "creating a completion channel",
             VerbOp::CreateCq => "creating a completion queue",
+            VerbOp::CreateCqEx => "creating an extended completion queue",
             VerbOp::CreateQp => "creating the queue pair",
             VerbOp::ModifyQpInit => "INIT",
             VerbOp::ModifyQpRtr => "RTR",
@@ -126,6 +129,7 @@ impl VerbOp {
             VerbOp::DeregMr => "ibv_dereg_mr",
             VerbOp::CreateCompChannel => "ibv_create_comp_channel",
             VerbOp::CreateCq => "ibv_create_cq",
+            VerbOp::CreateCqEx => "ibv_create_cq_ex",
             VerbOp::CreateQp => "ibv_create_qp",
             VerbOp::ModifyQpInit => "ibv_modify_qp RESET->INIT",
             VerbOp::ModifyQpRtr => "ibv_modify_qp INIT->RTR",

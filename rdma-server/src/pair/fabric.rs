@@ -217,6 +217,7 @@ impl State {
                 opcode: WcOpcode::RecvRdmaWithImm,
                 byte_len: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
                 imm: Some(imm),
+                timestamp: None,
             });
         }
         // Only now that it is admitted: a refused write lands no byte.

@@ -14,7 +14,7 @@ use color_eyre::eyre::{Result, bail};
 const EXTRAS: [(&str, &str); 2] = [
     (
         SELFTEST,
-        "verbs layer on the device: poll/event write-with-imm, 64 KiB write, wrong rkey, RNR, CQ timeout",
+        "verbs layer on the device: poll/event write-with-imm, 64 KiB write, wrong rkey, RNR, CQ timeout, extended CQs",
     ),
     (
         LOAD,
@@ -82,8 +82,14 @@ fn report_extras(t: &Transcript) -> usize {
         };
         if r.ok {
             println!("PASS  {name:<20} {about}");
-            // The load test ends with its numbers: show them.
-            if let Some(summary) = r.stdout.lines().rev().find(|l| l.contains("load_summary")) {
+            // The load test ends with its numbers, the self-test says what the device stamps:
+            // show them.
+            if let Some(summary) = r
+                .stdout
+                .lines()
+                .rev()
+                .find(|l| l.contains("load_summary") || l.starts_with("timestamps: "))
+            {
                 println!("      {summary}");
             }
         } else {

@@ -1,4 +1,10 @@
-//! Completion queues, polled either by busy-polling or through a completion channel.
+//! Completion queues, polled either by busy-polling or through a completion channel: plain
+//! ones (`ibv_create_cq`, polled with `ibv_poll_cq`) and extended ones (`ex`: made by
+//! `ibv_create_cq_ex`, polled with `ibv_start_poll`, and able to stamp completions with the
+//! device's clock). What a completion means is one rule for both (`wc`).
+
+mod ex;
+mod wc;
 
 use std::ptr;
 use std::sync::Arc;
@@ -7,8 +13,8 @@ use std::time::{Duration, Instant};
 use ibverbs_sys as ffi;
 
 use crate::context::Context;
-use crate::error::{Error, Result, VerbOp, completion_advice};
-use crate::types::{WcOpcode, WcStatus};
+use crate::error::{Error, Result, VerbOp};
+use crate::types::WcOpcode;
 
 /// How [`CompletionQueue::poll`] waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -69,12 +75,19 @@ pub struct Completion {
     pub byte_len: u32,
     /// The immediate value in host byte order, if the completion carries one.
     pub imm: Option<u32>,
+    /// The device's clock when it made the completion, in its own ticks (it runs at
+    /// [`CompletionClock::Clock`](crate::CompletionClock::Clock)'s `hca_core_clock_khz`), from
+    /// a CQ made to stamp completions ([`Context::create_cq_ex`]); `None` from any other CQ.
+    pub timestamp: Option<u64>,
 }
 
 pub(crate) struct CqInner {
+    /// The CQ; for an extended one, `ibv_cq_ex_to_cq` of it (the same address).
     pub(crate) cq: *mut ffi::ibv_cq,
     channel: *mut ffi::ibv_comp_channel,
     mode: CqMode,
+    /// How it is polled: `None` for a plain CQ.
+    ex: Option<ex::Extended>,
     ctx: Context,
 }
 
@@ -89,7 +102,9 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         // Every event taken with ibv_get_cq_event was acked right away in `poll`, so
         // ibv_destroy_cq cannot block on unacked events.
-        // SAFETY: `cq` came from ibv_create_cq; all QPs using it are gone (they hold Arcs).
+        // SAFETY: `cq` came from ibv_create_cq, or is the `ibv_cq` of one from
+        // ibv_create_cq_ex (which ibv_destroy_cq destroys too); all QPs using it are gone
+        // (they hold Arcs).
         let rc = unsafe { ffi::ibv_destroy_cq(self.cq) };
         if rc != 0 {
             tracing::warn!(rc, "ibv_destroy_cq failed");
@@ -109,6 +124,7 @@ impl std::fmt::Debug for CqInner {
         f.debug_struct("CompletionQueue")
             .field("device", &self.ctx.name())
             .field("mode", &self.mode)
+            .field("extended", &self.ex)
             .finish()
     }
 }
@@ -137,15 +153,23 @@ impl Context {
     /// [`Error::InvalidArgument`] for 0 or more than `i32::MAX` entries, [`Error::Verb`]
     /// ([`VerbOp::CreateCompChannel`], [`VerbOp::CreateCq`]).
     pub fn create_cq(&self, entries: u32, mode: CqMode) -> Result<CompletionQueue> {
-        let cqe = libc::c_int::try_from(entries)
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!("completion queue size {entries}"),
-                    "use between 1 and the device's max_cqe entries",
-                )
-            })?;
+        let cqe = cq_entries(entries)?;
+        let channel = self.comp_channel(mode)?;
+        // SAFETY: valid context; the channel is null or valid and outlives the CQ (both are
+        // destroyed by CqInner, CQ first).
+        let cq = unsafe { ffi::ibv_create_cq(self.raw(), cqe, ptr::null_mut(), channel.0, 0) };
+        if cq.is_null() {
+            return Err(Error::last_os(
+                VerbOp::CreateCq,
+                format!("{entries} entries"),
+            ));
+        }
+        Ok(channel.into_cq(cq, mode, None, self))
+    }
+
+    /// The completion channel a CQ in `mode` needs (none for [`CqMode::Poll`]), its fd
+    /// non-blocking.
+    fn comp_channel(&self, mode: CqMode) -> Result<ChannelGuard> {
         let mut guard = ChannelGuard(ptr::null_mut());
         if mode == CqMode::Event {
             // SAFETY: valid context.
@@ -162,22 +186,40 @@ impl Context {
             crate::fd::set_nonblocking(fd)
                 .map_err(|errno| Error::verb(VerbOp::CreateCompChannel, "O_NONBLOCK", errno))?;
         }
-        // SAFETY: valid context; the channel is null or valid and outlives the CQ (both are
-        // destroyed by CqInner, CQ first).
-        let cq = unsafe { ffi::ibv_create_cq(self.raw(), cqe, ptr::null_mut(), guard.0, 0) };
-        if cq.is_null() {
-            return Err(Error::last_os(
-                VerbOp::CreateCq,
-                format!("{entries} entries"),
-            ));
-        }
-        let channel = std::mem::replace(&mut guard.0, ptr::null_mut());
-        Ok(CompletionQueue(Arc::new(CqInner {
+        Ok(guard)
+    }
+}
+
+/// The `cqe` of a CQ with room for `entries` completions.
+fn cq_entries(entries: u32) -> Result<libc::c_int> {
+    libc::c_int::try_from(entries)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            Error::invalid(
+                format!("completion queue size {entries}"),
+                "use between 1 and the device's max_cqe entries",
+            )
+        })
+}
+
+impl ChannelGuard {
+    /// Hands the channel to `cq`, just created with it, and owns both from now on.
+    fn into_cq(
+        mut self,
+        cq: *mut ffi::ibv_cq,
+        mode: CqMode,
+        ex: Option<ex::Extended>,
+        ctx: &Context,
+    ) -> CompletionQueue {
+        let channel = std::mem::replace(&mut self.0, ptr::null_mut());
+        CompletionQueue(Arc::new(CqInner {
             cq,
             channel,
             mode,
-            ctx: self.clone(),
-        })))
+            ex,
+            ctx: ctx.clone(),
+        }))
     }
 }
 
@@ -245,6 +287,9 @@ impl CompletionQueue {
     /// Non-blocking: takes at most one completion.
     fn poll_once(&self) -> Result<Option<Result<Completion>>> {
         let cq = self.0.cq;
+        if let Some(ex) = &self.0.ex {
+            return ex.poll_once(cq);
+        }
         let mut wc = ffi::ibv_wc::default();
         // SAFETY: `cq` is valid; its context pointer is the open context we hold.
         let poll_fn = unsafe { (*(*cq).context).ops.poll_cq };
@@ -268,7 +313,7 @@ impl CompletionQueue {
         if n == 0 {
             return Ok(None);
         }
-        Ok(Some(completion_from_wc(&wc)))
+        Ok(Some(wc::RawWc::from_wc(&wc).judge()))
     }
 
     /// Asks for an event on the completion channel at the next completion
@@ -327,50 +372,6 @@ impl CompletionQueue {
     }
 }
 
-fn completion_from_wc(wc: &ffi::ibv_wc) -> Result<Completion> {
-    let opcode = WcOpcode::from_ibv(wc.opcode());
-    if let Some((status, vendor_err)) = wc.error() {
-        let status_enum = WcStatus::from_ibv(status);
-        return Err(Error::Completion {
-            status: status_enum,
-            status_str: status_str(status),
-            vendor_err,
-            wr_id: wc.wr_id(),
-            opcode,
-            advice: completion_advice(status_enum),
-        });
-    }
-    Ok(Completion {
-        wr_id: wc.wr_id(),
-        opcode,
-        byte_len: u32::try_from(wc.len()).unwrap_or(u32::MAX),
-        // imm_data is in network byte order on the wire and in the wc. Only receive completions
-        // carry one (some providers also flag the sender's completion; ignore that).
-        imm: if is_receive(wc.opcode()) {
-            wc.imm_data().map(u32::from_be)
-        } else {
-            None
-        },
-    })
-}
-
-/// Receive-side opcodes have bit `IBV_WC_RECV` (128) set.
-fn is_receive(opcode: u32) -> bool {
-    opcode & ffi::ibv_wc_opcode::IBV_WC_RECV != 0
-}
-
-fn status_str(status: u32) -> String {
-    // SAFETY: ibv_wc_status_str accepts any value and returns a static string (or NULL).
-    let p = unsafe { ffi::ibv_wc_status_str(status) };
-    if p.is_null() {
-        return format!("status {status}");
-    }
-    // SAFETY: non-null, static, NUL-terminated.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 /// What busy polling does between two empty polls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backoff {
@@ -407,32 +408,6 @@ fn backoff(round: u32, left: Duration) {
 mod tests {
     use super::*;
 
-    /// Builds an ibv_wc the way a provider would (fields are private in ibverbs-sys, so go
-    /// through the C layout: wr_id u64, status u32, opcode u32, vendor_err u32, byte_len u32,
-    /// imm_data u32, qp_num, src_qp, wc_flags, ...).
-    fn wc(
-        wr_id: u64,
-        status: u32,
-        opcode: u32,
-        byte_len: u32,
-        imm_be: u32,
-        flags: u32,
-    ) -> ffi::ibv_wc {
-        let mut w = ffi::ibv_wc::default();
-        let p = ptr::from_mut(&mut w).cast::<u8>();
-        // SAFETY: (test) ibv_wc is repr(C), 48 bytes, with the offsets written here.
-        unsafe {
-            p.cast::<u64>().write(wr_id);
-            p.add(8).cast::<u32>().write(status);
-            p.add(12).cast::<u32>().write(opcode);
-            p.add(16).cast::<u32>().write(0x42);
-            p.add(20).cast::<u32>().write(byte_len);
-        }
-        w.imm_data = imm_be;
-        w.wc_flags = ffi::ibv_wc_flags(flags);
-        w
-    }
-
     #[test]
     fn cq_mode_parses_and_prints() {
         assert_eq!("poll".parse::<CqMode>(), Ok(CqMode::Poll));
@@ -446,66 +421,6 @@ mod tests {
         );
         for m in [CqMode::Poll, CqMode::Event] {
             assert_eq!(m.to_string().parse::<CqMode>(), Ok(m));
-        }
-    }
-
-    #[test]
-    fn wc_layout_is_what_the_test_assumes() {
-        let w = wc(7, 0, 129, 4096, 0, 0);
-        assert_eq!(w.wr_id(), 7);
-        assert_eq!(w.opcode(), 129);
-        assert_eq!(w.len(), 4096);
-        assert!(w.is_valid());
-    }
-
-    #[test]
-    fn write_with_imm_receive_converts_imm_to_host_order() {
-        let w = wc(
-            9,
-            0,
-            ffi::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM,
-            17,
-            0x1234_5678u32.to_be(),
-            2,
-        );
-        let c = completion_from_wc(&w).unwrap();
-        assert_eq!(
-            c,
-            Completion {
-                wr_id: 9,
-                opcode: WcOpcode::RecvRdmaWithImm,
-                byte_len: 17,
-                imm: Some(0x1234_5678)
-            }
-        );
-        // The sender's completion never reports an immediate, even if the provider flags it.
-        let w = wc(9, 0, ffi::ibv_wc_opcode::IBV_WC_RDMA_WRITE, 17, 5, 2);
-        assert_eq!(completion_from_wc(&w).unwrap().imm, None);
-        // Without the WITH_IMM flag there is no immediate.
-        let w = wc(9, 0, ffi::ibv_wc_opcode::IBV_WC_RDMA_WRITE, 0, 5, 0);
-        assert_eq!(completion_from_wc(&w).unwrap().imm, None);
-    }
-
-    #[test]
-    fn error_completion_becomes_error_with_advice() {
-        let w = wc(3, ffi::ibv_wc_status::IBV_WC_RETRY_EXC_ERR, 1, 0, 0, 0);
-        let e = completion_from_wc(&w).unwrap_err();
-        match &e {
-            Error::Completion {
-                status,
-                vendor_err,
-                wr_id,
-                advice,
-                status_str,
-                ..
-            } => {
-                assert_eq!(*status, WcStatus::RetryExcErr);
-                assert_eq!(*vendor_err, 0x42);
-                assert_eq!(*wr_id, 3);
-                assert!(advice.contains("UDP 4791"));
-                assert!(status_str.to_lowercase().contains("retry"), "{status_str}");
-            }
-            other => panic!("unexpected {other}"),
         }
     }
 
