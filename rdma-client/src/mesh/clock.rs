@@ -2,12 +2,13 @@
 //! asked for its completion clock ([`rdma_core_rs::Context::completion_clock`]), and its answer
 //! becomes `mesh_started`'s `timestamps_why` and the device's `rdma_mesh_timestamps_supported`.
 //!
-//! This build reads no completion timestamps, whatever the device has: that needs completion
-//! queues made by `ibv_create_cq_ex` and polled for their stamps on both ends, and the
-//! responder's stamps carried back to the prober (a protocol change). So `timestamps` (the
-//! round trips are split into network time and host delay) is always `false`, and the text says
-//! honestly why: the device has no clock (Soft-RoCE, Soft-iWARP), or it has one this build does
-//! not read yet. The metric says what the device said: 1 where it has a clock.
+//! The mesh reads no completion timestamps yet, whatever the device has. rdma-core-rs makes
+//! the completion queues that stamp (`Context::create_cq_ex`, proven in the guests' self-test),
+//! but the probe's exchange does not use them: that needs a write with immediate each way (a
+//! receive completion to stamp on both ends) and the responder's two stamps carried back to
+//! the prober (a protocol change). So `timestamps` (the round trips are split into network time
+//! and host delay) is always `false`, and the text says honestly why: the device has no clock
+//! (Soft-RoCE, Soft-iWARP), or it has one the probe's exchange does not read yet. The metric says what the device said: 1 where it has a clock.
 
 use rdma_core_rs::CompletionClock;
 
@@ -74,7 +75,7 @@ fn sentence(names: &str, plural: bool, answer: &Answer) -> String {
             timestamp_mask,
         }) => format!(
             "{names} {has} a completion clock ({hca_core_clock_khz} kHz, mask {timestamp_mask:#x}) \
-             but this build reads no completion timestamps yet"
+             but the probe's exchange carries no stamps yet"
         ),
         Ok(CompletionClock::NoClock {
             hca_core_clock_khz: 0,
@@ -126,8 +127,8 @@ mod tests {
         assert_eq!(s.supported, [("rxe0".to_owned(), false)]);
     }
 
-    /// A device with a clock is said to have one, and honestly that this build does not read
-    /// it: no split, but the metric says what the device said.
+    /// A device with a clock is said to have one, and honestly that the probe's exchange does
+    /// not read it: no split, but the metric says what the device said.
     #[test]
     fn a_clock_is_said_and_not_claimed_as_read() {
         let clock = CompletionClock::Clock {
@@ -137,8 +138,8 @@ mod tests {
         let s = said(&devs(&["mlx5_0"]), &[Ok(clock)]);
         assert_eq!(
             s.why,
-            "mlx5_0 has a completion clock (156250 kHz, mask 0x7fffffffffffffff) but this build \
-             reads no completion timestamps yet: round trips are wall time"
+            "mlx5_0 has a completion clock (156250 kHz, mask 0x7fffffffffffffff) but the probe's \
+             exchange carries no stamps yet: round trips are wall time"
         );
         assert!(!s.split);
         assert_eq!(s.supported, [("mlx5_0".to_owned(), true)]);
@@ -187,8 +188,8 @@ mod tests {
         assert_eq!(
             s.why,
             "rxe0, rxe1 give no completion timestamps (hca_core_clock 0 kHz); mlx5_0 has a \
-             completion clock (1000000 kHz, mask 0xffffffff) but this build reads no completion \
-             timestamps yet: round trips are wall time"
+             completion clock (1000000 kHz, mask 0xffffffff) but the probe's exchange carries no \
+             stamps yet: round trips are wall time"
         );
         assert_eq!(
             s.supported,

@@ -7,13 +7,15 @@
 //! - no import circle between the files of any crate ([`circles`]);
 //! - no file over [`size::MAX_LINES`] lines outside its tests ([`size`]);
 //! - nothing prints around `Output`: no `println!`/`print!` in the binaries or rdma-app outside
-//!   their output modules ([`prints`]).
+//!   their output modules ([`prints`]);
+//! - rdma-core-rs reaches `struct verbs_context` in `verbs_ctx` alone ([`reach`]).
 //!
 //! It also prints the figures the README's development section quotes (lines per crate).
 
 pub mod circles;
 pub mod deps;
 pub mod prints;
+pub mod reach;
 pub mod size;
 
 use crate::exec;
@@ -72,6 +74,13 @@ pub fn check() -> Result<Vec<String>> {
                 file.display()
             ));
         }
+    }
+    let (krate, allowed, field) = reach::VERBS_CONTEXT;
+    for (file, reads) in reach::strays(&root.join(krate), allowed, field)? {
+        broken.push(format!(
+            "{krate}/{}: {reads} read(s) of `{field}` outside {allowed}: reach `struct verbs_context` through verbs_ctx, which checks its `sz` first",
+            file.display()
+        ));
     }
     Ok(broken)
 }

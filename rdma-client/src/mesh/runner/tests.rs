@@ -512,7 +512,7 @@ fn what_the_devices_said_of_their_clocks_is_said_once_at_start() {
     );
     assert!(
         said[0].contains(
-            r#""timestamps":false,"timestamps_why":"rxe0 gives no completion timestamps (hca_core_clock 0 kHz); mlx5_0 has a completion clock (156250 kHz, mask 0xffffffffffff) but this build reads no completion timestamps yet: round trips are wall time""#
+            r#""timestamps":false,"timestamps_why":"rxe0 gives no completion timestamps (hca_core_clock 0 kHz); mlx5_0 has a completion clock (156250 kHz, mask 0xffffffffffff) but the probe's exchange carries no stamps yet: round trips are wall time""#
         ),
         "{}",
         said[0]
