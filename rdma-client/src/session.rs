@@ -365,6 +365,13 @@ impl<'a> Session<'a> {
         self.hs.keep_alive()
     }
 
+    /// Whether the hello asked for the stamped exchange (a `lat` bench session whose server
+    /// offers it): each sweep ends with it ([`crate::bench::hot::stamped`]).
+    #[must_use]
+    pub fn stamped(&self) -> bool {
+        self.hs.stamped()
+    }
+
     /// The deadline of each phase from now on (`--timeout`, or a probe's share of its own).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.opts.timeout = timeout;

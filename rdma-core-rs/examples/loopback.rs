@@ -17,7 +17,8 @@
 //! 8. `Context::completion_clock` answers (through the provider's `query_device_ex`), and a
 //!    software device (Soft-RoCE `rxe*`, Soft-iWARP `siw*`) has no completion clock;
 //! 9. extended CQs (`Context::create_cq_ex`) carry check 1's write-with-imm in both modes, with
-//!    no timestamps; asked for timestamps, a device without a completion clock refuses with
+//!    no timestamps, report check 3's wrong rkey as `REM_ACCESS_ERR` and time out as check 5;
+//!    asked for timestamps, a device without a completion clock refuses with
 //!    `EOPNOTSUPP`, and one with a clock stamps every completion (within its timestamp mask).
 //!
 //! Usage: `loopback [DEVICE] [PORT] [GID_INDEX]`. `cargo xtask e2e --selftest` runs it on the
@@ -212,8 +213,8 @@ fn big_write(env: &LocalPort) -> R<()> {
     Ok(())
 }
 
-fn wrong_rkey(env: &LocalPort) -> R<()> {
-    let p = connect(env, CqMode::Poll, RtsParams::new(random_psn()?), 1)?;
+fn wrong_rkey(env: &LocalPort, cqs: Cqs) -> R<()> {
+    let p = connect_with(env, CqMode::Poll, cqs, RtsParams::new(random_psn()?), 1)?;
     let src = p.pd.register_bytes(b"x", Access::NONE)?;
     let mut remote = remote_of(&p.server_mr);
     remote.rkey ^= 0x5a5a_0000;
@@ -226,7 +227,7 @@ fn wrong_rkey(env: &LocalPort) -> R<()> {
                 ..
             },
         ) => {
-            println!("ok: wrong rkey -> {e}");
+            println!("ok: wrong rkey through {cqs:?} CQs -> {e}");
         }
         other => return Err(format!("wrong rkey: expected REM_ACCESS_ERR, got {other:?}").into()),
     }
@@ -292,9 +293,9 @@ fn deregistered_rkey(env: &LocalPort) -> R<()> {
     Ok(())
 }
 
-fn timeout(env: &LocalPort) -> R<()> {
+fn timeout(env: &LocalPort, cqs: Cqs) -> R<()> {
     for mode in [CqMode::Poll, CqMode::Event] {
-        let cq = env.ctx.create_cq(4, mode)?;
+        let cq = cqs.create(env, mode)?;
         let start = Instant::now();
         match cq.poll(start + Duration::from_millis(300)) {
             Err(Error::Timeout { .. }) if start.elapsed() >= Duration::from_millis(300) => {}
@@ -308,7 +309,7 @@ fn timeout(env: &LocalPort) -> R<()> {
             return Err(format!("{mode:?}: timeout overshot: {:?}", start.elapsed()).into());
         }
     }
-    println!("ok: idle CQs time out at the deadline");
+    println!("ok: idle {cqs:?} CQs time out at the deadline");
     Ok(())
 }
 
@@ -334,9 +335,9 @@ fn run() -> R<()> {
         }
     }
     big_write(&env)?;
-    wrong_rkey(&env)?;
+    wrong_rkey(&env, Cqs::Plain)?;
     no_receive(&env)?;
-    timeout(&env)?;
+    timeout(&env, Cqs::Plain)?;
     deregistered_rkey(&env)?;
     extended_cqs(&env)?;
     Ok(())
@@ -396,6 +397,10 @@ fn extended_cqs(env: &LocalPort) -> R<()> {
             return Err(format!("an unstamped CQ stamped a completion: {sent:?} / {got:?}").into());
         }
     }
+    // A failed completion reads as one (status, wr_id) through `ibv_start_poll` too, and an
+    // empty one (ENOENT) waits until the deadline.
+    wrong_rkey(env, Cqs::Extended { timestamps: false })?;
+    timeout(env, Cqs::Extended { timestamps: false })?;
     match (
         env.ctx.completion_clock()?,
         env.ctx.create_cq_ex(4, CqMode::Poll, true),

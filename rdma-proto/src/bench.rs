@@ -57,6 +57,11 @@ pub const SIGNAL_EVERY: u64 = 16;
 
 /// The feature a server lists in its banner when it serves bench sessions.
 pub const FEATURE: &str = "bench";
+/// The feature a server lists in its banner when its `lat` sessions end with the stamped
+/// exchange (`hello.bench.stamped`): every server that serves bench sessions lists it.
+pub const FEATURE_STAMPED: &str = "stamped";
+/// The immediate data of both writes of the stamped exchange ("STMP").
+pub const STAMP_IMM: u32 = 0x5354_4d50;
 /// Most sizes one session may sweep.
 pub const MAX_SIZES: usize = 64;
 /// Most exchanges (lat) or writes (bw) per size.
@@ -73,6 +78,28 @@ pub struct BenchParams {
     /// Exchanges (lat) or writes (bw) per size. With bw the client may stop earlier (a
     /// duration); the server only checks the final bytes.
     pub iters: u64,
+    /// `lat` only: the sweep ends with the stamped exchange (see [`Turnaround`]). On the wire
+    /// only when `true`.
+    pub stamped: bool,
+}
+
+/// `result.stamps`: what the server's device stamped in a `lat` session's stamped exchange,
+/// raw, for the client to judge. After the sweep the client writes one byte with immediate
+/// [`STAMP_IMM`] (its last byte again, so the final content does not change); the server's
+/// receive completion of it is stamped `recv`; it answers with one byte with immediate into
+/// the client's buffer, whose send completion (the client's ACK) is stamped `send`. Both are
+/// ticks of the server's device clock, which runs at `clock_khz` and keeps the bits of `mask`.
+/// Only a server whose device stamps completions sends it; the exchange itself runs either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Turnaround {
+    /// The stamp of the receive completion of the client's ping.
+    pub recv: u64,
+    /// The stamp of the send completion of the server's answer.
+    pub send: u64,
+    /// The device clock's frequency (`hca_core_clock`), kHz.
+    pub clock_khz: u64,
+    /// The bits a stamp holds (`completion_timestamp_mask`).
+    pub mask: u64,
 }
 
 /// A bench session's mode and what only it needs: `lat` names the client's buffer the server
@@ -113,13 +140,17 @@ impl Serialize for BenchParams {
             BenchKind::Lat(p) => Some(p),
             BenchKind::Bw => None,
         };
-        let mut st = s.serialize_struct("BenchParams", if pongs.is_some() { 5 } else { 3 })?;
+        let fields = 3 + if pongs.is_some() { 2 } else { 0 } + usize::from(self.stamped);
+        let mut st = s.serialize_struct("BenchParams", fields)?;
         st.serialize_field("mode", &self.mode())?;
         st.serialize_field("sizes", &self.sizes)?;
         st.serialize_field("iters", &self.iters)?;
         if let Some(p) = pongs {
             st.serialize_field("addr", &p.addr)?;
             st.serialize_field("rkey", &p.rkey)?;
+        }
+        if self.stamped {
+            st.serialize_field("stamped", &true)?;
         }
         st.end()
     }
@@ -135,7 +166,12 @@ impl BenchParams {
     /// Checks what the fields must satisfy together, for a hello of `length` bytes.
     /// Returns the field at fault and why.
     pub fn check(&self, length: u64) -> Result<(), (&'static str, String)> {
-        check_sweep(&self.sizes, self.iters, length)
+        check_sweep(&self.sizes, self.iters, length)?;
+        if self.stamped && self.mode() != BenchMode::Lat {
+            let (field, why) = STAMPED_NEEDS_LAT;
+            return Err((field, why.to_owned()));
+        }
+        Ok(())
     }
 }
 
@@ -164,6 +200,12 @@ pub fn check_sweep(sizes: &[u64], iters: u64, length: u64) -> Result<(), (&'stat
     }
     Ok(())
 }
+
+/// Why a `bw` hello asking for the stamped exchange is refused (the field and the reason).
+pub const STAMPED_NEEDS_LAT: (&str, &str) = (
+    "stamped",
+    "only a lat session ends with the stamped exchange: leave it out of a bw hello",
+);
 
 /// Why a `lat` hello without the client's buffer is refused (the field and the reason).
 pub const LAT_NEEDS_PONGS: (&str, &str) = (
@@ -245,6 +287,7 @@ mod tests {
             }),
             sizes,
             iters: 300,
+            stamped: false,
         }
     }
 

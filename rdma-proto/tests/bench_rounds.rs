@@ -33,6 +33,7 @@ fn params(kind: BenchKind) -> BenchParams {
         kind,
         sizes: vec![2, LEN],
         iters: ITERS,
+        stamped: false,
     }
 }
 

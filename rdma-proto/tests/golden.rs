@@ -211,11 +211,23 @@ fn finish_tcp(
     payload: &[u8],
     out: &mut String,
 ) {
+    finish_stamped(server, client, payload, None, out);
+}
+
+/// [`finish_tcp`], the server's `result` carrying `stamps`.
+fn finish_stamped(
+    server: &mut ServerHandshake,
+    client: &mut ClientHandshake,
+    payload: &[u8],
+    stamps: Option<rdma_proto::bench::Turnaround>,
+    out: &mut String,
+) {
     let w = client.written().unwrap().unwrap().to_line();
     out.push_str(&format!("C: {w}"));
     server.on_line(w.as_bytes()).unwrap();
-    let outcome = server.verify(payload, None, None);
+    let mut outcome = server.verify(payload, None, None);
     assert!(outcome.verified, "{outcome:?}");
+    outcome.stamps = stamps;
     let result = server.result(outcome).unwrap().to_line();
     out.push_str(&format!("S: {result}"));
     client
@@ -229,6 +241,39 @@ fn golden_handshake_bench() {
     check_golden("handshake-bench.jsonl", &bench_transcript());
 }
 
+/// A lat bench session with the stamped exchange (feature `stamped`): the hello asks for it
+/// (`bench.stamped`), and the server's `result` carries what its device stamped: the receive
+/// completion of the client's ping, the send completion of its answer, and its clock.
+fn stamped_transcript() -> String {
+    let mut out = String::new();
+    let mut server = ServerHandshake::new(ServerPolicy {
+        bench_max_len: 8 << 20,
+        ..policy(None)
+    });
+    let (bench, fin) = lat_bench();
+    let mut client =
+        ClientHandshake::with_bench(ClientRequest::for_payload(&fin, Notify::Tcp, None), bench)
+            .asking_stamps();
+    let h = banner_and_hello(&mut server, &mut client, &mut out);
+    assert!(h.bench.as_ref().is_some_and(|b| b.stamped));
+    accept_onto(&mut server, &mut client, 4096, &mut out);
+    // (the ping-pong, then the stamped exchange, happen here)
+    let stamps = rdma_proto::bench::Turnaround {
+        recv: 0x0000_1a2b_3c4d_5e00,
+        send: 0x0000_1a2b_3c4d_9f00,
+        clock_khz: 156_250,
+        mask: 0x0000_ffff_ffff_ffff,
+    };
+    finish_stamped(&mut server, &mut client, &fin, Some(stamps), &mut out);
+    assert_eq!(client.outcome().and_then(|o| o.stamps), Some(stamps));
+    out
+}
+
+#[test]
+fn golden_handshake_bench_stamped() {
+    check_golden("handshake-bench-stamped.jsonl", &stamped_transcript());
+}
+
 /// Every golden line parses on the receiving side and re-encodes to the same bytes.
 #[test]
 fn golden_lines_roundtrip() {
@@ -239,6 +284,7 @@ fn golden_lines_roundtrip() {
         "handshake-cm.jsonl",
         "handshake-rounds.jsonl",
         "handshake-bench-rounds.jsonl",
+        "handshake-bench-stamped.jsonl",
     ] {
         let text = std::fs::read_to_string(golden_dir().join(name)).unwrap();
         let mut n = 0;
@@ -351,6 +397,7 @@ fn lat_bench() -> (BenchParams, Vec<u8>) {
         }),
         sizes: vec![2, 4096],
         iters: 1000,
+        stamped: false,
     };
     let fin = rdma_proto::bench::final_content(&bench, bench.iters);
     (bench, fin)

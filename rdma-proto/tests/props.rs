@@ -113,8 +113,9 @@ fn server_message() -> impl Strategy<Value = ServerMessage> {
         any::<u32>(),
         prop::collection::vec(any::<u8>(), 0..1500),
         prop::option::of(any::<String>()),
+        prop::option::of((any::<u64>(), any::<u64>(), 1..=u64::MAX, 1..=u64::MAX)),
     )
-        .prop_map(|(verified, length, crc32c, payload, reason)| {
+        .prop_map(|(verified, length, crc32c, payload, reason, stamps)| {
             let (text, truncated) = preview_text(&payload);
             ServerMessage::Result(Outcome {
                 verified,
@@ -123,6 +124,14 @@ fn server_message() -> impl Strategy<Value = ServerMessage> {
                 text,
                 truncated,
                 reason,
+                stamps: stamps.map(
+                    |(recv, send, clock_khz, mask)| rdma_proto::bench::Turnaround {
+                        recv,
+                        send,
+                        clock_khz,
+                        mask,
+                    },
+                ),
             })
         });
     prop_oneof![

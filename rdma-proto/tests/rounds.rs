@@ -263,6 +263,7 @@ fn verdict(payload: &[u8]) -> ServerMessage {
         text: String::new(),
         truncated: false,
         reason: None,
+        stamps: None,
     })
 }
 

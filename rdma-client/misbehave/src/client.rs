@@ -228,6 +228,7 @@ fn stale_bench_round(task: &bench::BenchTask, out: &Output) -> Result<()> {
     let r = task.resolve()?;
     let m = bench::Measure {
         rounds: true,
+        stamps: false,
         ..r.measure(task)
     };
     let mut b = m.connect(&r.local, &task.session, t_start, Some(out))?;
@@ -287,6 +288,12 @@ impl<L: Link> Link for Paced<L> {
     }
     fn byte(&self, index: usize) -> u8 {
         self.0.byte(index)
+    }
+    fn post_stamp(&mut self, at: usize, wr_id: u64) -> Result<(), L::Error> {
+        self.0.post_stamp(at, wr_id)
+    }
+    fn poll_done(&mut self, deadline: Instant) -> Result<bench::hot::Done, L::Error> {
+        self.0.poll_done(deadline)
     }
     fn timeout(&self, what: &'static str, waited: Duration) -> L::Error {
         self.0.timeout(what, waited)

@@ -180,6 +180,7 @@ mod tests {
             text,
             truncated,
             reason: None,
+            stamps: None,
         }
     }
 

@@ -25,9 +25,72 @@ pub trait Link {
     fn poll(&mut self, deadline: Instant) -> Result<u64, Self::Error>;
     /// Byte `index` of our exposed buffer, as the peer last wrote it.
     fn byte(&self, index: usize) -> u8;
+    /// Posts the stamped exchange's ping: byte `at` of the source buffer, to byte `at` of the
+    /// peer's, as an RDMA Write with immediate [`STAMP_IMM`], signalled.
+    fn post_stamp(&mut self, at: usize, wr_id: u64) -> Result<(), Self::Error>;
+    /// Waits for a completion until `deadline`, send or receive, with its stamp where the
+    /// link's completion queue stamps them. A receive reaped by `try_poll`/`poll` (a peer
+    /// that answered early) comes first.
+    fn poll_done(&mut self, deadline: Instant) -> Result<Done, Self::Error>;
     /// The error for a wait that ran out.
     fn timeout(&self, what: &'static str, waited: Duration) -> Self::Error;
 }
+
+/// A completion as the stamped exchange needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    /// The id of the work request (a receive's: what it was posted with).
+    pub wr_id: u64,
+    /// A receive completion (the peer's write with immediate), not a send's.
+    pub received: bool,
+    /// The device's clock at the completion, where the completion queue stamps them.
+    pub timestamp: Option<u64>,
+}
+
+/// The stamped exchange as the client saw it ([`stamped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamped {
+    /// From posting the ping to seeing the answer's receive completion, on our monotonic
+    /// clock.
+    pub wall: Duration,
+    /// The stamp of the ping's send completion (the server's ACK came back).
+    pub ping: Option<u64>,
+    /// The stamp of the answer's receive completion.
+    pub answer: Option<u64>,
+}
+
+/// The work request id of the stamped exchange's ping.
+pub const STAMP_WR: u64 = u64::MAX - 2;
+/// The work request id of the receive posted for the stamped exchange's answer.
+pub const RECV_WR: u64 = u64::MAX - 1;
+
+/// The stamped exchange that ends a `lat` sweep where the hello asked for it
+/// ([`rdma_proto::bench::Turnaround`]): posts the ping (byte `at`, the last byte of the largest
+/// size, which holds the last exchange's counter already, so the peer's final bytes do not
+/// change) and waits for both its send completion and the answer's receive completion, each
+/// wait ending at `timeout` from the post.
+pub fn stamped<L: Link>(link: &mut L, at: usize, timeout: Duration) -> Result<Stamped, L::Error> {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    link.post_stamp(at, STAMP_WR)?;
+    let (mut ping, mut answer) = (None, None);
+    while ping.is_none() || answer.is_none() {
+        let done = link.poll_done(deadline)?;
+        if done.received {
+            answer = Some((start.elapsed(), done.timestamp));
+        } else if done.wr_id == STAMP_WR {
+            ping = Some(done.timestamp);
+        }
+    }
+    let (wall, answer) = answer.unwrap_or_default();
+    Ok(Stamped {
+        wall,
+        ping: ping.flatten(),
+        answer,
+    })
+}
+
+pub use rdma_proto::bench::STAMP_IMM;
 
 /// Most bytes between two signalled writes of a bandwidth run: a path so lossy that RoCE's
 /// retransmissions bring it down to 0.37 MB/s (perftest's 64 KiB writes under 5% loss each
@@ -222,6 +285,10 @@ mod tests {
         pending: VecDeque<u64>,
         posts: u64,
         signaled: u64,
+        /// The stamped exchange's completions, in the order they come.
+        stamped: VecDeque<Done>,
+        /// `post_stamp` adds no completions: the test put them there.
+        poll_only: bool,
     }
 
     impl Fake {
@@ -231,6 +298,8 @@ mod tests {
                 pending: VecDeque::with_capacity(4096),
                 posts: 0,
                 signaled: 0,
+                stamped: VecDeque::new(),
+                poll_only: false,
             }
         }
     }
@@ -265,9 +334,72 @@ mod tests {
         fn byte(&self, i: usize) -> u8 {
             self.buf[i]
         }
+        fn post_stamp(&mut self, at: usize, wr: u64) -> Result<(), String> {
+            assert!(at < self.buf.len());
+            if self.poll_only {
+                return Ok(());
+            }
+            // The ping lands (its ACK: a send completion stamped 100), then the peer answers
+            // after its turnaround (a receive completion stamped 130).
+            self.stamped.push_back(Done {
+                wr_id: wr,
+                received: false,
+                timestamp: Some(100),
+            });
+            self.stamped.push_back(Done {
+                wr_id: RECV_WR,
+                received: true,
+                timestamp: Some(130),
+            });
+            Ok(())
+        }
+        fn poll_done(&mut self, _: Instant) -> Result<Done, String> {
+            self.stamped
+                .pop_front()
+                .ok_or_else(|| "no stamped completion".to_owned())
+        }
         fn timeout(&self, what: &'static str, _: Duration) -> String {
             what.to_owned()
         }
+    }
+
+    #[test]
+    fn the_stamped_exchange_takes_both_completions_in_either_order() {
+        let mut link = Fake::new(8);
+        let s = stamped(&mut link, 7, Duration::from_secs(1)).unwrap();
+        assert_eq!((s.ping, s.answer), (Some(100), Some(130)));
+        assert!(link.stamped.is_empty());
+        // The answer's receive first (the ACK's completion came later), and unstamped
+        // completions (Soft-RoCE): the exchange still ends, without stamps.
+        let mut link = Fake::new(8);
+        link.stamped.extend([
+            Done {
+                wr_id: RECV_WR,
+                received: true,
+                timestamp: None,
+            },
+            Done {
+                wr_id: 3,
+                received: false,
+                timestamp: None,
+            },
+            Done {
+                wr_id: STAMP_WR,
+                received: false,
+                timestamp: None,
+            },
+        ]);
+        link.poll_only = true;
+        let s = stamped(&mut link, 7, Duration::from_secs(1)).unwrap();
+        assert_eq!((s.ping, s.answer), (None, None));
+        assert!(
+            link.stamped.is_empty(),
+            "a stray send completion is passed over"
+        );
+        // A peer that never answers: the wait's error.
+        let mut link = Fake::new(8);
+        link.poll_only = true;
+        assert!(stamped(&mut link, 7, Duration::from_millis(5)).is_err());
     }
 
     #[test]
@@ -335,6 +467,12 @@ mod tests {
             }
             fn byte(&self, _: usize) -> u8 {
                 0
+            }
+            fn post_stamp(&mut self, _: usize, _: u64) -> Result<(), String> {
+                Ok(())
+            }
+            fn poll_done(&mut self, _: Instant) -> Result<Done, String> {
+                Err("no completion".into())
             }
             fn timeout(&self, what: &'static str, _: Duration) -> String {
                 what.to_owned()

@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use color_eyre::eyre::Result;
 use rdma_core_rs::{
-    Access, CompletionQueue, ExposedRegion, Init, LocalPort, MemoryRegion, ProtectionDomain,
-    QpCaps, QueuePair, RemoteBuffer, Rts,
+    Access, CompletionClock, CompletionQueue, ExposedRegion, Init, LocalPort, MemoryRegion,
+    ProtectionDomain, QpCaps, QueuePair, RemoteBuffer, Rts,
 };
-use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, PongBuffer};
+use rdma_proto::bench::{self, BenchKind, BenchMode, BenchParams, PongBuffer, Turnaround};
 use rdma_proto::{Accept, ClientHandshake, ClientRequest, Notify};
 
 use super::hot::{self, Link};
@@ -27,6 +27,20 @@ use crate::session::{Session, SessionOptions, Target};
 pub struct Rows {
     pub lat: Vec<LatRow>,
     pub bw: Vec<BwRow>,
+    /// The stamped exchange that ended the sweep, where the hello asked for it.
+    pub stamped: Option<Stamped>,
+}
+
+/// The stamped exchange of a `lat` sweep, both sides' stamps ([`hot::stamped`],
+/// [`rdma_proto::bench::Turnaround`]): what the mesh splits a round trip with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamped {
+    /// What we saw: the wall time, and our completions' stamps.
+    pub ours: hot::Stamped,
+    /// Our device's clock, where our completions are stamped.
+    pub clock: Option<CompletionClock>,
+    /// The server's stamps and clock, where its device gives them (its `result`).
+    pub theirs: Option<Turnaround>,
 }
 
 /// One bench session of `params` against `target`.
@@ -40,6 +54,10 @@ pub struct Measure<'a> {
     pub chosen: Option<&'a str>,
     /// Ask to keep the session for more rounds, where the server offers `bench-rounds`.
     pub rounds: bool,
+    /// `lat`: end each sweep with the stamped exchange, where the server offers `stamped` and
+    /// the device has RDMA Write with immediate ([`hot::stamped`]); its completions stamped
+    /// where the device has a completion clock.
+    pub stamps: bool,
 }
 
 impl Measure<'_> {
@@ -90,6 +108,7 @@ impl Measure<'_> {
             knobs: b,
             chosen,
             rounds,
+            stamps,
         } = self;
         let mode = sweep.mode;
         let max = sweep.sizes.last().copied().unwrap_or(1);
@@ -116,12 +135,24 @@ impl Measure<'_> {
             kind,
             sizes: sweep.sizes,
             iters: sweep.iters,
+            stamped: false,
         };
         let depth = match mode {
             BenchMode::Lat => 4 * hot::SIGNAL_EVERY as u32 + 2,
             BenchMode::Bw => b.tx_depth,
         };
-        let cq = ctx.create_cq(depth + 8, opts.cq_mode)?;
+        // The stamped exchange: a write with immediate each way (not on iWARP), stamped where
+        // the device has a completion clock (an extended CQ then).
+        let stamps = stamps && mode == BenchMode::Lat && ctx.transport().has_write_with_imm();
+        let clock = if stamps {
+            ctx.completion_clock().ok().filter(|c| c.has_clock())
+        } else {
+            None
+        };
+        let cq = match clock {
+            Some(_) => ctx.create_cq_ex(depth + 8, opts.cq_mode, true)?,
+            None => ctx.create_cq(depth + 8, opts.cq_mode)?,
+        };
         let caps = |inline| QpCaps {
             max_send_wr: depth,
             max_inline_data: inline,
@@ -137,6 +168,10 @@ impl Measure<'_> {
             BenchMode::Bw => Access::NONE,
         };
         let qp = qp.to_init(port.num, access)?;
+        if stamps {
+            // The answer's receive, before the hello lets the server connect.
+            qp.post_recv(hot::RECV_WR)?;
+        }
 
         let fin = bench::final_content(&p, p.iters);
         let hs = ClientHandshake::with_bench(
@@ -144,6 +179,7 @@ impl Measure<'_> {
             p.clone(),
         );
         let hs = if rounds { hs.asking_rounds() } else { hs };
+        let hs = if stamps { hs.asking_stamps() } else { hs };
         let detail = Detail::Bench {
             mode,
             sizes: &p.sizes,
@@ -164,6 +200,7 @@ impl Measure<'_> {
                 knobs: b,
                 timeout: opts.timeout,
                 crc32c: rdma_proto::crc32c(&fin),
+                clock,
             },
             inline,
             cq_mode: opts.cq_mode,
@@ -279,6 +316,8 @@ pub struct Run {
     timeout: std::time::Duration,
     /// The CRC32C of the final bytes (each round's).
     crc32c: u32,
+    /// Our device's clock, where the stamped exchange's completions are stamped.
+    clock: Option<CompletionClock>,
 }
 
 impl<'a> Bench<'a> {
@@ -293,6 +332,7 @@ impl<'a> Bench<'a> {
             remote: self.remote,
             inline: self.inline,
             counter_at: None,
+            early: None,
         };
         (&mut self.session, link, &self.run)
     }
@@ -300,20 +340,27 @@ impl<'a> Bench<'a> {
     /// Says the loops are done (`written`, naming the final bytes) and takes the server's
     /// verdict on them: `Ok` only when it verified them.
     pub fn finish(mut self) -> Result<()> {
-        self.verdict()
+        self.verdict().map(drop)
     }
 
     /// [`finish`](Self::finish), keeping the session for another round where the server
     /// granted rounds ([`again`](Self::again)); the server's answers can no longer land here
     /// then (the `lat` buffer for them is deregistered).
-    pub fn verdict(&mut self) -> Result<()> {
+    ///
+    /// Returns the server's stamps of the sweep's stamped exchange, where its device gave
+    /// them.
+    pub fn verdict(&mut self) -> Result<Option<Turnaround>> {
         self.session.written()?;
         let outcome = self.session.result()?;
         self.session.emit_verified(&outcome, &Detail::BenchFinal);
         if self.keep_alive().is_some() {
             self.pongs = None;
+            if self.session.stamped() {
+                // The next round's answer.
+                self.qp.post_recv(hot::RECV_WR)?;
+            }
         }
-        Ok(())
+        Ok(outcome.stamps)
     }
 
     /// How long the server keeps this session after each verdict, where it granted rounds.
@@ -397,6 +444,18 @@ impl Run {
                     rows.bw.push(row);
                 }
             }
+        }
+        if mode == BenchMode::Lat && session.stamped() {
+            // The largest size's last byte: it holds the last exchange's counter already.
+            let at = p
+                .sizes
+                .last()
+                .map_or(0, |&n| usize::try_from(n).unwrap_or(1) - 1);
+            rows.stamped = Some(Stamped {
+                ours: hot::stamped(link, at, timeout)?,
+                clock: self.clock,
+                theirs: None,
+            });
         }
         session.human(|| human::RULE.to_owned());
         Ok(rows)

@@ -12,7 +12,7 @@ mod multi;
 mod stats;
 pub mod verbs;
 
-pub use measure::{Bench, Measure, Rows};
+pub use measure::{Bench, Measure, Rows, Stamped};
 pub use stats::{BwRow, LatRow};
 
 use std::time::{Duration, Instant};
@@ -203,6 +203,7 @@ impl Resolved {
             knobs: task.bench.knobs(),
             chosen: self.chosen.as_deref(),
             rounds: false,
+            stamps: false,
         }
     }
 }

@@ -4,10 +4,11 @@
 use std::time::{Duration, Instant};
 
 use rdma_core_rs::{
-    CompletionQueue, Error, ExposedRegion, MemoryRegion, QueuePair, RemoteBuffer, Rts, WriteFlags,
+    Completion, CompletionQueue, Error, ExposedRegion, MemoryRegion, QueuePair, RemoteBuffer, Rts,
+    WcOpcode, WriteFlags,
 };
 
-use super::hot::Link;
+use super::hot::{Done, Link, STAMP_IMM};
 
 #[derive(Debug)]
 pub struct Verbs<'a> {
@@ -23,6 +24,29 @@ pub struct Verbs<'a> {
     /// when the size changes: the server's final bytes must be the pattern (see
     /// `rdma_proto::bench::final_content`).
     pub counter_at: Option<usize>,
+    /// The receive completion of the stamped exchange's answer, where `try_poll` or `poll`
+    /// reaped it (a peer that answered before the loop expected it): kept for `poll_done`.
+    pub early: Option<Completion>,
+}
+
+impl Verbs<'_> {
+    /// A send completion's id; a receive's is kept for the stamped exchange (`None`).
+    fn sent(&mut self, c: Completion) -> Option<u64> {
+        if c.opcode == WcOpcode::RecvRdmaWithImm {
+            self.early = Some(c);
+            None
+        } else {
+            Some(c.wr_id)
+        }
+    }
+}
+
+fn done(c: Completion) -> Done {
+    Done {
+        wr_id: c.wr_id,
+        received: c.opcode == WcOpcode::RecvRdmaWithImm,
+        timestamp: c.timestamp,
+    }
 }
 
 impl Link for Verbs<'_> {
@@ -55,15 +79,42 @@ impl Link for Verbs<'_> {
     }
 
     fn try_poll(&mut self) -> Result<Option<u64>, Error> {
-        Ok(self.cq.try_poll()?.map(|c| c.wr_id))
+        Ok(self.cq.try_poll()?.and_then(|c| self.sent(c)))
     }
 
     fn poll(&mut self, deadline: Instant) -> Result<u64, Error> {
-        Ok(self.cq.poll(deadline)?.wr_id)
+        loop {
+            let c = self.cq.poll(deadline)?;
+            if let Some(id) = self.sent(c) {
+                return Ok(id);
+            }
+        }
     }
 
     fn byte(&self, index: usize) -> u8 {
         self.pongs.and_then(|p| p.volatile_byte(index)).unwrap_or(0)
+    }
+
+    fn post_stamp(&mut self, at: usize, wr_id: u64) -> Result<(), Error> {
+        let to = RemoteBuffer {
+            addr: self.remote.addr.saturating_add(at as u64),
+            rkey: self.remote.rkey,
+            len: 1,
+        };
+        let flags = WriteFlags {
+            imm: Some(STAMP_IMM),
+            signaled: true,
+            inline: false,
+        };
+        self.qp
+            .post_write_with(self.src, at..at + 1, to, flags, wr_id)
+    }
+
+    fn poll_done(&mut self, deadline: Instant) -> Result<Done, Error> {
+        if let Some(c) = self.early.take() {
+            return Ok(done(c));
+        }
+        Ok(done(self.cq.poll(deadline)?))
     }
 
     fn timeout(&self, what: &'static str, waited: Duration) -> Error {

@@ -314,6 +314,7 @@ impl Pair<'_> {
                     knobs: self.task.knobs,
                     chosen: None,
                     rounds: false,
+                    stamps: false,
                 };
                 m.run(local, opts, Instant::now(), None)
             });

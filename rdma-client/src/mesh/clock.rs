@@ -2,13 +2,13 @@
 //! asked for its completion clock ([`rdma_core_rs::Context::completion_clock`]), and its answer
 //! becomes `mesh_started`'s `timestamps_why` and the device's `rdma_mesh_timestamps_supported`.
 //!
-//! The mesh reads no completion timestamps yet, whatever the device has. rdma-core-rs makes
-//! the completion queues that stamp (`Context::create_cq_ex`, proven in the guests' self-test),
-//! but the probe's exchange does not use them: that needs a write with immediate each way (a
-//! receive completion to stamp on both ends) and the responder's two stamps carried back to
-//! the prober (a protocol change). So `timestamps` (the round trips are split into network time
-//! and host delay) is always `false`, and the text says honestly why: the device has no clock
-//! (Soft-RoCE, Soft-iWARP), or it has one the probe's exchange does not read yet. The metric says what the device said: 1 where it has a clock.
+//! Where a device has a clock, the probes' lat exchanges end with the stamped exchange (a
+//! write with immediate each way, feature `stamped`) on completion queues that stamp
+//! (`Context::create_cq_ex`), and a probe's round trip is split into the network's part and
+//! the hosts' where the peer's device stamps too (`probe::rtt_of`). So `timestamps` is `true`
+//! when any of this node's devices has a clock, and the text says what each device answered
+//! and what follows: a device without a clock (Soft-RoCE, Soft-iWARP) measures wall time. The
+//! metric says what the device said: 1 where it has a clock.
 
 use rdma_core_rs::CompletionClock;
 
@@ -18,18 +18,22 @@ pub type Answer = Result<CompletionClock, String>;
 /// What the mesh says of its devices' timestamps, once at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Said {
-    /// Whether the round trips are split by completion timestamps (`mesh_started`'s
-    /// `timestamps`): never, in this build.
+    /// Whether round trips are split by completion timestamps (`mesh_started`'s
+    /// `timestamps`): where a device of ours has a clock (and the peer's device too, probe by
+    /// probe).
     pub split: bool,
-    /// Why not, in words: what each device answered (`mesh_started`'s `timestamps_why`).
+    /// What each device answered, and what follows (`mesh_started`'s `timestamps_why`).
     pub why: String,
     /// Each device and whether it has a completion clock (`rdma_mesh_timestamps_supported`), in
     /// the order given.
     pub supported: Vec<(String, bool)>,
 }
 
-/// The end of every `why`: what the mesh does about it.
+/// What the mesh does for a device without a clock.
 const WALL: &str = "round trips are wall time";
+/// What the mesh does for a device with one.
+const SPLIT: &str =
+    "round trips are split into network time and host delay where the peer's device stamps too";
 
 /// What to say of `devices`, each with its answer (a device without one was not asked). Devices
 /// that answered alike are named together, in the order given.
@@ -53,10 +57,10 @@ pub fn said(devices: &[String], answers: &[Answer]) -> Said {
     let why = if parts.is_empty() {
         format!("no device was asked for completion timestamps: {WALL}")
     } else {
-        format!("{}: {WALL}", parts.join("; "))
+        parts.join("; ")
     };
     Said {
-        split: false,
+        split: supported.iter().any(|(_, clock)| *clock),
         why,
         supported,
     }
@@ -74,19 +78,19 @@ fn sentence(names: &str, plural: bool, answer: &Answer) -> String {
             hca_core_clock_khz,
             timestamp_mask,
         }) => format!(
-            "{names} {has} a completion clock ({hca_core_clock_khz} kHz, mask {timestamp_mask:#x}) \
-             but the probe's exchange carries no stamps yet"
+            "{names} {has} a completion clock ({hca_core_clock_khz} kHz, mask {timestamp_mask:#x}): \
+             {SPLIT}"
         ),
         Ok(CompletionClock::NoClock {
             hca_core_clock_khz: 0,
             ..
-        }) => format!("{names} {gives} no completion timestamps (hca_core_clock 0 kHz)"),
+        }) => format!("{names} {gives} no completion timestamps (hca_core_clock 0 kHz): {WALL}"),
         Ok(CompletionClock::NoClock {
             hca_core_clock_khz,
             timestamp_mask,
         }) => format!(
             "{names} {gives} no completion timestamps (hca_core_clock {hca_core_clock_khz} kHz, \
-             timestamp mask {timestamp_mask:#x})"
+             timestamp mask {timestamp_mask:#x}): {WALL}"
         ),
         Ok(CompletionClock::NotSupported) => {
             let (they, stamp, their) = if plural {
@@ -96,10 +100,10 @@ fn sentence(names: &str, plural: bool, answer: &Answer) -> String {
             };
             format!(
                 "{names} cannot say whether {they} {stamp} completions (no ibv_query_device_ex \
-                 in {their} provider)"
+                 in {their} provider): {WALL}"
             )
         }
-        Err(e) => format!("{names} could not be asked for completion timestamps ({e})"),
+        Err(e) => format!("{names} could not be asked for completion timestamps ({e}): {WALL}"),
     }
 }
 
@@ -127,10 +131,10 @@ mod tests {
         assert_eq!(s.supported, [("rxe0".to_owned(), false)]);
     }
 
-    /// A device with a clock is said to have one, and honestly that the probe's exchange does
-    /// not read it: no split, but the metric says what the device said.
+    /// A device with a clock is said to have one, and that round trips are split where the
+    /// peer stamps too; the metric says what the device said.
     #[test]
-    fn a_clock_is_said_and_not_claimed_as_read() {
+    fn a_clock_is_said_and_splits_the_round_trips() {
         let clock = CompletionClock::Clock {
             hca_core_clock_khz: 156_250,
             timestamp_mask: 0x7fff_ffff_ffff_ffff,
@@ -138,10 +142,10 @@ mod tests {
         let s = said(&devs(&["mlx5_0"]), &[Ok(clock)]);
         assert_eq!(
             s.why,
-            "mlx5_0 has a completion clock (156250 kHz, mask 0x7fffffffffffffff) but the probe's \
-             exchange carries no stamps yet: round trips are wall time"
+            "mlx5_0 has a completion clock (156250 kHz, mask 0x7fffffffffffffff): round trips \
+             are split into network time and host delay where the peer's device stamps too"
         );
-        assert!(!s.split);
+        assert!(s.split);
         assert_eq!(s.supported, [("mlx5_0".to_owned(), true)]);
     }
 
@@ -187,10 +191,11 @@ mod tests {
         );
         assert_eq!(
             s.why,
-            "rxe0, rxe1 give no completion timestamps (hca_core_clock 0 kHz); mlx5_0 has a \
-             completion clock (1000000 kHz, mask 0xffffffff) but the probe's exchange carries no \
-             stamps yet: round trips are wall time"
+            "rxe0, rxe1 give no completion timestamps (hca_core_clock 0 kHz): round trips are \
+             wall time; mlx5_0 has a completion clock (1000000 kHz, mask 0xffffffff): round trips \
+             are split into network time and host delay where the peer's device stamps too"
         );
+        assert!(s.split, "one rail stamps");
         assert_eq!(
             s.supported,
             [

@@ -442,7 +442,7 @@ impl MeshMetrics {
         );
         registry.register(
             "rdma_mesh_timestamps_supported",
-            "1 when the device has a completion clock (ibv_query_device_ex), which measuring network RTT and host delay apart needs; this build reads no stamps yet",
+            "1 when the device has a completion clock (ibv_query_device_ex): its round trips are split into network RTT and host delay where the peer's device stamps too",
             m.timestamps.clone(),
         );
         let build: Family<BuildLabels, Gauge> = Family::default();

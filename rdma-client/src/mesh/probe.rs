@@ -19,21 +19,23 @@
 //! each of its waits, and none starts once the deadline has passed. So a probe ends about when
 //! its deadline does, whatever the peer does.
 //!
-//! **Round trip.** The wall time of the lat exchange: twice its typical (median) half round
-//! trip, as perftest reports lat. With `--lat-iters 0`, the verified write's own time, from
-//! posting it to its completion. No completion timestamps are read yet, so the network's part
-//! and the hosts' are not known ([`super::rtt::Rtt::wall`]).
+//! **Round trip.** The lat exchange ends with the stamped exchange (PROTOCOL.md §3.7.1) where
+//! the server offers it: where both devices stamped it, the probe's round trip is that
+//! exchange's, split into the network's part and the hosts' ([`rtt_of`]). Elsewhere it is the
+//! wall time of the lat exchange: twice its typical (median) half round trip, as perftest
+//! reports lat ([`super::rtt::Rtt::wall`]). With `--lat-iters 0`, the verified write's own
+//! time, from posting it to its completion.
 
 use super::cause::Stage;
 use super::kept::Kept;
-use super::rtt::Rtt;
-use crate::bench::{Bench, Knobs, Measure, Sweep};
+use super::rtt::{DeviceClock, Exchange, Rtt, RttError, SendStamp, Stamps};
+use crate::bench::{Bench, Knobs, Measure, Stamped, Sweep};
 use crate::run::{Connected, Write};
 use crate::session::{SessionOptions, Target};
 use color_eyre::eyre::{Report, Result};
 use rdma_app::device::DeviceArgs;
-use rdma_core_rs::LocalPort;
 use rdma_core_rs::route::Rail;
+use rdma_core_rs::{CompletionClock, LocalPort};
 use rdma_proto::bench::BenchMode;
 use rdma_proto::{FrameError, Notify};
 use std::collections::HashMap;
@@ -71,6 +73,9 @@ pub struct Probed {
     /// The probe opened no session: its write, and its lat exchange where it had one, went on
     /// sessions kept from the path's last probe ([`super::kept`]).
     pub reused: bool,
+    /// The lat exchange ended with the stamped exchange (a write with immediate each way,
+    /// [`crate::bench::hot::stamped`]); where both devices stamped it, `rtt` is its split.
+    pub stamped: bool,
 }
 
 /// Whether a wait of `took` (the write from post to completion, or one ping-pong's round trip)
@@ -285,7 +290,7 @@ impl<'a> VerbsProber<'a> {
         mode: BenchMode,
         iters: u64,
         path: &super::kept::Key,
-    ) -> Result<((f64, f64, f64), bool), ProbeFailure> {
+    ) -> Result<Swept, ProbeFailure> {
         // Out of time after the write: the path took it (a timeout in transfer is `rdma`).
         let opts = self.options(job, Stage::Transfer)?;
         let lat = mode == BenchMode::Lat;
@@ -296,7 +301,9 @@ impl<'a> VerbsProber<'a> {
             // As for the write: a kept session the server closed since fails here, before
             // anything is written, and the probe connects anew.
             if bench.again(opts.timeout).is_ok() {
-                return self.sweep(bench, mode, path).map(|f| (f, true));
+                return self
+                    .sweep(bench, mode, path)
+                    .map(|s| Swept { kept: true, ..s });
             }
         }
         let size = match mode {
@@ -314,12 +321,13 @@ impl<'a> VerbsProber<'a> {
             knobs: self.knobs,
             chosen: None,
             rounds: lat && self.kept_lat.enabled(),
+            stamps: lat,
         };
         let opened = m.open(local, &opts, None).map_err(at(Stage::Connect))?;
         let bench = opened
             .connect(Instant::now())
             .map_err(at(Stage::Handshake))?;
-        self.sweep(bench, mode, path).map(|f| (f, false))
+        self.sweep(bench, mode, path)
     }
 
     /// One sweep on `bench` and its verdict, its figure; then a `lat` session is kept for
@@ -329,13 +337,14 @@ impl<'a> VerbsProber<'a> {
         mut bench: Bench<'a>,
         mode: BenchMode,
         path: &super::kept::Key,
-    ) -> Result<(f64, f64, f64), ProbeFailure> {
+    ) -> Result<Swept, ProbeFailure> {
         let rows = {
             let (session, mut link, run) = bench.link();
             run.measure(session, &mut link)
         }
         .map_err(at(Stage::Transfer))?;
-        bench.verdict().map_err(at(Stage::Transfer))?;
+        let theirs = bench.verdict().map_err(at(Stage::Transfer))?;
+        let stamped = rows.stamped.map(|s| Stamped { theirs, ..s });
         if let (BenchMode::Lat, Some(keep)) = (mode, bench.keep_alive()) {
             self.kept_lat
                 .put(path.clone(), bench, Instant::now(), keep, self.revisit);
@@ -350,7 +359,12 @@ impl<'a> VerbsProber<'a> {
                 .first()
                 .map(|r| (r.bw_avg_mbs, r.bw_avg_mbs, r.bw_avg_mbs)),
         };
-        figure.ok_or_else(|| ProbeFailure {
+        let swept = |figure| Swept {
+            figure,
+            kept: false,
+            stamped,
+        };
+        figure.map(swept).ok_or_else(|| ProbeFailure {
             stage: Stage::Transfer,
             error: color_eyre::eyre::eyre!("--bench {mode} gave no row"),
         })
@@ -370,22 +384,26 @@ impl Prober for VerbsProber<'_> {
                 bw_mbs: None,
                 stalled: stall,
                 reused,
+                stamped: false,
             });
         }
         let round = |half_us: f64| Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0));
-        let rtt = if self.lat_iters > 0 {
-            let ((typical, least, worst), kept) =
-                self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters, &path)?;
+        let (rtt, stamped) = if self.lat_iters > 0 {
+            let Swept {
+                figure: (typical, least, worst),
+                kept,
+                stamped,
+            } = self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters, &path)?;
             reused &= kept;
             stall |= stalled(round(worst), round(least), self.ack_timeout);
-            round(typical)
+            (rtt_of(round(typical), stamped.as_ref()), stamped.is_some())
         } else {
-            write
+            (Rtt::wall(write), false)
         };
         let bw_mbs = if job.bw && self.bw_iters > 0 {
             Some(
                 self.measure(&local, &target, job, BenchMode::Bw, self.bw_iters, &path)?
-                    .0
+                    .figure
                     .0,
             )
         } else {
@@ -393,12 +411,69 @@ impl Prober for VerbsProber<'_> {
         };
         Ok(Probed {
             verified,
-            rtt: Rtt::wall(rtt),
+            rtt,
             bw_mbs,
             stalled: stall,
             reused,
+            stamped,
         })
     }
+}
+
+/// A probe's round trip: the stamped exchange's, split into the network's part and the hosts',
+/// where both devices stamped it; else `wall` (the lat exchange's typical round trip). Stamps
+/// that do not fit together ([`RttError`]) are not used: the wall time then, never a guess.
+fn rtt_of(wall: Duration, stamped: Option<&Stamped>) -> Rtt {
+    stamped
+        .and_then(|s| {
+            let e = exchange_of(s).ok().flatten()?;
+            Rtt::split(s.ours.wall, &e).ok()
+        })
+        .unwrap_or(Rtt::wall(wall))
+}
+
+/// The stamped exchange as [`Exchange`], where both sides stamped it: on RC a send completes
+/// when the peer's ACK comes back ([`SendStamp::Acked`]).
+///
+/// # Errors
+/// A side's clock that cannot time its stamps ([`DeviceClock::new`]).
+fn exchange_of(s: &Stamped) -> Result<Option<Exchange>, RttError> {
+    let (
+        Some(CompletionClock::Clock {
+            hca_core_clock_khz,
+            timestamp_mask,
+        }),
+        Some(send),
+        Some(recv),
+        Some(t),
+    ) = (s.clock, s.ours.ping, s.ours.answer, s.theirs)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Exchange {
+        transport: SendStamp::Acked,
+        prober: Stamps {
+            clock: DeviceClock::new(hca_core_clock_khz, timestamp_mask)?,
+            send,
+            recv,
+        },
+        responder: Stamps {
+            clock: DeviceClock::new(t.clock_khz, t.mask)?,
+            recv: t.recv,
+            send: t.send,
+        },
+    }))
+}
+
+/// What one bench session of a probe gave.
+struct Swept {
+    /// `lat`: the typical, shortest and longest half round trips (µs); `bw`: the average MB/s
+    /// (thrice).
+    figure: (f64, f64, f64),
+    /// It ran on a session kept from the path's last probe.
+    kept: bool,
+    /// `lat`: the stamped exchange that ended the sweep, both sides' stamps.
+    stamped: Option<Stamped>,
 }
 
 /// Tags an error with the stage it happened at.
@@ -409,6 +484,72 @@ fn at(stage: Stage) -> impl Fn(Report) -> ProbeFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::hot;
+    use rdma_proto::bench::Turnaround;
+
+    const US: Duration = Duration::from_micros(1);
+
+    /// One tick a nanosecond, 48 bits.
+    const CLOCK: CompletionClock = CompletionClock::Clock {
+        hca_core_clock_khz: 1_000_000,
+        timestamp_mask: (1 << 48) - 1,
+    };
+
+    /// An exchange on RC: the server turned the ping around in 30 µs, a round trip on the wire
+    /// took 10 µs, and we saw the answer 45 µs after posting the ping.
+    fn exchange() -> Stamped {
+        Stamped {
+            ours: hot::Stamped {
+                wall: 45 * US,
+                // The ping's ACK, then the answer 30 µs later (the server's turnaround).
+                ping: Some(1_000),
+                answer: Some(31_000),
+            },
+            clock: Some(CLOCK),
+            // From the ping's arrival to the answer's ACK: turnaround + round trip.
+            theirs: Some(Turnaround {
+                recv: 500_000,
+                send: 540_000,
+                clock_khz: 1_000_000,
+                mask: (1 << 48) - 1,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_stamped_exchange_splits_the_round_trip() {
+        let rtt = rtt_of(77 * US, Some(&exchange()));
+        assert_eq!(rtt.wall, 45 * US, "the stamped exchange's own wall time");
+        let split = rtt.split.expect("both sides stamped");
+        assert_eq!(split.network, 10 * US);
+        assert_eq!(split.host_delay, 35 * US);
+        assert_eq!(split.responder, 30 * US);
+    }
+
+    #[test]
+    fn without_both_sides_stamps_the_round_trip_is_the_lat_exchanges_wall_time() {
+        let typical = 77 * US;
+        assert_eq!(rtt_of(typical, None), Rtt::wall(typical));
+        // Soft-RoCE on either side: the exchange ran, nothing is stamped.
+        let mut s = exchange();
+        s.theirs = None;
+        assert_eq!(rtt_of(typical, Some(&s)), Rtt::wall(typical));
+        let mut s = exchange();
+        s.clock = None;
+        assert_eq!(rtt_of(typical, Some(&s)), Rtt::wall(typical));
+        let mut s = exchange();
+        s.ours.answer = None;
+        assert_eq!(rtt_of(typical, Some(&s)), Rtt::wall(typical));
+        // Stamps that do not fit together (the server's span shorter than ours), or a clock
+        // that cannot time them, are not used: never a guessed split.
+        let mut s = exchange();
+        s.theirs = s.theirs.map(|t| Turnaround { send: 510_000, ..t });
+        assert_eq!(rtt_of(typical, Some(&s)), Rtt::wall(typical));
+        let mut s = exchange();
+        s.theirs = s.theirs.map(|t| Turnaround { mask: 0xf0, ..t });
+        assert!(exchange_of(&s).is_err());
+        assert_eq!(rtt_of(typical, Some(&s)), Rtt::wall(typical));
+    }
 
     #[test]
     fn only_a_wait_as_long_as_the_ack_timeout_is_a_stall() {

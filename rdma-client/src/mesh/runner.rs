@@ -161,7 +161,7 @@ pub fn run<P: Prober>(
         cycle: schedule.cycle(),
         device: plan.devices.join(",").into(),
         timestamps: said.split,
-        timestamps_why: (!said.split).then(|| said.why.into()),
+        timestamps_why: Some(said.why.into()),
         cycles: plan.cycles,
     });
     let mut s = Scheduler {
@@ -386,7 +386,7 @@ impl<'p> Scheduler<'p, '_> {
             None,
             state,
             Some(why),
-            false,
+            (false, false),
         );
     }
 
@@ -401,6 +401,7 @@ impl<'p> Scheduler<'p, '_> {
         let ix = self.ix(key);
         self.in_flight[ix] = false;
         let reused = matches!(&result, Ran::Probed(Ok(p)) if p.reused);
+        let stamped = matches!(&result, Ran::Probed(Ok(p)) if p.stamped);
         let probed = match result {
             Ran::Stopping => return Ok(()),
             Ran::Late => {
@@ -432,7 +433,7 @@ impl<'p> Scheduler<'p, '_> {
                     // The prober's own fault: says nothing of the pair.
                     let state = self.pairs[ix].state();
                     let e = ProbeOutcome::Error;
-                    self.probe_event(key, e, None, None, None, state, Some(&why), false);
+                    self.probe_event(key, e, None, None, None, state, Some(&why), (false, false));
                     return Ok(());
                 };
                 (o, Some(why), None)
@@ -482,7 +483,7 @@ impl<'p> Scheduler<'p, '_> {
             bw,
             state,
             error.as_deref(),
-            reused,
+            (reused, stamped),
         );
         if let Some(tr) = observed.transition {
             let host = &self.plan.world.hosts[key.peer];
@@ -513,7 +514,7 @@ impl<'p> Scheduler<'p, '_> {
         bw_mbs: Option<f64>,
         state: super::state::PairState,
         error: Option<&str>,
-        reused: bool,
+        (reused, stamped): (bool, bool),
     ) {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let split = rtt.and_then(|r| r.split);
@@ -532,6 +533,7 @@ impl<'p> Scheduler<'p, '_> {
             bw_mbs,
             state,
             reused,
+            stamped,
             error: error.map(Into::into),
         });
     }

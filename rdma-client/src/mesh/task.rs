@@ -42,9 +42,10 @@ refused (the server said no), rdma (TCP works, the RDMA path does not), corrupt 
 failed), slow (--slow-factor x the pair's median round trip). States: up, degraded (slow or \
 lossy), down, changed only after --down-after, --degrade-after or --up-after probes in a row. \
 Output: a mesh_probe event per probe, mesh_state on each change; Prometheus metrics \
-(rdma_mesh_*) on --metrics-listen /metrics and in --metrics-textfile. Round trips are wall time: \
-completion timestamps are not read yet (mesh_started says once whether the device has a \
-completion clock).";
+(rdma_mesh_*) on --metrics-listen /metrics and in --metrics-textfile. Round trips are split into \
+network time and host delay where both devices stamp completions (each lat exchange ends with a \
+stamped exchange), else wall time; mesh_started says once whether the device has a completion \
+clock.";
 
 /// The mesh's flags.
 #[derive(Debug, clap::Args)]

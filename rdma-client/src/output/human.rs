@@ -176,16 +176,12 @@ fn mesh_line(event: &Event<'_>) -> String {
             if let Some(c) = cycles {
                 line.push_str(&format!("; stopping after {c} cycle(s)"));
             }
-            if !timestamps {
-                line.push_str(&format!(
-                    "\nmesh: {}",
-                    printable(
-                        timestamps_why
-                            .as_deref()
-                            .unwrap_or("no completion timestamps: round trips are wall time")
-                    )
-                ));
-            }
+            let why = match (timestamps, timestamps_why.as_deref()) {
+                (_, Some(why)) => why,
+                (false, None) => "no completion timestamps: round trips are wall time",
+                (true, None) => "round trips are split by completion timestamps",
+            };
+            line.push_str(&format!("\nmesh: {}", printable(why)));
             line
         }
         Event::MeshProbe {
@@ -194,17 +190,27 @@ fn mesh_line(event: &Event<'_>) -> String {
             outcome,
             cause,
             wall_ns,
+            network_ns,
+            host_delay_ns,
             bw_mbs,
             state,
             error,
             ..
         } => {
+            let us = |ns: u64| ns as f64 / 1000.0;
             let mut line = format!("[{interval}] {} {}", printable(peer), outcome.as_str());
             if let Some(c) = cause {
                 line.push_str(&format!(" ({c})"));
             }
             if let Some(ns) = wall_ns {
-                line.push_str(&format!(", rtt {:.1} us", *ns as f64 / 1000.0));
+                line.push_str(&format!(", rtt {:.1} us", us(*ns)));
+            }
+            if let (Some(net), Some(host)) = (network_ns, host_delay_ns) {
+                line.push_str(&format!(
+                    " (network {:.1} us, hosts {:.1} us)",
+                    us(*net),
+                    us(*host)
+                ));
             }
             if let Some(bw) = bw_mbs {
                 line.push_str(&format!(", {bw:.0} MB/s"));
@@ -510,6 +516,7 @@ mod tests {
             bw_mbs: None,
             state: PairState::Down,
             reused: false,
+            stamped: false,
             error: Some("connection refused".into()),
         };
         let l = line(&probe, &Detail::None);
@@ -518,6 +525,28 @@ mod tests {
         assert!(
             l.ends_with(" failed (host); pair down: connection refused"),
             "{l}"
+        );
+        // A round trip split by both devices' completion stamps.
+        let split = Event::MeshProbe {
+            interval: 4,
+            peer: "node3".into(),
+            peer_rank: 2,
+            device: "mlx5_0".into(),
+            rail: 0,
+            outcome: ProbeOutcome::Ok,
+            cause: None,
+            wall_ns: Some(41_000),
+            network_ns: Some(9_000),
+            host_delay_ns: Some(32_000),
+            bw_mbs: None,
+            state: PairState::Up,
+            reused: true,
+            stamped: true,
+            error: None,
+        };
+        assert_eq!(
+            line(&split, &Detail::None),
+            "[4] node3 ok, rtt 41.0 us (network 9.0 us, hosts 32.0 us); pair up"
         );
         let state = Event::MeshState {
             peer: "node3".into(),

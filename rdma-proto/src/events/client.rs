@@ -87,10 +87,11 @@ pub enum Event<'a> {
     FabricPair(Cow<'a, PairResult>),
     /// `--fabric-report`: the merged matrix, bad pairs and suspect nodes.
     FabricReport(Cow<'a, Report>),
-    /// `--mesh`: the prober started (once). `timestamps`: whether the round trips are split
-    /// into network time and host delay by the devices' completion timestamps; when `false`,
-    /// `timestamps_why` says why (what each device answered when asked for its completion
-    /// clock) and every round trip is wall time.
+    /// `--mesh`: the prober started (once). `timestamps`: whether round trips are split into
+    /// network time and host delay by the devices' completion timestamps (where a device of
+    /// this node has a clock: probe by probe where the peer's device stamps too);
+    /// `timestamps_why` says what each device answered when asked for its completion clock,
+    /// and what follows for its round trips.
     MeshStarted {
         /// This node's name, as in `hosts`.
         node: Cow<'a, str>,
@@ -142,6 +143,11 @@ pub enum Event<'a> {
         /// handshake or queue pairs).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         reused: bool,
+        /// Whether its lat exchange ended with the stamped exchange (a write with immediate
+        /// each way; feature `stamped`): where both devices stamped it, `network_ns` and
+        /// `host_delay_ns` are its split.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stamped: bool,
         /// What went wrong (`failed`, `skipped`, `error`), with advice.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<Cow<'a, str>>,
@@ -285,6 +291,7 @@ mod tests {
             bw_mbs: None,
             state: PairState::Down,
             reused: false,
+            stamped: false,
             error: Some("connection refused".into()),
         };
         let line = serde_json::to_string(&probe).unwrap();
@@ -307,11 +314,36 @@ mod tests {
             bw_mbs: Some(1200.5),
             state: PairState::Up,
             reused: false,
+            stamped: false,
             error: None,
         };
         let line = serde_json::to_string(&ok).unwrap();
         assert!(
             line.contains(r#""outcome":"ok","wall_ns":41000,"bw_mbs":1200.5,"state":"up"}"#),
+            "{line}"
+        );
+        assert_eq!(super::super::parse::<Event<'static>>(&line).unwrap(), ok);
+        // A stamped exchange split by both devices' stamps.
+        let ok = Event::MeshProbe {
+            interval: 7,
+            peer: "node2".into(),
+            peer_rank: 1,
+            device: "mlx5_0".into(),
+            rail: 0,
+            outcome: ProbeOutcome::Ok,
+            cause: None,
+            wall_ns: Some(41_000),
+            network_ns: Some(9_000),
+            host_delay_ns: Some(32_000),
+            bw_mbs: None,
+            state: PairState::Up,
+            reused: false,
+            stamped: true,
+            error: None,
+        };
+        let line = serde_json::to_string(&ok).unwrap();
+        assert!(
+            line.contains(r#""wall_ns":41000,"network_ns":9000,"host_delay_ns":32000,"state":"up","stamped":true}"#),
             "{line}"
         );
         assert_eq!(super::super::parse::<Event<'static>>(&line).unwrap(), ok);

@@ -94,6 +94,10 @@ pub struct ClientHandshake {
     want_rounds: bool,
     /// Whether the hello asked for rounds.
     asked_rounds: bool,
+    /// Whether to end a `lat` sweep with the stamped exchange (where the banner offers it).
+    want_stamped: bool,
+    /// Whether the hello asked for the stamped exchange.
+    asked_stamped: bool,
     state: ClientState,
     banner: Option<Banner>,
     accept: Option<Accept>,
@@ -109,6 +113,8 @@ impl ClientHandshake {
             cm: false,
             want_rounds: false,
             asked_rounds: false,
+            want_stamped: false,
+            asked_stamped: false,
             state: ClientState::AwaitBanner,
             banner: None,
             accept: None,
@@ -133,6 +139,21 @@ impl ClientHandshake {
     pub fn asking_rounds(mut self) -> Self {
         self.want_rounds = true;
         self
+    }
+
+    /// A `lat` bench session whose sweep ends with the stamped exchange
+    /// ([`Turnaround`](bench::Turnaround)), where the server's banner offers it (feature
+    /// `stamped`); elsewhere the hello does not ask, and no exchange follows the sweep.
+    #[must_use]
+    pub fn asking_stamps(mut self) -> Self {
+        self.want_stamped = true;
+        self
+    }
+
+    /// Whether the hello asked for the stamped exchange: the sweep ends with it, and the
+    /// server posted a receive for it.
+    pub fn stamped(&self) -> bool {
+        self.asked_stamped
     }
 
     /// How long the server keeps the session after each verdict, once its accept granted
@@ -293,6 +314,13 @@ impl ClientHandshake {
         let offered = lists(crate::rounds::FEATURE)
             && (self.bench.is_none() || lists(crate::rounds::FEATURE_BENCH));
         self.asked_rounds = self.want_rounds && offered && !cm;
+        let mut bench = self.bench.clone();
+        if let Some(b) = bench.as_mut() {
+            b.stamped = self.want_stamped
+                && b.mode() == bench::BenchMode::Lat
+                && lists(bench::FEATURE_STAMPED);
+            self.asked_stamped = b.stamped;
+        }
         self.state = ClientState::AwaitAccept;
         Ok(ClientMessage::Hello(Hello {
             endpoint: local,
@@ -304,7 +332,7 @@ impl ClientHandshake {
             } else {
                 None
             },
-            bench: self.bench.clone(),
+            bench,
             cm,
             rounds: self.asked_rounds,
         }))
@@ -378,6 +406,16 @@ impl ClientHandshake {
     pub fn on_result(&mut self, msg: ServerMessage) -> Result<Outcome, ProtoError> {
         let r = match (self.state, msg) {
             (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
+            (ClientState::AwaitResult, ServerMessage::Result(o))
+                if o.stamps.is_some() && !self.asked_stamped =>
+            {
+                self.outcome = Some(o);
+                Err(ProtoError::invalid(
+                    "result",
+                    "stamps",
+                    "is present, though the hello did not ask for the stamped exchange",
+                ))
+            }
             (ClientState::AwaitResult, ServerMessage::Result(o)) => {
                 self.outcome = Some(o.clone());
                 let mut problems = Vec::new();

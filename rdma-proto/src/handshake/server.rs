@@ -216,6 +216,15 @@ impl ServerHandshake {
         self.hello.as_ref()
     }
 
+    /// Whether the accepted hello asked for the stamped exchange (a `lat` bench session): its
+    /// sweep ends with it, and its `result` may carry the stamps.
+    pub fn stamped(&self) -> bool {
+        self.hello
+            .as_ref()
+            .and_then(|h| h.bench.as_ref())
+            .is_some_and(|b| b.stamped)
+    }
+
     /// The client's notify mode, once `hello` was accepted.
     pub fn notify(&self) -> Option<Notify> {
         self.hello.as_ref().map(|h| h.notify)
@@ -233,8 +242,12 @@ impl ServerHandshake {
         }
         self.state = ServerState::AwaitHello;
         let mut features = self.policy.features.clone();
-        if self.policy.bench_max_len > 0 && !features.iter().any(|f| f == bench::FEATURE) {
-            features.push(bench::FEATURE.to_owned());
+        if self.policy.bench_max_len > 0 {
+            for feature in [bench::FEATURE, bench::FEATURE_STAMPED] {
+                if !features.iter().any(|f| f == feature) {
+                    features.push(feature.to_owned());
+                }
+            }
         }
         if self.policy.keep_alive_ms > 0 && !features.iter().any(|f| f == crate::rounds::FEATURE) {
             features.push(crate::rounds::FEATURE.to_owned());
@@ -433,6 +446,9 @@ impl ServerHandshake {
     pub fn result(&mut self, outcome: Outcome) -> Result<ServerMessage, ProtoError> {
         if !matches!(self.state, ServerState::AwaitWrite { .. }) {
             return Err(self.misuse("result()"));
+        }
+        if outcome.stamps.is_some() && !self.stamped() {
+            return Err(self.misuse("result() with stamps for a hello that asked none"));
         }
         self.state = if self.granted {
             ServerState::Kept

@@ -11,7 +11,7 @@ use super::{
     Accept, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Next, Notify, Outcome,
     QpEndpoint, Region, ServerMessage, VALID_MTUS, Written,
 };
-use crate::bench::{BenchKind, BenchMode, BenchParams, PongBuffer};
+use crate::bench::{BenchKind, BenchMode, BenchParams, PongBuffer, Turnaround};
 use crate::cm::CmOffer;
 use crate::error::{ErrorCode, ProtoError};
 use crate::{MAX_TEXT, PROTOCOL_VERSION, SUPPORTED_VERSIONS};
@@ -424,6 +424,7 @@ fn parse_bench(
     let iters = b.uint("iters", 1..=crate::bench::MAX_ITERS)?;
     let addr = b.opt_uint("addr", 0..=u64::MAX)?;
     let rkey = b.opt_uint("rkey", 0..=u64::from(u32::MAX))?.map(narrow);
+    let stamped = b.opt_bool("stamped")?.unwrap_or(false);
     if notify != Notify::Tcp {
         return Err(ProtoError::invalid(
             "hello",
@@ -442,7 +443,16 @@ fn parse_bench(
         }
         (BenchMode::Bw, _, _) => BenchKind::Bw,
     };
-    Ok(BenchParams { kind, sizes, iters })
+    if stamped && mode != BenchMode::Lat {
+        let (field, why) = crate::bench::STAMPED_NEEDS_LAT;
+        return Err(invalid((field, why.to_owned())));
+    }
+    Ok(BenchParams {
+        kind,
+        sizes,
+        iters,
+        stamped,
+    })
 }
 
 fn parse_accept(f: Fields<'_>) -> Result<Accept, ProtoError> {
@@ -510,6 +520,18 @@ fn parse_result(f: Fields<'_>) -> Result<Outcome, ProtoError> {
         text,
         truncated: f.boolean("truncated")?,
         reason: f.opt_string("reason")?,
+        stamps: f.get("stamps").map(|v| parse_stamps(f, v)).transpose()?,
+    })
+}
+
+/// `result.stamps`: the server's stamps of the stamped exchange, and its clock.
+fn parse_stamps(f: Fields<'_>, v: &Value) -> Result<Turnaround, ProtoError> {
+    let t = f.nested("stamps", v, "result.stamps")?;
+    Ok(Turnaround {
+        recv: t.uint("recv", 0..=u64::MAX)?,
+        send: t.uint("send", 0..=u64::MAX)?,
+        clock_khz: t.uint("clock_khz", 1..=u64::MAX)?,
+        mask: t.uint("mask", 1..=u64::MAX)?,
     })
 }
 

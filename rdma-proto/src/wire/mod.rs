@@ -346,6 +346,10 @@ pub struct Outcome {
     /// Which check failed, when `verified` is false.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A `lat` session's stamped exchange, as the server's device stamped it, where it stamps
+    /// completions ([`Turnaround`](crate::bench::Turnaround)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stamps: Option<crate::bench::Turnaround>,
 }
 
 /// Everything a client sends.

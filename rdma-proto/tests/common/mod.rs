@@ -139,6 +139,7 @@ pub fn outcome(verified: bool, length: u64, crc: u32) -> ServerMessage {
         text: "Hello RDMA Write!".into(),
         truncated: false,
         reason: (!verified).then(|| "crc32c of the buffer is 0x00000000".to_owned()),
+        stamps: None,
     })
 }
 
@@ -169,6 +170,7 @@ pub fn bench_params(mode: BenchMode, sizes: Vec<u64>) -> BenchParams {
         kind,
         sizes,
         iters: 100,
+        stamped: false,
     }
 }
 

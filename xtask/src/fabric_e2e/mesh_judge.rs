@@ -12,7 +12,9 @@
 //! - a pair the faults do not touch writes and pings on its first sessions all along (rounds
 //!   and bench rounds, the servers' default keep-alive outlasting an interval): every ok probe
 //!   after its first opened no session (`reused`: its write and its lat exchange on the
-//!   path's kept ones), but where a failed probe before it explains a new one.
+//!   path's kept ones), but where a failed probe before it explains a new one;
+//! - every ok probe's lat exchange ended with the stamped exchange (`stamped`: a write with
+//!   immediate each way; the guests' Soft-RoCE stamps nothing, so round trips stay wall time).
 
 use std::collections::BTreeMap;
 
@@ -33,6 +35,8 @@ struct Pair {
     failed: u64,
     /// Ok probes that reused the path's kept session.
     reused: u64,
+    /// Ok probes whose lat exchange ended with the stamped exchange.
+    stamped: u64,
 }
 
 /// The nodes' events: `streams[r]` is rank `r`'s prober output. `faulted` and `lossy` are
@@ -69,11 +73,15 @@ pub fn check(
                     cause,
                     error,
                     reused,
+                    stamped,
                     ..
                 } => {
                     let p = pairs.entry((me, peer_rank)).or_default();
                     if reused && outcome == ProbeOutcome::Ok {
                         p.reused += 1;
+                    }
+                    if stamped && outcome == ProbeOutcome::Ok {
+                        p.stamped += 1;
                     }
                     match outcome {
                         // A slow probe (reported failed, cause slow) reached the server: like
@@ -141,6 +149,13 @@ pub fn check(
                     p.ok, p.failed
                 ));
             }
+            if p.stamped < p.ok {
+                wrong.push(format!(
+                    "{name}: {} of its {} ok probes did not end their lat exchange with the stamped exchange",
+                    p.ok - p.stamped,
+                    p.ok
+                ));
+            }
             let ok = if !through {
                 moves == [(Unknown, Up)]
             } else {
@@ -202,7 +217,7 @@ pub fn check(
         (o + p.ok, f + p.failed, r + p.reused)
     });
     Ok(format!(
-        "{} ordered pairs: the {} through node{} down (rdma, after {down_after} probes) and up again, the others never moved; probes: {ok} ok ({reused} on a kept session), {failed} failed, none corrupt",
+        "{} ordered pairs: the {} through node{} down (rdma, after {down_after} probes) and up again, the others never moved; probes: {ok} ok ({reused} on a kept session, every one's lat exchange ended with the stamped exchange), {failed} failed, none corrupt",
         n * (n - 1),
         2 * (n - 1),
         faulted + 1
@@ -213,10 +228,16 @@ pub fn check(
 mod tests {
     use super::*;
 
+    /// A probe's event; an ok one's lat exchange ended with the stamped exchange.
     fn probe(t: usize, outcome: &str, cause: Option<&str>, state: &str) -> String {
         let cause = cause.map_or(String::new(), |c| format!(r#","cause":"{c}""#));
+        let stamped = if outcome == "ok" {
+            r#","stamped":true"#
+        } else {
+            ""
+        };
         format!(
-            r#"{{"type":"mesh_probe","interval":0,"peer":"node{}","peer_rank":{t},"device":"rxe0","rail":0,"outcome":"{outcome}"{cause},"state":"{state}"}}"#,
+            r#"{{"type":"mesh_probe","interval":0,"peer":"node{}","peer_rank":{t},"device":"rxe0","rail":0,"outcome":"{outcome}"{cause},"state":"{state}"{stamped}}}"#,
             t + 1
         )
     }
@@ -312,9 +333,22 @@ mod tests {
     }
 
     #[test]
+    fn an_ok_probe_without_the_stamped_exchange_is_named() {
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        let stamped = reused(&probe(0, "ok", None, "up"));
+        assert!(s[1].contains(&stamped));
+        s[1] = s[1].replacen(&stamped, &stamped.replace(r#","stamped":true"#, ""), 1);
+        let e = run(&s).unwrap_err();
+        assert!(
+            e.contains("node2 -> node1: 1 of its 2 ok probes did not end their lat exchange with the stamped exchange"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn an_untouched_pair_that_opened_new_sessions_is_named() {
         let v = run(&(0..3).map(good).collect::<Vec<_>>()).unwrap();
-        assert!(v.contains("(6 on a kept session)"), "{v}");
+        assert!(v.contains("(6 on a kept session, "), "{v}");
         // node1 -> node2 did not reuse its session: a second new one, no failure to explain it.
         let mut s: Vec<String> = (0..3).map(good).collect();
         s[0] = s[0].replace(

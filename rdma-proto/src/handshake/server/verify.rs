@@ -74,6 +74,7 @@ impl ServerHandshake {
             text,
             truncated,
             reason: (!problems.is_empty()).then(|| problems.join("; ")),
+            stamps: None,
         }
     }
 }

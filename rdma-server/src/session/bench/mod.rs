@@ -33,6 +33,7 @@ use crate::output::{Detail, Event, SessionNotify};
 use crate::verbs::{Region, revoke_region};
 
 mod pong;
+mod stamp;
 
 use pong::{Pong, SessionClock};
 
@@ -53,6 +54,9 @@ struct Rig {
     cq: CompletionQueue,
     pd: ProtectionDomain,
     inline: u32,
+    /// `lat` with the stamped exchange, on a device that stamps completions: its clock (the
+    /// CQ stamps them then).
+    stamps: Option<rdma_core_rs::CompletionClock>,
 }
 
 /// Runs one bench session after its hello was accepted by the handshake.
@@ -96,10 +100,21 @@ pub(crate) fn session(
         }
         BenchKind::Bw => None,
     };
-    let cq = local
-        .ctx
-        .create_cq(SQ_DEPTH * 2, rdma_core_rs::CqMode::Poll)
-        .map_err(rdma)?;
+    // The stamped exchange is stamped where the device has a clock: an extended CQ then.
+    let stamps = if b.stamped {
+        local.ctx.completion_clock().ok().filter(|c| c.has_clock())
+    } else {
+        None
+    };
+    let cq = match stamps {
+        Some(_) => local
+            .ctx
+            .create_cq_ex(SQ_DEPTH * 2, rdma_core_rs::CqMode::Poll, true),
+        None => local
+            .ctx
+            .create_cq(SQ_DEPTH * 2, rdma_core_rs::CqMode::Poll),
+    }
+    .map_err(rdma)?;
     let caps = |inline| QpCaps {
         max_send_wr: SQ_DEPTH,
         max_inline_data: inline,
@@ -112,6 +127,10 @@ pub(crate) fn session(
     let qp = qp
         .to_init(local.port.num, Access::REMOTE_WRITE)
         .map_err(rdma)?;
+    // The stamped ping's receive, before the accept lets the client connect.
+    if b.stamped {
+        qp.post_recv(stamp::RECV_WR).map_err(rdma)?;
+    }
     // Rounds only while a kept slot is free (held until the session ends).
     let kept = if hello.rounds { s.kept.take() } else { None };
     if kept.is_none() {
@@ -142,6 +161,7 @@ pub(crate) fn session(
         cq,
         pd,
         inline,
+        stamps,
     };
     let mut round = 1;
     loop {
@@ -189,6 +209,7 @@ fn bench_round(
         )
     };
     let length = hs.length();
+    let mut stamps = None;
     if let (Some(src), Some(to)) = (rig.src.as_mut(), hs.pong()) {
         let (Some(qp), Some(mr)) = (rig.qp.as_ref(), rig.mr.as_ref()) else {
             return Err(gone());
@@ -203,8 +224,12 @@ fn bench_round(
                 len: length,
             },
             inline: rig.inline,
+            early: std::cell::Cell::new(None),
         };
         pong.run(s, conn, hs, b, src, clock)?;
+        if b.stamped {
+            stamps = pong.stamped(s, conn, hs, src, clock, rig.stamps)?;
+        }
     }
 
     // The client's `written` ends both modes: after its last pong (lat) or its last write
@@ -232,6 +257,7 @@ fn bench_round(
     // The bench pattern is not text: say what was checked instead of echoing bytes.
     outcome.text = format!("{mode} {:?} x {}", b.sizes, b.iters);
     outcome.truncated = false;
+    outcome.stamps = stamps;
     report_verdict(s, id, &outcome, detail);
     let result = hs.result(outcome)?;
     conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;

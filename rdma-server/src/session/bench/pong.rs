@@ -5,8 +5,11 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use std::cell::Cell;
+
 use rdma_core_rs::{
-    CompletionQueue, ExposedRegion, MemoryRegion, QueuePair, RemoteBuffer, Rts, WriteFlags,
+    Completion, CompletionQueue, ExposedRegion, MemoryRegion, QueuePair, RemoteBuffer, Rts,
+    WcOpcode, WriteFlags,
 };
 use rdma_proto::bench::{self, BenchParams, SIGNAL_EVERY};
 use rdma_proto::framing::LineConn;
@@ -127,6 +130,9 @@ pub(super) struct Pong<'a> {
     /// The client's buffer, where pongs go.
     pub remote: RemoteBuffer,
     pub inline: u32,
+    /// The receive completion of the stamped exchange's ping (`stamp`), should the loop reap
+    /// it before the exchange begins.
+    pub early: Cell<Option<Completion>>,
 }
 
 impl Pong<'_> {
@@ -169,7 +175,7 @@ impl Pong<'_> {
                 while posted.saturating_sub(completed) >= u64::from(SQ_DEPTH) - 1 {
                     let (deadline, _) = clock.wait_deadline(Instant::now());
                     let c = self.cq.poll(deadline).map_err(failed)?;
-                    completed = c.wr_id + 1;
+                    self.reaped(c, &mut completed);
                 }
                 self.qp
                     .post_write_with(src, 0..size, self.remote, flags(n), posted)
@@ -181,9 +187,21 @@ impl Pong<'_> {
         // in the queue for the next one's counting (rounds) to take for its own.
         while completed < posted {
             let (deadline, _) = clock.wait_deadline(Instant::now());
-            completed = self.cq.poll(deadline).map_err(failed)?.wr_id + 1;
+            let c = self.cq.poll(deadline).map_err(failed)?;
+            self.reaped(c, &mut completed);
         }
         Ok(())
+    }
+
+    /// A completion the loop reaped: a pong's frees the send queue up to it (`completed`); the
+    /// receive of a stamped ping is kept for the exchange (a client may send it as soon as it
+    /// read the last pong, before that pong's own completion is reaped).
+    fn reaped(&self, c: Completion, completed: &mut u64) {
+        if c.opcode == WcOpcode::RecvRdmaWithImm {
+            self.early.set(Some(c));
+        } else {
+            *completed = c.wr_id.saturating_add(1);
+        }
     }
 
     /// Spins on the last byte of the ping until it is `want`, reaping completions meanwhile;
@@ -216,7 +234,7 @@ impl Pong<'_> {
             spins = spins.wrapping_add(1);
             if napping || spins % 1024 == 0 {
                 if let Some(c) = self.cq.try_poll().map_err(pong_failed)? {
-                    *completed = c.wr_id + 1;
+                    self.reaped(c, completed);
                 }
                 let now = Instant::now();
                 if now >= deadline {
