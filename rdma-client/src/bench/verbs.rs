@@ -96,16 +96,13 @@ impl Link for Verbs<'_> {
     }
 
     fn post_stamp(&mut self, at: usize, wr_id: u64) -> Result<(), Error> {
-        let to = RemoteBuffer {
-            addr: self.remote.addr.saturating_add(at as u64),
-            rkey: self.remote.rkey,
-            len: 1,
-        };
-        let flags = WriteFlags {
-            imm: Some(STAMP_IMM),
-            signaled: true,
-            inline: false,
-        };
+        let to = self
+            .remote
+            .range(at as u64, 1)
+            .ok_or_else(|| Error::InvalidRange {
+                what: format!("byte {at} of the server's {}-byte buffer", self.remote.len),
+            })?;
+        let flags = WriteFlags::with_imm(STAMP_IMM);
         self.qp
             .post_write_with(self.src, at..at + 1, to, flags, wr_id)
     }

@@ -21,6 +21,22 @@ pub struct RemoteBuffer {
     pub len: u64,
 }
 
+impl RemoteBuffer {
+    /// The `len` bytes at `offset` of this buffer, as a buffer of their own (same key): what a
+    /// write into the middle of a peer's buffer names. `None` when they do not lie inside it.
+    #[must_use]
+    pub fn range(&self, offset: u64, len: u64) -> Option<RemoteBuffer> {
+        if offset.checked_add(len)? > self.len {
+            return None;
+        }
+        Some(RemoteBuffer {
+            addr: self.addr.checked_add(offset)?,
+            rkey: self.rkey,
+            len,
+        })
+    }
+}
+
 impl<S> QueuePair<S> {
     fn post_recv_inner(&self, wr_id: u64) -> Result<()> {
         // No scatter list: a write-with-immediate consumes the receive without placing data in
@@ -143,6 +159,19 @@ pub struct WriteFlags {
     /// Copy the data into the work request at post time (it must fit the QP's
     /// `max_inline_data`); the buffer may change right after the post.
     pub inline: bool,
+}
+
+impl WriteFlags {
+    /// A signalled RDMA Write with immediate `imm`, not inline: one that completes on both
+    /// sides (the peer's receive, our send).
+    #[must_use]
+    pub fn with_imm(imm: u32) -> Self {
+        WriteFlags {
+            imm: Some(imm),
+            signaled: true,
+            inline: false,
+        }
+    }
 }
 
 /// Builds the RDMA Write (with immediate, if any) work request.
@@ -275,6 +304,41 @@ impl QueuePair<Rts> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_of_a_remote_buffer_lies_inside_it() {
+        let remote = RemoteBuffer {
+            addr: 0x7f00_0000_1000,
+            rkey: 5,
+            len: 64,
+        };
+        assert_eq!(
+            remote.range(63, 1),
+            Some(RemoteBuffer {
+                addr: 0x7f00_0000_103f,
+                rkey: 5,
+                len: 1
+            })
+        );
+        assert_eq!(remote.range(0, 64), Some(remote));
+        assert_eq!(remote.range(64, 1), None);
+        assert_eq!(remote.range(1, 64), None);
+        assert_eq!(remote.range(u64::MAX, 2), None, "no overflow");
+        let top = RemoteBuffer {
+            addr: u64::MAX - 1,
+            rkey: 5,
+            len: 64,
+        };
+        assert_eq!(top.range(8, 1), None, "no address past 2^64");
+        assert_eq!(
+            WriteFlags::with_imm(7),
+            WriteFlags {
+                imm: Some(7),
+                signaled: true,
+                inline: false
+            }
+        );
+    }
 
     #[test]
     fn write_range_checks() {

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdma_core_rs::{Completion, CompletionClock, MemoryRegion, RemoteBuffer, WcOpcode, WriteFlags};
+use rdma_core_rs::{Completion, CompletionClock, MemoryRegion, WcOpcode, WriteFlags};
 use rdma_proto::bench::{STAMP_IMM, Turnaround};
 use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, ServerEvent, ServerHandshake};
@@ -78,21 +78,22 @@ impl Pong<'_> {
                 ),
             ));
         }
-        let len = src.len();
-        let last = self.remote.len.min(len as u64).saturating_sub(1);
-        let to = RemoteBuffer {
-            addr: self.remote.addr.saturating_add(last),
-            rkey: self.remote.rkey,
-            len: 1,
-        };
-        let flags = WriteFlags {
-            imm: Some(STAMP_IMM),
-            signaled: true,
-            inline: false,
-        };
-        let at = usize::try_from(last).unwrap_or(len.saturating_sub(1));
+        // The last byte of the session's buffers: the last exchange's counter on both sides.
+        let at = src.len().saturating_sub(1);
+        let to = self.remote.range(at as u64, 1).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::Internal,
+                "bench lat: the client's buffer is shorter than the session's",
+            )
+        })?;
         self.qp
-            .post_write_with(src, at..at + 1, to, flags, ANSWER_WR)
+            .post_write_with(
+                src,
+                at..at + 1,
+                to,
+                WriteFlags::with_imm(STAMP_IMM),
+                ANSWER_WR,
+            )
             .map_err(failed)?;
         let (deadline, _) = clock.wait_deadline(Instant::now());
         let answer = loop {
