@@ -23,7 +23,9 @@ type Job = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
-    /// Workers waiting for a job.
+    /// Workers waiting for a job: each worker adds itself before it waits and takes itself off
+    /// when it wakes, under the lock. `run` starts a thread when more jobs are queued than
+    /// workers wait.
     idle: usize,
     /// Set at stop: workers end once the queue is empty.
     closed: bool,
@@ -77,8 +79,9 @@ impl Workers {
         self.threads.retain(|t| !t.is_finished());
         let mut q = self.shared.lock();
         q.jobs.push_back(Box::new(job));
-        if q.idle > 0 {
-            q.idle -= 1;
+        if q.jobs.len() <= q.idle {
+            // A waiting worker will take it (or one finishing its own job first, and then the
+            // waiting one goes on waiting: either way the job is taken).
             drop(q);
             self.shared.ready.notify_one();
             return Ok(());
@@ -102,10 +105,16 @@ impl Workers {
         }
     }
 
-    /// The workers alive.
+    /// The workers alive; fails the test when one that ended had panicked.
     #[cfg(test)]
     fn threads(&mut self) -> usize {
-        self.threads.retain(|t| !t.is_finished());
+        let (ended, alive) = std::mem::take(&mut self.threads)
+            .into_iter()
+            .partition(|t: &JoinHandle<()>| t.is_finished());
+        self.threads = alive;
+        for t in ended {
+            assert!(t.join().is_ok(), "a worker panicked");
+        }
         self.threads.len()
     }
 
@@ -138,22 +147,19 @@ fn work(shared: &Shared, idle_for: Duration) {
         if q.closed {
             return;
         }
+        // Only the worker itself counts itself idle and not: `run` reads the count, never
+        // writes it, so a job taken by a worker that just finished its own (not the one `run`
+        // notified) cannot make the count wrong.
         q.idle += 1;
-        let (mut woken, timeout) = shared
+        let (woken, timeout) = shared
             .ready
             .wait_timeout_while(q, idle_for, |q| q.jobs.is_empty() && !q.closed)
             .unwrap_or_else(PoisonError::into_inner);
-        if timeout.timed_out() && woken.jobs.is_empty() {
-            // Still counted idle (no `run` took this worker): it ends.
-            woken.idle -= 1;
-            return;
-        }
-        // `run` took this worker's idle count when it queued the job; `stop` did not.
-        if woken.closed && woken.jobs.is_empty() {
-            woken.idle = woken.idle.saturating_sub(1);
-            return;
-        }
         q = woken;
+        q.idle -= 1;
+        if q.jobs.is_empty() && (q.closed || timeout.timed_out()) {
+            return;
+        }
     }
 }
 
@@ -221,6 +227,67 @@ mod tests {
             Instant::now() + Duration::from_secs(5),
             Duration::from_millis(5),
         );
+    }
+
+    /// A job taken by a worker that just finished its own, not by the idle one `run` woke,
+    /// leaves the count right: the woken worker goes on waiting, ends at its idle time, and
+    /// the pool starts threads again. (When `run` took the idle count itself, the woken worker
+    /// took it again at its timeout: the count wrapped in a release build and no thread was
+    /// ever started again, every later job queued for good.)
+    #[test]
+    fn a_stolen_job_leaves_the_idle_count_right() {
+        let mut w = Workers::with_idle(Duration::from_millis(300));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let mut stolen = 0;
+        for _ in 0..200 {
+            if stolen >= 3 {
+                break;
+            }
+            // A worker, idle.
+            let (tx, rx) = mpsc::channel();
+            w.run(move || tx.send(()).unwrap()).unwrap();
+            rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            let by = Instant::now() + Duration::from_secs(5);
+            while w.shared.lock().idle == 0 && Instant::now() < by {
+                std::thread::yield_now();
+            }
+            // `run` wakes it; this thread, playing a worker done with its own job, takes the
+            // job first (when it wins the race).
+            let r = Arc::clone(&ran);
+            w.run(move || {
+                r.fetch_add(1, Ordering::AcqRel);
+            })
+            .unwrap();
+            let taken = w.shared.lock().jobs.pop_front();
+            if let Some(job) = taken {
+                stolen += 1;
+                assert_eq!(
+                    w.shared.lock().idle,
+                    1,
+                    "the woken worker found nothing and still waits: it is counted idle"
+                );
+                job();
+            }
+            // Every worker ends at its idle time, with nothing counted idle behind it.
+            let by = Instant::now() + Duration::from_secs(5);
+            while w.threads() > 0 && Instant::now() < by {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert_eq!(w.threads(), 0, "the workers end at their idle time");
+            assert_eq!(w.shared.lock().idle, 0, "no worker left counted idle");
+        }
+        assert!(stolen > 0, "no job was ever taken before the woken worker");
+        // And the pool still runs jobs on new threads.
+        let (tx, rx) = mpsc::channel();
+        w.run(move || tx.send(()).unwrap()).unwrap();
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("a job after the steals runs");
+        w.threads();
+        w.stop(
+            Instant::now() + Duration::from_secs(5),
+            Duration::from_millis(5),
+        );
+        assert!(ran.load(Ordering::Acquire) >= stolen);
     }
 
     /// Stop runs what is queued and waits for the workers.
