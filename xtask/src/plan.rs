@@ -358,6 +358,30 @@ pub struct StepResult {
     pub error: Option<String>,
 }
 
+impl StepResult {
+    /// The first line of its stderr that shows a panic or a backtrace, if any: a panic
+    /// anywhere fails the case, whatever the step was allowed or expected to do.
+    pub fn panic_line(&self) -> Option<&str> {
+        panic_line(&self.stderr)
+    }
+}
+
+/// The first line of `stderr` that a panic or a backtrace prints: the standard hook's
+/// `thread '…' panicked at`, color-eyre's `The application panicked`, a `stack backtrace:`,
+/// or either's hint about `RUST_BACKTRACE` (no expected failure of ours prints it).
+pub fn panic_line(stderr: &str) -> Option<&str> {
+    const SIGNS: [&str; 4] = [
+        "panicked at ",
+        "The application panicked",
+        "stack backtrace:",
+        "RUST_BACKTRACE",
+    ];
+    stderr
+        .lines()
+        .find(|l| SIGNS.iter().any(|s| l.contains(s)))
+        .map(str::trim)
+}
+
 /// Diagnostics gathered on failure.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Diagnostics {
@@ -370,6 +394,27 @@ pub struct Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_or_a_backtrace_is_found_and_an_error_is_not() {
+        let std_hook = "thread 'session' panicked at rdma-server/src/workers.rs:150:13:\n\
+                        attempt to subtract with overflow\n\
+                        note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            panic_line(std_hook),
+            Some("thread 'session' panicked at rdma-server/src/workers.rs:150:13:")
+        );
+        let eyre_hook = "The application panicked (crashed).\nMessage:  boom\n";
+        assert_eq!(
+            panic_line(eyre_hook),
+            Some("The application panicked (crashed).")
+        );
+        assert!(panic_line("stack backtrace:\n   0: main\n").is_some());
+        let refused =
+            "Error: the server refused the hello: unauthorized\n  caused by: wrong token\n";
+        assert_eq!(panic_line(refused), None);
+        assert_eq!(panic_line(""), None);
+    }
 
     #[test]
     fn a_host_and_port_bracket_ipv6() {

@@ -101,6 +101,10 @@ fn fill(r: &mut StepResult, f: &Finished, expect: i32) {
     r.stderr = text::tail(&f.stderr, 64 * 1024);
     r.elapsed_s = f.elapsed.as_secs_f64();
     r.ok = f.code == Some(expect) && !f.timed_out;
+    if let Some(line) = r.panic_line().map(str::to_owned) {
+        r.ok = false;
+        r.error = Some(format!("panicked: {line}"));
+    }
 }
 
 fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
@@ -228,11 +232,13 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
         run_foreground(step, &sync, &mut r)?;
         touch(&sync, step.create_file_when_ended.as_deref())?;
         let ok = r.ok;
+        // A step may be allowed to fail; never to panic.
+        let panicked = r.panic_line().is_some();
         if !ok {
             first_error.get_or_insert_with(|| describe_failure(&r));
         }
         result.steps.push(r);
-        if !ok && !step.allow_failure {
+        if !ok && (!step.allow_failure || panicked) {
             break;
         }
     }
@@ -250,7 +256,7 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
         collect(step, child, deadline, &sync, &started_dir, r)?;
         if r.ok {
             touch(&sync, step.create_file_when_done.as_deref())?;
-        } else if !step.allow_failure {
+        } else if !step.allow_failure || r.panic_line().is_some() {
             first_error.get_or_insert_with(|| describe_failure(r));
         }
         touch(&sync, step.create_file_when_ended.as_deref())?;
@@ -587,5 +593,34 @@ mod tests {
         );
         let bg = r.step("bg").unwrap();
         assert!(bg.timed_out && !bg.ok);
+    }
+
+    /// A panic fails the plan even in a step allowed to fail, and in a background step that
+    /// exited as expected: the release binaries the guests run wrap on overflow where a debug
+    /// build panics, and neither may pass unseen.
+    #[test]
+    fn a_panic_fails_the_plan_whatever_the_step_was_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let panics = "echo \"thread 'main' panicked at src/main.rs:1:1:\" >&2; exit 0";
+        let mut bg = Step::new("server", &["sh", "-c", panics]);
+        bg.background = true;
+        let plan = plan_in(dir.path(), vec![bg]);
+        let (out, r) = run_steps_only(&plan);
+        assert!(out.is_err(), "a background step that panicked passed");
+        let s = r.step("server").unwrap();
+        assert!(!s.ok);
+        assert!(
+            s.error
+                .as_deref()
+                .unwrap()
+                .starts_with("panicked: thread 'main'")
+        );
+        let mut fg = Step::new("client", &["sh", "-c", panics]);
+        fg.allow_failure = true;
+        let after = Step::new("after", &["true"]);
+        let plan = plan_in(dir.path(), vec![fg, after]);
+        let (out, r) = run_steps_only(&plan);
+        assert!(out.is_err(), "a step allowed to fail that panicked passed");
+        assert!(r.step("after").is_none(), "the plan went on after a panic");
     }
 }

@@ -11,7 +11,12 @@ use rdma_proto::events::server::Event as ServerEvent;
 
 /// Why `role` did not end as `want` says (`None`: success), if it did not: a role killed at its
 /// deadline says which deadline and what it waited on (the agent's error).
+///
+/// A role that panicked (or printed a backtrace) never ended as wanted, whatever its status.
 pub fn exit(role: &Role, want: Option<Exit>) -> Option<String> {
+    if let Some(line) = crate::plan::panic_line(&role.stderr) {
+        return Some(format!("panicked: {line}"));
+    }
     if role.exit == ExitKind::TimedOut {
         let why = role.error.as_deref().unwrap_or("killed at its deadline");
         return Some(why.to_owned());

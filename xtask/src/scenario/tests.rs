@@ -212,6 +212,19 @@ fn judges_fail_a_transcript_that_lacks_what_they_look_for() {
     late.error = Some("killed at its 9 s deadline before marker m appeared".into());
     let late = Role::of(&late, "B", Speaks::Client);
     assert!(judge::exit(&late, None).unwrap().contains("marker m"));
+    // A role that panicked fails whatever its status: a verified client and a refused one.
+    for (status, want) in [(0, None), (7, Some(Exit::Refused))] {
+        let mut panicked = step("r", Some(status), &line(&verified(true)));
+        panicked.stderr =
+            "thread 'session' panicked at src/workers.rs:1:1:\nattempt to subtract with overflow\n"
+                .into();
+        let panicked = Role::of(&panicked, "B", Speaks::Client);
+        let e = judge::exit(&panicked, want).unwrap();
+        assert!(
+            e.starts_with("panicked: thread 'session' panicked at"),
+            "{e}"
+        );
+    }
     // The error event: its kind and its message (one line, case aside), or the judge fails.
     let error = ClientEvent::Error {
         kind: Exit::Refused,
