@@ -3,9 +3,11 @@
 //!
 //! A session runs on the port that carries the address its client came in on. Choosing it
 //! opens devices and reads GID tables (rxe: 1,024 slots a port), so it is done once per local
-//! address and cached ([`Cache`]), and only after the hello is admitted: the handshake binds
-//! the hello in a step of its own (`ServerHandshake::bind`), with the binding of the port just
-//! chosen, so a connection without the token costs no device work at all. A cached port is
+//! address and cached ([`Cache`]; a failure too, for [`FAILED_FOR`], so that clients on an
+//! address no port carries do not make each session scan the devices), and only after the
+//! hello is admitted: the handshake binds the hello in a step of its own
+//! (`ServerHandshake::bind`), with the binding of the port just chosen, so a connection
+//! without the token costs no device work at all. A cached port is
 //! checked with two cheap queries (its state, the GID slot it uses) each time it is taken, and
 //! chosen afresh when either changed (a port down, an address moved).
 //!
@@ -21,6 +23,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// The port that serves a session, with what its sessions are bound by.
 #[derive(Debug)]
@@ -100,7 +103,7 @@ pub(crate) struct Ports {
     device: DeviceArgs,
     start_port: Arc<LocalPort>,
     start: Arc<Served>,
-    chosen: Cache<IpAddr, Served>,
+    chosen: Cache<IpAddr, Served, String>,
 }
 
 impl Ports {
@@ -132,11 +135,11 @@ impl PortSource for Ports {
         let served = self
             .chosen
             .get(ip.to_canonical(), Served::still_fresh, || {
-                let (local, said) = self.device.open_for(ip)?;
+                let (local, said) = self.device.open_for(ip).map_err(|e| e.to_string())?;
                 why = said;
                 Ok(Served::new(Arc::new(local)))
             })
-            .map_err(|e: rdma_core_rs::Error| {
+            .map_err(|e| {
                 Failure::new(
                     ErrorCode::RdmaSetup,
                     format!(
@@ -151,13 +154,26 @@ impl PortSource for Ports {
 /// Most keys a [`Cache`] keeps (a host's own addresses: a few); past it, it starts over.
 const CACHE_MAX: usize = 64;
 
-/// Values chosen once per key and kept while `fresh` says they still hold.
+/// How long a failed choice is kept: sessions that reach the server on an address no RDMA
+/// port carries are refused without scanning the devices again (a scan is milliseconds of
+/// device work), yet a port that comes up is found within this long.
+pub(crate) const FAILED_FOR: Duration = Duration::from_secs(2);
+
+/// What a [`Cache`] holds for a key: the value chosen, or why none could be, and since when.
 #[derive(Debug)]
-pub(crate) struct Cache<K, V> {
-    map: Mutex<HashMap<K, Arc<V>>>,
+enum Entry<V, E> {
+    Chosen(Arc<V>),
+    Failed { error: E, at: Instant },
 }
 
-impl<K, V> Default for Cache<K, V> {
+/// Values chosen once per key and kept while `fresh` says they still hold; a failure to
+/// choose is kept for [`FAILED_FOR`].
+#[derive(Debug)]
+pub(crate) struct Cache<K, V, E> {
+    map: Mutex<HashMap<K, Entry<V, E>>>,
+}
+
+impl<K, V, E> Default for Cache<K, V, E> {
     fn default() -> Self {
         Cache {
             map: Mutex::new(HashMap::new()),
@@ -165,32 +181,66 @@ impl<K, V> Default for Cache<K, V> {
     }
 }
 
-impl<K: Eq + Hash + Copy, V> Cache<K, V> {
-    /// The value for `key`: the cached one if `fresh` holds for it, else `choose`'s (cached).
-    /// `choose` runs outside the lock (it may be slow), so two sessions that miss at once may
-    /// both choose; the last one stays.
-    pub(crate) fn get<E>(
+impl<K: Eq + Hash + Copy, V, E: Clone> Cache<K, V, E> {
+    /// The value for `key`: the cached one if `fresh` holds for it, the cached failure if it is
+    /// younger than [`FAILED_FOR`], else `choose`'s (cached, value or failure). `choose` runs
+    /// outside the lock (it may be slow), so two sessions that miss at once may both choose;
+    /// the last one stays.
+    pub(crate) fn get(
         &self,
         key: K,
         fresh: impl Fn(&V) -> bool,
         choose: impl FnOnce() -> Result<V, E>,
     ) -> Result<Arc<V>, E> {
-        let cached = self
+        self.get_at(Instant::now(), key, fresh, choose)
+    }
+
+    /// [`Cache::get`] at `now`.
+    fn get_at(
+        &self,
+        now: Instant,
+        key: K,
+        fresh: impl Fn(&V) -> bool,
+        choose: impl FnOnce() -> Result<V, E>,
+    ) -> Result<Arc<V>, E> {
+        let cached = match self
             .map
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&key)
-            .cloned();
-        if let Some(v) = cached.filter(|v| fresh(v)) {
-            return Ok(v);
+        {
+            Some(Entry::Chosen(v)) => Some(Ok(Arc::clone(v))),
+            Some(Entry::Failed { error, at })
+                if now.saturating_duration_since(*at) < FAILED_FOR =>
+            {
+                Some(Err(error.clone()))
+            }
+            _ => None,
+        };
+        match cached {
+            Some(Ok(v)) if fresh(&v) => return Ok(v),
+            Some(Err(e)) => return Err(e),
+            _ => {}
         }
-        let v = Arc::new(choose()?);
+        let (entry, result) = match choose() {
+            Ok(v) => {
+                let v = Arc::new(v);
+                (Entry::Chosen(Arc::clone(&v)), Ok(v))
+            }
+            Err(error) => (
+                Entry::Failed {
+                    error: error.clone(),
+                    at: now,
+                },
+                Err(error),
+            ),
+        };
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         if map.len() >= CACHE_MAX && !map.contains_key(&key) {
             map.clear();
         }
-        map.insert(key, Arc::clone(&v));
-        Ok(v)
+        map.insert(key, entry);
+        result
     }
 }
 
@@ -203,7 +253,7 @@ mod tests {
     /// afresh when it changed; a failed choice is not cached.
     #[test]
     fn a_port_is_chosen_once_per_address_and_again_when_it_changed() {
-        let cache: Cache<u8, u32> = Cache::default();
+        let cache: Cache<u8, u32, ()> = Cache::default();
         let chosen = Cell::new(0);
         let choose = |v: u32| {
             chosen.set(chosen.get() + 1);
@@ -221,14 +271,44 @@ mod tests {
         assert_eq!(*cache.get(1, |v| *v != 10, || choose(11)).unwrap(), 11);
         assert_eq!(*cache.get(1, fresh, || choose(99)).unwrap(), 11);
         assert_eq!(chosen.get(), 3);
-        // A failed choice leaves nothing behind.
-        assert_eq!(cache.get(3, fresh, || Err::<u32, ()>(())), Err(()));
-        assert_eq!(*cache.get(3, fresh, || choose(30)).unwrap(), 30);
+    }
+
+    /// A failed choice (no port carries the address) is kept too, for [`FAILED_FOR`]: a
+    /// hundred sessions on that address within it cost one scan of the devices, not a hundred;
+    /// after it the port is looked for again (it may have come up), and found.
+    #[test]
+    fn a_failed_choice_is_kept_for_a_while_then_tried_again() {
+        let cache: Cache<u8, u32, String> = Cache::default();
+        let tries = Cell::new(0);
+        let fail = || {
+            tries.set(tries.get() + 1);
+            Err::<u32, _>("no port carries 10.0.0.9".to_owned())
+        };
+        let fresh = |_: &u32| true;
+        let t0 = Instant::now();
+        for i in 0..100 {
+            let at = t0 + FAILED_FOR * i / 200;
+            assert_eq!(
+                cache.get_at(at, 1, fresh, fail).unwrap_err(),
+                "no port carries 10.0.0.9"
+            );
+        }
+        assert_eq!(tries.get(), 1, "one scan for a hundred sessions");
+        // Past the expiry the port is looked for again, and a port that came up is found.
+        let later = t0 + FAILED_FOR + Duration::from_millis(1);
+        assert_eq!(
+            *cache
+                .get_at(later, 1, fresh, || Ok::<_, String>(7))
+                .unwrap(),
+            7
+        );
+        assert_eq!(*cache.get_at(later, 1, fresh, fail).unwrap(), 7);
+        assert_eq!(tries.get(), 1);
     }
 
     #[test]
     fn the_cache_stays_bounded() {
-        let cache: Cache<usize, usize> = Cache::default();
+        let cache: Cache<usize, usize, ()> = Cache::default();
         for k in 0..1000 {
             cache.get(k, |_| true, || Ok::<_, ()>(k)).unwrap();
         }
