@@ -1,23 +1,30 @@
 //! `--metrics-listen ADDR`: the `/metrics` endpoint Prometheus scrapes, a small blocking HTTP/1.1
-//! server over std's `TcpListener` that cannot be used to tire the node.
+//! server over std's `TcpListener` that cannot be used to tire the node, nor to starve its
+//! scrapers.
 //!
 //! - `GET` (or `HEAD`) `/metrics` answers the exposition: OpenMetrics when the `Accept` header
 //!   asks for it (Prometheus does), else the text format 0.0.4; any other path is `404`, any
 //!   other method on `/metrics` is `405`. One request per connection (`Connection: close`).
-//! - Each connection has one deadline for reading its request and writing the answer
-//!   ([`Limits::io_timeout`]): a client that sends nothing, or reads slowly, is dropped when it
-//!   passes, and holds one worker until then, never the acceptor.
-//! - A request head is at most [`Limits::max_request`] bytes (`431` past it); at most
-//!   [`Limits::max_connections`] are served at once, the next ones get `503` at once.
-//! - [`MetricsServer::stop`] (or drop) ends the acceptor within [`POLL`] and waits for the
-//!   workers, each of which ends by its deadline.
+//! - A connection's request head must arrive within [`Limits::head_timeout`] of its accept (a
+//!   scraper sends it at once); the answer then has [`Limits::io_timeout`] to be written. A
+//!   client that sends nothing is dropped at the first, one that reads slowly at the second;
+//!   each holds one worker until then, never the acceptor.
+//! - A request head is at most [`Limits::max_request`] bytes (`431` past it).
+//! - At most [`Limits::max_connections`] are served at once, at most
+//!   [`Limits::max_per_source`] of them from one address. A connection past either bound
+//!   takes the place of the oldest one still waiting for its request (of its own address when
+//!   that address is at its bound; else of the address holding the most), which is closed;
+//!   where none is waiting (all are being answered) it gets `503` at once. So idle sockets,
+//!   from one address or a few, cannot keep Prometheus or a liveness probe out.
+//! - [`MetricsServer::stop`] (or drop) ends the acceptor within [`POLL`], closes the
+//!   connections being served and waits for their workers.
 
 use super::metrics::{Format, MeshMetrics};
 use rdma_app::wake::Stop;
 use std::io::{Read as _, Write as _};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -29,17 +36,24 @@ pub const POLL: Duration = Duration::from_millis(50);
 pub struct Limits {
     /// Connections served at once (each one a thread while it lasts).
     pub max_connections: usize,
-    /// One connection's whole time: its request read and the answer written.
+    /// Connections served at once from one address.
+    pub max_per_source: usize,
+    /// How long after its accept a connection's request head must have arrived.
+    pub head_timeout: Duration,
+    /// How long writing the answer may take, once the request is read.
     pub io_timeout: Duration,
     /// The request head's size cap, bytes.
     pub max_request: usize,
 }
 
 impl Default for Limits {
-    /// 4 at once, 10 s each (Prometheus's default scrape timeout), an 8 KiB head.
+    /// 8 at once, 2 from one address; the request within 2 s, the answer written within 10 s
+    /// (Prometheus's default scrape timeout); an 8 KiB head.
     fn default() -> Self {
         Self {
-            max_connections: 4,
+            max_connections: 8,
+            max_per_source: 2,
+            head_timeout: Duration::from_secs(2),
             io_timeout: Duration::from_secs(10),
             max_request: 8 * 1024,
         }
@@ -76,7 +90,7 @@ pub enum HttpError {
 pub struct MetricsServer {
     addr: SocketAddr,
     stop: Arc<Stop>,
-    active: Arc<AtomicUsize>,
+    conns: Arc<Conns>,
     acceptor: Option<JoinHandle<()>>,
     limits: Limits,
 }
@@ -98,18 +112,18 @@ impl MetricsServer {
             .local_addr()
             .map_err(setup("reading the bound address"))?;
         let stop = Arc::new(Stop::new().map_err(setup("making its wake-up socket"))?);
-        let active = Arc::new(AtomicUsize::new(0));
+        let conns = Arc::new(Conns::default());
         let acceptor = {
-            let (stop, active) = (stop.clone(), active.clone());
+            let (stop, conns) = (stop.clone(), conns.clone());
             std::thread::Builder::new()
                 .name("metrics-accept".into())
-                .spawn(move || accept_loop(&listener, &metrics, limits, &stop, &active))
+                .spawn(move || accept_loop(&listener, &metrics, limits, &stop, &conns))
                 .map_err(setup("starting its thread"))?
         };
         Ok(Self {
             addr: bound,
             stop,
-            active,
+            conns,
             acceptor: Some(acceptor),
             limits,
         })
@@ -120,8 +134,8 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops accepting, then waits for the connections being served (each ends by its
-    /// deadline; this waits at most one [`Limits::io_timeout`] more).
+    /// Stops accepting, closes the connections being served and waits for their workers
+    /// (at most one [`Limits::io_timeout`] more, as each ends by its deadline anyway).
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -132,8 +146,9 @@ impl MetricsServer {
             // A panic in the acceptor is a bug of ours; it served nothing more either way.
             let _ = a.join();
         }
+        self.conns.close_all();
         let deadline = Instant::now() + self.limits.io_timeout + POLL;
-        while self.active.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        while self.conns.workers() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -145,12 +160,137 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Decrements the count of connections being served when the worker ends, however it ends.
-struct Slot(Arc<AtomicUsize>);
+/// One connection being served, as the acceptor sees it.
+#[derive(Debug)]
+struct Conn {
+    id: u64,
+    from: IpAddr,
+    accepted: Instant,
+    /// Still waiting for its request head (it may be closed for a newcomer).
+    waiting: bool,
+    /// Its socket, to close it from the acceptor (the worker holds another handle).
+    stream: TcpStream,
+}
+
+/// The connections being served, and the workers still running (a closed connection's worker
+/// ends at once, but is counted until it has).
+#[derive(Debug, Default)]
+struct Conns {
+    list: Mutex<Vec<Conn>>,
+    workers: AtomicU64,
+    next_id: AtomicU64,
+}
+
+/// What to do with a new connection.
+#[derive(Debug, PartialEq, Eq)]
+enum Admit {
+    /// Serve it.
+    Serve,
+    /// Close connection `id` (waiting for its request), then serve it.
+    Replace(u64),
+    /// `503`: every place is taken by a connection being answered.
+    Busy,
+}
+
+/// Where a connection from `from` goes, among `conns` (see the module docs).
+fn admit(conns: &[Conn], from: IpAddr, limits: Limits) -> Admit {
+    let count = |ip: IpAddr| conns.iter().filter(|c| c.from == ip).count();
+    let oldest_waiting = |of: &dyn Fn(&Conn) -> bool| {
+        conns
+            .iter()
+            .filter(|c| c.waiting && of(c))
+            .min_by_key(|c| c.accepted)
+            .map_or(Admit::Busy, |c| Admit::Replace(c.id))
+    };
+    if count(from) >= limits.max_per_source {
+        return oldest_waiting(&|c| c.from == from);
+    }
+    if conns.len() < limits.max_connections {
+        return Admit::Serve;
+    }
+    // Full: the address holding the most connections gives way first, its oldest waiting one.
+    let most = conns
+        .iter()
+        .filter(|c| c.waiting)
+        .map(|c| count(c.from))
+        .max()
+        .unwrap_or(0);
+    oldest_waiting(&|c| count(c.from) == most)
+}
+
+impl Conns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+        // A worker that panicked left the list consistent (each change is one push or remove).
+        self.list.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes `stream` from `from` in, closing the connection it replaces: its id, or `None`
+    /// when it must get `503`.
+    fn enter(&self, stream: &TcpStream, from: IpAddr, limits: Limits) -> Option<u64> {
+        let mut list = self.lock();
+        match admit(&list, from, limits) {
+            Admit::Busy => return None,
+            Admit::Replace(id) => {
+                if let Some(i) = list.iter().position(|c| c.id == id) {
+                    let gone = list.swap_remove(i);
+                    let _ = gone.stream.shutdown(Shutdown::Both);
+                }
+            }
+            Admit::Serve => {}
+        }
+        // Without a handle of its own it could not be closed: refuse it rather than serve it
+        // beyond the bounds.
+        let handle = stream.try_clone().ok()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        list.push(Conn {
+            id,
+            from,
+            accepted: Instant::now(),
+            waiting: true,
+            stream: handle,
+        });
+        Some(id)
+    }
+
+    /// Connection `id` has its request: it is no longer replaced by a newcomer. `false` if it
+    /// was closed meanwhile.
+    fn answering(&self, id: u64) -> bool {
+        let mut list = self.lock();
+        list.iter_mut()
+            .find(|c| c.id == id)
+            .map(|c| c.waiting = false)
+            .is_some()
+    }
+
+    fn leave(&self, id: u64) {
+        let mut list = self.lock();
+        if let Some(i) = list.iter().position(|c| c.id == id) {
+            list.swap_remove(i);
+        }
+    }
+
+    fn close_all(&self) {
+        for c in self.lock().drain(..) {
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn workers(&self) -> u64 {
+        self.workers.load(Ordering::SeqCst)
+    }
+}
+
+/// A worker's connection: leaves the list, and the count of workers, when the worker ends,
+/// however it ends.
+struct Slot {
+    conns: Arc<Conns>,
+    id: u64,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.conns.leave(self.id);
+        self.conns.workers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -159,11 +299,11 @@ fn accept_loop(
     metrics: &Arc<MeshMetrics>,
     limits: Limits,
     stop: &Stop,
-    active: &Arc<AtomicUsize>,
+    conns: &Arc<Conns>,
 ) {
     while !stop.requested() {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
+        let (stream, from) = match listener.accept() {
+            Ok((s, from)) => (s, from.ip().to_canonical()),
             // Nothing waiting: sleep until a scraper comes or the stop does.
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if stop.bell().wait(listener, None).is_err() {
@@ -178,18 +318,20 @@ fn accept_loop(
                 continue;
             }
         };
-        let taken = active.fetch_add(1, Ordering::SeqCst);
-        let slot = Slot(active.clone());
-        if taken >= limits.max_connections {
+        let Some(id) = conns.enter(&stream, from, limits) else {
             busy(stream);
             continue;
-        }
+        };
+        conns.workers.fetch_add(1, Ordering::SeqCst);
+        let slot = Slot {
+            conns: conns.clone(),
+            id,
+        };
         let metrics = metrics.clone();
         let spawned = std::thread::Builder::new()
             .name("metrics-http".into())
             .spawn(move || {
-                let _slot = slot;
-                serve(stream, &metrics, limits);
+                serve(stream, &metrics, limits, &slot);
             });
         // On failure the closure (its stream and slot) is dropped: the client sees a close.
         drop(spawned);
@@ -230,8 +372,8 @@ enum Ask {
     TooLarge,
 }
 
-fn serve(stream: TcpStream, metrics: &MeshMetrics, limits: Limits) {
-    let deadline = Instant::now() + limits.io_timeout;
+fn serve(stream: TcpStream, metrics: &MeshMetrics, limits: Limits, slot: &Slot) {
+    let deadline = Instant::now() + limits.head_timeout;
     let mut stream = Deadlined { stream, deadline };
     if stream.stream.set_nonblocking(false).is_err() {
         return;
@@ -239,9 +381,13 @@ fn serve(stream: TcpStream, metrics: &MeshMetrics, limits: Limits) {
     let ask = match stream.read_head(limits.max_request) {
         Ok(Some(h)) => parse(&h),
         Ok(None) => Ask::TooLarge,
-        // Timed out or the client went: nothing to answer.
+        // Timed out, closed for a newcomer, or the client went: nothing to answer.
         Err(_) => return,
     };
+    if !slot.conns.answering(slot.id) {
+        return;
+    }
+    stream.deadline = Instant::now() + limits.io_timeout;
     let answer = match ask {
         Ask::Metrics { head_only, format } => {
             let body = metrics.encode(format);
@@ -277,7 +423,7 @@ fn serve(stream: TcpStream, metrics: &MeshMetrics, limits: Limits) {
     }
 }
 
-/// A stream whose every read and write ends by one deadline.
+/// A stream whose every read and write ends by a deadline (the head's, then the answer's).
 struct Deadlined {
     stream: TcpStream,
     deadline: Instant,
