@@ -126,18 +126,10 @@ pub fn build(no_build: bool) -> Result<Dist> {
     let sh = Shell::new()?;
     sh.change_dir(&root);
     if !no_build {
-        println!("dist: cargo build --release (rdma-server, rdma-client)");
-        exec::run_loud(
-            cmd!(
-                sh,
-                "cargo build --release --package rdma-server --package rdma-client"
-            ),
-            Duration::from_secs(1800),
-        )
-        .wrap_err("building the release binaries")?;
+        // The guests' build: the packages hold the very binaries the suite ran.
+        crate::e2e::build()?;
     }
-    let target = target_dir();
-    let release = target.join("release");
+    let release = crate::e2e::bins::dir();
     for p in PACKAGES {
         check_no_test_hooks(&sh, &release.join(p.name))?;
     }
@@ -152,7 +144,7 @@ pub fn build(no_build: bool) -> Result<Dist> {
     println!(
         "dist: rdma-mesh.service exposure {mesh:.1} (systemd-analyze security; OK is <= {MAX_EXPOSURE:.1})"
     );
-    let out = target.join("dist");
+    let out = target_dir().join("dist");
     std::fs::create_dir_all(&out).wrap_err_with(|| format!("creating {}", out.display()))?;
     let arch = exec::run(cmd!(sh, "dpkg --print-architecture"))?
         .trim()

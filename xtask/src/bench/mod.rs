@@ -120,40 +120,11 @@ fn out_dir() -> PathBuf {
         .map_or_else(|| x.join("bench"), |t| t.join("bench"))
 }
 
-/// Builds rdma-server and rdma-client optimised (perftest is optimised C: a debug build would
-/// measure the compiler, not the tool) and returns their paths; guests see the host's files.
+/// The release binaries, as users get them (perftest is optimised C: a debug build would
+/// measure the compiler, not the tool); guests see the host's files.
 fn release_bins() -> Result<e2e::Bins> {
-    let sh = xshell::Shell::new()?;
-    println!("bench: building rdma-server and rdma-client (release)");
-    crate::exec::run_loud(
-        xshell::cmd!(
-            sh,
-            "cargo build --release --package rdma-server --package rdma-client --package rdma-misbehave"
-        ),
-        Duration::from_secs(1800),
-    )
-    .wrap_err("building the release binaries")?;
-    let dir = out_dir()
-        .parent()
-        .map(|t| t.join("release"))
-        .ok_or_else(|| color_eyre::eyre::eyre!("no target directory"))?;
-    let path = |name: &str| -> Result<String> {
-        let p = dir.join(name);
-        p.to_str()
-            .map(str::to_owned)
-            .ok_or_else(|| color_eyre::eyre::eyre!("{} is not UTF-8", p.display()))
-    };
-    Ok(e2e::Bins {
-        server: path("rdma-server")?,
-        client: path("rdma-client")?,
-        // Built with the rest (cheap: the two libraries are built already), though the bench
-        // runs no misbehaving peer.
-        misbehave_client: path("rdma-misbehave-client")?,
-        misbehave_server: path("rdma-misbehave-server")?,
-        xtask: crate::exec::self_exe()?,
-        selftest: None,
-        cm_example: None,
-    })
+    e2e::build()?;
+    e2e::Bins::locate(false)
 }
 
 /// Entry point.

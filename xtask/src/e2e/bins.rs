@@ -1,7 +1,9 @@
-//! The binaries the scenarios run: built with cargo, then found next to the xtask binary.
+//! The binaries the guests run: the release build users get (the very files the packages
+//! hold), built once by [`build`] with everything else the guests run beside them.
 
 use crate::exec;
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use std::path::PathBuf;
 use std::time::Duration;
 use xshell::{Shell, cmd};
 
@@ -9,33 +11,37 @@ use xshell::{Shell, cmd};
 /// test-only peers that misbehave on purpose (`rdma-misbehave`).
 pub const PACKAGES: [&str; 3] = ["rdma-server", "rdma-client", "rdma-misbehave"];
 
-/// Builds the binaries the scenarios run ([`PACKAGES`]), and rdma-core-rs's examples (the
-/// self-test, the RDMA CM example) when asked for: in one cargo invocation, so that the
-/// features of shared dependencies are the same in every build with examples.
-pub fn build(selftest: bool) -> Result<()> {
+/// The profile every guest, the packages and the bench run: what users get, so that what
+/// the suite proves is what ships (a release build wraps on integer overflow where a debug
+/// build panics; only the release build's behaviour counts).
+pub const PROFILE: &str = "release";
+
+/// Builds, in one cargo invocation of the release profile, everything the guests run:
+/// [`PACKAGES`] and rdma-core-rs's examples (the self-test, the RDMA CM example). One
+/// invocation, so that the features of shared dependencies are the same for all of them and
+/// the binaries the packages hold are these, not a second build.
+pub fn build() -> Result<()> {
     let sh = Shell::new()?;
-    println!("e2e: building {}", PACKAGES.join(", "));
+    println!(
+        "build: {} and rdma-core-rs's examples ({PROFILE})",
+        PACKAGES.join(", ")
+    );
     let packages: Vec<String> = PACKAGES.iter().map(|p| format!("--package={p}")).collect();
     // Naming a target (`--example`) makes cargo build only the named targets: ask for the
-    // binaries too, or a clean target dir would have no rdma-server / rdma-client.
-    let example: &[&str] = if selftest {
-        &[
-            "--bins",
-            "--package",
-            "rdma-core-rs",
-            "--example",
-            "loopback",
-            "--example",
-            "cm_connect",
-        ]
-    } else {
-        &[]
-    };
+    // binaries too.
     exec::run_loud(
-        cmd!(sh, "cargo build {packages...} {example...}"),
-        Duration::from_secs(1200),
+        cmd!(
+            sh,
+            "cargo build --profile {PROFILE} {packages...} --bins --package rdma-core-rs --example loopback --example cm_connect"
+        ),
+        Duration::from_secs(1800),
     )
-    .wrap_err("building the binaries")
+    .wrap_err("building the release binaries")
+}
+
+/// Where [`build`] puts the binaries (honours `CARGO_TARGET_DIR`).
+pub fn dir() -> PathBuf {
+    crate::dist::target_dir().join(PROFILE)
 }
 
 /// Absolute paths of the binaries (valid in the guests too: they see the host's root).
@@ -56,15 +62,12 @@ pub struct Bins {
 
 impl Bins {
     pub fn locate(selftest: bool) -> Result<Self> {
-        let xtask = std::env::current_exe().wrap_err("finding the xtask binary")?;
-        let dir = xtask
-            .parent()
-            .ok_or_else(|| eyre!("xtask binary has no directory"))?;
+        let dir = dir();
         let path = |name: &str| -> Result<String> {
             let p = dir.join(name);
             if !p.exists() {
                 bail!(
-                    "{} is missing: run `cargo build {}` (or drop --no-build)",
+                    "{} is missing: run `cargo build --profile {PROFILE} {}` (or drop --no-build)",
                     p.display(),
                     PACKAGES.map(|p| format!("-p {p}")).join(" ")
                 );

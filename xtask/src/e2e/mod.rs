@@ -11,7 +11,7 @@
 //! [`plans`] (which node runs which steps), [`run`] (run the plans, collect the results),
 //! [`report`] (judge and print).
 
-mod bins;
+pub mod bins;
 mod files;
 mod plans;
 mod report;
@@ -81,7 +81,7 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
     if !args.no_build {
         deps::ensure(&[Group::Build, Group::Run])?;
         let t = Instant::now();
-        bins::build(args.selftest)?;
+        bins::build()?;
         phases.push(("build", t.elapsed()));
     }
     let detection = backend::detect(args.backend)?;

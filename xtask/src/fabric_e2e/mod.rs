@@ -71,7 +71,7 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         Group::Prometheus,
     ])?;
     if !args.no_build {
-        e2e::build(false)?;
+        e2e::build()?;
     }
     let bins = Bins::locate(false)?;
     println!(

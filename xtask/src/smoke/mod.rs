@@ -242,9 +242,7 @@ pub(super) fn run_group(group: &[SmokeArgs]) -> Result<()> {
         return Ok(());
     }
     let ours = if group.iter().any(|a| a.rdma_write) {
-        // With rdma-core-rs's examples, as the one-node e2e builds them: one set of features,
-        // so no build here or there compiles the dependencies again.
-        crate::e2e::build(true)?;
+        crate::e2e::build()?;
         let b = crate::e2e::Bins::locate(true)?;
         Some(plans::Ours {
             server: b.server,
