@@ -56,6 +56,7 @@ pub(crate) fn accept(
         out: &s.out,
         id,
         rejected: 0,
+        rejected_own: 0,
     };
     let conn = &*conn;
     let cancel = || s.stopping.load(Ordering::Acquire) || conn.peer_spoke();
@@ -75,7 +76,11 @@ pub(crate) fn accept(
         })
 }
 
-/// Rejected requests after which a session stops waiting for its client's (a flood).
+/// Rejected requests from the session's own client address (the TCP peer's) after which the
+/// session stops waiting for its client's request (a client that keeps getting it wrong).
+/// Requests from any other address, or none, are rejected without counting towards it: a
+/// stranger must not be able to end someone else's session. They are bounded by the session's
+/// deadline (`--timeout`), and logged only for the first [`LOGGED_REJECTS`].
 const MAX_REJECTS: u32 = 16;
 
 /// A session's judge of the RDMA CM requests to its listener: the client's only (its address,
@@ -87,7 +92,10 @@ struct SessionGate<'a> {
     binding: GidBinding,
     out: &'a crate::output::Output,
     id: u64,
+    /// Rejected requests from anyone (for the log's rate limit).
     rejected: u32,
+    /// Rejected requests from the session's client address (for [`MAX_REJECTS`]).
+    rejected_own: u32,
 }
 
 impl Gate for SessionGate<'_> {
@@ -97,7 +105,12 @@ impl Gate for SessionGate<'_> {
             return Verdict::Take;
         };
         self.rejected += 1;
-        if self.rejected <= LOGGED_REJECTS || self.rejected == MAX_REJECTS {
+        let own = from.is_some_and(|ip| ip.to_canonical() == self.peer.to_canonical());
+        if own {
+            self.rejected_own += 1;
+        }
+        let give_up = self.rejected_own >= MAX_REJECTS;
+        if self.rejected <= LOGGED_REJECTS || give_up {
             let peer = req.peer.map(|p| p.to_string());
             let id = self.id;
             let rejected = self.rejected;
@@ -108,7 +121,7 @@ impl Gate for SessionGate<'_> {
                 rejected,
             });
         }
-        if self.rejected >= MAX_REJECTS {
+        if give_up {
             Verdict::GiveUp
         } else {
             Verdict::Reject
@@ -138,6 +151,7 @@ mod tests {
             out,
             id: 1,
             rejected: 0,
+            rejected_own: 0,
         }
     }
 
@@ -148,9 +162,9 @@ mod tests {
         }
     }
 
-    /// Issue 23, item 4: strangers' requests are rejected, and after MAX_REJECTS the session
-    /// gives up instead of waiting on (a flood ends it, with its deadline checked before every
-    /// event in rdma-core-rs); the client's own request is taken.
+    /// Issue 23, item 4: wrong requests are rejected, and after MAX_REJECTS from the client's
+    /// own address the session gives up instead of waiting on (its deadline is checked before
+    /// every event in rdma-core-rs too); the client's own request is taken.
     #[test]
     fn a_session_takes_its_clients_request_and_gives_up_on_a_flood() {
         let out = crate::output::Output::new(true);
@@ -159,13 +173,36 @@ mod tests {
         assert_eq!(g.request(&request("10.0.0.2:5000", &good)), Verdict::Take);
         let mut g = gate(&out);
         for _ in 1..MAX_REJECTS {
-            assert_eq!(g.request(&request("10.0.0.3:5000", &good)), Verdict::Reject);
+            assert_eq!(
+                g.request(&request("10.0.0.2:5000", &[1; 16])),
+                Verdict::Reject
+            );
         }
         assert_eq!(
             g.request(&request("10.0.0.2:5000", &[0; 16])),
             Verdict::GiveUp
         );
-        assert_eq!(g.rejected, MAX_REJECTS);
+        assert_eq!((g.rejected, g.rejected_own), (MAX_REJECTS, MAX_REJECTS));
+    }
+
+    /// Strangers' requests (another address, or none) are rejected, however many, but do not
+    /// end the session: a stranger cannot use the cap to cut someone else's session short
+    /// (its deadline still bounds the wait). The client's own request is taken after them.
+    #[test]
+    fn strangers_cannot_end_a_session_by_the_reject_cap() {
+        let out = crate::output::Output::new(true);
+        let mut g = gate(&out);
+        let good = [7u8; rdma_proto::cm::NONCE_LEN];
+        for i in 0..10 * MAX_REJECTS {
+            let r = g.request(&request(&format!("10.0.0.{}:5000", 3 + i % 200), &good));
+            assert_eq!(r, Verdict::Reject, "stranger's request {i}");
+            let unknown = Request {
+                peer: None,
+                private_data: &good,
+            };
+            assert_eq!(g.request(&unknown), Verdict::Reject, "unknown address {i}");
+        }
+        assert_eq!(g.request(&request("10.0.0.2:5001", &good)), Verdict::Take);
     }
 
     /// Issue 23, item 1: the path of the request taken must lead to the TCP peer's GID; one
