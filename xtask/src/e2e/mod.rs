@@ -57,7 +57,7 @@ pub struct E2eArgs {
     /// random payloads, a client SIGKILLed at each stage, server RSS and fds checked.
     #[arg(long)]
     pub load: bool,
-    /// Do not build: use the binaries already in target/debug (used inside guests).
+    /// Do not build: use the release binaries already built (used inside guests).
     #[arg(long, hide = true)]
     pub no_build: bool,
 }

@@ -106,6 +106,9 @@ pub(super) fn steps(
                 "--misbehave-bin",
                 bins.misbehave_client.as_str(),
                 "--kill-stages",
+                // Bursts of strangers with quiet gaps, each followed by a real client.
+                "--soak-rounds",
+                "3",
                 "--json",
                 // Below the scenarios' ports (BASE_PORT + i): no scenario server, however
                 // late it exits, holds it.

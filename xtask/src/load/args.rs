@@ -53,6 +53,21 @@ pub struct LoadArgs {
     #[arg(long)]
     pub kill_stages: bool,
 
+    /// Rounds of strangers after the other phases: each a burst of short connections (connect,
+    /// one junk line, close) from `--soak-threads` threads for `--soak-burst`, a quiet gap
+    /// until the server is back to its idle threads, its RSS and open files measured against
+    /// the warm-up's, then a real client that must verify.
+    #[arg(long, default_value_t = 0)]
+    pub soak_rounds: u32,
+
+    /// How long each burst of strangers lasts.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub soak_burst: Duration,
+
+    /// Threads connecting at once in a burst of strangers.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub soak_threads: u32,
+
     /// Extra server argument (repeatable), e.g. --server-arg=--cq-mode=poll.
     #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub server_args: Vec<String>,

@@ -38,6 +38,8 @@ pub(super) struct Clients<'a> {
     /// TCP connections the server saw besides one per client process: the busy phase's
     /// idle connections, and its client's connections that were turned away.
     pub extra_connections: u64,
+    /// Connections of the bursts of strangers (`--soak-rounds`) that were established.
+    pub strangers: u64,
     /// What went wrong, one line per client.
     pub failures: Vec<String>,
 }
@@ -69,6 +71,7 @@ impl<'a> Clients<'a> {
             kills: 0,
             busy_waits: 0,
             extra_connections: 0,
+            strangers: 0,
             failures: Vec::new(),
         })
     }
@@ -155,13 +158,17 @@ impl<'a> Clients<'a> {
         Ok(())
     }
 
+    /// The server's address.
+    pub fn addr(&self) -> Result<std::net::SocketAddr> {
+        self.addr
+            .parse()
+            .wrap_err_with(|| format!("the server's address {}", self.addr))
+    }
+
     /// One idle TCP connection to the server: it holds a slot (of `--max-clients` and of
     /// `--max-per-ip`) until dropped, sending nothing.
     pub fn hold_slot(&self, deadline: Instant) -> Result<std::net::TcpStream> {
-        let addr: std::net::SocketAddr = self
-            .addr
-            .parse()
-            .wrap_err_with(|| format!("the server's address {}", self.addr))?;
+        let addr = self.addr()?;
         let left = deadline.saturating_duration_since(Instant::now());
         std::net::TcpStream::connect_timeout(&addr, left.max(std::time::Duration::from_millis(1)))
             .wrap_err_with(|| format!("holding a slot of the server at {addr}"))

@@ -26,6 +26,7 @@ mod policy;
 mod report;
 mod sample;
 mod server;
+mod strangers;
 #[cfg(test)]
 mod tests;
 
@@ -104,6 +105,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
             failures.extend(policy::stop_failures(
                 stopped.as_ref(),
                 clients.started + clients.extra_connections,
+                clients.strangers,
                 clients.verified,
             ));
             exit
@@ -113,6 +115,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
             failures.extend(policy::stop_failures(
                 None,
                 clients.started + clients.extra_connections,
+                clients.strangers,
                 clients.verified,
             ));
             None

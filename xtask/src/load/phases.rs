@@ -7,6 +7,7 @@ use super::clients::{Clients, KILL_STAGES};
 use super::policy::Observed;
 use super::sample::{Sample, quiesce};
 use super::server::ServerGuard;
+use super::strangers;
 use color_eyre::eyre::{Result, eyre};
 use rdma_proto::events::server::Event;
 
@@ -25,11 +26,14 @@ pub fn worst_case(args: &LoadArgs) -> std::time::Duration {
     } else {
         0
     };
-    // The busy phase's client once more.
-    let clients = args.sequential + 1 + kills + 1;
-    let quiesces = 4 + u32::from(args.kill_stages);
-    // Listening, the quiescence waits and the stop, each at the server's deadline.
-    args.client_deadline * clients + args.server_deadline * (quiesces + 2)
+    // The busy phase's client once more, and each soak round's.
+    let clients = args.sequential + 1 + kills + 1 + args.soak_rounds;
+    let quiesces = 4 + u32::from(args.kill_stages) + args.soak_rounds;
+    // Listening, the quiescence waits and the stop, each at the server's deadline; each
+    // burst of strangers (its connects end within a second of its length).
+    args.client_deadline * clients
+        + args.server_deadline * (quiesces + 2)
+        + (args.soak_burst + std::time::Duration::from_secs(1)) * args.soak_rounds
 }
 
 /// Every slot of the server held by idle connections from this host, then a normal client:
@@ -70,6 +74,54 @@ fn busy(args: &LoadArgs, server: &mut ServerGuard, clients: &mut Clients<'_>) ->
             "a client answered busy did not say it waited its turn (no `busy` event)".to_owned(),
         ),
         Ok(()) => {}
+    }
+    Ok(())
+}
+
+/// `--soak-rounds` rounds of strangers: a burst, a quiet gap until every session thread has
+/// ended (longer than the workers' idle time), the server's RSS and open files against the
+/// warm-up's, then a real client that must verify. A server that cannot start a session after
+/// a burst (its worker pool wedged, its slots never given back) fails the round's client.
+fn soak(
+    args: &LoadArgs,
+    server: &mut ServerGuard,
+    clients: &mut Clients<'_>,
+    warm: &Sample,
+    baseline_threads: u64,
+) -> Result<()> {
+    let pid = server.pid();
+    let addr = clients.addr()?;
+    for round in 1..=args.soak_rounds {
+        let b = strangers::burst(addr, args.soak_threads, args.soak_burst);
+        clients.strangers += b.connected;
+        println!(
+            "load: soak round {round}: {} strangers connected in {:?} ({} connects failed)",
+            b.connected, args.soak_burst, b.failed
+        );
+        server.alive()?;
+        quiesce(pid, baseline_threads, args.server_deadline)?;
+        let after = Sample::take(pid)?;
+        if after.fds > warm.fds + args.fd_slack {
+            clients.failures.push(format!(
+                "after soak round {round} the server has {} open files, {} after the warm-up",
+                after.fds, warm.fds
+            ));
+        }
+        if after.rss_kib > warm.rss_kib + args.rss_slack_mib * 1024 {
+            clients.failures.push(format!(
+                "after soak round {round} the server's RSS is {} KiB, {} KiB after the warm-up \
+                 (more than --rss-slack-mib {})",
+                after.rss_kib, warm.rss_kib, args.rss_slack_mib
+            ));
+        }
+        let verified = clients.verified;
+        clients.run(notify(round), None)?;
+        if clients.verified == verified {
+            clients.failures.push(format!(
+                "the real client after soak round {round} was not verified: the server does \
+                 not serve after a burst of strangers"
+            ));
+        }
     }
     Ok(())
 }
@@ -128,6 +180,7 @@ pub(super) fn run(
     let errors_before_busy = server.errors();
     busy(args, server, clients)?;
     quiet()?;
+    soak(args, server, clients, &warm, baseline_threads)?;
     Ok(Observed {
         warm,
         after_sequential,
