@@ -89,6 +89,17 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
                 )),
             }
         };
+        // What the servers and clients of the phase printed on stderr (through srun): a
+        // panic there fails the phase, whatever its reports say.
+        let verdict = verdict.and_then(|v| {
+            for log in [format!("{name}.err"), format!("{name}.server.log")] {
+                let text = std::fs::read_to_string(out.join(&log)).unwrap_or_default();
+                if let Some(line) = crate::plan::panic_line(&text) {
+                    return Err(format!("{log}: panicked: {line}"));
+                }
+            }
+            Ok(v)
+        });
         match verdict {
             Ok(v) => {
                 verdicts.push(format!("fabric-e2e: {name}: {v}"));
