@@ -105,7 +105,9 @@ const PEAK_WINDOW: Duration = Duration::from_millis(5);
 pub use rdma_proto::bench::SIGNAL_EVERY;
 
 /// `lat`: `iters` ping-pongs of `size` bytes. Each ping's last byte is the exchange counter;
-/// we spin on the last byte of our buffer until the pong with the same counter lands, and
+/// we spin on the last byte of our buffer until the pong with the same counter lands (once it
+/// is overdue, 8 last round trips and at least 1 ms, we look between naps instead: see
+/// `pong_wait`; a peer whose answers are lost costs no core until the timeout), and
 /// record half the round trip (µs) into `samples` (cleared first; it must have room for
 /// `iters`, so that nothing is allocated here). `wr_base` makes work request ids unique across
 /// sizes. Returns when the pong of the last exchange has landed.
@@ -127,8 +129,11 @@ pub fn ping_pong<L: Link>(
     };
     // As perftest: one clock read per exchange, at each post; a round trip is the time from
     // one post to the next (the pong landed in between). Under emulation a clock read is
-    // costly, so the spin below reads it only every 1024 turns, and never pauses the CPU.
+    // costly, so the spin below reads it only every 1024 turns, and never pauses the CPU
+    // while the pong is not overdue.
     let mut prev = Instant::now();
+    // The last round trip: the spin budget of the next (see `pong_wait`).
+    let mut last_rtt = Duration::ZERO;
     for n in 1..=iters {
         let c = counter(n);
         let wr = wr_base + n - 1;
@@ -139,9 +144,11 @@ pub fn ping_pong<L: Link>(
         if n > 1 {
             let now = Instant::now();
             record(prev, now);
+            last_rtt = now.duration_since(prev);
             prev = now;
         }
         link.post(size, Some(c), n % SIGNAL_EVERY == 0 || n == iters, wr)?;
+        let budget = spin_budget(last_rtt);
         let mut spins: u32 = 0;
         while link.byte(last) != c {
             spins = spins.wrapping_add(1);
@@ -153,6 +160,11 @@ pub fn ping_pong<L: Link>(
                 if waited > timeout {
                     return Err(link.timeout("waiting for the server's pong", waited));
                 }
+                if let PongWait::Nap(nap) = pong_wait(waited, budget) {
+                    // Overdue: look again after a nap, then nap again (one look per nap).
+                    std::thread::sleep(nap.min(timeout - waited));
+                    spins = 1023;
+                }
             }
         }
     }
@@ -163,6 +175,41 @@ pub fn ping_pong<L: Link>(
         completed = link.poll(Instant::now() + timeout)? + 1;
     }
     Ok(())
+}
+
+/// The lat loop spins at least this long for a pong (the first of a sweep has no round trip
+/// to go by; a pong this late is overdue on any healthy path but an emulated one's).
+const SPIN_FLOOR: Duration = Duration::from_millis(1);
+/// ... and at most this long, however slow the last round trip was.
+const SPIN_CEIL: Duration = Duration::from_millis(10);
+/// The longest nap between two looks at an overdue pong.
+const NAP_MAX: Duration = Duration::from_millis(5);
+/// The shortest.
+const NAP_MIN: Duration = Duration::from_micros(20);
+
+/// How long the lat loop spins for a pong before it naps: 8 times the last round trip, within
+/// [`SPIN_FLOOR`] and [`SPIN_CEIL`].
+fn spin_budget(last_rtt: Duration) -> Duration {
+    last_rtt.saturating_mul(8).clamp(SPIN_FLOOR, SPIN_CEIL)
+}
+
+/// What the lat loop does while a pong has not come, `waited` after its ping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PongWait {
+    /// Spin (the pong is not overdue: the round trip stays exact).
+    Spin,
+    /// Sleep this long before looking again: a sixteenth of the wait so far, within
+    /// [`NAP_MIN`] and [`NAP_MAX`], so a late pong is measured at most 1/16 (or 5 ms) late, and
+    /// a silent peer is looked at some 200 times a second instead of spun on.
+    Nap(Duration),
+}
+
+fn pong_wait(waited: Duration, budget: Duration) -> PongWait {
+    if waited < budget {
+        PongWait::Spin
+    } else {
+        PongWait::Nap((waited / 16).clamp(NAP_MIN, NAP_MAX))
+    }
 }
 
 /// What a bandwidth run did.
@@ -481,5 +528,93 @@ mod tests {
         let mut v = Vec::with_capacity(1);
         let e = ping_pong(&mut Deaf, 2, 1, 0, Duration::from_millis(20), &mut v).unwrap_err();
         assert!(e.contains("pong"), "{e}");
+    }
+
+    #[test]
+    fn an_overdue_pong_is_napped_on_with_naps_that_keep_its_round_trip_close() {
+        // The budget follows the last round trip, within its bounds.
+        assert_eq!(spin_budget(Duration::ZERO), SPIN_FLOOR);
+        assert_eq!(
+            spin_budget(Duration::from_micros(500)),
+            Duration::from_millis(4)
+        );
+        assert_eq!(spin_budget(Duration::from_secs(1)), SPIN_CEIL);
+        let budget = Duration::from_millis(1);
+        assert_eq!(
+            pong_wait(Duration::from_micros(999), budget),
+            PongWait::Spin
+        );
+        let mut naps = 0u32;
+        let mut waited = budget;
+        let timeout = Duration::from_secs(60);
+        while waited < timeout {
+            let PongWait::Nap(nap) = pong_wait(waited, budget) else {
+                panic!("spins at {waited:?}");
+            };
+            assert!(nap <= NAP_MAX && nap >= NAP_MIN, "{nap:?}");
+            // A pong landing just after a look is seen at most a sixteenth of its time late.
+            assert!(nap <= (waited / 16).max(NAP_MIN), "{nap:?} at {waited:?}");
+            waited += nap;
+            naps += 1;
+        }
+        // A silent peer over a minute: some 12 000 wake-ups, not a spinning core.
+        assert!(naps < 13_000, "{naps}");
+    }
+
+    /// A peer that never answers (its return path drops everything): the lat loop looks for
+    /// the pong a bounded number of times over the whole timeout, napping once the answer is
+    /// overdue, instead of spinning a core until the timeout.
+    #[test]
+    fn a_silent_peer_is_not_spun_on_for_the_whole_timeout() {
+        /// Counts every look at the pong's byte and at the completion queue.
+        struct Silent {
+            looks: u64,
+        }
+        impl Link for Silent {
+            type Error = String;
+            fn post(&mut self, _: usize, _: Option<u8>, _: bool, _: u64) -> Result<(), String> {
+                Ok(())
+            }
+            fn try_poll(&mut self) -> Result<Option<u64>, String> {
+                self.looks += 1;
+                Ok(None)
+            }
+            fn poll(&mut self, _: Instant) -> Result<u64, String> {
+                Err("no completion".into())
+            }
+            fn byte(&self, _: usize) -> u8 {
+                // `byte` takes `&self`: counted in a thread-local.
+                LOOKS.with(|l| l.set(l.get() + 1));
+                0
+            }
+            fn post_stamp(&mut self, _: usize, _: u64) -> Result<(), String> {
+                Ok(())
+            }
+            fn poll_done(&mut self, _: Instant) -> Result<Done, String> {
+                Err("no completion".into())
+            }
+            fn timeout(&self, what: &'static str, _: Duration) -> String {
+                what.to_owned()
+            }
+        }
+        thread_local! {
+            static LOOKS: Cell<u64> = const { Cell::new(0) };
+        }
+        let timeout = Duration::from_millis(500);
+        let mut link = Silent { looks: 0 };
+        let mut v = Vec::with_capacity(1);
+        LOOKS.with(|l| l.set(0));
+        let t = Instant::now();
+        let e = ping_pong(&mut link, 2, 1, 0, timeout, &mut v).unwrap_err();
+        let took = t.elapsed();
+        assert!(e.contains("pong"), "{e}");
+        assert!(took >= timeout && took < timeout * 2, "{took:?}");
+        let looks = LOOKS.with(Cell::get) + link.looks;
+        // Spinning the whole 500 ms is tens of millions of looks; spinning only the first
+        // millisecond, then napping, is at most a few hundred thousand.
+        assert!(
+            looks < 1_000_000,
+            "{looks} looks at a silent peer in {took:?}"
+        );
     }
 }
