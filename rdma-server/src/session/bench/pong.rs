@@ -20,9 +20,10 @@ use crate::session::ctx::{Failure, SessionCtx};
 use crate::session::steps::{next_event, out_of_order};
 
 /// How long the lat loop spins flat out for a ping before it starts to sleep between looks,
-/// until the session has measured its own round trip ([`Pace`]).
+/// until the session has measured its own round trip, and at least while its pings come fast
+/// ([`Pace`]).
 const SPIN_FOR: Duration = Duration::from_millis(1);
-/// The longest spin, however slow the session's round trip: past it a client is stalled.
+/// The longest spin of a slow pinger's wait, however slow: past it a client is stalled.
 const MAX_SPIN: Duration = Duration::from_millis(50);
 /// The longest sleep between two looks for a ping once the spin is over.
 const MAX_NAP: Duration = Duration::from_millis(1);
@@ -85,16 +86,24 @@ impl SessionClock {
 }
 
 /// How long the lat loop spins for a ping: relative to the session's own round trip (issue
-/// 23, item 12). A fixed spin shorter than the round trip (a slow or congested link, every run
-/// under emulation) made the loop nap through live exchanges, each ping found only at the next
-/// look. The spin lasts twice the longest recent wait for a ping (at least [`SPIN_FOR`], at
-/// most [`MAX_SPIN`]), so a live exchange is always met spinning and a stalled client costs at
-/// most one spin before the naps.
+/// 23, item 12), and never most of a slow pinger's time. A fixed spin shorter than the round
+/// trip (a slow or congested link, every run under emulation) made the loop nap through live
+/// exchanges, each ping found only at the next look; a spin of twice the wait from its start
+/// kept a core busy for the whole session of a client pinging every 45 ms. Now a session whose
+/// pings come within [`FAST`] spins from the start of each wait (at most twice the longest
+/// recent wait, at least [`SPIN_FOR`]): a live exchange is always met spinning. A slower one
+/// spins only in a window around where its ping is due (from 7/8 to 9/8 of the longest recent
+/// wait, at most [`MAX_SPIN`]) and naps before and after it: its waits spin at most an eighth
+/// of their time when the pings come steadily, a quarter when they stall.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Pace {
     /// The longest recent wait for a ping (decaying by 1/8 a ping); `None` before the first.
     recent: Option<Duration>,
 }
+
+/// Pings that come within this of the wait's start are a live exchange: the wait spins from
+/// its start.
+const FAST: Duration = Duration::from_millis(2);
 
 impl Pace {
     /// A ping came `waited` after the wait for it began.
@@ -103,16 +112,54 @@ impl Pace {
         self.recent = Some(decayed.max(waited));
     }
 
-    /// How long to spin before napping.
-    pub(crate) fn spin_for(&self) -> Duration {
-        self.recent
-            .map_or(SPIN_FOR, |r| r.saturating_mul(2))
-            .clamp(SPIN_FOR, MAX_SPIN)
+    /// When the next wait for a ping spins.
+    pub(crate) fn plan(&self) -> Plan {
+        match self.recent {
+            Some(r) if r > FAST => {
+                let spin_from = r - r / 8;
+                Plan {
+                    spin_from,
+                    spin_until: spin_from + (r / 4).min(MAX_SPIN),
+                }
+            }
+            recent => Plan {
+                spin_from: Duration::ZERO,
+                spin_until: recent
+                    .map_or(SPIN_FOR, |r| r.saturating_mul(2))
+                    .clamp(SPIN_FOR, FAST * 2),
+            },
+        }
+    }
+}
+
+/// How one wait for a ping looks: flat out between `spin_from` and `spin_until` into the
+/// wait, napping between looks before and after ([`Pace::plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub spin_from: Duration,
+    pub spin_until: Duration,
+}
+
+impl Plan {
+    /// How long to sleep before the next look, `waited` into the wait (`None`: spin). Before
+    /// the spin the naps grow as after it ([`nap`]), never past the spin's start.
+    pub(crate) fn nap(&self, waited: Duration) -> Option<Duration> {
+        if waited < self.spin_from {
+            let d = nap(waited, Duration::ZERO).unwrap_or(MAX_NAP);
+            return Some(d.min(self.spin_from - waited));
+        }
+        nap(waited, self.spin_until)
+    }
+
+    /// How long the wait spins when its ping comes `after` it began.
+    #[cfg(test)]
+    fn spun(&self, after: Duration) -> Duration {
+        after.min(self.spin_until).saturating_sub(self.spin_from)
     }
 }
 
 /// How long to sleep before the next look for a ping, `waited` into the wait: nothing while
-/// the spin lasts (`spin_for`, from [`Pace`]: a ping-pong in progress answers within its round
+/// the spin lasts (`spin_for`, from [`Plan`]: a ping-pong in progress answers within its round
 /// trip), then naps that double up to [`MAX_NAP`], so a client that pings rarely costs a core
 /// nothing.
 pub(crate) fn nap(waited: Duration, spin_for: Duration) -> Option<Duration> {
@@ -223,7 +270,7 @@ impl Pong<'_> {
         // every 1,024 looks (a read is costly under emulation).
         let begun = Instant::now();
         let (deadline, limit) = clock.wait_deadline(begun);
-        let spin_for = pace.spin_for();
+        let plan = pace.plan();
         let mut spins: u32 = 0;
         let mut napping = false;
         loop {
@@ -252,10 +299,14 @@ impl Pong<'_> {
                         "the server is shutting down",
                     ));
                 }
-                if let Some(d) = nap(now - begun, spin_for) {
-                    napping = true;
-                    std::thread::sleep(d.min(deadline - now));
-                }
+                // Napping, every look checks; spinning, every 1,024th.
+                napping = match plan.nap(now - begun) {
+                    Some(d) => {
+                        std::thread::sleep(d.min(deadline - now));
+                        true
+                    }
+                    None => false,
+                };
             }
         }
     }
@@ -329,32 +380,84 @@ mod tests {
         }
     }
 
+    /// Pings every 45 ms, for a whole session: the wait for each may spin for at most a
+    /// quarter of it (the old policy spun through every wait: a core busy for the whole
+    /// session); pings that come fast are still met spinning, every one.
+    #[test]
+    fn a_slow_pinger_keeps_no_core_spinning() {
+        for period_ms in [3, 5, 10, 20, 45, 49, 60, 200, 5_000] {
+            let period = Duration::from_millis(period_ms);
+            let mut pace = Pace::default();
+            let (mut spun, mut waited) = (Duration::ZERO, Duration::ZERO);
+            for _ in 0..200 {
+                spun += pace.plan().spun(period);
+                waited += period;
+                pace.saw(period);
+            }
+            assert!(
+                spun * 4 <= waited,
+                "pings every {period:?}: spun {spun:?} of {waited:?}"
+            );
+        }
+        // Fast pings (a live exchange): every wait spins until its ping lands.
+        for rtt_us in [5, 50, 500, 2_000] {
+            let rtt = Duration::from_micros(rtt_us);
+            let mut pace = Pace::default();
+            for _ in 0..50 {
+                pace.saw(rtt);
+            }
+            let plan = pace.plan();
+            assert_eq!(plan.nap(Duration::ZERO), None, "{rtt:?}");
+            assert_eq!(plan.nap(rtt), None, "napped through a ping at {rtt:?}");
+            assert_eq!(plan.spun(rtt), rtt);
+        }
+    }
+
+    /// A slow pinger's ping is met spinning where it is due (its recent wait), and an early one
+    /// within a nap; a stall after it costs a bounded spin, then naps.
+    #[test]
+    fn a_slow_pingers_spin_is_a_window_around_its_ping() {
+        let mut pace = Pace::default();
+        let period = Duration::from_millis(45);
+        for _ in 0..50 {
+            pace.saw(period);
+        }
+        let plan = pace.plan();
+        assert_eq!(plan.nap(period), None, "spins where the ping is due");
+        let early = plan.nap(Duration::ZERO).expect("naps first");
+        assert!(early <= MAX_NAP);
+        assert!(plan.nap(period * 2).is_some_and(|d| d <= MAX_NAP));
+        assert!(plan.spin_until - plan.spin_from <= MAX_SPIN);
+    }
+
     /// Issue 23, item 12: where a round trip takes longer than the fixed spin (2 ms here, the
     /// 1 ms spin would nap through every ping), the loop spins through it; a stall later costs
     /// at most MAX_SPIN before the naps; the pace forgets an old slow round trip.
     #[test]
     fn the_spin_follows_the_sessions_round_trip() {
         let mut pace = Pace::default();
-        assert_eq!(pace.spin_for(), SPIN_FOR);
+        assert_eq!(pace.plan().spin_until, SPIN_FOR);
         let rtt = Duration::from_millis(2);
         for _ in 0..100 {
             pace.saw(rtt);
-            assert_eq!(
-                nap(rtt, pace.spin_for()),
-                None,
-                "napped through a live ping"
-            );
+            assert_eq!(pace.plan().nap(rtt), None, "napped through a live ping");
         }
-        assert!(pace.spin_for() >= 2 * rtt);
+        assert!(pace.plan().spin_until >= 2 * rtt);
         pace.saw(Duration::from_secs(9)); // a stall: its ping came late
-        assert_eq!(pace.spin_for(), MAX_SPIN);
-        assert!(nap(MAX_SPIN, pace.spin_for()).is_some());
+        let stalled = pace.plan();
+        assert_eq!(stalled.spin_until - stalled.spin_from, MAX_SPIN);
+        assert!(stalled.nap(stalled.spin_until).is_some());
+        // Early pings after the stall are looked for within tens of microseconds.
+        assert_eq!(stalled.nap(Duration::ZERO), Some(Duration::from_micros(10)));
         for _ in 0..200 {
             pace.saw(Duration::from_micros(100));
         }
         assert_eq!(
-            pace.spin_for(),
-            SPIN_FOR,
+            pace.plan(),
+            Plan {
+                spin_from: Duration::ZERO,
+                spin_until: SPIN_FOR
+            },
             "fast again: the short spin is back"
         );
     }
