@@ -64,6 +64,85 @@ pub fn parse(text: &str) -> Result<Service> {
     })
 }
 
+#[cfg(test)]
+/// The device sandbox of a `[Service]` section: `DevicePolicy=` and each `DeviceAllow=` as
+/// (device, access).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Devices {
+    pub policy: Option<String>,
+    pub allow: Vec<(String, String)>,
+}
+
+#[cfg(test)]
+/// A device node a binary opens: its path, and its major's group in `/proc/devices` (what a
+/// `char-GROUP` rule names).
+pub type Node<'a> = (&'a str, &'a str);
+
+#[cfg(test)]
+/// The nodes the verbs layer opens: a uverbs device (major `infiniband_verbs`) for every verb,
+/// and RDMA CM's `rdma_cm` (a misc device, major 10) for CM connections and every iWARP device.
+pub const RDMA_NODES: [Node<'static>; 2] = [
+    ("/dev/infiniband/uverbs0", "infiniband_verbs"),
+    ("/dev/infiniband/rdma_cm", "misc"),
+];
+
+#[cfg(test)]
+/// Reads `DevicePolicy=` and the `DeviceAllow=` lines of the `[Service]` section (an empty
+/// `DeviceAllow=` resets the list, as in systemd).
+#[must_use]
+pub fn devices(text: &str) -> Devices {
+    let mut section = "";
+    let mut out = Devices::default();
+    for raw in text.lines() {
+        let line = raw.trim();
+        if line.starts_with('[') {
+            section = line;
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if section != "[Service]" || line.starts_with(['#', ';']) {
+            continue;
+        }
+        let value = value.trim();
+        match key.trim() {
+            "DevicePolicy" => out.policy = Some(value.to_owned()),
+            "DeviceAllow" if value.is_empty() => out.allow.clear(),
+            "DeviceAllow" => {
+                let (dev, access) = value.split_once(char::is_whitespace).unwrap_or((value, ""));
+                let access = if access.trim().is_empty() {
+                    "rwm"
+                } else {
+                    access.trim()
+                };
+                out.allow.push((dev.to_owned(), access.to_owned()));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+impl Devices {
+    /// Whether the unit lets its processes read and write `node`: no `closed`/`strict` policy
+    /// and no allow list (no device control), or a rule naming its path or its `char-` group
+    /// with `r` and `w`.
+    #[must_use]
+    pub fn allows_rw(&self, (path, group): Node<'_>) -> bool {
+        let controlled =
+            matches!(self.policy.as_deref(), Some("closed" | "strict")) || !self.allow.is_empty();
+        if !controlled {
+            return true;
+        }
+        self.allow.iter().any(|(dev, access)| {
+            let names = dev == path || dev.strip_prefix("char-") == Some(group);
+            names && access.contains('r') && access.contains('w')
+        })
+    }
+}
+
 /// Splits an `ExecStart=` value into words (double quotes group), refusing what systemd would
 /// rewrite.
 fn split_command(value: &str) -> Result<Vec<String>> {
@@ -150,6 +229,47 @@ mod tests {
         );
         // Bounded (issue 16): the packaged 64 MiB --max-pinned plus the queues.
         assert_eq!(s.limit_memlock, Some(Some(80 << 20)));
+    }
+
+    /// Security review: under `DevicePolicy=closed` both packaged units let the binaries open
+    /// every node the verbs layer needs: uverbs for verbs, rdma_cm for RDMA CM (and iWARP).
+    #[test]
+    fn both_units_allow_every_rdma_device_node() {
+        let units = [
+            (
+                "rdma-server.service",
+                include_str!("../../../rdma-server/pkg/debian/rdma-server.service"),
+            ),
+            (
+                "rdma-mesh.service",
+                include_str!("../../../rdma-client/pkg/rdma-mesh.service"),
+            ),
+        ];
+        for (name, text) in units {
+            let d = devices(text);
+            assert_eq!(d.policy.as_deref(), Some("closed"), "{name}");
+            for node in RDMA_NODES {
+                assert!(d.allows_rw(node), "{name} does not allow {node:?}: {d:?}");
+            }
+            // Nothing broader than the nodes: not every misc device.
+            assert!(!d.allows_rw(("/dev/kvm", "misc")), "{name}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn device_rules_are_read_as_systemd_does() {
+        let d = devices(
+            "[Service]\nDevicePolicy=closed\nDeviceAllow=char-infiniband_verbs rw\n\
+DeviceAllow=/dev/infiniband/rdma_cm r\n[Install]\nDeviceAllow=/dev/x rw\n",
+        );
+        assert!(d.allows_rw(RDMA_NODES[0]));
+        assert!(!d.allows_rw(RDMA_NODES[1]), "read-only is not enough");
+        assert!(!d.allows_rw(("/dev/x", "misc")), "only [Service] counts");
+        let reset =
+            devices("[Service]\nDevicePolicy=closed\nDeviceAllow=/dev/x rw\nDeviceAllow=\n");
+        assert!(reset.allow.is_empty());
+        assert!(devices("[Service]\nDeviceAllow=/dev/x\n").allows_rw(("/dev/x", "misc")));
+        assert!(devices("[Service]\n").allows_rw(RDMA_NODES[1]));
     }
 
     #[test]
