@@ -4,7 +4,10 @@
 //!
 //! The package lives in its own venv, `target/xtask/k8s-venv`, made once (python3 and
 //! python3-venv come from the deps group `k8s`); its version and the Kubernetes version
-//! validated against are pinned here.
+//! validated against are pinned here. Beyond the schemas, [`policy`] holds every pod to the
+//! project's hardening and every rdma-server container's budget to its memory limit.
+
+pub mod policy;
 
 use crate::deps::{self, Group};
 use crate::exec;
@@ -38,8 +41,14 @@ pub fn cmd(args: &K8sArgs) -> Result<()> {
     let venv = exec::workspace_root().join("target/xtask/k8s-venv");
     let tool = ensure_validator(&venv)?;
     let files = validate_dir(&tool, &dir)?;
+    policy::check(&policy::load(&venv, &files)?).wrap_err_with(|| {
+        format!(
+            "a manifest in {} breaks the project's policy",
+            dir.display()
+        )
+    })?;
     println!(
-        "k8s-validate: {} manifest(s) in {} valid for Kubernetes {KUBERNETES} (strict)",
+        "k8s-validate: {} manifest(s) in {} valid for Kubernetes {KUBERNETES} (strict), hardened, server budgets within their memory limits",
         files.len(),
         dir.display()
     );
@@ -48,6 +57,11 @@ pub fn cmd(args: &K8sArgs) -> Result<()> {
 
 /// Makes the venv and installs the pinned validator into it, once; returns the program.
 pub fn ensure_validator(venv: &Path) -> Result<PathBuf> {
+    // One install at a time: the tests that need it run in parallel threads.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let tool = venv.join("bin/kubernetes-validate");
     let stamp = venv.join(".installed");
     if tool.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == VALIDATOR) {
@@ -169,5 +183,40 @@ mod tests {
 
         let empty = tempfile::tempdir().unwrap();
         assert!(validate_dir(&tool, empty.path()).is_err());
+    }
+
+    /// The security review's items on the manifests: every pod hardened (non-root, no
+    /// escalation, read-only root, no capability but IPC_LOCK, RuntimeDefault seccomp), and
+    /// every rdma-server container's `--max-pinned` plus the process's own headroom within its
+    /// memory limit. Read by the same venv as the schema check (its PyYAML).
+    #[test]
+    fn the_shipped_manifests_are_hardened_and_fit_their_memory() {
+        assert!(
+            exec::which("python3").is_some(),
+            "no python3: run `cargo xtask deps --groups k8s`"
+        );
+        let root = exec::workspace_root();
+        let venv = root.join("target/xtask/k8s-venv");
+        ensure_validator(&venv).unwrap();
+        let dir = root.join("deploy/k8s");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        let docs = policy::load(&venv, &files).unwrap();
+        // Every workload is seen: the Job and the DaemonSet.
+        let kinds: Vec<&str> = docs
+            .iter()
+            .filter_map(|(_, d)| d["kind"].as_str())
+            .collect();
+        assert!(
+            kinds.contains(&"Job") && kinds.contains(&"DaemonSet"),
+            "{kinds:?}"
+        );
+        if let Err(e) = policy::check(&docs) {
+            panic!("{e}");
+        }
     }
 }
