@@ -44,7 +44,7 @@ pub use handshake::{
     ClientHandshake, ClientRequest, ClientState, GidBinding, ServerEvent, ServerHandshake,
     ServerPolicy, ServerState,
 };
-pub use text::{is_deceptive, printable};
+pub use text::{is_deceptive, printable, printable_capped};
 pub use wire::{
     Accept, Auth, Banner, ClientMessage, ErrorMsg, Gid, Hello, MAX_24BIT, Next, Notify, Outcome,
     ParseAuthError, ParseGidError, ParseNotifyError, QpEndpoint, Region, ServerMessage, VALID_MTUS,
