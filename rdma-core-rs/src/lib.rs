@@ -83,7 +83,7 @@ mod verbs_ctx;
 
 pub use clock::CompletionClock;
 pub use context::{Context, DeviceInfo, devices, select_gid_in};
-pub use cq::{Completion, CompletionQueue, CqMode, ParseCqModeError};
+pub use cq::{Completion, CompletionQueue, CqMode, ParseCqModeError, Wait};
 pub use error::{Error, ErrorKind, Result, VerbOp};
 pub use local::LocalPort;
 pub use pd::{ExposedRegion, MemoryRegion, OwnedBuffer, ProtectionDomain};

@@ -1,10 +1,14 @@
 //! Completion queues, polled either by busy-polling or through a completion channel: plain
 //! ones (`ibv_create_cq`, polled with `ibv_poll_cq`) and extended ones (`ex`: made by
 //! `ibv_create_cq_ex`, polled with `ibv_start_poll`, and able to stamp completions with the
-//! device's clock). What a completion means is one rule for both (`wc`).
+//! device's clock). What a completion means is one rule for both (`wc`). A wait polled in
+//! slices is one [`Wait`] (`wait`): its back-off and its timeout span all its slices.
 
 mod ex;
+mod wait;
 mod wc;
+
+pub use wait::Wait;
 
 use std::ptr;
 use std::sync::Arc;
@@ -240,28 +244,62 @@ impl CompletionQueue {
     /// [`Error::Timeout`] at the deadline; [`Error::Completion`] if the completion has an error
     /// status (with advice for that status); [`Error::Verb`] if polling itself fails.
     pub fn poll(&self, deadline: Instant) -> Result<Completion> {
-        let start = Instant::now();
+        let mut wait = Wait::until(deadline);
+        match self.poll_until(&mut wait, deadline)? {
+            Some(c) => Ok(c),
+            None => Err(wait.timed_out()),
+        }
+    }
+
+    /// Waits for ONE completion for a slice of `wait`: at most `slice`, never past its
+    /// deadline. For a caller that looks at something else between slices (a stop, the
+    /// peer's answer): the back-off goes on from where the last slice left it, and the
+    /// timeout quotes the whole wait, not the last slice.
+    ///
+    /// ```no_run
+    /// # fn f(cq: &rdma_core_rs::CompletionQueue) -> rdma_core_rs::Result<()> {
+    /// use std::time::Duration;
+    /// let mut wait = rdma_core_rs::Wait::new(Duration::from_secs(6));
+    /// let done = loop {
+    ///     if let Some(c) = cq.poll_slice(&mut wait, Duration::from_millis(20))? {
+    ///         break c;
+    ///     }
+    ///     // Look at something else; `Err(Timeout)` above once the 6 s have passed.
+    /// };
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] once the whole wait is over (`Ok(None)` when only the slice is);
+    /// [`Error::Completion`], [`Error::Verb`] as [`poll`](Self::poll).
+    pub fn poll_slice(&self, wait: &mut Wait, slice: Duration) -> Result<Option<Completion>> {
+        let end = wait.begin_slice(Instant::now(), slice);
+        match self.poll_until(wait, end)? {
+            Some(c) => Ok(Some(c)),
+            None if wait.is_over(Instant::now()) => Err(wait.timed_out()),
+            None => Ok(None),
+        }
+    }
+
+    /// Polls for ONE completion until `end` (within `wait`): `None` at `end`.
+    fn poll_until(&self, wait: &mut Wait, end: Instant) -> Result<Option<Completion>> {
         let mut notify_requested = false;
-        let mut idle_rounds: u32 = 0;
         loop {
             if let Some(c) = self.poll_once()? {
-                return c;
+                return c.map(Some);
             }
             let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::Timeout {
-                    what: "waiting for a work completion",
-                    waited: now.duration_since(start),
-                });
+            if now >= end {
+                return Ok(None);
             }
             match self.0.mode {
                 CqMode::Poll => {
-                    idle_rounds = idle_rounds.saturating_add(1);
-                    backoff(idle_rounds, deadline - now);
+                    wait.idle_rounds = wait.idle_rounds.saturating_add(1);
+                    backoff(wait.idle_rounds, end - now);
                 }
                 CqMode::Event => {
                     if notify_requested {
-                        self.wait_event(deadline - now)?;
+                        self.wait_event(end - now)?;
                         notify_requested = false;
                     } else {
                         self.request_notify()?;
