@@ -1,32 +1,45 @@
-//! Ties a hello's RDMA endpoint to the TCP connection it came on, so that a client cannot make
-//! the server connect its queue pair (and, for a bench `lat` session, RDMA-Write its pongs) to
-//! somebody else's GID: a reflection and amplification attack.
+//! Ties a peer's RDMA endpoint to the TCP connection it came on, both ways, so that neither
+//! side can make the other connect its queue pair (and RDMA-Write) to somebody else's GID: a
+//! reflection and amplification attack.
+//!
+//! * The server binds a hello's GID to the client's TCP address ([`GidBinding::check`],
+//!   [`ServerHandshake::bind`](crate::ServerHandshake::bind)): a client cannot make the server
+//!   connect its queue pair (and, for a bench `lat` session, write its pongs) to a third host.
+//! * The client binds an accept's GID to the server's TCP address
+//!   ([`GidBinding::check_accept`], [`ClientHandshake::bind`](crate::ClientHandshake::bind)): a
+//!   server, or anything answering on its address, cannot make the client connect its queue
+//!   pair and write its payload (or a bench sweep, or every mesh probe) to a third host.
 //!
 //! On RoCE a GID *is* an IP address (RoCE v2: the IPv4-mapped or IPv6 address of the
 //! interface; RoCE v1 and link-local: the interface's IPv6 link-local address), so the rule is
-//! plain: the hello's GID must be the address the TCP connection comes from (an IPv4 peer as
-//! `::ffff:a.b.c.d`). A peer on loopback is on this host: its GID must be one of this host's own
-//! GIDs. On InfiniBand a LID and a GID are not the TCP address and cannot be checked against it;
-//! there is nothing to bind ([`GidBinding::Unbound`]), and the server asks for a token instead.
+//! plain: the peer's GID must be the address of the TCP connection's other end (an IPv4 peer
+//! as `::ffff:a.b.c.d`). A peer on loopback is on this host: its GID must be one of this host's
+//! own GIDs. On InfiniBand a LID and a GID are not the TCP address and cannot be checked
+//! against it; there is nothing to bind ([`GidBinding::Unbound`]): the server asks for a token
+//! instead, and the client trusts the server it chose (a residual risk, see SECURITY.md). An
+//! RDMA CM session does not use the GID at all (its path is resolved from the TCP peer's own
+//! address, and the server checks it with [`GidBinding::check_path`]).
 
 use std::net::IpAddr;
 
 use crate::error::ProtoError;
 use crate::wire::Gid;
 
-/// What a hello's GID must be, for one connection.
+/// What the peer's GID (a client's hello's, a server's accept's) must be, for one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GidBinding {
     /// RoCE: the GID must be `peer` (the TCP peer's address, IPv4 as IPv4-mapped), or, when
     /// `peer` is loopback, one of `local` (this host's own GIDs).
     Peer {
-        /// The TCP peer's address.
+        /// The TCP peer's address: the client's for a server, the server's for a client.
         peer: IpAddr,
-        /// This host's GIDs (the server's port's GID table).
+        /// This host's GIDs (the GID table of the port that connects the queue pair; only
+        /// looked at when `peer` is loopback).
         local: Vec<Gid>,
     },
     /// Nothing to bind: InfiniBand, where a LID or GID is not the TCP address. A bench session
-    /// there needs the token ([`ServerHandshake::bind`](crate::ServerHandshake::bind)).
+    /// there needs the token ([`ServerHandshake::bind`](crate::ServerHandshake::bind)); a
+    /// client connects to the GID the server it chose announces.
     Unbound,
 }
 
@@ -40,13 +53,26 @@ pub fn gid_of(ip: IpAddr) -> Gid {
 }
 
 impl GidBinding {
-    /// Checks the hello's `gid`.
+    /// The binding for a connection with `peer` on a port whose GIDs are `local`: RoCE
+    /// ([`Peer`](Self::Peer)), or InfiniBand where `local` is `None` ([`Unbound`](Self::Unbound)).
+    #[must_use]
+    pub fn on_port(local: Option<&[Gid]>, peer: IpAddr) -> Self {
+        match local {
+            Some(local) => GidBinding::Peer {
+                peer,
+                local: local.to_vec(),
+            },
+            None => GidBinding::Unbound,
+        }
+    }
+
+    /// Checks the hello's `gid` (the server's side).
     ///
     /// # Errors
     /// [`ProtoError::InvalidField`] naming `gid`, the address the connection comes from, and
     /// what to do.
     pub fn check(&self, gid: Gid) -> Result<(), ProtoError> {
-        self.whose(gid).map_or(Ok(()), |whose| {
+        self.whose(gid, Side::Server).map_or(Ok(()), |whose| {
             Err(ProtoError::invalid(
                 "hello",
                 "gid",
@@ -54,6 +80,28 @@ impl GidBinding {
                     "{gid} is not {whose}: on RoCE the server connects only to the GID of the client's own \
                      TCP address. Announce the GID of the address you connect from (rdma-client \
                      --gid-index), or connect from the address of the GID you announce"
+                ),
+            ))
+        })
+    }
+
+    /// Checks the accept's `gid` (the client's side), before the client connects its queue
+    /// pair to it. Not for an RDMA CM session, whose accept's GID connects nothing.
+    ///
+    /// # Errors
+    /// [`ProtoError::InvalidField`] naming `gid`, the address the connection goes to, and what
+    /// to do.
+    pub fn check_accept(&self, gid: Gid) -> Result<(), ProtoError> {
+        self.whose(gid, Side::Client).map_or(Ok(()), |whose| {
+            Err(ProtoError::invalid(
+                "accept",
+                "gid",
+                format!(
+                    "{gid} is not {whose}: on RoCE the client connects its queue pair, and writes, \
+                     only to the GID of the server's own TCP address, never to a third host the \
+                     server names. Connect to the server at the address of the GID it announces, \
+                     or have it announce the GID of the address you connect to (rdma-server \
+                     --gid-index)"
                 ),
             ))
         })
@@ -67,7 +115,7 @@ impl GidBinding {
     /// # Errors
     /// Why not, for the log and the client.
     pub fn check_path(&self, dgid: Gid) -> Result<(), String> {
-        self.whose(dgid).map_or(Ok(()), |whose| {
+        self.whose(dgid, Side::Server).map_or(Ok(()), |whose| {
             Err(format!(
                 "its RDMA CM path leads to GID {dgid}, which is not {whose}: on RoCE the server \
                  connects only to the GID of the client's own TCP address; connect through RDMA \
@@ -76,8 +124,9 @@ impl GidBinding {
         })
     }
 
-    /// `None` when `gid` may be connected to; else whose GID it should have been.
-    fn whose(&self, gid: Gid) -> Option<String> {
+    /// `None` when `gid` may be connected to; else whose GID it should have been, told from
+    /// `side`.
+    fn whose(&self, gid: Gid, side: Side) -> Option<String> {
         let GidBinding::Peer { peer, local } = self else {
             return None;
         };
@@ -85,12 +134,29 @@ impl GidBinding {
         if gid == gid_of(peer) || (peer.is_loopback() && local.contains(&gid)) {
             return None;
         }
-        Some(if peer.is_loopback() {
-            "one of this host's own GIDs (the connection comes over loopback)".to_owned()
-        } else {
-            format!("{}, the address this connection comes from", gid_of(peer))
+        Some(match (peer.is_loopback(), side) {
+            (true, Side::Server) => {
+                "one of this host's own GIDs (the connection comes over loopback)".to_owned()
+            }
+            (true, Side::Client) => {
+                "one of this host's own GIDs (the server is reached over loopback)".to_owned()
+            }
+            (false, Side::Server) => {
+                format!("{}, the address this connection comes from", gid_of(peer))
+            }
+            (false, Side::Client) => {
+                format!("{}, the address this connection goes to", gid_of(peer))
+            }
         })
     }
+}
+
+/// Which side checks: the server (the peer is the client, whose connection comes from it) or
+/// the client (the peer is the server, whose address the connection goes to).
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Server,
+    Client,
 }
 
 #[cfg(test)]
@@ -161,5 +227,33 @@ mod tests {
             GidBinding::Unbound.check_path(gid("::ffff:10.0.0.3")),
             Ok(())
         );
+    }
+
+    /// The client's side reads from its side: the address the connection goes to, the server
+    /// reached over loopback; an `Unbound` port checks nothing.
+    #[test]
+    fn an_accepts_gid_must_be_the_servers_address() {
+        let b = GidBinding::on_port(Some(&[]), "10.0.0.2".parse().unwrap());
+        assert!(b.check_accept(gid("::ffff:10.0.0.2")).is_ok());
+        let e = b.check_accept(gid("::ffff:10.0.0.9")).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidField);
+        let shown = e.to_string();
+        assert!(
+            shown.contains("`accept`") && shown.contains("field `gid`"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(
+                "::ffff:10.0.0.9 is not ::ffff:10.0.0.2, the address this connection goes to"
+            ),
+            "{shown}"
+        );
+        let lo = GidBinding::on_port(Some(&[gid("fe80::1")]), "::1".parse().unwrap());
+        assert!(lo.check_accept(gid("fe80::1")).is_ok());
+        let e = lo.check_accept(gid("fe80::2")).unwrap_err().to_string();
+        assert!(e.contains("the server is reached over loopback"), "{e}");
+        let ib = GidBinding::on_port(None, "10.0.0.2".parse().unwrap());
+        assert_eq!(ib, GidBinding::Unbound);
+        assert!(ib.check_accept(gid("::ffff:192.0.2.1")).is_ok());
     }
 }
