@@ -2,18 +2,26 @@
 //! banner, our hello, its accept, our QP to RTS, and at the end the `written` notice and the
 //! server's verdict. `run::Write` (one message), `bench::Measure` (a measurement) and the
 //! fabric check (both, per pair) differ only in what they register and post in between.
+//!
+//! Two rules hold for every one of them, here:
+//! - The accept's GID is bound to the server's TCP address ([`rdma_proto::GidBinding`]): the
+//!   hello binds the handshake, and an accept that names a third host fails
+//!   [`await_accept`](Session::await_accept), before the queue pair leaves INIT.
+//! - Under `--wait-for-server`, a server that answers `busy` (instead of its banner, or of its
+//!   accept: its pinned memory is full) is tried again with back-off until the wait ends: a new
+//!   connection, a new banner, the same hello (the queue pair is still in INIT).
 
 use crate::exit::ClientError;
 use crate::output::{Detail, Event, Output};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_app::device::DeviceArgs;
 use rdma_app::verbs::PortName;
-use rdma_core_rs::{CqMode, Init, LocalPort, QueuePair, Rts, Transport};
+use rdma_core_rs::{CqMode, Init, LinkLayer, LocalPort, QueuePair, Rts, Transport};
 use rdma_proto::events::QpVia;
 use rdma_proto::framing::LineConn;
 use rdma_proto::{
-    Accept, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, ErrorCode, Notify, Outcome,
-    QpEndpoint, Region, ServerMessage,
+    Accept, ClientHandshake, DEFAULT_MAX_LINE, DEFAULT_PORT, ErrorCode, Gid, GidBinding, Notify,
+    Outcome, QpEndpoint, Region, ServerMessage,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::path::PathBuf;
@@ -177,6 +185,110 @@ pub struct Session<'a> {
     hs: ClientHandshake,
     opts: SessionOptions,
     out: Option<&'a Output>,
+    /// The server, to connect to again after a `busy` that answers our hello.
+    to: Target,
+    /// The handshake as [`open`](Self::open) got it, to start over with.
+    fresh: ClientHandshake,
+    /// `--wait-for-server`'s deadline and back-off, for the whole set-up.
+    patience: Patience,
+    /// Our hello, once sent: to send again on a new connection.
+    said: Option<Said>,
+}
+
+/// A hello as [`Session::hello_endpoint`] sent it.
+#[derive(Debug, Clone)]
+struct Said {
+    endpoint: QpEndpoint,
+    cm: bool,
+    /// Our port's GIDs on RoCE, `None` on InfiniBand (see [`Session::hello_endpoint`]).
+    gids: Option<Vec<Gid>>,
+}
+
+/// `--wait-for-server`'s one deadline and back-off, for everything a session's set-up tries
+/// again: a refused connection, and `busy` instead of the banner or of the accept.
+#[derive(Debug, Clone, Copy)]
+struct Patience {
+    /// When to stop trying; `None`: no `--wait-for-server`, nothing is tried again.
+    give_up: Option<Instant>,
+    /// The next pause after `busy`: 20 ms, doubled each time, up to 500 ms.
+    pause: Duration,
+    /// How many times the server answered `busy` so far.
+    attempt: u32,
+}
+
+impl Patience {
+    fn new(wait: Option<Duration>) -> Self {
+        Patience {
+            give_up: wait.map(|w| Instant::now() + w),
+            pause: Duration::from_millis(20),
+            attempt: 0,
+        }
+    }
+
+    /// How long a refused connection is still tried again (`None`: not at all).
+    fn left(&self) -> Option<Duration> {
+        self.give_up
+            .map(|g| g.saturating_duration_since(Instant::now()))
+    }
+
+    /// After `busy` from `to`: where the wait leaves time for one more pause, emits `busy` on
+    /// `out`, sleeps the pause and returns `true` (try again); else `false` (give up).
+    fn after_busy(&mut self, to: &Target, out: Option<&Output>) -> bool {
+        match self.give_up {
+            Some(give_up) if Instant::now() + self.pause < give_up => {}
+            _ => return false,
+        }
+        self.attempt += 1;
+        if let Some(out) = out {
+            out.emit(&Event::Busy {
+                server: to.name.as_str().into(),
+                attempt: self.attempt,
+                retry_in_ms: u64::try_from(self.pause.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(Duration::from_millis(500));
+        true
+    }
+}
+
+/// Whether `msg` is the server's `busy`.
+fn is_busy(msg: &ServerMessage) -> bool {
+    matches!(msg, ServerMessage::Error(e) if e.code == ErrorCode::Busy)
+}
+
+/// Connects to `to` and reads its first line; a `busy` there is tried again while `patience`
+/// lasts (see [`Patience::after_busy`]).
+fn dial(
+    to: &Target,
+    opts: &SessionOptions,
+    patience: &mut Patience,
+    out: Option<&Output>,
+) -> Result<(LineConn<TcpStream>, ServerMessage)> {
+    loop {
+        let stream = connect(to.addr, opts.timeout, patience.left())?;
+        let _ = stream.set_nodelay(true);
+        let mut conn = LineConn::new(stream, DEFAULT_MAX_LINE);
+        let msg = read_message(&mut conn, opts.timeout)?;
+        if !(is_busy(&msg) && patience.after_busy(to, out)) {
+            return Ok((conn, msg));
+        }
+    }
+}
+
+/// What the accept's GID is bound by, for a hello from `local` to a server at `server`: on
+/// RoCE the server's address, or, over loopback, this port's GIDs (read only then, the one
+/// case they are looked at: a GID table may have a thousand slots); on InfiniBand nothing.
+fn port_gids(local: &LocalPort, server: IpAddr) -> Option<Vec<Gid>> {
+    if local.port.link_layer != LinkLayer::Ethernet {
+        return None;
+    }
+    if !server.to_canonical().is_loopback() {
+        return Some(Vec::new());
+    }
+    // Unreadable: a server over loopback is then refused, its accept's GID named.
+    let table = local.ctx.gid_table(local.port.num).unwrap_or_default();
+    Some(table.iter().map(|e| Gid(e.gid.0)).collect())
 }
 
 impl<'a> Session<'a> {
@@ -184,7 +296,7 @@ impl<'a> Session<'a> {
     /// human line says besides). With `out` `None` (the fabric check) nothing is printed.
     pub fn open(
         to: &Target,
-        mut hs: ClientHandshake,
+        hs: ClientHandshake,
         end: &PortName,
         chosen: Option<&str>,
         opts: &SessionOptions,
@@ -193,35 +305,17 @@ impl<'a> Session<'a> {
     ) -> Result<Self> {
         // `--wait-for-server` covers a server that is not listening yet and one that answers
         // `busy` (transient by definition): both are tried again, with back-off, until then.
-        let give_up = Instant::now() + opts.wait_for_server.unwrap_or_default();
-        let mut pause = Duration::from_millis(20);
-        let mut attempt = 0;
-        let (mut s, msg) = loop {
-            let wait = opts
-                .wait_for_server
-                .map(|_| give_up.saturating_duration_since(Instant::now()));
-            let stream = connect(to.addr, opts.timeout, wait)?;
-            let _ = stream.set_nodelay(true);
-            let mut s = Session {
-                conn: LineConn::new(stream, DEFAULT_MAX_LINE),
-                hs,
-                opts: opts.clone(),
-                out,
-            };
-            let msg = s.recv()?;
-            let busy = matches!(&msg, ServerMessage::Error(e) if e.code == ErrorCode::Busy);
-            if !busy || Instant::now() + pause >= give_up {
-                break (s, msg);
-            }
-            attempt += 1;
-            s.emit(&Event::Busy {
-                server: to.name.as_str().into(),
-                attempt,
-                retry_in_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-            });
-            hs = s.hs;
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(500));
+        let mut patience = Patience::new(opts.wait_for_server);
+        let (conn, msg) = dial(to, opts, &mut patience, out)?;
+        let mut s = Session {
+            conn,
+            hs: hs.clone(),
+            opts: opts.clone(),
+            out,
+            to: to.clone(),
+            fresh: hs,
+            patience,
+            said: None,
         };
         let banner = s.hs.on_banner(msg)?;
         s.emit_with(
@@ -243,6 +337,8 @@ impl<'a> Session<'a> {
     /// Sends our hello for `qp`, reads the server's accept, brings `qp` to RTS towards the
     /// server's and emits `qp_ready` (`detail`: what its human line says besides): [`hello`],
     /// [`await_accept`] and [`connect_qp`] in turn, presenting the nonce the accept offers.
+    /// An accept whose GID is not the server's address fails in [`await_accept`], with `qp`
+    /// still in INIT.
     ///
     /// [`hello`]: Self::hello
     /// [`await_accept`]: Self::await_accept
@@ -261,18 +357,42 @@ impl<'a> Session<'a> {
     }
 
     /// Sends our hello for `qp` on `local` (through RDMA CM with `--cm`, or where the
-    /// transport needs it); returns the send PSN it announced.
+    /// transport needs it); returns the send PSN it announced. The handshake is bound to the
+    /// server's address by `local`'s link layer (see [`hello_endpoint`](Self::hello_endpoint)).
     pub fn hello(&mut self, local: &LocalPort, qp: &QueuePair<Init>) -> Result<u32> {
         let psn = rdma_core_rs::random_psn()?;
         let cm = self.opts.cm || local.ctx.transport().needs_cm();
-        self.hello_endpoint(rdma_app::verbs::to_wire(local.endpoint(qp, psn)), cm)?;
+        let (_, server) = self.tcp_addrs()?;
+        let gids = port_gids(local, server.ip());
+        self.hello_endpoint(rdma_app::verbs::to_wire(local.endpoint(qp, psn)), cm, gids)?;
         Ok(psn)
     }
 
     /// Sends our hello for the queue pair at `endpoint` ([`hello`](Self::hello)'s protocol
-    /// half: any fabric's queue pair, a fake one in tests), through RDMA CM with `cm`.
-    pub fn hello_endpoint(&mut self, endpoint: QpEndpoint, cm: bool) -> Result<()> {
-        let hello = self.hs.hello_cm(endpoint, cm)?;
+    /// half: any fabric's queue pair, a fake one in tests), through RDMA CM with `cm`, and
+    /// binds the handshake to this connection: the accept's GID must be the server's TCP
+    /// address, or, where the server is reached over loopback, one of `gids` (our port's GIDs,
+    /// on RoCE); with `gids` `None` (InfiniBand) nothing can be bound
+    /// ([`GidBinding::Unbound`]). A CM accept is not held to it (its GID connects nothing).
+    pub fn hello_endpoint(
+        &mut self,
+        endpoint: QpEndpoint,
+        cm: bool,
+        gids: Option<Vec<Gid>>,
+    ) -> Result<()> {
+        self.said = Some(Said { endpoint, cm, gids });
+        self.say_hello()
+    }
+
+    /// Binds the handshake to this connection's server and sends the hello [`Self::said`].
+    fn say_hello(&mut self) -> Result<()> {
+        let Some(said) = self.said.as_ref() else {
+            bail!("client bug: no hello to send");
+        };
+        let (_, server) = self.tcp_addrs()?;
+        self.hs
+            .bind(GidBinding::on_port(said.gids.as_deref(), server.ip()))?;
+        let hello = self.hs.hello_cm(said.endpoint, said.cm)?;
         self.send(&hello.to_line())
     }
 
@@ -287,10 +407,28 @@ impl<'a> Session<'a> {
         Ok((canonical(sock.local_addr()?), canonical(sock.peer_addr()?)))
     }
 
-    /// Reads the server's accept of our hello.
+    /// Reads the server's accept of our hello: an `invalid_field` error naming `gid` when it
+    /// names another host than the server (see [`hello_endpoint`](Self::hello_endpoint)).
+    ///
+    /// Under `--wait-for-server` a `busy` instead of the accept (the server's pinned memory is
+    /// full) is tried again, as a `busy` instead of the banner is, under the same deadline and
+    /// back-off: a new connection, its banner, and the same hello (our queue pair, still in
+    /// INIT, and the same PSN), on a fresh handshake.
     pub fn await_accept(&mut self) -> Result<Accept> {
-        let msg = self.recv()?;
-        Ok(self.hs.on_accept(msg)?)
+        loop {
+            let msg = self.recv()?;
+            if !(is_busy(&msg)
+                && self.said.is_some()
+                && self.patience.after_busy(&self.to, self.out))
+            {
+                return Ok(self.hs.on_accept(msg)?);
+            }
+            let (conn, msg) = dial(&self.to, &self.opts, &mut self.patience, self.out)?;
+            self.conn = conn;
+            self.hs = self.fresh.clone();
+            self.hs.on_banner(msg)?;
+            self.say_hello()?;
+        }
     }
 
     /// Brings `qp` (whose hello announced `psn`) to RTS towards the server's queue pair in
@@ -438,12 +576,16 @@ impl<'a> Session<'a> {
     }
 
     fn recv(&mut self) -> Result<ServerMessage> {
-        let line = self
-            .conn
-            .read_line(Instant::now() + self.opts.timeout)
-            .wrap_err("waiting for the server")?;
-        Ok(ServerMessage::parse(&line)?)
+        read_message(&mut self.conn, self.opts.timeout)
     }
+}
+
+/// The server's next message on `conn`, within `timeout`.
+fn read_message(conn: &mut LineConn<TcpStream>, timeout: Duration) -> Result<ServerMessage> {
+    let line = conn
+        .read_line(Instant::now() + timeout)
+        .wrap_err("waiting for the server")?;
+    Ok(ServerMessage::parse(&line)?)
 }
 
 /// Connects within `timeout`; a refused connection is retried until `wait` has passed.
@@ -521,6 +663,25 @@ mod tests {
         assert_eq!(v6.addr, "[::1]:9000".parse().unwrap());
         assert_eq!(v6.name, "[::1]:9000");
         assert!(Target::at("no such host.invalid", 9000).is_err());
+    }
+
+    /// `busy` (instead of the banner or of the accept) is tried again only under
+    /// `--wait-for-server`, with the pause doubling from 20 ms up to 500 ms, and not once the
+    /// next pause would end past the wait.
+    #[test]
+    fn busy_is_tried_again_only_while_the_wait_lasts() {
+        let to = Target::at("127.0.0.1", 9).unwrap();
+        assert!(!Patience::new(None).after_busy(&to, None));
+        let mut p = Patience::new(Some(Duration::from_secs(5)));
+        assert!(p.after_busy(&to, None));
+        assert!(p.after_busy(&to, None));
+        assert_eq!((p.attempt, p.pause), (2, Duration::from_millis(80)));
+        let mut p = Patience::new(Some(Duration::from_millis(10)));
+        assert!(
+            !p.after_busy(&to, None),
+            "a 20 ms pause ends past a 10 ms wait"
+        );
+        assert_eq!(p.attempt, 0);
     }
 
     #[test]

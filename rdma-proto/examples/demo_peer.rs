@@ -113,6 +113,10 @@ fn client(addr: &str, notify: Notify) -> Result<(), Box<dyn Error>> {
         notify,
         None,
     ));
+    // The accept's GID must be the server's TCP address (RoCE), or, over loopback, one of this
+    // host's own GIDs: the demo's one fake GID.
+    let server = conn.get_ref().peer_addr()?.ip();
+    hs.bind(GidBinding::on_port(Some(&[endpoint(0).gid]), server))?;
     hs.on_banner(ServerMessage::parse(&recv(&mut conn, STEP)?)?)?;
     send(&mut conn, &hs.hello(endpoint(0x11))?.to_line())?;
     let accept = hs.on_accept(ServerMessage::parse(&recv(&mut conn, STEP)?)?)?;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::ep;
+use common::{ep, server_binding};
 use rdma_proto::bench::{BenchKind, BenchParams, PongBuffer, final_content};
 use rdma_proto::*;
 
@@ -58,6 +58,7 @@ fn accepted(kind: BenchKind, policy: ServerPolicy) -> (ClientHandshake, ServerHa
     let p = params(kind);
     let (_, req) = request(&p);
     let mut c = ClientHandshake::with_bench(req, p).asking_rounds();
+    c.bind(server_binding()).unwrap();
     let mut s = ServerHandshake::new(policy);
     c.on_banner(to_client(&s.banner().unwrap())).unwrap();
     let hello = c.hello(ep(7)).unwrap();
@@ -110,6 +111,7 @@ fn a_client_asks_only_a_server_that_lists_bench_rounds() {
     let p = params(BenchKind::Lat(FIRST_PONG));
     let (_, req) = request(&p);
     let mut c = ClientHandshake::with_bench(req, p).asking_rounds();
+    c.bind(server_binding()).unwrap();
     let banner = ServerMessage::Banner(Banner {
         program: "rdma-server".to_owned(),
         program_version: "0.9".to_owned(),

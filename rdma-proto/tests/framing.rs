@@ -210,6 +210,10 @@ fn handshake_over_tcp() {
         });
         let mut conn = LineConn::new(c, DEFAULT_MAX_LINE);
         let mut hs = ClientHandshake::new(ClientRequest::for_payload(payload, notify, None));
+        // Over loopback: the server's GID must be one of this host's (the one it accepts with).
+        let at = conn.get_ref().peer_addr().unwrap().ip();
+        hs.bind(GidBinding::on_port(Some(&[ep(2).gid]), at))
+            .unwrap();
         hs.on_banner(ServerMessage::parse(&conn.read_line(after(2000)).unwrap()).unwrap())
             .unwrap();
         conn.send_line(&hs.hello(ep(1)).unwrap().to_line(), after(2000))

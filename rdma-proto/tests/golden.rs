@@ -65,6 +65,13 @@ fn banner_and_hello_cm(
     ep: QpEndpoint,
     cm: bool,
 ) -> Hello {
+    // As a real client does: bound to the server's TCP address (server_ep's GID), on RoCE.
+    client
+        .bind(GidBinding::Peer {
+            peer: "fe80::5054:ff:fe12:3401".parse().unwrap(),
+            local: vec![],
+        })
+        .unwrap();
     let banner = server.banner().unwrap().to_line();
     out.push_str(&format!("S: {banner}"));
     client

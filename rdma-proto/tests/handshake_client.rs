@@ -370,6 +370,9 @@ fn cm_mode_needs_the_feature_on_both_sides_and_skips_only_the_gid_binding() {
     // With the feature: the cm hello passes the binding its GID would fail...
     let mut s = ServerHandshake::new(policy(true));
     let mut c = ClientHandshake::new(ClientRequest::for_payload(b"hi", Notify::Tcp, None));
+    // The client's side of the same rule: a server at 10.0.0.2, whose cm accept below names
+    // another GID (ep's, 10.0.0.1), which connects nothing.
+    c.bind(bound.clone()).unwrap();
     c.on_banner(s.banner().unwrap()).unwrap();
     let hello = c.hello_cm(alien, true).unwrap();
     assert!(matches!(s.on_message(hello).unwrap(), ServerEvent::Hello(h) if h.cm));
@@ -388,6 +391,7 @@ fn cm_mode_needs_the_feature_on_both_sides_and_skips_only_the_gid_binding() {
     // ... and the client takes an accept with its offer only.
     assert_eq!(c.on_accept(accept).unwrap().cm, Some(offer));
     let mut c2 = ClientHandshake::new(ClientRequest::for_payload(b"hi", Notify::Tcp, None));
+    c2.bind(bound.clone()).unwrap();
     c2.on_banner(ServerHandshake::new(policy(true)).banner().unwrap())
         .unwrap();
     c2.hello_cm(alien, true).unwrap();
@@ -414,4 +418,200 @@ fn c_hello(endpoint: QpEndpoint, cm: bool) -> ClientMessage {
         cm,
         rounds: false,
     })
+}
+
+// ------------------------------------------- the accept's GID, bound to the server's address
+
+/// A client that sent its hello to a server at `server` (RoCE, no local GIDs but `local`),
+/// before the accept.
+fn hello_sent_to(server: &str, local: Vec<Gid>) -> ClientHandshake {
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
+    c.bind(GidBinding::Peer {
+        peer: server.parse().unwrap(),
+        local,
+    })
+    .unwrap();
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    c
+}
+
+/// An accept whose queue pair is at `gid` (a plain one: no RDMA CM).
+fn accept_at(gid: &str) -> ServerMessage {
+    let ServerMessage::Accept(a) = accept_msg(64) else {
+        panic!()
+    };
+    ServerMessage::Accept(Accept {
+        endpoint: QpEndpoint {
+            gid: gid.parse().unwrap(),
+            ..a.endpoint
+        },
+        ..a
+    })
+}
+
+/// An accept naming a third host's GID is refused, naming `gid`, the address it should have
+/// been and what to do, and the handshake fails (before the caller connects anything); the
+/// server's own GID is taken. For an IPv4 server (its GID IPv4-mapped, whether the socket
+/// reports it mapped or not) and an IPv6 one.
+#[test]
+fn an_accept_for_a_third_hosts_gid_is_refused() {
+    for (server, own, third) in [
+        ("192.0.2.10", "::ffff:192.0.2.10", "::ffff:198.51.100.7"),
+        (
+            "::ffff:192.0.2.10",
+            "::ffff:192.0.2.10",
+            "::ffff:192.0.2.11",
+        ),
+        ("2001:db8::10", "2001:db8::10", "2001:db8::666"),
+        (
+            "fe80::5054:ff:fe12:3401",
+            "fe80::5054:ff:fe12:3401",
+            "fe80::5054:ff:fe12:3402",
+        ),
+    ] {
+        let mut c = hello_sent_to(server, vec![]);
+        let e = assert_code(c.on_accept(accept_at(third)), ErrorCode::InvalidField);
+        assert!(
+            matches!(
+                &e,
+                ProtoError::InvalidField {
+                    msg: "accept",
+                    field: "gid",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let shown = e.to_string();
+        assert!(shown.contains(third), "{shown}");
+        assert!(
+            shown.contains(&format!("{own}, the address this connection goes to")),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("Connect to the server at the address"),
+            "{shown}"
+        );
+        assert_eq!(c.state(), ClientState::Failed);
+        assert!(c.accept().is_none(), "a refused accept is not kept");
+        // Nothing more goes on: no `written` for the refused accept.
+        assert_code(c.written(), ErrorCode::Internal);
+
+        let mut c = hello_sent_to(server, vec![]);
+        let a = c.on_accept(accept_at(own)).unwrap();
+        assert_eq!(a.endpoint.gid, own.parse().unwrap());
+        assert_eq!(c.state(), ClientState::Writing);
+    }
+}
+
+/// A server reached over loopback is on this host: its GID must be one of this host's own
+/// (the client's port's), not its loopback address's, and no other host's.
+#[test]
+fn a_server_over_loopback_must_name_one_of_this_hosts_gids() {
+    let ours = vec![
+        "::ffff:10.0.0.1".parse().unwrap(),
+        "fe80::1".parse().unwrap(),
+    ];
+    for server in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+        for gid in ["::ffff:10.0.0.1", "fe80::1"] {
+            let mut c = hello_sent_to(server, ours.clone());
+            assert!(c.on_accept(accept_at(gid)).is_ok(), "{server} {gid}");
+        }
+        let mut c = hello_sent_to(server, ours.clone());
+        let e = assert_code(
+            c.on_accept(accept_at("::ffff:10.0.0.2")),
+            ErrorCode::InvalidField,
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.contains("one of this host's own GIDs (the server is reached over loopback)"),
+            "{shown}"
+        );
+        assert_eq!(c.state(), ClientState::Failed);
+    }
+}
+
+/// What is not checked: an accept offering RDMA CM (its GID connects nothing: the client
+/// connects through RDMA CM to the server's TCP address), and a port with nothing to bind
+/// (InfiniBand).
+#[test]
+fn a_cm_accept_and_an_unbound_port_are_not_held_to_the_gid() {
+    let mut features = ServerPolicy::default_features();
+    features.push(rdma_proto::cm::FEATURE.to_owned());
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
+    c.bind(GidBinding::Peer {
+        peer: "192.0.2.10".parse().unwrap(),
+        local: vec![],
+    })
+    .unwrap();
+    c.on_banner(ServerMessage::Banner(Banner {
+        features,
+        ..match banner(vec![1], Auth::None) {
+            ServerMessage::Banner(b) => b,
+            _ => unreachable!(),
+        }
+    }))
+    .unwrap();
+    c.hello_cm(ep(7), true).unwrap();
+    let ServerMessage::Accept(a) = accept_at("::ffff:198.51.100.7") else {
+        panic!()
+    };
+    let offer = CmOffer {
+        port: 9,
+        nonce: [1; rdma_proto::cm::NONCE_LEN],
+    };
+    let cm = ServerMessage::Accept(Accept {
+        cm: Some(offer),
+        ..a
+    });
+    assert_eq!(c.on_accept(cm).unwrap().cm, Some(offer));
+
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
+    c.bind(GidBinding::on_port(None, "192.0.2.10".parse().unwrap()))
+        .unwrap();
+    assert_eq!(c.binding(), Some(&GidBinding::Unbound));
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    assert!(c.on_accept(accept_at("fe80::99")).is_ok());
+}
+
+/// The binding cannot be forgotten: an accept without one is refused as a misuse, before its
+/// GID is trusted; and it binds only before the accept.
+#[test]
+fn an_accept_without_a_binding_is_a_misuse() {
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    let e = assert_code(c.on_accept(accept_msg(64)), ErrorCode::Internal);
+    assert!(e.to_string().contains("without bind()"), "{e}");
+    assert_eq!(c.state(), ClientState::Failed);
+
+    // Bound after the hello (as a client that learns its peer late): fine.
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(PAYLOAD, Notify::Tcp, None));
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    c.bind(server_binding()).unwrap();
+    c.on_accept(accept_msg(64)).unwrap();
+    // Not after the accept.
+    assert_code(c.bind(GidBinding::Unbound), ErrorCode::Internal);
+    assert_eq!(c.state(), ClientState::Failed);
+}
+
+/// A clone made before the banner is a fresh handshake (a client starting over on a new
+/// connection after `busy`): the same request, bound anew.
+#[test]
+fn a_clone_before_the_banner_starts_over() {
+    let fresh = client(Notify::Tcp, None);
+    let mut c = fresh.clone();
+    c.on_banner(banner(vec![1], Auth::None)).unwrap();
+    c.hello(ep(7)).unwrap();
+    let busy = ServerMessage::Error(ErrorMsg::new(ErrorCode::Busy, "pinned memory full"));
+    assert_code(c.on_accept(busy), ErrorCode::Busy);
+    let mut again = fresh.clone();
+    assert_eq!(again.state(), ClientState::AwaitBanner);
+    again.on_banner(banner(vec![1], Auth::None)).unwrap();
+    again.hello(ep(7)).unwrap();
+    again.on_accept(accept_msg(64)).unwrap();
+    assert_eq!(again.state(), ClientState::Writing);
 }

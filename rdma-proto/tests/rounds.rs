@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::ep;
+use common::{ep, server_binding};
 use rdma_proto::*;
 use std::time::Duration;
 
@@ -230,6 +230,7 @@ fn client_after_hello(features: &[&str], rounds: bool) -> (ClientHandshake, Hell
     if rounds {
         c = c.asking_rounds();
     }
+    c.bind(server_binding()).unwrap();
     c.on_banner(ServerMessage::Banner(Banner {
         program: "rdma-server".to_owned(),
         program_version: "0".to_owned(),

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::ep;
+use common::{ep, server_binding};
 use rdma_proto::bench::{BenchKind, BenchParams, PongBuffer, Turnaround, final_content};
 use rdma_proto::*;
 
@@ -64,6 +64,7 @@ fn to_client(msg: &ServerMessage) -> ServerMessage {
 fn accepted(c: &mut ClientHandshake, banner: ServerMessage) -> (ServerHandshake, String) {
     let mut s = ServerHandshake::new(policy());
     s.banner().unwrap();
+    c.bind(server_binding()).unwrap();
     c.on_banner(to_client(&banner)).unwrap();
     let hello = c.hello(ep(7)).unwrap();
     let ServerEvent::Hello(_) = s.on_message(to_server(&hello)).unwrap() else {

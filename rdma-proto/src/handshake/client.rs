@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::binding::GidBinding;
 use crate::bench::{self, BenchParams, PongBuffer};
 use crate::error::{ErrorCode, ProtoError};
 use crate::wire::{
@@ -84,9 +85,16 @@ impl fmt::Display for ClientState {
 }
 
 /// The client's side of one connection.
-#[derive(Debug)]
+///
+/// Before the accept arrives the caller must [`bind`](Self::bind) the connection (what the
+/// accept's GID may be: the server's TCP address on RoCE); [`on_accept`](Self::on_accept)
+/// refuses as a misuse without it. A clone made before the banner is a fresh handshake with
+/// the same request, for a caller that starts over on a new connection.
+#[derive(Debug, Clone)]
 pub struct ClientHandshake {
     req: ClientRequest,
+    /// What the accept's GID may be ([`bind`](Self::bind)); `None`: not bound yet.
+    binding: Option<GidBinding>,
     bench: Option<BenchParams>,
     /// Whether the hello asked for RDMA CM.
     cm: bool,
@@ -109,6 +117,7 @@ impl ClientHandshake {
     pub fn new(req: ClientRequest) -> Self {
         ClientHandshake {
             req,
+            binding: None,
             bench: None,
             cm: false,
             want_rounds: false,
@@ -162,6 +171,37 @@ impl ClientHandshake {
         self.accept
             .and_then(|a| a.keep_alive_ms)
             .map(std::time::Duration::from_millis)
+    }
+
+    /// Binds the accept to this connection (see [`GidBinding`]): on RoCE the server's GID
+    /// must be its TCP address (`GidBinding::Peer` with the server's address, and, for a
+    /// server reached over loopback, this host's GIDs); on InfiniBand nothing can be bound
+    /// (`GidBinding::Unbound`). An accept that offers RDMA CM is not held to it: its GID
+    /// connects nothing (the client connects through RDMA CM to the TCP peer's own address).
+    ///
+    /// Call it before the accept arrives, in any state up to `AwaitAccept` (again on a new
+    /// connection); [`on_accept`](Self::on_accept) refuses as a misuse without it, so that no
+    /// caller connects to a GID it never checked.
+    ///
+    /// # Errors
+    /// `internal`, when the accept was handled already; the handshake is then `Failed`.
+    pub fn bind(&mut self, binding: GidBinding) -> Result<(), ProtoError> {
+        let r = match self.state {
+            ClientState::AwaitBanner | ClientState::NeedHello | ClientState::AwaitAccept => {
+                self.binding = Some(binding);
+                Ok(())
+            }
+            state => Err(ProtoError::new(
+                ErrorCode::Internal,
+                format!("client bug: bind() called while the client is {state}"),
+            )),
+        };
+        self.guard(r)
+    }
+
+    /// The binding the accept is held to, once [`bind`](Self::bind) took it.
+    pub fn binding(&self) -> Option<&GidBinding> {
+        self.binding.as_ref()
     }
 
     /// The current state.
@@ -339,12 +379,29 @@ impl ClientHandshake {
     }
 
     /// Handles the server's reply to `hello`. `AwaitAccept -> Writing`.
-    /// `buf_len` must be at least our length (else `too_long`); `error` -> [`ProtoError::Remote`].
+    ///
+    /// Unless it offers RDMA CM, the accept's GID must satisfy the connection's binding
+    /// ([`bind`](Self::bind), [`GidBinding::check_accept`]; else `invalid_field` naming `gid`,
+    /// before the caller connects anything); without a binding the accept is refused as a
+    /// misuse (`internal`). `buf_len` must be at least our length (else `too_long`); `error`
+    /// -> [`ProtoError::Remote`].
     pub fn on_accept(&mut self, msg: ServerMessage) -> Result<Accept, ProtoError> {
         let r = match (self.state, msg) {
             (_, ServerMessage::Error(e)) => Err(ProtoError::Remote(e)),
             (ClientState::AwaitAccept, ServerMessage::Accept(a)) => {
-                if a.cm.is_some() != self.cm {
+                // A CM session connects to the TCP peer's own address: its GID is unused.
+                let gid = match (&self.binding, a.cm) {
+                    (Some(binding), None) => binding.check_accept(a.endpoint.gid),
+                    _ => Ok(()),
+                };
+                if self.binding.is_none() {
+                    Err(ProtoError::new(
+                        ErrorCode::Internal,
+                        "client bug: on_accept() without bind(): the accept's GID must be checked \
+                         against the server's TCP address before anything connects to it"
+                            .to_owned(),
+                    ))
+                } else if a.cm.is_some() != self.cm {
                     Err(ProtoError::invalid(
                         "accept",
                         "cm",
@@ -354,6 +411,8 @@ impl ClientHandshake {
                             "is present, though the hello did not ask for RDMA CM"
                         },
                     ))
+                } else if let Err(e) = gid {
+                    Err(e)
                 } else if a.keep_alive_ms.is_some() && !self.asked_rounds {
                     Err(ProtoError::invalid(
                         "accept",

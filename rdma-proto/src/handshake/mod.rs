@@ -14,6 +14,10 @@
 //! -result()-> Done`.
 //! Client: `AwaitBanner -banner-> NeedHello -hello()-> AwaitAccept -accept-> Writing
 //! -written()-> AwaitResult -result-> Done`.
+//!
+//! Each side holds its peer's GID to the TCP connection ([`GidBinding`]): the server's
+//! `bind()` takes the hello's binding before its accept, and the client's `bind()` the
+//! accept's, before the accept arrives (its `on_accept` refuses as a misuse without one).
 
 mod binding;
 mod client;

@@ -102,12 +102,25 @@ pub fn assert_code<T: std::fmt::Debug>(r: Result<T, ProtoError>, code: ErrorCode
     e
 }
 
+/// A client of a server at 10.0.0.1 (whose GID `ep` announces, as [`accept_msg`] does), on
+/// RoCE: bound to it.
 pub fn client(notify: Notify, token: Option<&str>) -> ClientHandshake {
-    ClientHandshake::new(ClientRequest::for_payload(
+    let mut c = ClientHandshake::new(ClientRequest::for_payload(
         PAYLOAD,
         notify,
         token.map(str::to_owned),
-    ))
+    ));
+    c.bind(server_binding()).unwrap();
+    c
+}
+
+/// The binding of a client's connection to a server at 10.0.0.1 (whose GID `ep` announces),
+/// on RoCE: the accept's GID must be `::ffff:10.0.0.1`.
+pub fn server_binding() -> GidBinding {
+    GidBinding::Peer {
+        peer: "10.0.0.1".parse().unwrap(),
+        local: vec![],
+    }
 }
 
 pub fn banner(versions: Vec<u32>, auth: Auth) -> ServerMessage {

@@ -51,10 +51,14 @@ struct State {
     rearmed: Vec<u32>,
     /// Writes the fabric refused, and why.
     refused: Vec<(WcStatus, String)>,
+    /// Writes posted by clients, landed or not.
+    posted: usize,
 }
 
 #[derive(Debug, Default)]
 struct Qp {
+    /// Whether it is a client's ([`Fabric::client_qp`]).
+    client: bool,
     /// The queue pair it is connected to.
     peer: Option<u32>,
     /// A receive waits for a write with immediate data.
@@ -95,7 +99,13 @@ impl Fabric {
         let mut st = self.lock();
         st.last += 1;
         let qpn = st.last;
-        st.qps.insert(qpn, Qp::default());
+        st.qps.insert(
+            qpn,
+            Qp {
+                client: true,
+                ..Qp::default()
+            },
+        );
         endpoint(qpn, 1)
     }
 
@@ -121,6 +131,7 @@ impl Fabric {
         imm: Option<u32>,
     ) -> Result<(), WcStatus> {
         let mut st = self.lock();
+        st.posted += 1;
         let verdict = st.land(from, addr, rkey, bytes, imm);
         if let Err((status, why)) = &verdict {
             st.refused.push((*status, why.clone()));
@@ -152,6 +163,27 @@ impl Fabric {
     #[must_use]
     pub fn refused(&self) -> Vec<(WcStatus, String)> {
         self.lock().refused.clone()
+    }
+
+    /// How many writes clients posted, landed or not.
+    #[must_use]
+    pub fn posted(&self) -> usize {
+        self.lock().posted
+    }
+
+    /// The client queue pairs ([`client_qp`](Self::client_qp)) connected so far
+    /// ([`connect`](Self::connect)), each with the queue pair it was connected to.
+    #[must_use]
+    pub fn connected(&self) -> Vec<(u32, u32)> {
+        let st = self.lock();
+        let mut v: Vec<_> = st
+            .qps
+            .iter()
+            .filter(|(_, qp)| qp.client)
+            .filter_map(|(&n, qp)| Some((n, qp.peer?)))
+            .collect();
+        v.sort_unstable();
+        v
     }
 }
 

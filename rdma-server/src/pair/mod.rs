@@ -11,6 +11,7 @@ mod cases;
 pub mod fabric;
 mod hostile;
 mod rounds;
+mod scripted;
 
 use crate::session::{SessionCtx, serve};
 use fabric::Fabric;
@@ -148,6 +149,11 @@ impl Pair {
     }
 
     fn client(&self, addr: SocketAddr, c: &Client) -> Ended {
+        self.client_waiting(addr, c, None)
+    }
+
+    /// [`client`](Self::client), with `--wait-for-server` `wait`.
+    fn client_waiting(&self, addr: SocketAddr, c: &Client, wait: Option<Duration>) -> Ended {
         let req = ClientRequest {
             length: c.payload.len() as u64,
             notify: c.notify,
@@ -156,7 +162,7 @@ impl Pair {
         };
         let mut session = None;
         let result = (|| {
-            let s = session.insert(open(addr, ClientHandshake::new(req))?);
+            let s = session.insert(open_waiting(addr, ClientHandshake::new(req), wait)?);
             self.session(s, c)
         })();
         Ended {
@@ -169,7 +175,7 @@ impl Pair {
     /// fabric, `written`, the verdict.
     fn session(&self, s: &mut Session<'_>, c: &Client) -> color_eyre::Result<Outcome> {
         let qp = self.fabric.client_qp();
-        s.hello_endpoint(qp, false)?;
+        s.hello_endpoint(qp, false, client_gids())?;
         let accept = s.await_accept()?;
         self.fabric.connect(qp.qpn, accept.endpoint.qpn);
         let imm = (c.notify == Notify::Imm).then_some(c.payload.len() as u32);
@@ -199,12 +205,29 @@ impl Pair {
     }
 }
 
+/// The GIDs of the client's (fake) port: RoCE, its one GID `::ffff:127.0.0.1` (the fabric's
+/// queue pairs', the server's port's): what a server reached over loopback may announce.
+pub(crate) fn client_gids() -> Option<Vec<rdma_proto::Gid>> {
+    Some(vec![rdma_proto::Gid::from(
+        std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(),
+    )])
+}
+
 /// The real client's session with the server at `addr` (banner read), as `rdma-client` opens
 /// it: each phase's deadline [`TIMEOUT`] four times over, nothing printed.
 pub(crate) fn open(addr: SocketAddr, hs: ClientHandshake) -> color_eyre::Result<Session<'static>> {
+    open_waiting(addr, hs, None)
+}
+
+/// [`open`], with `--wait-for-server` `wait`.
+pub(crate) fn open_waiting(
+    addr: SocketAddr,
+    hs: ClientHandshake,
+    wait: Option<Duration>,
+) -> color_eyre::Result<Session<'static>> {
     let opts = SessionOptions {
         timeout: TIMEOUT * 4,
-        wait_for_server: None,
+        wait_for_server: wait,
         cq_mode: rdma_core_rs::CqMode::Poll,
         token: TokenSource::default(),
         cm: false,

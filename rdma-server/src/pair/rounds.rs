@@ -58,7 +58,7 @@ impl Pair {
         let req = ClientRequest::for_payload(payloads[0], notify, Some(TOKEN.to_owned()));
         let mut s = super::open(addr, ClientHandshake::new(req).asking_rounds())?;
         let qp = self.fabric.client_qp();
-        s.hello_endpoint(qp, false)?;
+        s.hello_endpoint(qp, false, super::client_gids())?;
         let accept = s.await_accept()?;
         done.keep_alive = s.keep_alive();
         self.fabric.connect(qp.qpn, accept.endpoint.qpn);
