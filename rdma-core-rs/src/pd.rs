@@ -473,6 +473,22 @@ impl ExposedRegion {
         fence(Ordering::Acquire);
         Some(b)
     }
+
+    /// Sets byte `index` to `value` with a volatile store: for a side that marks a byte its
+    /// peer's next RDMA Write must overwrite (the bench server's check that a ping wrote its
+    /// whole extent). `None` if `index` is outside the buffer. A peer's write may land on the
+    /// byte at any time before or after; whichever comes last stays.
+    pub fn set_volatile_byte(&self, index: usize, value: u8) -> Option<()> {
+        if index >= self.len() {
+            return None;
+        }
+        // SAFETY: as in `volatile_byte`: inside the live allocation, a single-byte volatile
+        // store cannot tear, and no Rust reference to the buffer exists while it is registered.
+        unsafe { std::ptr::write_volatile(self.0.buf.ptr.as_ptr().add(index), value) };
+        // Stored before whatever the caller posts next (a work request the peer answers).
+        fence(Ordering::Release);
+        Some(())
+    }
 }
 
 #[cfg(test)]

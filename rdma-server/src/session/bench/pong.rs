@@ -168,6 +168,94 @@ pub(crate) fn nap(waited: Duration, spin_for: Duration) -> Option<Duration> {
     Some(Duration::from_micros(micros).min(MAX_NAP))
 }
 
+/// Bytes of a ping's extent that the server clears after each ping it answers: the next ping
+/// must write them again. A pong is as long as the sweep's current size, which the client
+/// says; a client that wrote only the last byte of an 8 MiB ping would get 8 MiB back for it.
+const CANARIES: usize = 8;
+
+/// Bytes at random places in the extent of the next ping but its last byte, cleared after a
+/// ping is answered (in a freshly zeroed buffer they are zero already): a ping whose last byte
+/// landed but which left one of them at 0 did not write its whole size ([`ping`]). The places
+/// come from a generator seeded from the OS per round, so a client cannot know which bytes to
+/// write short of the whole extent.
+#[derive(Debug)]
+pub(crate) struct Canaries {
+    at: [usize; CANARIES],
+    /// How many of `at` are live (none for a one-byte ping, which is its last byte).
+    live: usize,
+    rng: u64,
+}
+
+impl Canaries {
+    pub(crate) fn new(seed: u64) -> Self {
+        Canaries {
+            at: [0; CANARIES],
+            live: 0,
+            rng: seed,
+        }
+    }
+
+    /// New places inside the first `size - 1` bytes (a ping of `size` bytes writes them with
+    /// the pattern): returned for the caller to clear, where they are not zero already.
+    pub(crate) fn pick(&mut self, size: usize) -> &[usize] {
+        self.live = 0;
+        if size < 2 {
+            return &[];
+        }
+        for at in &mut self.at {
+            // SplitMix64.
+            self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.rng;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            *at = usize::try_from(z % (size as u64 - 1)).unwrap_or(0);
+        }
+        self.live = CANARIES;
+        &self.at
+    }
+
+    /// The first place a ping left at 0, read through `read`.
+    fn missed(&self, read: &impl Fn(usize) -> Option<u8>) -> Option<usize> {
+        self.at[..self.live]
+            .iter()
+            .copied()
+            .find(|&i| read(i).is_none_or(|b| b == 0))
+    }
+}
+
+/// What the ping buffer says of the ping the loop waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ping {
+    /// Its last byte is not there yet.
+    NotYet,
+    /// It landed, all of it that the canaries look at.
+    Landed,
+    /// Its last byte landed, but byte `at` of its extent was not written.
+    Short { at: usize },
+}
+
+/// Whether the ping whose last byte is `last` and whose counter is `want` landed, read through
+/// `read` (the buffer's bytes as they are now).
+pub(crate) fn ping(
+    read: &impl Fn(usize) -> Option<u8>,
+    last: usize,
+    want: u8,
+    canaries: &Canaries,
+) -> Ping {
+    if read(last) != Some(want) {
+        return Ping::NotYet;
+    }
+    match canaries.missed(read) {
+        Some(at) => Ping::Short { at },
+        None => Ping::Landed,
+    }
+}
+
+/// How long a ping may show its last byte without the rest of its extent before the session
+/// ends: a ping's bytes land in order, so an honest one shows them at once.
+const SHORT_GRACE: Duration = Duration::from_millis(10);
+
 /// The server's half of the ping-pong.
 pub(super) struct Pong<'a> {
     pub qp: &'a QueuePair<Rts>,
@@ -197,7 +285,19 @@ impl Pong<'_> {
         let mut completed: u64 = 0;
         let mut restore: Option<usize> = None;
         let mut pace = Pace::default();
-        for &size in &b.sizes {
+        let seed = getrandom::u64().map_err(|e| {
+            Failure::new(
+                ErrorCode::Internal,
+                format!("bench lat: the OS random source failed: {e}"),
+            )
+        })?;
+        // The round's ping buffer is freshly zeroed: the first ping's canaries are 0 already.
+        let mut canaries = Canaries::new(seed);
+        if let Some(&first) = b.sizes.first() {
+            canaries.pick(usize::try_from(first).unwrap_or(usize::MAX).min(src.len()));
+        }
+        let sizes = b.sizes.len();
+        for (k, &size) in b.sizes.iter().enumerate() {
             let size = usize::try_from(size).unwrap_or(usize::MAX).min(src.len());
             let last = size - 1;
             let flags = |n: u64| WriteFlags {
@@ -207,7 +307,29 @@ impl Pong<'_> {
             };
             for n in 1..=b.iters {
                 let want = bench::counter(n);
-                self.wait_ping(s, conn, hs, last, want, &mut completed, clock, &mut pace)?;
+                let wait = Wait {
+                    last,
+                    want,
+                    size,
+                    n,
+                };
+                self.wait_ping(
+                    s,
+                    conn,
+                    hs,
+                    wait,
+                    &canaries,
+                    &mut completed,
+                    clock,
+                    &mut pace,
+                )?;
+                // The next ping (of this size or a larger one) must write these again; after
+                // the sweep's last none is cleared, so the final bytes are all the client's.
+                if k + 1 < sizes || n < b.iters {
+                    for &i in canaries.pick(size) {
+                        let _ = self.mr.set_volatile_byte(i, 0);
+                    }
+                }
                 // A ping of the next size means the client read our last pong of the previous
                 // one: the byte that carried its counter goes back to the pattern.
                 if let Some(i) = restore.take() {
@@ -251,7 +373,8 @@ impl Pong<'_> {
         }
     }
 
-    /// Spins on the last byte of the ping until it is `want`, reaping completions meanwhile;
+    /// Spins on the last byte of the ping until it is `want` (and the canaries say the rest
+    /// landed too, [`ping`]), reaping completions meanwhile;
     /// a client that stops answering, the session's end, or a server stopping, ends the wait.
     /// After a spin as long as `pace` says the loop naps between looks (see [`nap`]).
     #[allow(clippy::too_many_arguments)]
@@ -260,12 +383,21 @@ impl Pong<'_> {
         s: &SessionCtx,
         conn: &mut LineConn<TcpStream>,
         hs: &mut ServerHandshake,
-        last: usize,
-        want: u8,
+        wait: Wait,
+        canaries: &Canaries,
         completed: &mut u64,
         clock: &SessionClock,
         pace: &mut Pace,
     ) -> Result<(), Failure> {
+        let Wait {
+            last,
+            want,
+            size,
+            n,
+        } = wait;
+        let read = |i: usize| self.mr.volatile_byte(i);
+        // When the ping's last byte was first seen without the rest of it.
+        let mut short_since: Option<Instant> = None;
         // Two clock reads a ping (here and when it lands); in between the clock is read only
         // every 1,024 looks (a read is costly under emulation).
         let begun = Instant::now();
@@ -274,9 +406,23 @@ impl Pong<'_> {
         let mut spins: u32 = 0;
         let mut napping = false;
         loop {
-            if self.mr.volatile_byte(last) == Some(want) {
-                pace.saw(begun.elapsed());
-                return Ok(());
+            match ping(&read, last, want, canaries) {
+                Ping::NotYet => {}
+                Ping::Landed => {
+                    pace.saw(begun.elapsed());
+                    return Ok(());
+                }
+                Ping::Short { at } => {
+                    let since = *short_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > SHORT_GRACE {
+                        return Err(Failure::new(
+                            ErrorCode::VerifyFailed,
+                            format!(
+                                "bench lat: ping {n} of {size} bytes wrote its last byte but not byte {at}: each ping writes its whole size (the server answers it with as many bytes), so the server answers none that did not"
+                            ),
+                        ));
+                    }
+                }
             }
             spins = spins.wrapping_add(1);
             if napping || spins % 1024 == 0 {
@@ -310,6 +456,15 @@ impl Pong<'_> {
             }
         }
     }
+}
+
+/// The ping a wait is for: its last byte and counter, its size and number (for messages).
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    last: usize,
+    want: u8,
+    size: usize,
+    n: u64,
 }
 
 /// A pong that could not be posted, or whose completion failed.
@@ -378,6 +533,85 @@ mod tests {
             assert!(d >= last && d <= MAX_NAP);
             last = d;
         }
+    }
+
+    /// What an honest client's ping of `size` bytes with counter `n` writes.
+    fn honest(buf: &mut [u8], size: usize, n: u64) {
+        bench::fill_pattern(&mut buf[..size]);
+        buf[size - 1] = bench::counter(n);
+    }
+
+    /// A 1-byte write to the last byte of an 8 MiB ping (a client that wants 8 MiB pongs for
+    /// one byte each) is not taken for the ping: the server answers no ping it cannot see was
+    /// written whole.
+    #[test]
+    fn a_ping_that_writes_only_its_last_byte_gets_no_pong() {
+        let size = 8 << 20;
+        let mut buf = vec![0u8; size];
+        let mut canaries = Canaries::new(0x1234_5678);
+        assert_eq!(canaries.pick(size).len(), CANARIES);
+        // The first ping into the fresh (zeroed) buffer: its last byte alone is not a ping.
+        buf[size - 1] = bench::counter(1);
+        let read = |b: &Vec<u8>| {
+            let b = b.clone();
+            move |i: usize| b.get(i).copied()
+        };
+        assert!(
+            matches!(
+                ping(&read(&buf), size - 1, bench::counter(1), &canaries),
+                Ping::Short { .. }
+            ),
+            "a one-byte first ping"
+        );
+        honest(&mut buf, size, 1);
+        assert_eq!(
+            ping(&read(&buf), size - 1, bench::counter(1), &canaries),
+            Ping::Landed
+        );
+        // Answered: the canaries are cleared; the next ping writes only its last byte.
+        for &i in canaries.pick(size) {
+            buf[i] = 0;
+        }
+        buf[size - 1] = bench::counter(2);
+        assert!(matches!(
+            ping(&read(&buf), size - 1, bench::counter(2), &canaries),
+            Ping::Short { .. }
+        ));
+        assert_eq!(
+            ping(&read(&buf), size - 1, bench::counter(3), &canaries),
+            Ping::NotYet
+        );
+    }
+
+    /// An honest sweep (ascending sizes, each ping the pattern and its counter) is never taken
+    /// for a short one, and the canaries leave nothing of theirs in the final bytes.
+    #[test]
+    fn an_honest_sweep_is_never_short() {
+        let sizes = [1usize, 2, 3, 64, 4096, 65_536];
+        let iters = 40;
+        let mut buf = vec![0u8; 65_536];
+        let mut canaries = Canaries::new(7);
+        canaries.pick(sizes[0]);
+        for (k, &size) in sizes.iter().enumerate() {
+            for n in 1..=iters {
+                honest(&mut buf, size, n);
+                let read = |i: usize| buf.get(i).copied();
+                assert_eq!(
+                    ping(&read, size - 1, bench::counter(n), &canaries),
+                    Ping::Landed,
+                    "size {size}, ping {n}"
+                );
+                if k + 1 < sizes.len() || n < iters {
+                    for &i in canaries.pick(size) {
+                        buf[i] = 0;
+                    }
+                }
+            }
+        }
+        assert!(
+            buf.iter().all(|&b| b != 0),
+            "a canary left in the final bytes"
+        );
     }
 
     /// Pings every 45 ms, for a whole session: the wait for each may spin for at most a
