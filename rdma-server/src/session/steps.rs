@@ -165,13 +165,16 @@ pub(crate) fn wait_for_completion(
     }
 }
 
+/// The client's `error` ended the session: logged (escaped, its message cut to the protocol's
+/// bound on human text, [`rdma_proto::MAX_TEXT`] bytes, not the 64 KiB a line may carry), not
+/// answered.
 pub(crate) fn peer_gave_up(e: &ErrorMsg) -> Failure {
     Failure::new(
         e.code,
         format!(
             "the client gave up: {}: {}",
             e.code.as_str(),
-            rdma_proto::printable(&e.message)
+            rdma_proto::printable_capped(&e.message, rdma_proto::MAX_TEXT)
         ),
     )
     .silent()
@@ -196,4 +199,50 @@ pub(crate) fn report_verdict(s: &SessionCtx, id: u64, outcome: &Outcome, detail:
         },
         detail,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client's `error` is logged with at most `MAX_TEXT` bytes of its message (the
+    /// protocol's bound on human text), with a marker, not the up to 64 KiB a line may carry;
+    /// and it is not echoed back.
+    #[test]
+    fn a_clients_long_error_is_logged_cut() {
+        let message = format!("\u{1b}[2J{}{}", "x".repeat(2000), "y".repeat(60_000));
+        let f = peer_gave_up(&ErrorMsg {
+            code: ErrorCode::Internal,
+            message: message.clone(),
+            supported: None,
+        });
+        let left = message.len() - rdma_proto::MAX_TEXT;
+        assert!(
+            f.message.len() < rdma_proto::MAX_TEXT + 100,
+            "{}",
+            f.message.len()
+        );
+        assert!(
+            f.message
+                .ends_with(&format!("… ({left} more bytes not shown)")),
+            "{}",
+            &f.message[f.message.len().saturating_sub(80)..]
+        );
+        assert!(!f.message.contains('\u{1b}') && f.message.contains(r"\u{1b}[2Jxxx"));
+        assert!(
+            !f.message.contains("yy"),
+            "only the first MAX_TEXT bytes are kept"
+        );
+        assert!(!f.tell_peer, "a client's own error is not echoed to it");
+        // A short one is kept whole, escaped.
+        let f = peer_gave_up(&ErrorMsg {
+            code: ErrorCode::Internal,
+            message: "disk full\u{202e}".to_owned(),
+            supported: None,
+        });
+        assert_eq!(
+            f.message,
+            "the client gave up: internal: disk full\\u{202e}"
+        );
+    }
 }
