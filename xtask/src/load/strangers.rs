@@ -1,0 +1,81 @@
+//! Strangers: bursts of short connections to the server from many threads at once (connect,
+//! one line that is no hello, close), as a scanner or a misconfigured peer makes them. Bounded
+//! in time and in count; on loopback only.
+
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// At most this many connections a burst, whatever its length.
+const MAX_CONNECTIONS: u64 = 200_000;
+
+/// What one burst did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Burst {
+    /// Connections that were established (the server accepts each, or drops it when its
+    /// accept queue is full).
+    pub connected: u64,
+    /// Connections refused or timed out at connect.
+    pub failed: u64,
+}
+
+/// `threads` threads connecting to `addr` for `lasting`, each connection sending one junk
+/// line and closing at once.
+pub(super) fn burst(addr: SocketAddr, threads: u32, lasting: Duration) -> Burst {
+    let end = Instant::now() + lasting;
+    let connected = AtomicU64::new(0);
+    let failed = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while Instant::now() < end && connected.load(Ordering::Relaxed) < MAX_CONNECTIONS {
+                    match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                        Ok(mut c) => {
+                            connected.fetch_add(1, Ordering::Relaxed);
+                            let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
+                            let _ = c.write_all(b"GET / HTTP/1.0\r\n");
+                        }
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Burst {
+        connected: connected.into_inner(),
+        failed: failed.into_inner(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A burst against a listener on loopback connects many times, ends on time, and every
+    /// connection it counts reached the listener.
+    #[test]
+    fn a_burst_connects_until_its_end() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = std::thread::spawn(move || {
+            l.set_nonblocking(true).unwrap();
+            let until = Instant::now() + Duration::from_secs(3);
+            let mut n = 0u64;
+            while Instant::now() < until {
+                match l.accept() {
+                    Ok(_) => n += 1,
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+            n
+        });
+        let t = Instant::now();
+        let b = burst(addr, 2, Duration::from_millis(300));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(b.connected > 10, "{b:?}");
+        assert!(accepted.join().unwrap() <= b.connected);
+    }
+}
