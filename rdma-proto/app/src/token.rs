@@ -1,7 +1,14 @@
 //! The shared access token, as both binaries read it: from a file that only its owner can
 //! read (as ssh insists for a private key), else from `RDMA_WRITE_TOKEN`. Never from the
 //! command line by choice: every user on the machine sees a process's arguments in `ps`.
+//!
+//! A token file must be the file itself (not a symbolic link: whoever can change the link
+//! could point it elsewhere), belong to this process's user or root, and be closed to group
+//! and others. A token from the environment is taken out of it ([`take_env`]): the variable
+//! and, in the process's initial environment block (what `/proc/PID/environ` shows to the
+//! user's other processes and to root), its value's bytes.
 
+use std::ffi::{OsString, c_char};
 use std::path::Path;
 
 /// Environment variable that may hold the shared token instead of a token file.
@@ -57,6 +64,26 @@ pub enum TokenError {
         /// The file.
         path: String,
     },
+    /// The path is a symbolic link (refused: opened with `O_NOFOLLOW`).
+    #[error(
+        "the token file {path} is a symbolic link: refused, since whoever can change the link can point it at another file. Name the file itself (`readlink -f {path}` shows it; for a Kubernetes Secret volume, MOUNT/..data/KEY), or put the token file in its place"
+    )]
+    Symlink {
+        /// The file.
+        path: String,
+    },
+    /// The file belongs to neither this process's user nor root.
+    #[error(
+        "the token file {path} belongs to uid {owner}, not to this process's user (uid {euid}) or root: that user can change or read the token. Give it to this user with `chown {euid} {path}` (as root), or use a token file of its own"
+    )]
+    NotOwner {
+        /// The file.
+        path: String,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        euid: u32,
+    },
     /// The token is not UTF-8.
     #[error(
         "the access token from {from} is not valid UTF-8 text: use printable characters (base64 is fine)"
@@ -69,33 +96,131 @@ pub enum TokenError {
 
 /// Loads the token from `file`, else from `$RDMA_WRITE_TOKEN`; `None` when neither is set.
 ///
+/// The variable, set or not used, is read with [`read_env`]: taken out of the environment
+/// when this process has one thread.
+///
 /// # Errors
-/// [`TokenError`]: unreadable, open to others, empty, or not text.
+/// [`TokenError`]: unreadable, a symbolic link, another user's, open to others, empty, or not
+/// text.
 pub fn load(file: Option<&Path>) -> Result<Option<String>, TokenError> {
+    let from_env = read_env();
     match file {
         Some(path) => read_file(path).map(Some),
-        None => match std::env::var_os(TOKEN_ENV) {
+        None => match from_env {
             Some(v) => text(v.into_encoded_bytes(), format!("${TOKEN_ENV}")).map(Some),
             None => Ok(None),
         },
     }
 }
 
-/// Reads a token file, refusing one that group or others may access (an empty file, which
-/// holds no secret, is refused as empty first).
+/// `$RDMA_WRITE_TOKEN`, taken out of the environment ([`take_env`]) when this process has
+/// exactly one thread, and only read when it has more (or `/proc/self/task` cannot be read):
+/// then no thread can be shown to keep clear of the environment, so it stays there.
 ///
-/// The file is opened once; its mode comes from that open descriptor (`fstat`) and its bytes
-/// from the same descriptor, so a file swapped between the check and the read is never used.
+/// Sound for every caller: with one thread there is no other to race, and only this one could
+/// start another, which it does not before [`take_env`] returns.
+#[must_use]
+pub fn read_env() -> Option<OsString> {
+    if threads() == Some(1) {
+        // SAFETY: this process has one thread, the caller's (see the function's docs), so no
+        // other thread reads or writes the environment during the call; the variable's
+        // entry, if any, is writable memory: the initial environment block, or the copy
+        // setenv(3) made (neither binary hands putenv(3) a string of its own).
+        unsafe { take_env() }
+    } else {
+        std::env::var_os(TOKEN_ENV)
+    }
+}
+
+/// The number of threads of this process (the entries of `/proc/self/task`), when readable.
+fn threads() -> Option<usize> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut n = 0;
+    for task in tasks {
+        task.ok()?;
+        n += 1;
+    }
+    Some(n)
+}
+
+unsafe extern "C" {
+    /// The C library's environment: a null-terminated array of `NAME=value` strings (POSIX).
+    static mut environ: *mut *mut c_char;
+}
+
+/// Takes `$RDMA_WRITE_TOKEN` out of this process's environment and returns it: first its
+/// value is overwritten with zero bytes where it lies (for a variable the process was started
+/// with, in its initial environment block, which is what `/proc/PID/environ` reads and what
+/// unsetenv(3) leaves as it was), then the variable is removed (`getenv` no longer finds it,
+/// and child processes do not inherit it). `None` when it is not set.
+///
+/// What it cannot reach: copies made before the call (a value set again with setenv(3)
+/// leaves its first bytes in the initial block; a string read from the environment earlier).
+///
+/// # Safety
+/// For the whole call, no other thread may read or write the environment (through `std::env`
+/// or the C library: getenv, setenv, the resolver, ...). Call it from `main` before any thread
+/// is started, or use [`read_env`], which checks that the process has one thread. Each entry
+/// of the variable must be writable memory: entries of the initial environment and those
+/// setenv(3) made are; a read-only string handed to putenv(3) is not.
+pub unsafe fn take_env() -> Option<OsString> {
+    let value = std::env::var_os(TOKEN_ENV)?;
+    let prefix = format!("{TOKEN_ENV}=");
+    // SAFETY: no other thread touches the environment (the caller's contract), so `environ`
+    // and the strings it points to stay as they are during this loop: a null-terminated array
+    // of pointers to NUL-terminated strings (POSIX). Each string read is measured before it is
+    // written; the bytes written, its value's, lie inside it (before its NUL) and are writable
+    // (the caller's contract). Zeros end the value at its first byte: the entry reads
+    // `RDMA_WRITE_TOKEN=` until removed below.
+    unsafe {
+        let mut entry = (&raw const environ).read();
+        while !entry.is_null() && !(*entry).is_null() {
+            let string = *entry;
+            let (ours, len) = {
+                let bytes = std::ffi::CStr::from_ptr(string).to_bytes();
+                (bytes.starts_with(prefix.as_bytes()), bytes.len())
+            };
+            if ours {
+                std::ptr::write_bytes(string.add(prefix.len()), 0, len - prefix.len());
+            }
+            entry = entry.add(1);
+        }
+    }
+    // SAFETY: no other thread reads or writes the environment (the caller's contract).
+    unsafe { std::env::remove_var(TOKEN_ENV) };
+    Some(value)
+}
+
+/// Reads a token file, refusing a symbolic link, a file of another user than this process's
+/// (or root), and one that group or others may access (an empty file, which holds no secret,
+/// is refused as empty first).
+///
+/// The file is opened once, with `O_NOFOLLOW` (a link as the last component fails the open);
+/// its owner and mode come from that open descriptor (`fstat`) and its bytes from the same
+/// descriptor, so a file swapped between the check and the read is never used.
 ///
 /// # Errors
-/// [`TokenError`]: unreadable, empty, open to others, too short, too large, or not text.
+/// [`TokenError`]: unreadable, a symbolic link, another user's, empty, open to others, too
+/// short, too large, or not text.
 pub fn read_file(path: &Path) -> Result<String, TokenError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let shown = path.display().to_string();
-    let unreadable = |source| TokenError::TokenFile {
-        path: shown.clone(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| {
+            if source.raw_os_error() == Some(libc::ELOOP) {
+                TokenError::Symlink {
+                    path: shown.clone(),
+                }
+            } else {
+                TokenError::TokenFile {
+                    path: shown.clone(),
+                    source,
+                }
+            }
+        })?;
     read_open(file, shown)
 }
 
@@ -103,12 +228,13 @@ pub fn read_file(path: &Path) -> Result<String, TokenError> {
 /// descriptor. `shown` names it in errors.
 fn read_open(file: std::fs::File, shown: String) -> Result<String, TokenError> {
     use std::io::Read as _;
-    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::fs::MetadataExt as _;
     let unreadable = |source| TokenError::TokenFile {
         path: shown.clone(),
         source,
     };
-    let mode = file.metadata().map_err(unreadable)?.permissions().mode();
+    let meta = file.metadata().map_err(unreadable)?;
+    let (mode, owner) = (meta.mode(), meta.uid());
     let mut bytes = Vec::new();
     file.take(MAX_TOKEN_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -118,6 +244,15 @@ fn read_open(file: std::fs::File, shown: String) -> Result<String, TokenError> {
     }
     if bytes.iter().all(|b| matches!(b, b'\r' | b'\n')) {
         return Err(TokenError::EmptyToken(shown));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if owner != euid && owner != 0 {
+        return Err(TokenError::NotOwner {
+            path: shown,
+            owner,
+            euid,
+        });
     }
     if too_open(mode) {
         return Err(TokenError::TooOpen {
@@ -249,6 +384,127 @@ mod tests {
             read_file(Path::new("/dev/zero")).unwrap_err(),
             TokenError::TooLarge { .. }
         ));
+    }
+
+    /// Security review: a token file that is a symbolic link is refused (opened with
+    /// O_NOFOLLOW), naming the path and what to name instead; the file it points to is fine.
+    #[test]
+    fn a_symlinked_token_file_is_refused() {
+        let target = private_file(b"s3cret-token-0123\n");
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("token");
+        std::os::unix::fs::symlink(target.path(), &link).unwrap();
+        let err = read_file(&link).unwrap_err();
+        assert!(matches!(err, TokenError::Symlink { .. }), "{err}");
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&link.display().to_string()) && shown.contains("..data/"),
+            "{shown}"
+        );
+        assert!(read_file(target.path()).is_ok());
+    }
+
+    /// Security review: a token file of another user is refused, naming its owner and the fix;
+    /// one of this user (or root) is read. Needs root to give a file away (CI runs as root).
+    #[test]
+    fn a_token_file_of_another_owner_is_refused() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 {
+            eprintln!("not root: cannot give a file to uid 65534; only root's runs check this");
+            return;
+        }
+        let f = private_file(b"s3cret-token-0123\n");
+        std::os::unix::fs::chown(f.path(), Some(65534), None).unwrap();
+        let err = read_file(f.path()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TokenError::NotOwner {
+                    owner: 65534,
+                    euid: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.contains("uid 65534")
+                && shown.contains(&format!("chown 0 {}", f.path().display())),
+            "{shown}"
+        );
+        std::os::unix::fs::chown(f.path(), Some(0), None).unwrap();
+        assert_eq!(read_file(f.path()).unwrap(), "s3cret-token-0123");
+    }
+
+    /// With more than one thread (libtest's), [`read_env`] only reads: no thread can be shown
+    /// to keep clear of the environment.
+    #[test]
+    fn with_threads_running_the_environment_is_only_read() {
+        assert!(threads().is_some_and(|n| n >= 2), "{:?}", threads());
+        let before = std::env::var_os(TOKEN_ENV);
+        assert_eq!(read_env(), before);
+        assert_eq!(std::env::var_os(TOKEN_ENV), before);
+    }
+
+    /// Marks the child run of [`the_environment_token_leaves_proc_environ`].
+    const SCRUB_CHILD: &str = "RDMA_APP_TOKEN_SCRUB_CHILD";
+
+    /// Security review: a token taken from the environment no longer shows in
+    /// /proc/PID/environ (the process's initial environment block, which unsetenv alone leaves
+    /// as it was). Run in a child (this test binary, this one test) whose environment holds a
+    /// token: libtest's threads share this process's environment.
+    #[test]
+    fn the_environment_token_leaves_proc_environ() {
+        let token = format!("env-token-{}-0123456789", std::process::id());
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "token::tests::scrub_in_a_child",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env(SCRUB_CHILD, "1")
+            .env(TOKEN_ENV, &token)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("scrubbed in the child"),
+            "{stdout}\n{stderr}"
+        );
+    }
+
+    /// The child of [`the_environment_token_leaves_proc_environ`]; passes at once elsewhere.
+    #[test]
+    fn scrub_in_a_child() {
+        if std::env::var_os(SCRUB_CHILD).is_none() {
+            return;
+        }
+        let token = std::env::var(TOKEN_ENV).unwrap();
+        let shown = || {
+            let block = std::fs::read("/proc/self/environ").unwrap();
+            block.windows(token.len()).any(|w| w == token.as_bytes())
+        };
+        assert!(
+            shown(),
+            "the token is not in /proc/self/environ to begin with"
+        );
+        // SAFETY: this process runs this one test (--exact, --test-threads=1): its only other
+        // thread is libtest's main thread, which waits for this one and meanwhile touches no
+        // environment; the variable came in the initial environment (writable stack memory).
+        let taken = unsafe { take_env() };
+        assert_eq!(taken.as_deref(), Some(std::ffi::OsStr::new(&token)));
+        assert!(std::env::var_os(TOKEN_ENV).is_none());
+        assert!(!shown(), "the token is still in /proc/self/environ");
+        // SAFETY: as above.
+        assert_eq!(unsafe { take_env() }, None);
+        println!("scrubbed in the child");
     }
 
     /// The mode checked is the mode of the file read: a private token file swapped for one
