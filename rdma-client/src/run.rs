@@ -6,8 +6,8 @@ use crate::output::{Detail, Event, Output};
 use crate::session::{Session, SessionOptions, Target};
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_core_rs::{
-    Access, CompletionQueue, ErrorKind, Init, LocalPort, MemoryRegion, ProtectionDomain, QpCaps,
-    QueuePair, RemoteBuffer, Rts, WcStatus,
+    Access, CompletionQueue, Init, LocalPort, MemoryRegion, ProtectionDomain, QpCaps, QueuePair,
+    RemoteBuffer, Rts, WcStatus,
 };
 use rdma_proto::{Accept, ClientHandshake, ClientRequest, Notify, Outcome};
 use std::path::PathBuf;
@@ -343,22 +343,27 @@ impl<'a> Connected<'a> {
     /// [`finish`](Self::finish) reads, says what landed.
     pub fn complete(&mut self, started: Instant) -> Result<u128> {
         let w = self.resources.write;
-        let deadline = Instant::now() + w.timeout;
+        // One wait of `--timeout` in all, polled in slices where the server may answer first:
+        // its timeout quotes the whole wait, not the last slice.
+        let mut wait = rdma_core_rs::Wait::new(w.timeout);
+        // Only with immediate data may the server answer first: without it, one slice.
+        let slice = if w.imm.is_some() {
+            ANSWER_SLICE
+        } else {
+            w.timeout
+        };
         let answered_first = loop {
-            // Only with immediate data may the server answer first: without it, one wait.
-            let slice = match w.imm {
-                Some(_) => (Instant::now() + ANSWER_SLICE).min(deadline),
-                None => deadline,
-            };
-            match self.resources.cq.poll(slice) {
-                Ok(c) if c.wr_id == WRITE_WR_ID => break false,
-                Ok(c) => bail!("unexpected completion for work request {:#x}", c.wr_id),
-                Err(e) if e.kind() == ErrorKind::Timeout && Instant::now() < deadline => {
+            match self.resources.cq.poll_slice(&mut wait, slice) {
+                Ok(Some(c)) if c.wr_id == WRITE_WR_ID => break false,
+                Ok(Some(c)) => bail!("unexpected completion for work request {:#x}", c.wr_id),
+                Ok(None) => {
                     if w.imm.is_some() && self.session.server_spoke() {
                         break true;
                     }
                 }
-                Err(e) if w.imm.is_some() && acks_lost(&e) && self.server_answers(deadline) => {
+                Err(e)
+                    if w.imm.is_some() && acks_lost(&e) && self.server_answers(wait.deadline()) =>
+                {
                     break true;
                 }
                 Err(e) => return Err(e).wrap_err("waiting for the RDMA Write to complete"),
