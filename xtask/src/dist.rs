@@ -113,12 +113,6 @@ pub fn cmd(args: &DistArgs) -> Result<()> {
     Ok(())
 }
 
-/// The workspace's target directory (honours `CARGO_TARGET_DIR`).
-pub fn target_dir() -> PathBuf {
-    let xtask = crate::vm::xtask_dir();
-    xtask.parent().map_or(xtask.clone(), Path::to_path_buf)
-}
-
 /// Builds both packages; see the module docs.
 pub fn build(no_build: bool) -> Result<Dist> {
     deps::ensure(&[Group::Build, Group::Dist])?;
@@ -144,7 +138,7 @@ pub fn build(no_build: bool) -> Result<Dist> {
     println!(
         "dist: rdma-mesh.service exposure {mesh:.1} (systemd-analyze security; OK is <= {MAX_EXPOSURE:.1})"
     );
-    let out = target_dir().join("dist");
+    let out = crate::vm::target_dir().join("dist");
     std::fs::create_dir_all(&out).wrap_err_with(|| format!("creating {}", out.display()))?;
     let arch = exec::run(cmd!(sh, "dpkg --print-architecture"))?
         .trim()

@@ -41,7 +41,7 @@ pub fn build() -> Result<()> {
 
 /// Where [`build`] puts the binaries (honours `CARGO_TARGET_DIR`).
 pub fn dir() -> PathBuf {
-    crate::dist::target_dir().join(PROFILE)
+    crate::vm::target_dir().join(PROFILE)
 }
 
 /// Absolute paths of the binaries (valid in the guests too: they see the host's root).

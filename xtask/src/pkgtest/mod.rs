@@ -121,7 +121,7 @@ pub fn cmd(args: &PkgTestArgs) -> Result<()> {
 
 /// The packages already in target/dist (`--no-build`), rated again.
 fn existing() -> Result<Dist> {
-    let dir = dist::target_dir().join("dist");
+    let dir = crate::vm::target_dir().join("dist");
     let find = |name: &str| -> Result<std::path::PathBuf> {
         std::fs::read_dir(&dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))

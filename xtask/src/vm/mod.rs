@@ -210,6 +210,12 @@ pub fn xtask_dir() -> PathBuf {
     target.join("xtask")
 }
 
+/// The workspace's target directory (honours `CARGO_TARGET_DIR`).
+pub fn target_dir() -> PathBuf {
+    let xtask = xtask_dir();
+    xtask.parent().map_or(xtask.clone(), Path::to_path_buf)
+}
+
 /// The VM cache (`target/xtask/vm`).
 pub fn cache_dir() -> PathBuf {
     xtask_dir().join("vm")
