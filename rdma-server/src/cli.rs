@@ -73,6 +73,14 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = keep_alive)]
     pub keep_alive: Duration,
 
+    /// With --keep-alive: how long a session kept for rounds may last from its accept (e.g.
+    /// 10m), however often its client comes back; past it the session ends at its verdict
+    /// (a bench session's --bench-max-time bounds it too). Rounds of one session are also paced
+    /// at 64 MiB/s of their buffers, and one address (an IPv6 /64) keeps at most half its
+    /// --max-per-ip.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = keep_max_time)]
+    pub keep_max_time: Duration,
+
     /// Most clients served at once; one more gets a `busy` error.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_clients: u32,
@@ -113,6 +121,16 @@ fn keep_alive(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--keep-max-time`: a duration of a second to a day.
+fn keep_max_time(text: &str) -> Result<Duration, String> {
+    let d = app::parse_duration(text)?;
+    if (Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&d) {
+        Ok(d)
+    } else {
+        Err("a kept session's lifetime is 1s to 24h (e.g. 10m)".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +143,7 @@ mod tests {
         assert!(!a.serve);
         assert_eq!(a.max_clients, 16);
         assert_eq!(a.keep_alive, Duration::from_secs(30));
+        assert_eq!(a.keep_max_time, Duration::from_secs(600));
     }
 
     #[test]
@@ -136,6 +155,8 @@ mod tests {
         assert!(Args::try_parse_from(["rdma-server", "--lifetime", "0s"]).is_err());
         assert!(Args::try_parse_from(["rdma-server", "--keep-alive", "2h"]).is_err());
         assert!(Args::try_parse_from(["rdma-server", "--keep-alive", "soon"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--keep-max-time", "0"]).is_err());
+        assert!(Args::try_parse_from(["rdma-server", "--keep-max-time", "2d"]).is_err());
         let none = Args::try_parse_from(["rdma-server", "--keep-alive", "0"]).unwrap();
         assert_eq!(none.keep_alive, Duration::ZERO);
     }

@@ -175,3 +175,79 @@ fn a_round_longer_than_the_buffer_is_refused() {
     );
     assert_eq!(pair.fabric.live_regions(), 0);
 }
+
+/// A client that comes back just inside the keep-alive, round after round, is not kept past
+/// the session's lifetime from its accept: its session ends at the verdict (the server closes
+/// it as when its keep-alive runs out), with nothing left registered.
+#[test]
+fn a_kept_session_ends_at_its_lifetime_however_often_it_comes_back() {
+    let mut pair = Pair::new(64);
+    pair.server.kept = KeptSlots::new(2).lifetime(Duration::from_millis(500));
+    let idle = KEEP_ALIVE * 3 / 4;
+    let r = pair.rounds(Notify::Imm, &PAYLOADS, Between::Idle(idle));
+    assert_eq!(r.verdicts.len(), 3, "{r:?}");
+    for v in &r.verdicts[..2] {
+        assert!(v.as_ref().is_ok_and(|o| o.verified), "{r:?}");
+    }
+    let e = r.verdicts[2].as_ref().expect_err("past its lifetime");
+    assert!(format!("{e:?}").contains("closed"), "{e:?}");
+    assert_eq!(pair.verified(), 2);
+    assert_eq!(pair.fabric.rearmed().len(), 1, "nothing registered past it");
+    assert_eq!(pair.fabric.live_regions(), 0);
+}
+
+/// One address holds at most its share of the kept slots: with its share taken, its next
+/// session is declined rounds (it ends at its verdict); another address's slot takes nothing
+/// from it.
+#[test]
+fn one_address_cannot_keep_more_than_its_share() {
+    let mut pair = Pair::new(64);
+    pair.server.kept = KeptSlots::new(4).per_source(1);
+    let elsewhere = pair
+        .server
+        .kept
+        .take("10.0.0.9".parse().expect("an address"));
+    assert!(elsewhere.is_some());
+    let r = pair.rounds(Notify::Imm, &PAYLOADS[..2], Between::Next);
+    assert_eq!(
+        r.keep_alive,
+        Some(KEEP_ALIVE),
+        "another address's slot is not ours"
+    );
+    all_verified(&r, 2);
+    let mine = pair
+        .server
+        .kept
+        .take("127.0.0.1".parse().expect("an address"));
+    assert!(mine.is_some());
+    let r = pair.rounds(Notify::Imm, &PAYLOADS[..2], Between::Next);
+    assert_eq!(
+        r.keep_alive, None,
+        "declined: its address keeps one already"
+    );
+    assert!(r.verdicts[0].as_ref().is_ok_and(|o| o.verified));
+    assert!(r.verdicts[1].is_err());
+    assert_eq!(pair.server.kept.held(), 2, "the declined session held none");
+    assert_eq!(pair.fabric.live_regions(), 0);
+}
+
+/// A client that asks for its next round the moment it has a verdict gets its rounds no
+/// faster than the pace: 5 rounds of a 64-byte buffer paced at one per 80 ms take at least
+/// 320 ms, every one verified.
+#[test]
+fn a_client_hammering_next_is_paced() {
+    let mut pair = Pair::new(64);
+    let per_round = crate::budget::write_session(64) + crate::session::ROUND_OVERHEAD;
+    // One round's bytes every 80 ms.
+    pair.server.kept = KeptSlots::new(2).paced(per_round * 1000 / 80);
+    let payloads: [&[u8]; 5] = [b"1", b"2", b"3", b"4", b"5"];
+    let t0 = std::time::Instant::now();
+    let r = pair.rounds(Notify::Imm, &payloads, Between::Next);
+    let took = t0.elapsed();
+    all_verified(&r, 5);
+    assert!(
+        took >= Duration::from_millis(4 * 79),
+        "5 rounds in {took:?}"
+    );
+    assert_eq!(pair.fabric.rearmed().len(), 4);
+}

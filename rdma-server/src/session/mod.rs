@@ -17,6 +17,8 @@ mod write;
 pub(crate) use ctx::Failure;
 pub(crate) use ctx::SessionCtx;
 pub(crate) use rounds::KeptSlots;
+#[cfg(test)]
+pub(crate) use rounds::ROUND_OVERHEAD;
 use steps::*;
 
 use crate::output::Event;
@@ -93,6 +95,16 @@ fn session(
         emit_port_chosen(s, id, &verbs.name(), &why);
     }
     hs.bind(served.binding(peer.ip()))?;
+    // Rounds only while a kept slot is free, for this client's source too (held until the
+    // session ends).
+    let kept = if hello.rounds {
+        s.kept.take(peer.ip())
+    } else {
+        None
+    };
+    if kept.is_none() {
+        hs.decline_rounds();
+    }
     if let Some(b) = &hello.bench {
         let local = verbs.device().ok_or_else(|| {
             Failure::new(ErrorCode::RdmaSetup, "bench sessions need an RDMA device")

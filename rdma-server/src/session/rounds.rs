@@ -1,81 +1,225 @@
 //! Rounds of a write or bench session ([`rdma_proto::rounds`]): after a verdict, a session
 //! whose accept granted them waits up to its keep-alive for the client's `next`, exposes a
-//! fresh buffer on the same queue pair and answers with its `region`. Which sessions get rounds at all is
-//! [`KeptSlots`]' to say: at most so many at once, so kept sessions never take every slot
-//! under `--max-clients`.
+//! fresh buffer on the same queue pair and answers with its `region`. Which sessions get rounds
+//! at all is [`KeptSlots`]' to say: at most so many at once, so kept sessions never take every
+//! slot under `--max-clients`, and at most so many from one source. How long one is kept and
+//! how often its rounds may begin is [`Kept`]'s: a lifetime from its accept, and its rounds
+//! paced by the bytes each registers, zeroes and reads.
 
 use rdma_proto::framing::{FrameError, LineConn};
-use rdma_proto::{ServerEvent, ServerHandshake};
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use rdma_proto::{ErrorCode, ServerEvent, ServerHandshake};
+use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::ctx::{Failure, SessionCtx};
 use super::steps::{feed, out_of_order, read_failed};
+use crate::admission::PerSource;
 use crate::output::Event;
 use crate::verbs::Region;
 
+/// How long a kept session may last from its accept (`--keep-max-time`'s default): after it
+/// the session ends at its verdict, as one whose keep-alive ran out.
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(600);
+
+/// Bytes a second of round buffers one kept session may have registered, zeroed and read
+/// (its rounds begin no more often than that allows).
+pub const ROUND_RATE: u64 = 64 << 20;
+
+/// What one round costs beyond its buffer's bytes (a registration, a verdict), in bytes of
+/// [`ROUND_RATE`]: about a millisecond, so even a session of tiny rounds has at most about a
+/// thousand a second.
+pub const ROUND_OVERHEAD: u64 = 64 << 10;
+
 /// How many sessions may have rounds at once (each holds its slot under `--max-clients`, idle
-/// between rounds): a session whose hello asks for rounds gets them only while one of these
-/// is free, and holds it to its end.
+/// between rounds), and from one source (an IPv4 address, an IPv6 /64, as `--max-per-ip`
+/// counts them): a session whose hello asks for rounds gets them only while one of these is
+/// free for it, and holds it to its end. Also how long each is kept and how its rounds are
+/// paced ([`Kept`]).
 #[derive(Debug)]
 pub(crate) struct KeptSlots {
     cap: usize,
-    held: AtomicUsize,
+    per_source: u32,
+    /// How many are held, and by which sources.
+    held: Mutex<(usize, PerSource)>,
+    /// How long a kept session may last from its accept.
+    pub lifetime: Duration,
+    /// [`ROUND_RATE`].
+    pub rate: u64,
 }
 
 /// One of [`KeptSlots`], given back when dropped.
 #[derive(Debug)]
 #[must_use]
-pub(crate) struct KeptSlot<'a>(&'a KeptSlots);
+pub(crate) struct KeptSlot<'a> {
+    slots: &'a KeptSlots,
+    source: IpAddr,
+}
 
 impl KeptSlots {
-    /// `cap` sessions with rounds at once (0: none).
+    /// `cap` sessions with rounds at once (0: none), any number of them from one source, kept
+    /// [`DEFAULT_LIFETIME`] at most, paced at [`ROUND_RATE`].
     pub(crate) fn new(cap: usize) -> Self {
         KeptSlots {
             cap,
-            held: AtomicUsize::new(0),
+            per_source: u32::MAX,
+            held: Mutex::new((0, PerSource::default())),
+            lifetime: DEFAULT_LIFETIME,
+            rate: ROUND_RATE,
         }
     }
 
-    /// For a server with `max_clients` slots: half of them.
-    pub(crate) fn half_of(max_clients: u32) -> Self {
+    /// For a server with `max_clients` slots, `max_per_ip` from one source: half of each (at
+    /// least one from a source, where any are kept at all).
+    pub(crate) fn for_server(max_clients: u32, max_per_ip: u32) -> Self {
         Self::new(usize::try_from(max_clients / 2).unwrap_or(usize::MAX))
+            .per_source((max_per_ip / 2).max(1))
     }
 
-    /// A slot, if one is free.
-    pub(crate) fn take(&self) -> Option<KeptSlot<'_>> {
-        self.held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.cap).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| KeptSlot(self))
+    /// At most `n` from one source.
+    pub(crate) fn per_source(mut self, n: u32) -> Self {
+        self.per_source = n;
+        self
+    }
+
+    /// Each kept at most `d` from its accept.
+    pub(crate) fn lifetime(mut self, d: Duration) -> Self {
+        self.lifetime = d;
+        self
+    }
+
+    /// Rounds paced at `bytes_per_sec` of round buffers.
+    #[cfg(test)]
+    pub(crate) fn paced(mut self, bytes_per_sec: u64) -> Self {
+        self.rate = bytes_per_sec;
+        self
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, PerSource)> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot for a session from `peer`, if one is free, and its source holds fewer than its
+    /// share.
+    pub(crate) fn take(&self, peer: IpAddr) -> Option<KeptSlot<'_>> {
+        let mut held = self.lock();
+        if held.0 >= self.cap || !held.1.take(peer, self.per_source) {
+            return None;
+        }
+        held.0 += 1;
+        Some(KeptSlot {
+            slots: self,
+            source: peer,
+        })
     }
 
     /// How many are held now.
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
-        self.held.load(Ordering::Acquire)
+        self.lock().0
     }
 }
 
 impl Drop for KeptSlot<'_> {
     fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Ordering::AcqRel);
+        let mut held = self.slots.lock();
+        held.0 = held.0.saturating_sub(1);
+        held.1.give_back(self.source);
     }
 }
 
-/// After a verdict: where the accept granted rounds, waits up to the keep-alive for the
-/// client's `next`, has `rearm` register the round's buffer and sends its `region`; `round`
-/// counts it. `Ok(false)`: the session is over, as it ends normally (no rounds, the client
-/// closed the connection, the keep-alive ran out, the server is stopping).
+/// The least time between the starts of two rounds that each cost `cost` bytes, at `rate`
+/// bytes a second ([`ROUND_OVERHEAD`] more for each).
+pub(crate) fn gap(cost: u64, rate: u64) -> Duration {
+    let bytes = cost.saturating_add(ROUND_OVERHEAD);
+    let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate.max(1));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// One kept session's rounds: how many so far, when it must be over (its lifetime from its
+/// accept) and when its next round may begin (each costs `cost` bytes of the pace).
+#[derive(Debug, Clone)]
+pub(crate) struct Kept {
+    round: u64,
+    accepted: Instant,
+    end: Instant,
+    gap: Duration,
+    next_at: Instant,
+}
+
+impl Kept {
+    /// A session accepted at `accepted`, kept at most `lifetime`, whose rounds cost `cost`
+    /// bytes each at `rate` bytes a second; its first round began at the accept.
+    pub(crate) fn new(accepted: Instant, lifetime: Duration, cost: u64, rate: u64) -> Self {
+        let gap = gap(cost, rate);
+        Kept {
+            round: 1,
+            accepted,
+            end: accepted + lifetime,
+            gap,
+            next_at: accepted + gap,
+        }
+    }
+
+    /// The deadline of the wait for a `next` that begins at `now`, with keep-alive `keep`:
+    /// `None` once the session's lifetime is over.
+    pub(crate) fn idle_until(&self, now: Instant, keep: Duration) -> Option<Instant> {
+        (now < self.end).then(|| (now + keep).min(self.end))
+    }
+
+    /// When the round asked for at `now` may begin: `None` when not before the session's end.
+    pub(crate) fn start_at(&self, now: Instant) -> Option<Instant> {
+        let at = now.max(self.next_at);
+        (at < self.end).then_some(at)
+    }
+
+    /// A round began at `at`.
+    pub(crate) fn began(&mut self, at: Instant) {
+        self.round += 1;
+        self.next_at = at + self.gap;
+    }
+
+    /// The failure of a `next` that came too late for the session's lifetime.
+    fn over(&self) -> Failure {
+        Failure::new(
+            ErrorCode::Timeout,
+            format!(
+                "this kept session reached the server's limit of {:?} from its accept (--keep-max-time, --bench-max-time for a bench session) before this round could begin; open a new session",
+                self.end - self.accepted
+            ),
+        )
+    }
+}
+
+/// Sleeps until `at`, in slices short enough to see the server stopping.
+fn pause(s: &SessionCtx, at: Instant) -> Result<(), Failure> {
+    loop {
+        if s.stopping.load(Ordering::Acquire) {
+            return Err(Failure::new(
+                ErrorCode::ShuttingDown,
+                "the server is shutting down",
+            ));
+        }
+        let now = Instant::now();
+        if now >= at {
+            return Ok(());
+        }
+        std::thread::sleep((at - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// After a verdict: where the accept granted rounds, waits up to the keep-alive (never past
+/// the session's lifetime) for the client's `next`, waits for the pace to allow the round, has
+/// `rearm` register the round's buffer and sends its `region`; `kept` counts it. `Ok(false)`:
+/// the session is over, as it ends normally (no rounds, the client closed the connection, the
+/// keep-alive or the lifetime ran out, the server is stopping).
 pub(super) fn next(
     s: &SessionCtx,
     conn: &mut LineConn<TcpStream>,
     hs: &mut ServerHandshake,
     id: u64,
-    round: &mut u64,
+    kept: &mut Kept,
     rearm: &mut dyn FnMut(&ServerHandshake) -> Result<Region, Failure>,
 ) -> Result<bool, Failure> {
     let Some(keep) = hs.keep_alive() else {
@@ -84,8 +228,11 @@ pub(super) fn next(
     if s.stopping.load(Ordering::Acquire) {
         return Ok(false);
     }
+    let Some(until) = kept.idle_until(Instant::now(), keep) else {
+        return Ok(false);
+    };
     // A stop shuts the socket for reading: the wait ends as the client's close does.
-    let line = match conn.read_line(Instant::now() + keep) {
+    let line = match conn.read_line(until) {
         Ok(line) => line,
         Err(e) if e.peer_gone() || matches!(e, FrameError::Timeout { .. }) => return Ok(false),
         Err(e) => return Err(read_failed(conn, hs, e)),
@@ -94,12 +241,15 @@ pub(super) fn next(
         ServerEvent::Next(_) => {}
         other => return Err(out_of_order(&other)),
     }
+    // No faster than the pace: a client asking again and again waits for its rounds.
+    let at = kept.start_at(Instant::now()).ok_or_else(|| kept.over())?;
+    pause(s, at)?;
     let r = rearm(hs)?;
     let region = hs.region(r.addr, r.rkey, r.len)?;
-    *round += 1;
+    kept.began(Instant::now());
     s.out.emit(&Event::Round {
         session: id,
-        round: *round,
+        round: kept.round,
         length: hs.length(),
     });
     conn.send_line(&region.to_line(), Instant::now() + s.timeout)?;
@@ -112,18 +262,103 @@ mod tests {
 
     #[test]
     fn kept_slots_are_capped_and_given_back() {
-        let k = KeptSlots::half_of(5);
-        let a = k.take();
-        let b = k.take();
+        let k = KeptSlots::for_server(5, 8);
+        let ip = |i: u8| IpAddr::from([10, 0, 0, i]);
+        let a = k.take(ip(1));
+        let b = k.take(ip(2));
         assert!(a.is_some() && b.is_some());
-        assert!(k.take().is_none(), "a third of 2");
+        assert!(k.take(ip(3)).is_none(), "a third of 2");
         assert_eq!(k.held(), 2);
         drop(a);
         assert_eq!(k.held(), 1);
-        assert!(k.take().is_some());
+        assert!(k.take(ip(3)).is_some());
         assert!(
-            KeptSlots::half_of(1).take().is_none(),
+            KeptSlots::for_server(1, 8).take(ip(1)).is_none(),
             "one slot keeps nothing"
         );
+    }
+
+    /// One address cannot keep every kept slot: at most half its --max-per-ip (an IPv6 /64 as
+    /// one source, a mapped IPv4 as its IPv4), given back when its sessions end; another
+    /// source still gets the rest.
+    #[test]
+    fn one_source_keeps_at_most_its_share() {
+        let k = KeptSlots::for_server(16, 4);
+        let a: IpAddr = "10.0.0.2".parse().unwrap();
+        let first = [k.take(a), k.take(a)];
+        assert!(first.iter().all(Option::is_some));
+        assert!(k.take(a).is_none(), "a third kept from one address");
+        assert!(
+            k.take("::ffff:10.0.0.2".parse().unwrap()).is_none(),
+            "mapped"
+        );
+        let v6 = k.take("fd00::1".parse().unwrap());
+        let v6b = k.take("fd00::2:1".parse().unwrap());
+        assert!(v6.is_some() && v6b.is_some());
+        assert!(
+            k.take("fd00::ffff:3".parse().unwrap()).is_none(),
+            "same /64"
+        );
+        assert!(
+            k.take("10.0.0.3".parse().unwrap()).is_some(),
+            "another source"
+        );
+        drop(first);
+        assert!(k.take(a).is_some(), "given back");
+        assert!(
+            KeptSlots::for_server(16, 1).take(a).is_some(),
+            "--max-per-ip 1 still keeps one"
+        );
+    }
+
+    /// A session kept round after round, its client asking just inside the keep-alive each
+    /// time, is not waited for past its lifetime from its accept.
+    #[test]
+    fn a_kept_session_is_never_waited_for_past_its_lifetime() {
+        let t0 = Instant::now();
+        let keep = Duration::from_secs(30);
+        let kept = Kept::new(t0, DEFAULT_LIFETIME, 64, ROUND_RATE);
+        let mut now = t0;
+        let mut rounds = 0;
+        while let Some(until) = kept.idle_until(now, keep) {
+            assert!(until <= t0 + DEFAULT_LIFETIME);
+            now += keep - Duration::from_millis(1);
+            rounds += 1;
+        }
+        assert_eq!(
+            rounds, 21,
+            "asked every 29.999 s: 21 waits fit in 10 minutes"
+        );
+        assert!(kept.start_at(t0 + DEFAULT_LIFETIME).is_none());
+        let msg = kept.over().message().to_owned();
+        assert!(
+            msg.contains("600s") && msg.contains("open a new session"),
+            "{msg}"
+        );
+    }
+
+    /// Rounds of 8 MiB begin at most every 8 MiB of the pace (an eighth of a second at
+    /// 64 MiB/s), however fast their `next`s come.
+    #[test]
+    fn rounds_begin_no_faster_than_the_pace() {
+        let t0 = Instant::now();
+        let cost = 8 << 20;
+        let mut kept = Kept::new(t0, DEFAULT_LIFETIME, cost, ROUND_RATE);
+        let mut now = t0;
+        for _ in 0..100 {
+            let at = kept.start_at(now).expect("within the lifetime");
+            assert!(at >= now);
+            kept.began(at);
+            now = at; // the client asks again at once
+        }
+        let took = now - t0;
+        // Each round's bytes at 64 MiB/s (to the nanosecond).
+        let bytes = 100 * (cost + ROUND_OVERHEAD);
+        assert!(
+            took + Duration::from_nanos(100)
+                >= Duration::from_secs_f64(bytes as f64 / ROUND_RATE as f64),
+            "100 rounds of 8 MiB in {took:?}"
+        );
+        assert_eq!(gap(0, ROUND_RATE), Duration::from_nanos(976_562));
     }
 }

@@ -56,11 +56,13 @@ pub(super) fn session(
     let mut x = verbs
         .expose(buffer_size, &s.grant, s.cq_mode, imm)
         .map_err(rdma)?;
-    // Rounds only while a kept slot is free (held until the session ends).
-    let kept = if hello.rounds { s.kept.take() } else { None };
-    if kept.is_none() {
-        hs.decline_rounds();
-    }
+    // From the accept: the session's lifetime, and its rounds' pace.
+    let mut kept = rounds::Kept::new(
+        Instant::now(),
+        s.kept.lifetime,
+        budget::write_session(s.policy.buffer_size),
+        s.kept.rate,
+    );
     accept_exposed(s, conn, hs, hello, &mut *x, id, rdma)?;
     let notify = SessionNotify::from(hello.notify);
     let (qpn, path_mtu) = x.qp();
@@ -73,7 +75,6 @@ pub(super) fn session(
         notify,
         &Detail::Offered(offered),
     );
-    let mut round = 1;
     loop {
         write_round(s, conn, hs, &mut *x, id, notify)?;
         let mut rearm = |hs: &ServerHandshake| {
@@ -83,7 +84,7 @@ pub(super) fn session(
                 Failure::new(ErrorCode::Internal, "a round's buffer was not registered")
             })
         };
-        if !rounds::next(s, conn, hs, id, &mut round, &mut rearm)? {
+        if !rounds::next(s, conn, hs, id, &mut kept, &mut rearm)? {
             return Ok(());
         }
     }

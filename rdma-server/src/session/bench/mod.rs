@@ -131,14 +131,16 @@ pub(crate) fn session(
     if b.stamped {
         qp.post_recv(stamp::RECV_WR).map_err(rdma)?;
     }
-    // Rounds only while a kept slot is free (held until the session ends).
-    let kept = if hello.rounds { s.kept.take() } else { None };
-    if kept.is_none() {
-        hs.decline_rounds();
-    }
     // From the accept, which `connect_and_accept` sends: an RDMA CM connection (up to
     // --timeout) counts against --bench-max-time like the rest (issue 23, item 6).
-    let mut clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
+    let accepted = Instant::now();
+    let mut clock = SessionClock::new(accepted, s.timeout, s.bench_max_time);
+    let mut kept = kept_for(
+        s,
+        accepted,
+        hello.length,
+        matches!(b.kind, BenchKind::Lat(_)),
+    );
     let qp = connect_and_accept(s, local, conn, hs, hello, qp, &mr, id, rdma)?;
     let mode = SessionNotify::from(b.mode());
     let detail = Detail::Bench {
@@ -163,7 +165,6 @@ pub(crate) fn session(
         inline,
         stamps,
     };
-    let mut round = 1;
     loop {
         bench_round(s, conn, hs, id, &mut rig, b, &clock, &detail)?;
         // The next round: a fresh buffer for the pings (a new rkey), the answers' source back
@@ -181,11 +182,23 @@ pub(crate) fn session(
             }
             Ok(r)
         };
-        if !rounds::next(s, conn, hs, id, &mut round, &mut rearm)? {
+        if !rounds::next(s, conn, hs, id, &mut kept, &mut rearm)? {
             return Ok(());
         }
         clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
     }
+}
+
+/// A bench session's rounds, from its accept at `accepted`: kept at most the server's
+/// lifetime of a kept session, each round paced by what it registers and refills (its buffer,
+/// and for `lat` the answers' source too).
+fn kept_for(s: &SessionCtx, accepted: Instant, len: u64, lat: bool) -> rounds::Kept {
+    rounds::Kept::new(
+        accepted,
+        s.kept.lifetime,
+        crate::budget::bench_session(len, lat),
+        s.kept.rate,
+    )
 }
 
 /// One round of a bench session, from the accept (or region) sent to the verdict sent: the
