@@ -141,7 +141,13 @@ impl Args {
             cq_mode: self.local.cq_mode,
             token: TokenSource {
                 file: self.token_file,
-                value: self.token,
+                // clap read $RDMA_WRITE_TOKEN already (into `token` when --token is absent);
+                // take it out of the environment too, while the process has one thread, so
+                // that /proc/PID/environ no longer shows it.
+                value: {
+                    let env = rdma_app::token::read_env().and_then(|v| v.into_string().ok());
+                    self.token.or(env)
+                },
             },
             cm: self.cm,
         };
