@@ -162,6 +162,12 @@ impl Kept {
         }
     }
 
+    /// When the session must be over.
+    #[cfg(test)]
+    pub(crate) fn end(&self) -> Instant {
+        self.end
+    }
+
     /// The deadline of the wait for a `next` that begins at `now`, with keep-alive `keep`:
     /// `None` once the session's lifetime is over.
     pub(crate) fn idle_until(&self, now: Instant, keep: Duration) -> Option<Instant> {

@@ -134,10 +134,12 @@ pub(crate) fn session(
     // From the accept, which `connect_and_accept` sends: an RDMA CM connection (up to
     // --timeout) counts against --bench-max-time like the rest (issue 23, item 6).
     let accepted = Instant::now();
-    let mut clock = SessionClock::new(accepted, s.timeout, s.bench_max_time);
+    // One clock for the whole session, every round's waits end by its end.
+    let clock = SessionClock::new(accepted, s.timeout, s.bench_max_time);
     let mut kept = kept_for(
-        s,
+        &s.kept,
         accepted,
+        s.bench_max_time,
         hello.length,
         matches!(b.kind, BenchKind::Lat(_)),
     );
@@ -185,19 +187,25 @@ pub(crate) fn session(
         if !rounds::next(s, conn, hs, id, &mut kept, &mut rearm)? {
             return Ok(());
         }
-        clock = SessionClock::new(Instant::now(), s.timeout, s.bench_max_time);
     }
 }
 
-/// A bench session's rounds, from its accept at `accepted`: kept at most the server's
-/// lifetime of a kept session, each round paced by what it registers and refills (its buffer,
+/// A bench session's rounds, from its accept at `accepted`: kept at most `--bench-max-time`
+/// (the whole session's bound, rounds and all) and the server's lifetime of a kept session,
+/// each round paced by what it registers and refills (its buffer,
 /// and for `lat` the answers' source too).
-fn kept_for(s: &SessionCtx, accepted: Instant, len: u64, lat: bool) -> rounds::Kept {
+fn kept_for(
+    slots: &rounds::KeptSlots,
+    accepted: Instant,
+    bench_max_time: std::time::Duration,
+    len: u64,
+    lat: bool,
+) -> rounds::Kept {
     rounds::Kept::new(
         accepted,
-        s.kept.lifetime,
+        slots.lifetime.min(bench_max_time),
         crate::budget::bench_session(len, lat),
-        s.kept.rate,
+        slots.rate,
     )
 }
 
@@ -246,7 +254,8 @@ fn bench_round(
     }
 
     // The client's `written` ends both modes: after its last pong (lat) or its last write
-    // completed (bw). The round's end bounds how long a client may hold the buffer.
+    // completed (bw). The session's end (--bench-max-time from its accept) bounds how long a
+    // client may hold the buffer, in every round.
     let written = match next_event(conn, hs, clock.end)? {
         ServerEvent::Written(w) => w,
         other => return Err(out_of_order(&other)),
@@ -275,4 +284,31 @@ fn bench_round(
     let result = hs.result(outcome)?;
     conn.send_line(&result.to_line(), Instant::now() + s.timeout)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// `--bench-max-time` bounds the whole bench session from its accept, rounds and all (as
+    /// SECURITY.md promises): no wait for a `next` runs past it, no round begins after it, and
+    /// every round's waits end by the same end.
+    #[test]
+    fn the_bench_max_time_bounds_a_kept_session_from_its_accept() {
+        let t0 = Instant::now();
+        let max = Duration::from_secs(3);
+        let keep = Duration::from_secs(30);
+        let slots = rounds::KeptSlots::new(1);
+        assert!(
+            slots.lifetime > max,
+            "the kept sessions' own lifetime is longer"
+        );
+        let kept = kept_for(&slots, t0, max, 4096, true);
+        let clock = SessionClock::new(t0, Duration::from_secs(10), max);
+        assert_eq!(kept.end(), clock.end);
+        assert_eq!(kept.idle_until(t0 + max / 2, keep), Some(t0 + max));
+        assert_eq!(kept.idle_until(t0 + max, keep), None);
+        assert_eq!(kept.start_at(t0 + max), None);
+    }
 }
