@@ -68,8 +68,8 @@ pub struct Args {
 
     /// With --serve: how long a session whose client asked for rounds (the mesh's probes) is
     /// kept after each verdict for its next write on the same queue pairs; `0` grants none.
-    /// At most half of --max-clients sessions are kept idle at once; the rest end at their
-    /// verdict as usual.
+    /// At most half of --max-clients sessions are kept idle at once, and half of --max-per-ip
+    /// (at least one) from one address; the rest end at their verdict as usual.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = keep_alive)]
     pub keep_alive: Duration,
 
