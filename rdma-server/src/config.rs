@@ -3,7 +3,7 @@
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
 //! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
-//! `bench-max-time`, `max-pinned`, `timeout`, `keep-alive`, `max-clients`, `max-per-ip`, `allow` (a list) and
+//! `bench-max-time`, `max-pinned`, `timeout`, `keep-alive`, `keep-max-time`, `max-clients`, `max-per-ip`, `allow` (a list) and
 //! `token-file`. A flag given on the command line (or through its environment variable;
 //! `RDMA_WRITE_TOKEN` for the token) wins over the file.
 //!
@@ -62,6 +62,7 @@ struct FileSettings {
     max_pinned: Option<Spanned<u64>>,
     timeout: Option<Spanned<String>>,
     keep_alive: Option<Spanned<String>>,
+    keep_max_time: Option<Spanned<String>>,
     max_clients: Option<Spanned<u32>>,
     max_per_ip: Option<Spanned<u32>>,
     allow: Option<Spanned<Vec<String>>>,
@@ -118,6 +119,11 @@ impl FileSettings {
             one("max-pinned", "max_pinned", self.max_pinned.as_ref()),
             one("timeout", "timeout", self.timeout.as_ref()),
             one("keep-alive", "keep_alive", self.keep_alive.as_ref()),
+            one(
+                "keep-max-time",
+                "keep_max_time",
+                self.keep_max_time.as_ref(),
+            ),
             one("max-clients", "max_clients", self.max_clients.as_ref()),
             one("max-per-ip", "max_per_ip", self.max_per_ip.as_ref()),
         ]
@@ -291,6 +297,7 @@ bench-max-bytes = 1048576
 bench-max-time = "30s"
 max-pinned = 67108864
 timeout = "3s"
+keep-max-time = "5m"
 max-clients = 4
 max-per-ip = 2
 allow = ["10.0.0.0/24", "fd00::/8"]
@@ -310,6 +317,7 @@ token-file = "/etc/rdma-server/token"
         assert_eq!(a.bench_max_time, Duration::from_secs(30));
         assert_eq!(a.max_pinned, 64 << 20);
         assert_eq!(a.timeout, Duration::from_secs(3));
+        assert_eq!(a.keep_max_time, Duration::from_secs(300));
         assert_eq!(a.max_clients, 4);
         assert_eq!(a.max_per_ip, 2);
         assert_eq!(a.allow.len(), 2);
