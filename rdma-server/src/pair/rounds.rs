@@ -182,7 +182,8 @@ fn a_round_longer_than_the_buffer_is_refused() {
 #[test]
 fn a_kept_session_ends_at_its_lifetime_however_often_it_comes_back() {
     let mut pair = Pair::new(64);
-    pair.server.kept = KeptSlots::new(2).lifetime(Duration::from_millis(500));
+    // No round begins within one --timeout of the end: rounds may begin for 500 ms.
+    pair.server.kept = KeptSlots::new(2).lifetime(super::TIMEOUT + Duration::from_millis(500));
     let idle = KEEP_ALIVE * 3 / 4;
     let r = pair.rounds(Notify::Imm, &PAYLOADS, Between::Idle(idle));
     assert_eq!(r.verdicts.len(), 3, "{r:?}");

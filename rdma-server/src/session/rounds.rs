@@ -138,25 +138,38 @@ pub(crate) fn gap(cost: u64, rate: u64) -> Duration {
 }
 
 /// One kept session's rounds: how many so far, when it must be over (its lifetime from its
-/// accept) and when its next round may begin (each costs `cost` bytes of the pace).
+/// accept), the last moment a round may begin (one round's own bound before that: a round
+/// begun later would be cut off by the end, and its client see a failure where the session
+/// should simply have ended at its last verdict) and when its next round may begin (each
+/// costs `cost` bytes of the pace).
 #[derive(Debug, Clone)]
 pub(crate) struct Kept {
     round: u64,
     accepted: Instant,
     end: Instant,
+    last_start: Instant,
     gap: Duration,
     next_at: Instant,
 }
 
 impl Kept {
     /// A session accepted at `accepted`, kept at most `lifetime`, whose rounds cost `cost`
-    /// bytes each at `rate` bytes a second; its first round began at the accept.
-    pub(crate) fn new(accepted: Instant, lifetime: Duration, cost: u64, rate: u64) -> Self {
+    /// bytes each at `rate` bytes a second and may each take up to `round` (the session's
+    /// `--timeout`); its first round began at the accept.
+    pub(crate) fn new(
+        accepted: Instant,
+        lifetime: Duration,
+        round: Duration,
+        cost: u64,
+        rate: u64,
+    ) -> Self {
         let gap = gap(cost, rate);
+        let end = accepted + lifetime;
         Kept {
             round: 1,
             accepted,
-            end: accepted + lifetime,
+            end,
+            last_start: end.checked_sub(round).unwrap_or(accepted).max(accepted),
             gap,
             next_at: accepted + gap,
         }
@@ -169,15 +182,16 @@ impl Kept {
     }
 
     /// The deadline of the wait for a `next` that begins at `now`, with keep-alive `keep`:
-    /// `None` once the session's lifetime is over.
+    /// `None` once no round can begin any more (the session ends at its verdict).
     pub(crate) fn idle_until(&self, now: Instant, keep: Duration) -> Option<Instant> {
-        (now < self.end).then(|| (now + keep).min(self.end))
+        (now < self.last_start).then(|| (now + keep).min(self.last_start))
     }
 
-    /// When the round asked for at `now` may begin: `None` when not before the session's end.
+    /// When the round asked for at `now` may begin: `None` when not in time to be over
+    /// before the session's end.
     pub(crate) fn start_at(&self, now: Instant) -> Option<Instant> {
         let at = now.max(self.next_at);
-        (at < self.end).then_some(at)
+        (at < self.last_start).then_some(at)
     }
 
     /// A round began at `at`.
@@ -323,7 +337,7 @@ mod tests {
     fn a_kept_session_is_never_waited_for_past_its_lifetime() {
         let t0 = Instant::now();
         let keep = Duration::from_secs(30);
-        let kept = Kept::new(t0, DEFAULT_LIFETIME, 64, ROUND_RATE);
+        let kept = Kept::new(t0, DEFAULT_LIFETIME, Duration::ZERO, 64, ROUND_RATE);
         let mut now = t0;
         let mut rounds = 0;
         while let Some(until) = kept.idle_until(now, keep) {
@@ -349,7 +363,7 @@ mod tests {
     fn rounds_begin_no_faster_than_the_pace() {
         let t0 = Instant::now();
         let cost = 8 << 20;
-        let mut kept = Kept::new(t0, DEFAULT_LIFETIME, cost, ROUND_RATE);
+        let mut kept = Kept::new(t0, DEFAULT_LIFETIME, Duration::ZERO, cost, ROUND_RATE);
         let mut now = t0;
         for _ in 0..100 {
             let at = kept.start_at(now).expect("within the lifetime");

@@ -60,6 +60,7 @@ pub(super) fn session(
     let mut kept = rounds::Kept::new(
         Instant::now(),
         s.kept.lifetime,
+        s.timeout,
         budget::write_session(s.policy.buffer_size),
         s.kept.rate,
     );

@@ -26,6 +26,9 @@ use crate::plan::{DEADLINE_ARG, Step};
 /// The probers' interval, and the runs of probes that move a pair's state.
 pub const EVERY_S: u64 = 5;
 pub const DOWN_AFTER: u32 = 3;
+/// The servers' `--bench-max-time`: a kept lat session ends that long after its accept, so
+/// the stage sees the probers open a new one (transparently: no probe fails for it).
+pub const BENCH_MAX_TIME_S: u64 = 60;
 pub const UP_AFTER: u32 = 2;
 pub const DEGRADE_AFTER: u32 = 3;
 /// Slow above this many times a pair's own median: TCG guests sharing two cores see a median
@@ -264,6 +267,7 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
     // Each server keeps a write and a lat session for each of its n - 1 probers: half of
     // --max-clients (the kept sessions' cap) holds them with room to spare.
     let max_clients = (4 * n.saturating_sub(1) + 4).to_string();
+    let bench_max_time = format!("{BENCH_MAX_TIME_S}s");
     let server = || {
         service(
             "mesh-server",
@@ -272,6 +276,8 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
                 "--serve",
                 "--max-clients",
                 &max_clients,
+                "--bench-max-time",
+                &bench_max_time,
                 "--qp-timeout",
                 &qp_timeout,
             ],

@@ -148,7 +148,13 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
                 .map_or("", |r| r.stdout.as_str())
         })
         .collect();
-    match mesh_judge::check(&streams, NODES - 1, [1, 2], mesh::DOWN_AFTER) {
+    match mesh_judge::check(
+        &streams,
+        NODES - 1,
+        [1, 2],
+        mesh::DOWN_AFTER,
+        mesh::BENCH_MAX_TIME_S / mesh::EVERY_S,
+    ) {
         Ok(v) => println!("fabric-e2e: mesh: {v}"),
         Err(why) => bail!("fabric-e2e: wrong results:\nmesh: {why}"),
     }

@@ -140,6 +140,7 @@ pub(crate) fn session(
         &s.kept,
         accepted,
         s.bench_max_time,
+        s.timeout,
         hello.length,
         matches!(b.kind, BenchKind::Lat(_)),
     );
@@ -198,12 +199,14 @@ fn kept_for(
     slots: &rounds::KeptSlots,
     accepted: Instant,
     bench_max_time: std::time::Duration,
+    round: std::time::Duration,
     len: u64,
     lat: bool,
 ) -> rounds::Kept {
     rounds::Kept::new(
         accepted,
         slots.lifetime.min(bench_max_time),
+        round,
         crate::budget::bench_session(len, lat),
         slots.rate,
     )
@@ -304,11 +307,18 @@ mod tests {
             slots.lifetime > max,
             "the kept sessions' own lifetime is longer"
         );
-        let kept = kept_for(&slots, t0, max, 4096, true);
+        let round = Duration::from_secs(1);
+        let kept = kept_for(&slots, t0, max, round, 4096, true);
         let clock = SessionClock::new(t0, Duration::from_secs(10), max);
         assert_eq!(kept.end(), clock.end);
-        assert_eq!(kept.idle_until(t0 + max / 2, keep), Some(t0 + max));
-        assert_eq!(kept.idle_until(t0 + max, keep), None);
+        // No round begins, and no `next` is waited for, within one round's bound of the end:
+        // a round begun then would be cut off, and its client see a failed sweep where the
+        // session should have ended at its last verdict.
+        let last = t0 + max - round;
+        assert_eq!(kept.idle_until(t0 + max / 3, keep), Some(last));
+        assert_eq!(kept.idle_until(last, keep), None);
+        assert!(kept.start_at(last - Duration::from_millis(1)).is_some());
+        assert_eq!(kept.start_at(last), None);
         assert_eq!(kept.start_at(t0 + max), None);
     }
 }
