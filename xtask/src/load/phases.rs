@@ -180,6 +180,8 @@ pub(super) fn run(
     let errors_before_busy = server.errors();
     busy(args, server, clients)?;
     quiet()?;
+    // The strangers' junk lines each cost a session error: the policy counts those before.
+    let errors_total = server.errors();
     soak(args, server, clients, &warm, baseline_threads)?;
     Ok(Observed {
         warm,
@@ -188,7 +190,7 @@ pub(super) fn run(
         errors_before_concurrent,
         errors_before_kills,
         errors_before_busy,
-        errors_total: server.errors(),
+        errors_total,
         unverified: server.count(|e| {
             matches!(
                 e,

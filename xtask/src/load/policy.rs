@@ -15,6 +15,7 @@ pub(super) struct Observed {
     pub errors_before_kills: u64,
     /// Before the busy phase (after the kills), whose idle connections may each cost one.
     pub errors_before_busy: u64,
+    /// After the busy phase, before the soak's strangers (each of whose junk lines costs one).
     pub errors_total: u64,
     /// `verified` events with `verified: false`.
     pub unverified: u64,
