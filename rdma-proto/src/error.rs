@@ -208,8 +208,8 @@ pub enum ProtoError {
         /// Which check failed.
         reason: String,
     },
-    /// An error the PEER sent us.
-    #[error("server said: {}: {}", .0.code, crate::printable(&.0.message))]
+    /// An error the PEER sent us (its message escaped, and cut at [`crate::MAX_TEXT`] bytes).
+    #[error("server said: {}: {}", .0.code, crate::printable_capped(&.0.message, crate::MAX_TEXT))]
     Remote(ErrorMsg),
     /// Any other coded error the local program wants to report (e.g. `busy`, `rdma_setup`).
     #[error("{code}: {message}")]

@@ -615,3 +615,19 @@ fn a_clone_before_the_banner_starts_over() {
     again.on_accept(accept_msg(64)).unwrap();
     assert_eq!(again.state(), ClientState::Writing);
 }
+
+/// A server's error message is shown escaped and cut at MAX_TEXT bytes, whatever it sent.
+#[test]
+fn a_servers_long_error_message_is_shown_cut() {
+    let long = format!("{}\u{202e}", "x".repeat(60_000));
+    let err = ServerMessage::Error(ErrorMsg::new(ErrorCode::Busy, long));
+    let mut c = client(Notify::Imm, None);
+    let shown = c.on_banner(err).unwrap_err().to_string();
+    assert!(
+        shown.len() < rdma_proto::MAX_TEXT + 200,
+        "{} bytes",
+        shown.len()
+    );
+    assert!(shown.contains("more bytes not shown"), "{shown}");
+    assert!(!shown.contains('\u{202e}'));
+}
