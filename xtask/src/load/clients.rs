@@ -158,6 +158,11 @@ impl<'a> Clients<'a> {
         Ok(())
     }
 
+    /// A number from the run's random number generator (replayed with `--rng-seed`).
+    pub fn seed(&mut self) -> u64 {
+        self.rng.u64(..)
+    }
+
     /// The server's address.
     pub fn addr(&self) -> Result<std::net::SocketAddr> {
         self.addr

@@ -94,10 +94,27 @@ fn soak(
     for round in 1..=args.soak_rounds {
         let b = strangers::burst(addr, args.soak_threads, args.soak_burst);
         clients.strangers += b.connected;
-        println!(
-            "load: soak round {round}: {} strangers connected in {:?} ({} connects failed)",
-            b.connected, args.soak_burst, b.failed
+        let (cases, failed) = strangers::hostile(
+            addr,
+            args.buffer_size,
+            // The server's --timeout: its default (the load does not set it).
+            std::time::Duration::from_secs(10),
+            clients.seed() ^ u64::from(round),
         );
+        clients.strangers += cases * strangers::HOSTILE_CONNECTIONS;
+        println!(
+            "load: soak round {round}: {} strangers connected in {:?} ({} connects failed), \
+             {cases} hostile cases ({} failed)",
+            b.connected,
+            args.soak_burst,
+            b.failed,
+            failed.len()
+        );
+        for f in failed {
+            clients
+                .failures
+                .push(format!("soak round {round}: hostile case {f}"));
+        }
         server.alive()?;
         quiesce(pid, baseline_threads, args.server_deadline)?;
         let after = Sample::take(pid)?;

@@ -1,9 +1,12 @@
 //! Strangers: bursts of short connections to the server from many threads at once (connect,
-//! one line that is no hello, close), as a scanner or a misconfigured peer makes them. Bounded
-//! in time and in count; on loopback only.
+//! one line that is no hello, close), as a scanner or a misconfigured peer makes them, and the
+//! hostile matrix's cases a stranger can play before any hello is admitted. Bounded in time
+//! and in count; on loopback only.
 
+use rdma_hostile::{Case, Config, Verdict};
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -48,6 +51,57 @@ pub(super) fn burst(addr: SocketAddr, threads: u32, lasting: Duration) -> Burst 
         connected: connected.into_inner(),
         failed: failed.into_inner(),
     }
+}
+
+/// The hostile matrix's cases that need no accept (a stranger's: garbage, wrong order,
+/// vanishing), each checked against the server's answer and followed by its health probe.
+const HOSTILE: [Case; 12] = [
+    Case::BadJson,
+    Case::TruncatedJson,
+    Case::NotObject,
+    Case::BadUtf8,
+    Case::InvalidFields,
+    Case::QpnOutOfRange,
+    Case::BadVersion,
+    Case::UnknownType,
+    Case::BannerToServer,
+    Case::WrittenBeforeHello,
+    Case::ClientError,
+    Case::VanishAfterBanner,
+];
+
+/// At most this many connections one hostile case opens, its health probe included (the
+/// server's `stopped` counts each).
+pub(super) const HOSTILE_CONNECTIONS: u64 = 16;
+
+/// Runs [`HOSTILE`] against the server at `addr` (buffer `buffer_size`, `--timeout`
+/// `server_timeout`); returns how many cases ran and each failed one, named.
+pub(super) fn hostile(
+    addr: SocketAddr,
+    buffer_size: u64,
+    server_timeout: Duration,
+    rng_seed: u64,
+) -> (u64, Vec<String>) {
+    let cfg = Arc::new(Config {
+        server: addr,
+        buffer_size,
+        server_timeout,
+        token: None,
+        max_clients: None,
+        max_per_ip: None,
+        max_pinned: None,
+        expect_forbidden: false,
+        // Only in the hellos of `invalid_fields`, refused for their bad field first.
+        gid: "::ffff:127.0.0.1".to_owned(),
+        reply: Duration::from_secs(5),
+        rng_seed,
+    });
+    let verdicts: Vec<Verdict> = HOSTILE
+        .iter()
+        .enumerate()
+        .map(|(i, &case)| rdma_hostile::run_case_then(&cfg, case, i as u64, &|| Ok(())))
+        .collect();
+    (HOSTILE.len() as u64, Verdict::failures(&verdicts))
 }
 
 #[cfg(test)]
