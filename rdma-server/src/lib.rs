@@ -11,8 +11,10 @@ pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod exit;
+mod failure;
 pub mod grant;
 mod i18n;
+mod kept;
 pub mod output;
 #[cfg(test)]
 mod pair;

@@ -14,7 +14,7 @@
 //! The binding, and the rule that a bench session on InfiniBand needs the token, follow the
 //! port the session really uses, not the one opened at start.
 
-use crate::session::Failure;
+use crate::failure::Failure;
 use crate::verbs::WriteVerbs;
 use rdma_app::device::DeviceArgs;
 use rdma_core_rs::{LinkLayer, LocalPort};

@@ -200,7 +200,7 @@ pub fn run_granting(args: Args, out: Output, grant: Grant) -> Result<()> {
         stranger_log: Mutex::new(LogLimit::new(Instant::now())),
         // `shared` gives it the accept loop's bell.
         wake: Ringer::none(),
-        kept: crate::session::KeptSlots::for_server(args.max_clients, args.max_per_ip)
+        kept: crate::kept::KeptSlots::for_server(args.max_clients, args.max_per_ip)
             .lifetime(args.keep_max_time),
     };
     let shared = shared(args, session, &stop);

@@ -4,8 +4,8 @@
 //! sessions on a fake fabric (`crate::pair`, test-only code). Bench sessions and RDMA CM need
 //! the device itself ([`WriteVerbs::device`]).
 
+use crate::failure::Failure;
 use crate::grant::Grant;
-use crate::session::Failure;
 pub(crate) use rdma_app::verbs::PortName;
 use rdma_core_rs::{
     Completion, CqMode, ExposedRegion, Init, LocalPort, OwnedBuffer, PortState, QpCaps, QueuePair,

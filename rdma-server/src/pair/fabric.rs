@@ -11,8 +11,8 @@
 //! It keeps count of what the sessions did to it (exposures made, left live) and of the writes
 //! it refused, which the cases assert on.
 
+use crate::failure::Failure;
 use crate::grant::Grant;
-use crate::session::Failure;
 use crate::verbs::{CmConnect, Exposure, PortName, Region, WriteVerbs};
 use rdma_core_rs::{Completion, CqMode, WcOpcode, WcStatus};
 use rdma_proto::{Gid, QpEndpoint};

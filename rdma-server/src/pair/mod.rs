@@ -276,7 +276,7 @@ pub(crate) fn context(ports: Box<dyn crate::ports::PortSource>, buffer_size: u64
         pinned: crate::budget::PinBudget::new(1 << 30),
         stranger_log: std::sync::Mutex::new(crate::admission::LogLimit::new(Instant::now())),
         wake: rdma_app::wake::Ringer::none(),
-        kept: crate::session::KeptSlots::new(2),
+        kept: crate::kept::KeptSlots::new(2),
     }
 }
 
@@ -288,7 +288,7 @@ impl crate::ports::PortSource for OnePort {
     fn serve(
         &self,
         _: Option<std::net::IpAddr>,
-    ) -> Result<(Arc<crate::ports::Served>, Option<String>), crate::session::Failure> {
+    ) -> Result<(Arc<crate::ports::Served>, Option<String>), crate::failure::Failure> {
         Ok((Arc::clone(&self.0), None))
     }
 }

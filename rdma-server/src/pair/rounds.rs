@@ -3,7 +3,7 @@
 //! same fake queue pairs, each round a region registered anew.
 
 use super::{KEEP_ALIVE, Pair, TOKEN};
-use crate::session::KeptSlots;
+use crate::kept::KeptSlots;
 use rdma_core_rs::WcStatus;
 use rdma_proto::{ClientHandshake, ClientRequest, Notify, Outcome};
 use std::time::Duration;

@@ -2,7 +2,8 @@
 //! the session's own, offered in the accept with a fresh nonce, and the one connection request
 //! that is the session's client's.
 
-use super::ctx::{Failure, SessionCtx};
+use super::ctx::SessionCtx;
+use crate::failure::Failure;
 use crate::output::{Event, LOGGED_REJECTS};
 use rdma_core_rs::cm::{Gate, Request, Verdict};
 use rdma_core_rs::{ExposedRegion, Init, LocalPort, QueuePair, Rts};

@@ -7,7 +7,8 @@ use rdma_proto::{Hello, ServerHandshake};
 use std::net::TcpStream;
 use std::time::Instant;
 
-use super::ctx::{Failure, SessionCtx};
+use super::ctx::SessionCtx;
+use crate::failure::Failure;
 use crate::verbs::Exposure;
 
 /// [`connect_and_accept`] for a write session's [`Exposure`]: its queue pair connected to the

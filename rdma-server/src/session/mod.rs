@@ -14,9 +14,8 @@ mod rounds;
 mod steps;
 mod write;
 
-pub(crate) use ctx::Failure;
+use crate::failure::Failure;
 pub(crate) use ctx::SessionCtx;
-pub(crate) use rounds::KeptSlots;
 #[cfg(test)]
 pub(crate) use rounds::ROUND_OVERHEAD;
 use steps::*;

@@ -1,133 +1,28 @@
 //! Rounds of a write or bench session ([`rdma_proto::rounds`]): after a verdict, a session
 //! whose accept granted them waits up to its keep-alive for the client's `next`, exposes a
 //! fresh buffer on the same queue pair and answers with its `region`. Which sessions get rounds
-//! at all is [`KeptSlots`]' to say: at most so many at once, so kept sessions never take every
-//! slot under `--max-clients`, and at most so many from one source. How long one is kept and
+//! at all is [`KeptSlots`](crate::kept::KeptSlots)' to say: at most so many at once, so kept
+//! sessions never take every slot under `--max-clients`, and at most so many from one source
+//! (a seam below the session, which its context holds). How long one is kept and
 //! how often its rounds may begin is [`Kept`]'s: a lifetime from its accept, and its rounds
 //! paced by the bytes each registers, zeroes and reads.
 
 use rdma_proto::framing::{FrameError, LineConn};
 use rdma_proto::{ErrorCode, ServerEvent, ServerHandshake};
-use std::net::{IpAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::ctx::{Failure, SessionCtx};
+use super::ctx::SessionCtx;
 use super::steps::{feed, out_of_order, read_failed};
-use crate::admission::PerSource;
+use crate::failure::Failure;
 use crate::output::Event;
 use crate::verbs::Region;
 
-/// How long a kept session may last from its accept (`--keep-max-time`'s default): after it
-/// the session ends at its verdict, as one whose keep-alive ran out.
-pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(600);
-
-/// Bytes a second of round buffers one kept session may have registered, zeroed and read
-/// (its rounds begin no more often than that allows).
-pub const ROUND_RATE: u64 = 64 << 20;
-
 /// What one round costs beyond its buffer's bytes (a registration, a verdict), in bytes of
-/// [`ROUND_RATE`]: about a millisecond, so even a session of tiny rounds has at most about a
+/// [`ROUND_RATE`](crate::kept::ROUND_RATE): about a millisecond, so even a session of tiny rounds has at most about a
 /// thousand a second.
 pub const ROUND_OVERHEAD: u64 = 64 << 10;
-
-/// How many sessions may have rounds at once (each holds its slot under `--max-clients`, idle
-/// between rounds), and from one source (an IPv4 address, an IPv6 /64, as `--max-per-ip`
-/// counts them): a session whose hello asks for rounds gets them only while one of these is
-/// free for it, and holds it to its end. Also how long each is kept and how its rounds are
-/// paced ([`Kept`]).
-#[derive(Debug)]
-pub(crate) struct KeptSlots {
-    cap: usize,
-    per_source: u32,
-    /// How many are held, and by which sources.
-    held: Mutex<(usize, PerSource)>,
-    /// How long a kept session may last from its accept.
-    pub lifetime: Duration,
-    /// [`ROUND_RATE`].
-    pub rate: u64,
-}
-
-/// One of [`KeptSlots`], given back when dropped.
-#[derive(Debug)]
-#[must_use]
-pub(crate) struct KeptSlot<'a> {
-    slots: &'a KeptSlots,
-    source: IpAddr,
-}
-
-impl KeptSlots {
-    /// `cap` sessions with rounds at once (0: none), any number of them from one source, kept
-    /// [`DEFAULT_LIFETIME`] at most, paced at [`ROUND_RATE`].
-    pub(crate) fn new(cap: usize) -> Self {
-        KeptSlots {
-            cap,
-            per_source: u32::MAX,
-            held: Mutex::new((0, PerSource::default())),
-            lifetime: DEFAULT_LIFETIME,
-            rate: ROUND_RATE,
-        }
-    }
-
-    /// For a server with `max_clients` slots, `max_per_ip` from one source: half of each (at
-    /// least one from a source, where any are kept at all).
-    pub(crate) fn for_server(max_clients: u32, max_per_ip: u32) -> Self {
-        Self::new(usize::try_from(max_clients / 2).unwrap_or(usize::MAX))
-            .per_source((max_per_ip / 2).max(1))
-    }
-
-    /// At most `n` from one source.
-    pub(crate) fn per_source(mut self, n: u32) -> Self {
-        self.per_source = n;
-        self
-    }
-
-    /// Each kept at most `d` from its accept.
-    pub(crate) fn lifetime(mut self, d: Duration) -> Self {
-        self.lifetime = d;
-        self
-    }
-
-    /// Rounds paced at `bytes_per_sec` of round buffers.
-    #[cfg(test)]
-    pub(crate) fn paced(mut self, bytes_per_sec: u64) -> Self {
-        self.rate = bytes_per_sec;
-        self
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, PerSource)> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A slot for a session from `peer`, if one is free, and its source holds fewer than its
-    /// share.
-    pub(crate) fn take(&self, peer: IpAddr) -> Option<KeptSlot<'_>> {
-        let mut held = self.lock();
-        if held.0 >= self.cap || !held.1.take(peer, self.per_source) {
-            return None;
-        }
-        held.0 += 1;
-        Some(KeptSlot {
-            slots: self,
-            source: peer,
-        })
-    }
-
-    /// How many are held now.
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
-        self.lock().0
-    }
-}
-
-impl Drop for KeptSlot<'_> {
-    fn drop(&mut self) {
-        let mut held = self.slots.lock();
-        held.0 = held.0.saturating_sub(1);
-        held.1.give_back(self.source);
-    }
-}
 
 /// The least time between the starts of two rounds that each cost `cost` bytes, at `rate`
 /// bytes a second ([`ROUND_OVERHEAD`] more for each).
@@ -279,57 +174,7 @@ pub(super) fn next(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kept_slots_are_capped_and_given_back() {
-        let k = KeptSlots::for_server(5, 8);
-        let ip = |i: u8| IpAddr::from([10, 0, 0, i]);
-        let a = k.take(ip(1));
-        let b = k.take(ip(2));
-        assert!(a.is_some() && b.is_some());
-        assert!(k.take(ip(3)).is_none(), "a third of 2");
-        assert_eq!(k.held(), 2);
-        drop(a);
-        assert_eq!(k.held(), 1);
-        assert!(k.take(ip(3)).is_some());
-        assert!(
-            KeptSlots::for_server(1, 8).take(ip(1)).is_none(),
-            "one slot keeps nothing"
-        );
-    }
-
-    /// One address cannot keep every kept slot: at most half its --max-per-ip (an IPv6 /64 as
-    /// one source, a mapped IPv4 as its IPv4), given back when its sessions end; another
-    /// source still gets the rest.
-    #[test]
-    fn one_source_keeps_at_most_its_share() {
-        let k = KeptSlots::for_server(16, 4);
-        let a: IpAddr = "10.0.0.2".parse().unwrap();
-        let first = [k.take(a), k.take(a)];
-        assert!(first.iter().all(Option::is_some));
-        assert!(k.take(a).is_none(), "a third kept from one address");
-        assert!(
-            k.take("::ffff:10.0.0.2".parse().unwrap()).is_none(),
-            "mapped"
-        );
-        let v6 = k.take("fd00::1".parse().unwrap());
-        let v6b = k.take("fd00::2:1".parse().unwrap());
-        assert!(v6.is_some() && v6b.is_some());
-        assert!(
-            k.take("fd00::ffff:3".parse().unwrap()).is_none(),
-            "same /64"
-        );
-        assert!(
-            k.take("10.0.0.3".parse().unwrap()).is_some(),
-            "another source"
-        );
-        drop(first);
-        assert!(k.take(a).is_some(), "given back");
-        assert!(
-            KeptSlots::for_server(16, 1).take(a).is_some(),
-            "--max-per-ip 1 still keeps one"
-        );
-    }
+    use crate::kept::{DEFAULT_LIFETIME, ROUND_RATE};
 
     /// A session kept round after round, its client asking just inside the keep-alive each
     /// time, is not waited for past its lifetime from its accept.

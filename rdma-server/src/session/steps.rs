@@ -12,7 +12,8 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::ctx::{Failure, SessionCtx};
+use super::ctx::SessionCtx;
+use crate::failure::Failure;
 
 /// How often a session waiting for the write checks the socket and the stop flag.
 const SLICE: Duration = Duration::from_millis(100);

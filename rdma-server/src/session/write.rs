@@ -3,10 +3,11 @@
 //! client's access taken away, the verdict.
 
 use super::connect::accept_exposed;
-use super::ctx::{Failure, SessionCtx};
+use super::ctx::SessionCtx;
 use super::rounds;
 use super::steps::{emit_qp_ready, next_event, out_of_order, report_verdict, wait_for_completion};
 use crate::budget;
+use crate::failure::Failure;
 use crate::output::{Detail, Event, SessionNotify};
 use crate::verbs::{Exposure, WriteVerbs};
 use rdma_core_rs::WcOpcode;

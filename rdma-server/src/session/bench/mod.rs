@@ -26,9 +26,10 @@ use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, Hello, ServerEvent, ServerHandshake};
 
 use super::connect::connect_and_accept;
-use super::ctx::{Failure, SessionCtx};
+use super::ctx::SessionCtx;
 use super::rounds;
 use super::steps::{emit_qp_ready, next_event, out_of_order, report_verdict};
+use crate::failure::Failure;
 use crate::output::{Detail, Event, SessionNotify};
 use crate::verbs::{Region, revoke_region};
 
@@ -196,7 +197,7 @@ pub(crate) fn session(
 /// each round paced by what it registers and refills (its buffer,
 /// and for `lat` the answers' source too).
 fn kept_for(
-    slots: &rounds::KeptSlots,
+    slots: &crate::kept::KeptSlots,
     accepted: Instant,
     bench_max_time: std::time::Duration,
     round: std::time::Duration,
@@ -302,7 +303,7 @@ mod tests {
         let t0 = Instant::now();
         let max = Duration::from_secs(3);
         let keep = Duration::from_secs(30);
-        let slots = rounds::KeptSlots::new(1);
+        let slots = crate::kept::KeptSlots::new(1);
         assert!(
             slots.lifetime > max,
             "the kept sessions' own lifetime is longer"

@@ -16,7 +16,8 @@ use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, ServerHandshake};
 
 use super::SQ_DEPTH;
-use crate::session::ctx::{Failure, SessionCtx};
+use crate::failure::Failure;
+use crate::session::ctx::SessionCtx;
 use crate::session::steps::{next_event, out_of_order};
 
 /// How long the lat loop spins flat out for a ping before it starts to sleep between looks,

@@ -16,7 +16,8 @@ use rdma_proto::framing::LineConn;
 use rdma_proto::{ErrorCode, ServerEvent, ServerHandshake};
 
 use super::pong::{Pong, SessionClock};
-use crate::session::ctx::{Failure, SessionCtx};
+use crate::failure::Failure;
+use crate::session::ctx::SessionCtx;
 use crate::session::steps::next_event;
 
 /// The work request id of the receive posted for the client's stamped ping.
