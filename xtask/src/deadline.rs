@@ -15,6 +15,7 @@
 //! Only per-step deadlines are fixed numbers: one attempt of one command, one boot.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -60,6 +61,85 @@ pub fn started_marker(name: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Directory (in the sync share) of the failure markers: `.failed/GUEST` holds why GUEST's plan
+/// failed (a step that was not allowed to fail, its setup, a marker that never came, the agent
+/// itself). Its agent writes it at once, unless some guest's marker is already there (then its
+/// failure is that one's consequence); every wait for a marker, in every guest, ends as soon as
+/// one appears. So a case whose guest failed ends within seconds, not at the deadline of what
+/// the others were waiting for.
+pub const FAILED_DIR: &str = ".failed";
+
+/// A guest's plan failed: the first of a run is the cause, what ends after it a consequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub guest: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "guest {} failed: {}", self.guest, self.reason.trim())
+    }
+}
+
+/// The file name of `guest`'s failure marker: letters, digits, `-` and `_` (others become
+/// `_`), never empty and never hidden (a `.` name is a marker being written).
+fn failure_marker(guest: &str) -> String {
+    let name: String = guest
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "guest".into()
+    } else {
+        name
+    }
+}
+
+/// Says in `sync` that `guest` failed for `reason`, unless a failure marker is already there
+/// (its own, or another guest's: then this failure is a consequence of that one). Returns
+/// whether it wrote one. The marker appears whole (written aside, then renamed).
+pub fn report_failure(sync: &Path, guest: &str, reason: &str) -> std::io::Result<bool> {
+    if first_failure(sync).is_some() {
+        return Ok(false);
+    }
+    let dir = sync.join(FAILED_DIR);
+    std::fs::create_dir_all(&dir)?;
+    let name = failure_marker(guest);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, reason)?;
+    std::fs::rename(&tmp, dir.join(name))?;
+    Ok(true)
+}
+
+/// The run's first failure in `sync` (the oldest marker; by name among equals), if any guest
+/// failed. Cheap when none did (one failed `read_dir`), so waits poll it with their marker.
+pub fn first_failure(sync: &Path) -> Option<Failure> {
+    let entries = std::fs::read_dir(sync.join(FAILED_DIR)).ok()?;
+    entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let guest = e.file_name().to_str()?.to_owned();
+            if guest.starts_with('.') {
+                return None;
+            }
+            let at = e.metadata().and_then(|m| m.modified()).ok()?;
+            Some((at, guest, e.path()))
+        })
+        .min()
+        .map(|(_, guest, path)| Failure {
+            reason: std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| format!("(its marker {} unreadable: {e})", path.display())),
+            guest,
+        })
 }
 
 /// The worst case of one foreground step's command: every attempt at its full deadline, and
@@ -268,6 +348,22 @@ fn bound_or_err(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_failure_is_the_cause_and_later_ones_are_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(first_failure(dir.path()), None);
+        assert!(report_failure(dir.path(), "A", "step verify exited with 1").unwrap());
+        // B's failure after A's is its consequence: no marker of its own.
+        assert!(!report_failure(dir.path(), "B", "guest A failed: ...: stopping").unwrap());
+        // A marker being written (hidden) is not read.
+        std::fs::write(dir.path().join(FAILED_DIR).join(".C.tmp"), "half").unwrap();
+        let f = first_failure(dir.path()).unwrap();
+        assert_eq!(f.guest, "A");
+        assert_eq!(f.to_string(), "guest A failed: step verify exited with 1");
+        assert_eq!(failure_marker("../x y"), "___x_y");
+        assert_eq!(failure_marker(""), "guest");
+    }
     use crate::plan::Node;
 
     fn plan(steps: Vec<Step>) -> Plan {

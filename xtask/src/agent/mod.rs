@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr, eyre};
 
-use crate::deadline;
+use crate::deadline::{self, Failure};
 use crate::exec::{self, Captured, Finished};
-use crate::plan::{DEADLINE_ARG, Diagnostics, Plan, PlanResult, RESULT_FILE, Step, StepResult};
+use crate::plan::{
+    DEADLINE_ARG, Diagnostics, GUEST_SYNC, Plan, PlanResult, RESULT_FILE, Step, StepResult,
+};
 use crate::text;
 
 /// Arguments of `guest-agent`.
@@ -37,13 +39,21 @@ pub fn cmd(args: &AgentArgs) -> Result<()> {
             .join(RESULT_FILE)
     });
     let mut result = PlanResult::default();
+    let guest = own_name();
     let outcome = std::fs::read(&args.plan)
         .wrap_err_with(|| format!("reading plan {}", args.plan.display()))
         .and_then(|b| {
             serde_json::from_slice::<Plan>(&b)
                 .wrap_err_with(|| format!("parsing plan {}", args.plan.display()))
         })
-        .and_then(|plan| run_plan(&plan, &mut result));
+        .inspect_err(|e| {
+            // No plan, so no sync dir of its own: the guests' usual one, if it is there.
+            let sync = Path::new(GUEST_SYNC);
+            if sync.is_dir() {
+                report_failure(sync, &guest, &format!("the guest agent: {e:#}"));
+            }
+        })
+        .and_then(|plan| run_plan(&plan, &guest, &mut result));
     if let Err(e) = &outcome {
         result.error.get_or_insert_with(|| format!("{e:#}"));
     }
@@ -61,6 +71,28 @@ pub fn cmd(args: &AgentArgs) -> Result<()> {
             "guest-agent: plan failed: {}",
             result.error.as_deref().unwrap_or("unknown error")
         ))
+    }
+}
+
+/// This guest's name, for its failure marker: `XTASK_GUEST` (set by the guest's init), else
+/// the hostname (which the init set to it too).
+fn own_name() -> String {
+    std::env::var("XTASK_GUEST")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "guest".to_owned())
+}
+
+/// Says in the run's sync dir that this guest failed (unless a guest already did: see
+/// [`deadline::report_failure`]), so that every other guest stops waiting for it.
+fn report_failure(sync: &Path, guest: &str, reason: &str) {
+    if let Err(e) = deadline::report_failure(sync, guest, reason) {
+        eprintln!(
+            "guest-agent: could not leave the failure marker in {}: {e}",
+            sync.display()
+        );
     }
 }
 
@@ -107,10 +139,10 @@ fn fill(r: &mut StepResult, f: &Finished, expect: i32) {
     }
 }
 
-fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
+fn run_plan(plan: &Plan, guest: &str, result: &mut PlanResult) -> Result<()> {
     match node::setup_node(plan, result) {
         Ok(rxe) => {
-            let out = run_steps(plan, result);
+            let out = run_steps(plan, guest, result);
             // Always, and while the rxe device still exists: steps may be allowed to fail,
             // and whoever judges them later needs the device's state too.
             result.diagnostics = Some(diagnostics());
@@ -118,6 +150,11 @@ fn run_plan(plan: &Plan, result: &mut PlanResult) -> Result<()> {
             out
         }
         Err(e) => {
+            report_failure(
+                Path::new(&plan.sync_dir),
+                guest,
+                &format!("its node setup: {e:#}"),
+            );
             result.diagnostics = Some(diagnostics());
             Err(e)
         }
@@ -131,7 +168,7 @@ pub fn run_local(plan: &Plan) -> PlanResult {
     let mut result = PlanResult::default();
     let mut plan = plan.clone();
     let outcome = crate::deadline::derive(std::slice::from_mut(&mut plan))
-        .and_then(|()| run_steps(&plan, &mut result));
+        .and_then(|()| run_steps(&plan, "host", &mut result));
     if let Err(e) = &outcome {
         result.error.get_or_insert_with(|| format!("{e:#}"));
     }
@@ -141,9 +178,27 @@ pub fn run_local(plan: &Plan) -> PlanResult {
     result
 }
 
-/// Runs the steps (foreground in order, background collected at the end).
-fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
+/// Runs the steps (foreground in order, background collected at the end) as guest `guest`.
+/// A failure that ends the plan (a step not allowed to fail, a marker that never came, the agent
+/// itself) is reported in the sync dir at once ([`deadline::FAILED_DIR`]); every wait here ends
+/// as soon as any guest of the run reports one, and the background steps are told to stop.
+fn run_steps(plan: &Plan, guest: &str, result: &mut PlanResult) -> Result<()> {
     let sync = PathBuf::from(&plan.sync_dir);
+    match steps(plan, &sync, guest, result) {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) => {
+            result.error = Some(e.clone());
+            Err(eyre!(e))
+        }
+        Err(e) => {
+            report_failure(&sync, guest, &format!("the guest agent: {e:#}"));
+            Err(e)
+        }
+    }
+}
+
+/// [`run_steps`]'s work: the plan's first error (`Ok(None)`: none), or the agent's own.
+fn steps(plan: &Plan, sync: &Path, guest: &str, result: &mut PlanResult) -> Result<Option<String>> {
     let clock = Instant::now();
     let started_dir = sync.join(deadline::STARTED_DIR);
     std::fs::create_dir_all(&started_dir)
@@ -156,6 +211,9 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
     };
     let mut background: Vec<(usize, Captured, Instant)> = Vec::new();
     let mut first_error: Option<String> = None;
+    // Why the plan stops here (a failure no step was allowed), reported before the
+    // background steps are collected.
+    let mut fatal: Option<String> = None;
     for step in &plan.steps {
         let idx = result.steps.len();
         let resolved = gid::resolve_step(step).map(|mut s| {
@@ -181,6 +239,7 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
                 if step.allow_failure {
                     continue;
                 }
+                fatal = result.steps.last().map(describe_failure);
                 break;
             }
         };
@@ -191,24 +250,30 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
         };
         if let Some(marker) = &step.wait_for_file {
             let t = Instant::now();
-            let found = wait_for_file(&sync.join(marker), t + step.wait_timeout())?;
+            let waited = wait_for_marker(&sync.join(marker), sync, t + step.wait_timeout())?;
             r.waited_s = t.elapsed().as_secs_f64();
-            if !found {
-                r.error = Some(format!(
+            let stopped = matches!(waited, Waited::Failed(_));
+            let error = match waited {
+                Waited::Appeared => None,
+                Waited::TimedOut => Some(format!(
                     "marker {marker} did not appear in {} within its {:.0} s deadline{}",
                     sync.display(),
                     step.wait_timeout().as_secs_f64(),
                     progress(&started_dir, &step.waits_on)
-                ));
-                first_error.get_or_insert_with(|| {
-                    format!(
-                        "step {}: {}",
-                        step.name,
-                        r.error.clone().unwrap_or_default()
-                    )
-                });
+                )),
+                Waited::Failed(f) => Some(format!("{f}: stopping (waited for marker {marker})")),
+            };
+            if let Some(error) = error {
+                let why = format!("step {}: {error}", step.name);
+                r.error = Some(error);
+                first_error.get_or_insert_with(|| why.clone());
                 result.steps.push(r);
-                if step.allow_failure { continue } else { break }
+                // The run has failed: no step goes on, whatever it was allowed.
+                if step.allow_failure && !stopped {
+                    continue;
+                }
+                fatal = Some(why);
+                break;
             }
         }
         mark_started(&step.name)?;
@@ -216,34 +281,41 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
             r.attempts = 1;
             match Captured::spawn(&step.argv) {
                 Ok(c) => {
-                    touch(&sync, step.create_file_when_started.as_deref())?;
+                    touch(sync, step.create_file_when_started.as_deref())?;
                     background.push((idx, c, Instant::now() + step.timeout()));
                 }
                 Err(e) => {
+                    let why = format!("step {} could not start: {e:#}", step.name);
                     r.error = Some(format!("{e:#}"));
-                    first_error.get_or_insert_with(|| {
-                        format!("step {} could not start: {e:#}", step.name)
-                    });
+                    if !step.allow_failure {
+                        report_failure(sync, guest, &why);
+                    }
+                    first_error.get_or_insert(why);
                 }
             }
             result.steps.push(r);
             continue;
         }
-        run_foreground(step, &sync, &mut r)?;
-        touch(&sync, step.create_file_when_ended.as_deref())?;
+        let stopped = run_foreground(step, sync, &mut r)?;
+        touch(sync, step.create_file_when_ended.as_deref())?;
         let ok = r.ok;
         // A step may be allowed to fail; never to panic.
         let panicked = r.panic_line().is_some();
         if !ok {
             first_error.get_or_insert_with(|| describe_failure(&r));
         }
+        let why = describe_failure(&r);
         result.steps.push(r);
-        if !ok && (!step.allow_failure || panicked) {
+        if !ok && (!step.allow_failure || panicked || stopped) {
+            fatal = Some(why);
             break;
         }
     }
+    if let Some(why) = &fatal {
+        report_failure(sync, guest, why);
+    }
     // Collect background steps: each until its own deadline (killed after), or until the
-    // marker that ends its job, then its grace.
+    // marker that ends its job, then its grace; told to stop once a guest of the run failed.
     for (idx, child, deadline) in background {
         let step = plan
             .steps
@@ -253,26 +325,23 @@ fn run_steps(plan: &Plan, result: &mut PlanResult) -> Result<()> {
             continue;
         };
         let Some(step) = step else { continue };
-        collect(step, child, deadline, &sync, &started_dir, r)?;
+        let stopped = collect(step, child, deadline, sync, &started_dir, r)?;
         if r.ok {
-            touch(&sync, step.create_file_when_done.as_deref())?;
-        } else if !step.allow_failure || r.panic_line().is_some() {
-            first_error.get_or_insert_with(|| describe_failure(r));
+            touch(sync, step.create_file_when_done.as_deref())?;
+        } else if !step.allow_failure || r.panic_line().is_some() || stopped {
+            let why = describe_failure(r);
+            report_failure(sync, guest, &why);
+            first_error.get_or_insert(why);
         }
-        touch(&sync, step.create_file_when_ended.as_deref())?;
+        touch(sync, step.create_file_when_ended.as_deref())?;
     }
-    match first_error {
-        Some(e) => {
-            result.error = Some(e.clone());
-            Err(eyre!(e))
-        }
-        None => Ok(()),
-    }
+    Ok(first_error)
 }
 
 /// Waits for background `step` (spawned as `child`, to be collected by `deadline`): until the
 /// marker that ends its job, then its grace; killed at its deadline, with an error that says
-/// what it was waiting on and how far that had got.
+/// what it was waiting on and how far that had got. Once a guest of the run reports failure,
+/// it is told to stop (SIGTERM) and has its grace: then it returns true.
 fn collect(
     step: &Step,
     mut child: Captured,
@@ -280,12 +349,13 @@ fn collect(
     sync: &Path,
     started_dir: &Path,
     r: &mut StepResult,
-) -> Result<()> {
+) -> Result<bool> {
     let mut why_killed = None;
+    let mut stopped = None;
     let end = match step.until_file() {
         None => deadline,
-        Some(marker) => {
-            if wait_for_file(&sync.join(marker), deadline)? {
+        Some(marker) => match wait_for_marker(&sync.join(marker), sync, deadline)? {
+            Waited::Appeared => {
                 if step.stop_when_file.is_some() {
                     child.terminate();
                 }
@@ -294,7 +364,8 @@ fn collect(
                     deadline::GRACE.as_secs_f64()
                 ));
                 Instant::now() + deadline::GRACE
-            } else {
+            }
+            Waited::TimedOut => {
                 why_killed = Some(format!(
                     "killed at its {:.0} s deadline (derived from what it waits on) before \
                      marker {marker} appeared{}",
@@ -303,11 +374,35 @@ fn collect(
                 ));
                 Instant::now()
             }
+            Waited::Failed(f) => {
+                child.terminate();
+                stopped = Some(f);
+                Instant::now() + deadline::GRACE
+            }
+        },
+    };
+    let f = match stopped {
+        Some(_) => child.finish(end)?,
+        None => {
+            let (f, failed) = finish_watching(child, end, sync)?;
+            stopped = failed;
+            f
         }
     };
-    let f = child.finish(end)?;
     fill(r, &f, step.expect_exit);
-    if f.timed_out {
+    if let Some(failure) = &stopped {
+        // Cut short, whatever it exited with.
+        r.ok = false;
+        let killed = if f.timed_out {
+            format!(
+                "; still running {:.0} s after SIGTERM",
+                deadline::GRACE.as_secs_f64()
+            )
+        } else {
+            String::new()
+        };
+        r.error = Some(format!("{failure}: stopping (told to stop{killed})"));
+    } else if f.timed_out {
         r.error = why_killed.or_else(|| {
             Some(format!(
                 "killed at its {:.0} s deadline",
@@ -315,7 +410,7 @@ fn collect(
             ))
         });
     }
-    Ok(())
+    Ok(stopped.is_some())
 }
 
 /// What the steps named `waits_on` had done, from their `.steps-started/` markers: ", while they
@@ -347,19 +442,27 @@ fn progress(started_dir: &Path, waits_on: &[String]) -> String {
     }
 }
 
-fn run_foreground(step: &Step, sync: &Path, r: &mut StepResult) -> Result<()> {
+/// Runs foreground `step` (its attempts); true when a guest of the run failed meanwhile and the
+/// step was told to stop.
+fn run_foreground(step: &Step, sync: &Path, r: &mut StepResult) -> Result<bool> {
     loop {
         r.attempts += 1;
         let child = match Captured::spawn(&step.argv) {
             Ok(c) => c,
             Err(e) => {
                 r.error = Some(format!("{e:#}"));
-                return Ok(());
+                return Ok(false);
             }
         };
         touch(sync, step.create_file_when_started.as_deref())?;
-        let f = child.finish(Instant::now() + step.timeout())?;
+        let (f, stopped) = finish_watching(child, Instant::now() + step.timeout(), sync)?;
         fill(r, &f, step.expect_exit);
+        if let Some(failure) = stopped {
+            // Cut short, whatever it exited with.
+            r.ok = false;
+            r.error = Some(format!("{failure}: stopping (told to stop)"));
+            return Ok(true);
+        }
         if f.timed_out {
             r.error = Some(format!(
                 "killed at its {:.0} s deadline (attempt {} of {})",
@@ -371,12 +474,39 @@ fn run_foreground(step: &Step, sync: &Path, r: &mut StepResult) -> Result<()> {
             r.error = None;
         }
         if r.ok {
-            return touch(sync, step.create_file_when_done.as_deref());
+            touch(sync, step.create_file_when_done.as_deref())?;
+            return Ok(false);
         }
         if r.attempts > step.retries {
-            return Ok(());
+            return Ok(false);
         }
         exec::sleep(Duration::from_secs_f64(step.retry_delay_s.clamp(0.0, 60.0)))?;
+    }
+}
+
+/// Waits for `child` until it exits or `deadline` passes (then it is killed), as
+/// [`Captured::finish`] does; but when a guest of the run reports failure first, the child is
+/// told to stop (SIGTERM) and has [`deadline::GRACE`] (within its deadline) to exit, and the
+/// failure comes back with what it did.
+fn finish_watching(
+    mut child: Captured,
+    deadline: Instant,
+    sync: &Path,
+) -> Result<(Finished, Option<Failure>)> {
+    let mut poll = Duration::from_millis(1);
+    loop {
+        let now = Instant::now();
+        if child.exited()? || now >= deadline {
+            return Ok((child.finish(deadline)?, None));
+        }
+        if let Some(failure) = deadline::first_failure(sync) {
+            child.terminate();
+            let end = deadline.min(Instant::now() + deadline::GRACE);
+            return Ok((child.finish(end)?, Some(failure)));
+        }
+        exec::sleep(poll.min(deadline - now))?;
+        // Often at first (short-lived commands), then every 20 ms.
+        poll = (poll * 2).min(Duration::from_millis(20));
     }
 }
 
@@ -409,14 +539,28 @@ fn touch(sync: &Path, marker: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// Polls for `path` until `deadline`. Ok(false) when it did not appear.
-pub fn wait_for_file(path: &Path, deadline: Instant) -> Result<bool> {
+/// What a wait for a marker came to.
+#[derive(Debug)]
+enum Waited {
+    Appeared,
+    /// Its deadline passed first.
+    TimedOut,
+    /// A guest of the run reported failure first (the run's first failure).
+    Failed(Failure),
+}
+
+/// Polls for `path` until `deadline`, and the run's failure markers in `sync` with it: a wait
+/// ends as soon as any guest failed.
+fn wait_for_marker(path: &Path, sync: &Path, deadline: Instant) -> Result<Waited> {
     loop {
         if path.exists() {
-            return Ok(true);
+            return Ok(Waited::Appeared);
+        }
+        if let Some(f) = deadline::first_failure(sync) {
+            return Ok(Waited::Failed(f));
         }
         if Instant::now() >= deadline {
-            return Ok(false);
+            return Ok(Waited::TimedOut);
         }
         exec::sleep(Duration::from_millis(20))?;
     }
@@ -477,8 +621,12 @@ mod tests {
     }
 
     fn run_steps_only(plan: &Plan) -> (Result<()>, PlanResult) {
+        run_steps_as(plan, "A")
+    }
+
+    fn run_steps_as(plan: &Plan, guest: &str) -> (Result<()>, PlanResult) {
         let mut result = PlanResult::default();
-        let out = run_steps(plan, &mut result);
+        let out = run_steps(plan, guest, &mut result);
         (out, result)
     }
 
@@ -595,6 +743,95 @@ mod tests {
         assert!(bg.timed_out && !bg.ok);
     }
 
+    /// Guest A fails a step early; guest B, waiting for A's marker (and running a server that
+    /// lives until a marker A never makes), and guest C, running a long command, end within
+    /// seconds naming A and why, not at their deadlines; A's own server is stopped too, and only
+    /// A leaves a failure marker.
+    #[test]
+    fn a_failed_guest_ends_every_wait_of_the_run_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a_server = Step::new("A server", &["sleep", "60"]);
+        a_server.background = true;
+        a_server.timeout_s = 60.0;
+        a_server.stop_when_file = Some("b-done".into());
+        let mut verify = Step::new(
+            "systemd-analyze verify",
+            &[
+                "sh",
+                "-c",
+                "sleep 0.3; echo 'man: command not found' >&2; exit 1",
+            ],
+        );
+        verify.create_file_when_done = Some("a-ready".into());
+        let plan_a = plan_in(dir.path(), vec![a_server, verify]);
+        let mut b_server = Step::new("B server", &["sleep", "60"]);
+        b_server.background = true;
+        b_server.timeout_s = 60.0;
+        b_server.stop_when_file = Some("a-done".into());
+        let mut client = Step::new("client", &["true"]);
+        client.wait_for_file = Some("a-ready".into());
+        client.wait_s = Some(60.0);
+        let plan_b = plan_in(dir.path(), vec![b_server, client]);
+        let mut long = Step::new("long", &["sleep", "60"]);
+        long.timeout_s = 60.0;
+        let plan_c = plan_in(dir.path(), vec![long, Step::new("after", &["true"])]);
+        let t = Instant::now();
+        let b = std::thread::spawn(move || {
+            let out = run_steps_as(&plan_b, "B");
+            (out, t.elapsed())
+        });
+        let c = std::thread::spawn(move || {
+            let out = run_steps_as(&plan_c, "C");
+            (out, t.elapsed())
+        });
+        let (out_a, a) = run_steps_as(&plan_a, "A");
+        let a_took = t.elapsed();
+        let ((out_b, b), b_took) = b.join().unwrap();
+        let ((out_c, c), c_took) = c.join().unwrap();
+        assert!(out_a.is_err() && out_b.is_err() && out_c.is_err());
+        assert!(c_took < Duration::from_secs(5), "C took {c_took:?}: {c:?}");
+        let long = c.step("long").unwrap();
+        assert!(!long.ok && !long.timed_out, "{long:?}");
+        assert!(
+            long.error
+                .as_deref()
+                .unwrap()
+                .starts_with("guest A failed:"),
+            "{long:?}"
+        );
+        assert!(c.step("after").is_none(), "C went on after A failed: {c:?}");
+        assert!(a_took < Duration::from_secs(5), "A took {a_took:?}: {a:?}");
+        assert!(b_took < Duration::from_secs(5), "B took {b_took:?}: {b:?}");
+        let e = b.error.as_deref().unwrap();
+        assert!(
+            e.contains("guest A failed: step systemd-analyze verify")
+                && e.contains("man: command not found")
+                && e.contains("stopping"),
+            "{e}"
+        );
+        assert!(b.step("client").unwrap().error.is_some(), "{b:?}");
+        let b_server = b.step("B server").unwrap();
+        assert!(!b_server.timed_out, "{b_server:?}");
+        assert!(
+            b_server
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("guest A failed"),
+            "{b_server:?}"
+        );
+        assert!(!a.step("A server").unwrap().timed_out, "{a:?}");
+        let first = deadline::first_failure(dir.path()).unwrap();
+        assert_eq!(first.guest, "A");
+        assert!(first.reason.contains("systemd-analyze verify"), "{first:?}");
+        let markers = std::fs::read_dir(dir.path().join(deadline::FAILED_DIR)).unwrap();
+        assert_eq!(
+            markers.count(),
+            1,
+            "B's failure is a consequence, not a cause"
+        );
+    }
+
     /// A panic fails the plan even in a step allowed to fail, and in a background step that
     /// exited as expected: the release binaries the guests run wrap on overflow where a debug
     /// build panics, and neither may pass unseen.
@@ -618,6 +855,8 @@ mod tests {
         let mut fg = Step::new("client", &["sh", "-c", panics]);
         fg.allow_failure = true;
         let after = Step::new("after", &["true"]);
+        // A run of its own: the first one's failure marker would stop this one at once.
+        let dir = tempfile::tempdir().unwrap();
         let plan = plan_in(dir.path(), vec![fg, after]);
         let (out, r) = run_steps_only(&plan);
         assert!(out.is_err(), "a step allowed to fail that panicked passed");
