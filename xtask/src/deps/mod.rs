@@ -26,7 +26,8 @@ pub enum Group {
     /// QEMU guests with the Debian kernel (busybox initramfs, depmod, cpio, module decompressors,
     /// vde_switch for three or more).
     Vm,
-    /// `cargo xtask dist`: cargo-deb (and dpkg-shlibdeps for its `$auto`), systemd-analyze.
+    /// `cargo xtask dist`: cargo-deb (and dpkg-shlibdeps for its `$auto`), systemd-analyze, and
+    /// `man` for `systemd-analyze verify` of the unit's `Documentation=man:` (pkg-test's guest).
     Dist,
     /// `cargo xtask fabric-e2e`: munge and a minimal Slurm (slurmctld, slurmd, srun) in the guests.
     Slurm,
@@ -117,7 +118,9 @@ impl Group {
                 "xz-utils",
                 "zstd",
             ],
-            Group::Dist => &["dpkg-dev", "systemd"],
+            // man-db: `systemd-analyze verify` (pkg-test's guest, over the host's root) checks
+            // the unit's `Documentation=man:` pages with `man`, and fails without it.
+            Group::Dist => &["dpkg-dev", "systemd", "man-db"],
             // The fabric phase's mesh stops one node's server with pkill.
             Group::Slurm => &["slurm-wlm", "munge", "procps"],
             Group::Bench => &["fonts-dejavu-core"],

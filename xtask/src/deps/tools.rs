@@ -53,6 +53,8 @@ pub const TOOLS: &[(&str, &str)] = &[
     // Packages: cargo-deb needs dpkg-shlibdeps; the unit is checked with systemd-analyze.
     ("dpkg-shlibdeps", "dpkg-dev"),
     ("systemd-analyze", "systemd"),
+    // `systemd-analyze verify` runs `man` for the unit's `Documentation=man:` pages.
+    ("man", "man-db"),
     ("dpkg-deb", "dpkg"),
     ("dpkg", "dpkg"),
     ("dpkg-query", "dpkg"),
