@@ -70,6 +70,7 @@ mod clock;
 pub mod cm;
 mod context;
 mod cq;
+mod endpoint;
 pub mod error;
 mod fd;
 mod local;
@@ -84,12 +85,13 @@ mod verbs_ctx;
 pub use clock::CompletionClock;
 pub use context::{Context, DeviceInfo, devices, select_gid_in};
 pub use cq::{Completion, CompletionQueue, CqMode, ParseCqModeError, Wait};
+pub use endpoint::Endpoint;
 pub use error::{Error, ErrorKind, Result, VerbOp};
 pub use local::LocalPort;
 pub use pd::{ExposedRegion, MemoryRegion, OwnedBuffer, ProtectionDomain};
 pub use qp::{
-    Endpoint, Init, MAX_PSN, MAX_WRITE_LEN, PathClass, QpCaps, QueuePair, RemoteBuffer, RemoteQp,
-    Reset, Rtr, RtrParams, Rts, RtsParams, WriteFlags,
+    Init, MAX_PSN, MAX_WRITE_LEN, PathClass, QpCaps, QueuePair, RemoteBuffer, RemoteQp, Reset, Rtr,
+    RtrParams, Rts, RtsParams, WriteFlags,
 };
 pub use transport::Transport;
 pub use types::{

@@ -4,10 +4,7 @@
 use std::net::IpAddr;
 
 use crate::route::{self, Candidate};
-use crate::{
-    Context, Endpoint, GidEntry, PathClass, PortInfo, PortState, QueuePair, Result, Transport,
-    devices,
-};
+use crate::{Context, GidEntry, PathClass, PortInfo, PortState, Result, Transport, devices};
 
 /// An open device with a checked port and a selected GID.
 #[derive(Clone, Debug)]
@@ -123,19 +120,6 @@ impl LocalPort {
     /// No RDMA, no devices, or a verbs query failure.
     pub fn rails() -> Result<Vec<route::Rail>> {
         Ok(route::rails(&snapshot(None)?.1))
-    }
-
-    /// This side of a connection through `qp`, for the peer: the QPN, our send PSN `psn` (give
-    /// the same to [`QueuePair::connect_to`]), and this port's GID, LID and active MTU.
-    #[must_use]
-    pub fn endpoint<S>(&self, qp: &QueuePair<S>, psn: u32) -> Endpoint {
-        Endpoint {
-            qpn: qp.qpn(),
-            psn,
-            gid: self.gid.gid,
-            lid: self.port.lid,
-            mtu: self.port.active_mtu.bytes(),
-        }
     }
 }
 

@@ -108,17 +108,6 @@ pub fn has_cap_ipc_lock(status: &str) -> bool {
         .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
 }
 
-/// The advice of [`Error::MemlockLimit`]; `total` is what the limit must at least be.
-pub(crate) fn advice(total: u64) -> String {
-    let kib = total.div_ceil(1024);
-    format!(
-        "raise the locked-memory limit: `ulimit -l {kib}` (KiB) or `ulimit -l unlimited` in the \
-         shell that starts it, `LimitMEMLOCK=` in its systemd unit (the rdma-server package's \
-         unit sets 80M, for its 64 MiB --max-pinned), or a `memlock` line in /etc/security/limits.d/; or register less \
-         (a smaller --buffer-size, fewer --max-clients)"
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@
 //! up), then lets the gate judge the path the request set up, and stops listening.
 
 pub(crate) mod bind;
+mod link;
 mod path;
 mod qp;
 mod raw;
@@ -34,6 +35,7 @@ use crate::{Init, QueuePair, Rts};
 
 use bind::bind;
 pub use bind::device_for;
+pub(crate) use link::Link;
 pub use path::PathRecord;
 use raw::{Channel, Event, Id};
 
@@ -41,22 +43,6 @@ use raw::{Channel, Event, Id};
 #[must_use]
 pub fn available() -> bool {
     Channel::new().is_ok()
-}
-
-/// The CM connection of a connected queue pair: its id and the channel it reports on (and, on
-/// the passive side, the listener it came from). Owned by the queue pair; dropped before the
-/// queue pair is destroyed, it disconnects.
-pub(crate) struct Link {
-    // Field order is drop order: the connection's id, then its channel.
-    id: Id,
-    _ch: Channel,
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        // SAFETY: valid, connected id. A failure (the peer went first) changes nothing here.
-        unsafe { cm::rdma_disconnect(self.id.raw()) };
-    }
 }
 
 /// The connection parameters of both ends: our QP number, one RDMA Read/atomic each way (we
@@ -326,7 +312,7 @@ impl QueuePair<Init> {
         let ev = ch.next("connect", deadline, &never)?;
         let qp = match (ev.kind, ev.status) {
             // iWARP: the kernel moved the queue pair to RTS with the connection.
-            (T::RDMA_CM_EVENT_ESTABLISHED, 0) => self.established_by_cm(local),
+            (T::RDMA_CM_EVENT_ESTABLISHED, 0) => self.established_by_cm(local.port.active_mtu),
             // InfiniBand/RoCE: ours to move, then we tell the CM (RTU).
             (T::RDMA_CM_EVENT_CONNECT_RESPONSE, 0) => {
                 // The path is the one we resolved ourselves, to the listener we chose.
@@ -522,7 +508,7 @@ impl Listener {
         }
         let qp = match qp {
             Pending::Ready(rts) => rts,
-            Pending::Kernel(init) => init.established_by_cm(local),
+            Pending::Kernel(init) => init.established_by_cm(local.port.active_mtu),
         };
         Ok(qp.with_link(Link { id: conn, _ch: ch }))
     }

@@ -216,6 +216,17 @@ pub fn completion_advice(status: WcStatus) -> String {
     s.to_owned()
 }
 
+/// The advice of [`Error::MemlockLimit`](super::Error::MemlockLimit); `total` is what the limit must at least be.
+pub(crate) fn memlock_advice(total: u64) -> String {
+    let kib = total.div_ceil(1024);
+    format!(
+        "raise the locked-memory limit: `ulimit -l {kib}` (KiB) or `ulimit -l unlimited` in the \
+         shell that starts it, `LimitMEMLOCK=` in its systemd unit (the rdma-server package's \
+         unit sets 80M, for its 64 MiB --max-pinned), or a `memlock` line in /etc/security/limits.d/; or register less \
+         (a smaller --buffer-size, fewer --max-clients)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

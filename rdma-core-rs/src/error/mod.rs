@@ -47,7 +47,7 @@ pub enum Error {
     /// Registering would pin more memory than `RLIMIT_MEMLOCK` allows ([`crate::memlock`]).
     #[error(
         "registering {} KiB would exceed the locked-memory limit (RLIMIT_MEMLOCK {} KiB, {} KiB already pinned): {}",
-        .need / 1024, .limit / 1024, .pinned / 1024, crate::memlock::advice(.need + .pinned)
+        .need / 1024, .limit / 1024, .pinned / 1024, advice::memlock_advice(.need + .pinned)
     )]
     MemlockLimit {
         /// Bytes the registration pins (whole pages).
@@ -307,7 +307,7 @@ impl Error {
                 Some("send less or ask the server for a larger buffer".to_owned())
             }
             Error::Alloc { .. } => Some("use a smaller buffer".to_owned()),
-            Error::MemlockLimit { need, pinned, .. } => Some(crate::memlock::advice(need + pinned)),
+            Error::MemlockLimit { need, pinned, .. } => Some(advice::memlock_advice(need + pinned)),
             Error::Timeout { .. } => Some(
                 "the peer may be gone, or the path drops packets (RoCE retransmits a lost \
                      packet only after the queue pair's timeout, so a lossy link can stall a \

@@ -4,7 +4,6 @@
 //! cannot be called out of order and only an `Rts` queue pair can post an RDMA Write. If a
 //! transition fails the queue pair is destroyed (it is dropped with the error).
 
-mod endpoint;
 mod post;
 
 use std::fmt;
@@ -14,7 +13,6 @@ use std::ptr;
 use ffi::ibv_qp_attr_mask as M;
 use ibverbs_sys as ffi;
 
-pub use endpoint::Endpoint;
 pub use post::{RemoteBuffer, WriteFlags};
 
 use crate::cq::CompletionQueue;
@@ -519,10 +517,10 @@ impl QueuePair<Reset> {
 
 impl QueuePair<Init> {
     /// iWARP: RDMA CM established the connection (its ESTABLISHED event), and with it the
-    /// kernel moved the queue pair to RTS; the path MTU is `local`'s port's. (Not queried: siw
-    /// does not report a queue pair's state, `ibv_query_qp` says RESET.)
-    pub(crate) fn established_by_cm(mut self, local: &crate::LocalPort) -> QueuePair<Rts> {
-        self.h.path_mtu = local.port.active_mtu;
+    /// kernel moved the queue pair to RTS; the path MTU is `path_mtu`, the local port's active
+    /// MTU. (Not queried: siw does not report a queue pair's state, `ibv_query_qp` says RESET.)
+    pub(crate) fn established_by_cm(mut self, path_mtu: Mtu) -> QueuePair<Rts> {
+        self.h.path_mtu = path_mtu;
         QueuePair {
             h: self.h,
             _state: PhantomData,
@@ -574,4 +572,4 @@ impl QueuePair<Rts> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -2,7 +2,7 @@ use super::*;
 use crate::error::ErrorKind;
 use crate::pd::MemoryRegion;
 
-pub(super) fn remote_qp() -> RemoteQp {
+pub(crate) fn remote_qp() -> RemoteQp {
     RemoteQp {
         qpn: 0x11,
         psn: 0xabcdef,

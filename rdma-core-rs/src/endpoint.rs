@@ -1,9 +1,11 @@
 //! [`Endpoint`], one side's queue pair as the two sides exchange it, and
-//! [`QueuePair::connect_to`], which connects an `Init` queue pair to such an endpoint.
+//! [`QueuePair::connect_to`], which connects an `Init` queue pair to such an endpoint, and
+//! [`LocalPort::endpoint`], which says ours: the seam above both the queue pair and the
+//! local port, which neither of them needs.
 
-use super::{Init, QueuePair, RemoteQp, RtrParams, Rts, RtsParams};
 use crate::error::{Error, Result};
 use crate::local::LocalPort;
+use crate::qp::{Init, QueuePair, RemoteQp, RtrParams, Rts, RtsParams};
 use crate::types::{Gid, Mtu, PortInfo};
 
 /// One side's queue pair as the two sides exchange it (out of band, e.g. in a handshake):
@@ -37,9 +39,24 @@ impl Endpoint {
     }
 }
 
+impl LocalPort {
+    /// This side of a connection through `qp`, for the peer: the QPN, our send PSN `psn` (give
+    /// the same to [`QueuePair::connect_to`]), and this port's GID, LID and active MTU.
+    #[must_use]
+    pub fn endpoint<S>(&self, qp: &QueuePair<S>, psn: u32) -> Endpoint {
+        Endpoint {
+            qpn: qp.qpn(),
+            psn,
+            gid: self.gid.gid,
+            lid: self.port.lid,
+            mtu: self.port.active_mtu.bytes(),
+        }
+    }
+}
+
 impl QueuePair<Init> {
     /// INIT -> RTR -> RTS towards `peer`, on `local`'s port and GID, marked with its
-    /// [`PathClass`](super::PathClass): the path MTU is the smaller of both ports' active
+    /// [`PathClass`](crate::PathClass): the path MTU is the smaller of both ports' active
     /// MTUs, our send PSN is `sq_psn` (the one sent to the peer with [`LocalPort::endpoint`]),
     /// the local ACK timeout `local.qp_timeout`, every other attribute is the [`RtrParams`] /
     /// [`RtsParams`] default.
