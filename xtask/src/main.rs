@@ -76,8 +76,7 @@ enum Cmd {
     #[command(hide = true)]
     Hostile(hostile::HostileArgs),
     /// Check the invariants ARCHITECTURE.md states (dependency rules between our crates, no import
-    /// circle, no file over 600 lines outside its tests, nothing printing around Output) and print
-    /// the crates' sizes.
+    /// circle, nothing printing around Output) and print the crates' sizes.
     Invariants,
     /// (inside a guest) Many clients against one server: all verified, no leaks, clean stop.
     #[command(hide = true)]
