@@ -49,11 +49,16 @@ pub fn check() -> Result<Vec<String>> {
     broken.extend(deps::rdma_in_xtask_tree(&deps::xtask_tree()?));
     for krate in CRATES {
         let dir = root.join(krate);
-        for circle in circles::circles(&dir)? {
-            let files: Vec<String> = circle.iter().map(|f| f.display().to_string()).collect();
+        for circle in circles::find(&dir)? {
+            let files: Vec<String> = circle
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect();
             broken.push(format!(
-                "{krate}: an import circle: {} (each file one job: move what they share into a file of its own)",
-                files.join(" <-> ")
+                "{krate}: an import circle: {} (each file one job: move what they share into a file of its own); tied by: {}",
+                files.join(" <-> "),
+                circle.ties.join(", ")
             ));
         }
     }
