@@ -10,8 +10,11 @@
 //!   queued) when its next one is due has that one skipped (`mesh_probe` with outcome
 //!   `skipped`, counted), never queued behind it; so is a probe no worker is free for, and
 //!   one a worker only reaches after its deadline.
-//! - **Every probe has a deadline**: its fire time plus `min(every, 30 s)`; the prober ends its
-//!   waits by it.
+//! - **Every probe has a deadline**, before its peer's next turn: its fire time plus
+//!   `min(every, 30 s)`, but no later than [`TURN_MARGIN`] before this node next fires at the
+//!   same peer; the prober ends its waits by it. So a failing probe, which takes its whole
+//!   deadline, never costs the next one its turn: `--down-after` failures in a row are
+//!   `--down-after` turns.
 //! - Only the scheduler touches the pairs' states and emits: the events come in one order.
 //!
 //! After a stall of more than an interval (a paused VM, a suspended host), the intervals missed
@@ -41,6 +44,10 @@ use std::time::{Duration, Instant, SystemTime};
 pub const PROBE_CAP: Duration = Duration::from_secs(30);
 /// At most this many workers (the systemd unit's `TasksMax` counts them).
 pub const MAX_WORKERS: usize = 16;
+/// A probe ends at least this share of an interval before its peer's next turn, so that its
+/// result is taken (and its path no longer in flight) when that turn comes.
+pub const TURN_MARGIN: f64 = 0.1;
+
 /// How long past the last deadline a stopping run waits for the probes in flight.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
@@ -221,13 +228,19 @@ pub fn run<P: Prober>(
                 }
                 write_textfile(sinks)?;
                 for peer in node.peers(t) {
+                    // Before this node's next probe of the same peer, whatever its jitter.
+                    let deadline = node.next_turn(peer, t).map_or(fire + probe_time, |u| {
+                        let next = start + timing.fire_at(&node, u);
+                        let margin = timing.every().mul_f64(TURN_MARGIN);
+                        (fire + probe_time).min(next.checked_sub(margin).unwrap_or(next))
+                    });
                     for rail in 0..rails {
                         let key = Key {
                             peer,
                             rail,
                             interval: t,
                         };
-                        s.send(&jobs, key, fire + probe_time)?;
+                        s.send(&jobs, key, deadline)?;
                     }
                 }
                 s.summary.intervals = t + 1;

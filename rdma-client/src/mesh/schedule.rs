@@ -149,6 +149,18 @@ impl NodeSchedule {
     }
 }
 
+impl NodeSchedule {
+    /// The next interval after `t` in which this node probes `peer` again: within a cycle
+    /// and one interval (`None` for a peer it never probes).
+    #[must_use]
+    pub fn next_turn(&self, peer: usize, t: u64) -> Option<u64> {
+        let horizon = self.schedule.cycle().saturating_add(1);
+        (1..=horizon)
+            .map(|d| t.saturating_add(d))
+            .find(|&u| self.peers(u).any(|p| p == peer))
+    }
+}
+
 /// When in each interval a node fires.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Timing {

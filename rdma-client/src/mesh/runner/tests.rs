@@ -241,6 +241,43 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
     }
 }
 
+/// A failing probe that takes its whole deadline (a path that drops RoCE: the write waits out
+/// its retries) never costs the next probe its turn: with `--down-after 3` the path is down at
+/// its third failed probe, the third interval of the fault, with nothing skipped, whatever the
+/// jitter (it was down after 4.5 to 7 intervals when a probe's deadline was a whole interval).
+#[test]
+fn a_failure_that_takes_its_whole_deadline_costs_the_next_probe_nothing() {
+    let behave = |p: &str, j: &Job| {
+        if j.interval >= 1 {
+            std::thread::sleep(j.deadline.saturating_duration_since(Instant::now()));
+            Err(refused())
+        } else {
+            good(p, j)
+        }
+    };
+    let fake = Fake::new(&behave);
+    for jitter in [0.0, 0.3] {
+        let mut c = config(40, 1);
+        c.jitter = jitter;
+        let (summary, events) = run_mesh(&world(2, 0), c, 6, &fake, &Sinks::default());
+        assert_eq!(summary.skipped, 0, "jitter {jitter}: a probe lost its turn");
+        assert_eq!((summary.probes, summary.failed), (6, 5), "jitter {jitter}");
+        let down_at = events.iter().find_map(|e| match e {
+            Event::MeshProbe {
+                interval,
+                state: PairState::Down,
+                ..
+            } => Some(*interval),
+            _ => None,
+        });
+        assert_eq!(
+            down_at,
+            Some(3),
+            "jitter {jitter}: down at the third failure"
+        );
+    }
+}
+
 #[test]
 fn one_lost_probe_does_not_flap_the_pair_and_a_bad_verdict_is_corrupt() {
     let behave = |p: &str, j: &Job| match j.interval {
