@@ -38,8 +38,11 @@ impl Channel {
     }
 
     /// The next event, waiting until `deadline` (checking `cancel` every 100 ms, and both
-    /// before every event). The event is copied out and acknowledged at once, so that
-    /// destroying its id never waits on it.
+    /// before every event). A cancel still takes an event already queued (one look, no wait):
+    /// what made the caller cancel may have raced it (a client's TCP notification of its
+    /// write overtook the ESTABLISHED event of the same connection), so the wait ends at the
+    /// first look that finds the queue empty, at the latest at `deadline`. The event is copied
+    /// out and acknowledged at once, so that destroying its id never waits on it.
     pub(crate) fn next(
         &self,
         what: &'static str,
@@ -51,12 +54,13 @@ impl Channel {
             // Before every event, queued or not: a peer that floods the channel cannot hold
             // the wait past its deadline (issue 23, item 4).
             let now = Instant::now();
-            if now >= deadline || cancel() {
+            if now >= deadline {
                 return Err(Error::Timeout {
                     what,
                     waited: now - started,
                 });
             }
+            let cancelled = cancel();
             let mut ev: *mut cm::rdma_cm_event = ptr::null_mut();
             // SAFETY: valid channel (non-blocking); `ev` is a writable out-pointer.
             let rc = unsafe { cm::rdma_get_cm_event(self.0, &mut ev) };
@@ -73,6 +77,12 @@ impl Channel {
                 .unwrap_or(libc::EIO);
             if errno != libc::EAGAIN && errno != libc::EWOULDBLOCK && errno != libc::EINTR {
                 return Err(Error::verb(VerbOp::CmEvent, what, errno));
+            }
+            if cancelled {
+                return Err(Error::Timeout {
+                    what,
+                    waited: now - started,
+                });
             }
             let left = deadline.saturating_duration_since(Instant::now());
             crate::fd::wait_readable(self.fd(), left.min(SLICE))
