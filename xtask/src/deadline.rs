@@ -67,9 +67,14 @@ pub fn started_marker(name: &str) -> String {
 /// failed (a step that was not allowed to fail, its setup, a marker that never came, the agent
 /// itself). Its agent writes it at once, unless some guest's marker is already there (then its
 /// failure is that one's consequence); every wait for a marker, in every guest, ends as soon as
-/// one appears. So a case whose guest failed ends within seconds, not at the deadline of what
-/// the others were waiting for.
+/// one appears, and the host stops the guests still running [`STOP_GRACE`] after it. So a case
+/// whose guest failed ends within seconds, not at the deadline of what the others waited for.
 pub const FAILED_DIR: &str = ".failed";
+
+/// After the first failure marker of a run: how long the guests still running have to end by
+/// themselves (their waits end at once, their background steps get [`GRACE`] to exit on
+/// SIGTERM, then come their diagnostics and result) before the host stops them.
+pub const STOP_GRACE: Duration = Duration::from_secs(GRACE.as_secs() + 25);
 
 /// A guest's plan failed: the first of a run is the cause, what ends after it a consequence.
 #[derive(Clone, Debug, PartialEq, Eq)]
