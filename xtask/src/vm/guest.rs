@@ -41,6 +41,10 @@ pub(super) struct Guest {
     bar: ProgressBar,
     /// When it exited (time since start), and whether we killed it at its deadline.
     exited: Option<(Duration, bool)>,
+    /// When it is to be stopped, and why: a guest of the run failed ([`Guest::stop_by`]).
+    stop: Option<(Instant, String)>,
+    /// Why we killed it before its deadline, if we did.
+    stopped: Option<String>,
 }
 
 impl Drop for Guest {
@@ -67,7 +71,7 @@ impl Guest {
             mem_mb: spec.mem_mb,
             vmlinuz: boot.vmlinuz,
             initrd: boot.initrd,
-            cmdline: qemu::kernel_cmdline(&spec.name, &spec.argv, boot.verbose),
+            cmdline: qemu::kernel_cmdline(&spec.name, &spec.argv, boot.verbose, spec.init),
             nics: links
                 .iter()
                 .copied()
@@ -107,7 +111,17 @@ impl Guest {
             share,
             bar,
             exited: None,
+            stop: None,
+            stopped: None,
         })
+    }
+
+    /// A guest of the run failed (`why`): unless it has ended by `at`, this one is killed then,
+    /// before its own deadline. Its agent stops by itself well before that.
+    pub fn stop_by(&mut self, at: Instant, why: &str) {
+        if self.exited.is_none() && self.stop.is_none() {
+            self.stop = Some((at, why.to_owned()));
+        }
     }
 
     /// Checks on the guest once: reaps it when QEMU exited, kills it past its deadline, and
@@ -120,7 +134,12 @@ impl Guest {
             return Ok(true);
         };
         let name = &self.spec.name;
-        let timed_out = self.started.elapsed() >= self.spec.timeout;
+        let stop_due = self
+            .stop
+            .as_ref()
+            .filter(|(at, _)| Instant::now() >= *at)
+            .map(|(_, why)| why.clone());
+        let timed_out = self.started.elapsed() >= self.spec.timeout || stop_due.is_some();
         let done = child
             .try_wait()
             .wrap_err_with(|| format!("waiting for QEMU of {name}"))?
@@ -137,12 +156,18 @@ impl Guest {
         let killed = timed_out && !done;
         if killed {
             let _ = child.kill();
+            self.stopped = stop_due;
         }
         let _ = child.wait();
         self.child = None;
         let elapsed = self.started.elapsed();
         self.exited = Some((elapsed, killed));
         let msg = match (killed, read_exit_code(&self.share)) {
+            (true, _) if self.stopped.is_some() => format!(
+                "{name}: STOPPED after {:.1} s: {}",
+                elapsed.as_secs_f64(),
+                self.stopped.as_deref().unwrap_or_default()
+            ),
             (true, _) => format!(
                 "{name}: KILLED at its {:.0} s deadline (boot + its plan's worst case)",
                 self.spec.timeout.as_secs_f64()
@@ -177,6 +202,7 @@ impl Guest {
             share_dir: self.share.clone(),
             boot: self.console.running_at().map(|t| t - self.started),
             elapsed,
+            stopped: self.stopped.clone(),
         }
     }
 }

@@ -305,6 +305,8 @@ kernel/drivers/net/virtio-net.ko: kernel/drivers/net/net_failover.ko kernel/net/
         for needle in [
             "xtask.argv=",
             "xtask.name=",
+            "xtask.init=",
+            "switch_root /newroot /lib/systemd/systemd",
             "exit_code",
             "sysrq-trigger",
             "hostroot",

@@ -22,7 +22,7 @@ mod rundir;
 pub mod siw;
 mod wire;
 
-pub use plans::{PlanGuest, PlanRun, run_plans, run_plans_on};
+pub use plans::{PlanGuest, PlanRun, run_plans, run_plans_booted, run_plans_on};
 pub use wire::{Net, mac};
 
 use std::path::{Path, PathBuf};
@@ -91,6 +91,29 @@ fn host_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
+/// What runs as the guest's PID 1 once the host root is mounted (`xtask.init=` on the kernel
+/// command line; see `init.sh`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Init {
+    /// Busybox's `/init` chroots into the root, runs the command and powers off.
+    #[default]
+    Busybox,
+    /// `switch_root` into the root with the host's systemd as PID 1: the basic system, then
+    /// the command in `xtask-guest.service`, which powers off (units that cannot work in a
+    /// guest of the host's root, such as udev, the host's network and timers, masked).
+    Systemd,
+}
+
+impl Init {
+    /// The value of `xtask.init=`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Init::Busybox => "busybox",
+            Init::Systemd => "systemd",
+        }
+    }
+}
+
 /// One guest.
 #[derive(Clone, Debug)]
 pub struct GuestSpec {
@@ -107,6 +130,8 @@ pub struct GuestSpec {
     pub timeout: Duration,
     /// Files written into the guest's share before boot (name, contents).
     pub files: Vec<(String, Vec<u8>)>,
+    /// Its PID 1 after the initramfs.
+    pub init: Init,
 }
 
 impl GuestSpec {
@@ -124,6 +149,7 @@ impl GuestSpec {
             mem_mb: 1024,
             timeout: Duration::from_secs(120),
             files: Vec::new(),
+            init: Init::Busybox,
         }
     }
 }
@@ -167,6 +193,9 @@ pub struct GuestOutcome {
     pub boot: Option<Duration>,
     /// Time from QEMU start to exit.
     pub elapsed: Duration,
+    /// Why we killed it before its deadline: another guest of the run had failed (its
+    /// `timed_out` is true too).
+    pub stopped: Option<String>,
 }
 
 /// Phase timings of preparing guests.
@@ -347,9 +376,29 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
     // The guests run side by side: the run may take as long as its longest deadline.
     crate::deadline::grant(specs.iter().map(|s| s.timeout).max().unwrap_or_default());
     let mut guests = start_all(specs, &links, &boot)?;
-    // Watch until every guest exited or hit its deadline.
+    // Watch until every guest exited or hit its deadline. Once a guest reports failure in the
+    // sync dir (its agent's marker), the others still running have deadline::STOP_GRACE left:
+    // their agents stop by themselves at once, and whatever does not is killed then.
+    let mut failed = false;
     loop {
         exec::check_interrupted()?;
+        if !failed && let Some(f) = crate::deadline::first_failure(&sync_dir) {
+            failed = true;
+            let grace = crate::deadline::STOP_GRACE;
+            let msg = format!(
+                "{f}: stopping the run's guests (each killed if still running in {:.0} s)",
+                grace.as_secs_f64()
+            );
+            if progress.is_hidden() {
+                eprintln!("{msg}");
+            } else {
+                let _ = progress.println(msg);
+            }
+            let why = format!("stopped {:.0} s after {f}", grace.as_secs_f64());
+            for g in &mut guests {
+                g.stop_by(Instant::now() + grace, &why);
+            }
+        }
         let mut all_done = true;
         for g in &mut guests {
             all_done &= g.poll()?;

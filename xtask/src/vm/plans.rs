@@ -1,6 +1,6 @@
 //! Guests that run a [`Plan`] each with `xtask guest-agent`, and the plans' results.
 
-use super::{GuestRun, GuestSpec, Net, VmOptions, run_guests_on};
+use super::{GuestRun, GuestSpec, Init, Net, VmOptions, run_guests_on};
 use crate::deadline;
 use crate::plan::{GUEST_SHARE, PLAN_FILE, Plan, PlanResult, RESULT_FILE};
 use color_eyre::eyre::{Result, eyre};
@@ -30,6 +30,17 @@ pub fn run_plans(nodes: &[PlanGuest], opts: &VmOptions) -> Result<PlanRun> {
 /// [`run_plans`] on `net`. Each plan NIC is told its MAC, so the agent proves which QEMU NIC
 /// became which interface; a plan may configure fewer NICs than the guests have.
 pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<PlanRun> {
+    run_plans_booted(nodes, net, opts, &|_| Init::Busybox)
+}
+
+/// [`run_plans_on`], each guest booted with the PID 1 `init` says for it (systemd for a guest
+/// that runs packaged units as they are meant to run).
+pub fn run_plans_booted(
+    nodes: &[PlanGuest],
+    net: &Net,
+    opts: &VmOptions,
+    init: &dyn Fn(&PlanGuest) -> Init,
+) -> Result<PlanRun> {
     let exe = crate::exec::self_exe()?;
     let mut plans: Vec<Plan> = nodes.iter().map(|n| n.plan.clone()).collect();
     deadline::derive(&mut plans)?;
@@ -61,6 +72,7 @@ pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<
             );
             s.mem_mb = n.mem_mb;
             s.timeout = deadline;
+            s.init = init(n);
             for (nic, mac) in plan.node.nics.iter_mut().zip(&s.macs) {
                 nic.mac.get_or_insert_with(|| mac.clone());
             }
@@ -76,7 +88,9 @@ pub fn run_plans_on(nodes: &[PlanGuest], net: &Net, opts: &VmOptions) -> Result<
         .map(|o| {
             let p = o.share_dir.join(RESULT_FILE);
             let bytes = std::fs::read(&p).map_err(|e| {
-                let why = if o.timed_out {
+                let why = if let Some(stopped) = &o.stopped {
+                    stopped.clone()
+                } else if o.timed_out {
                     format!("killed at its {:.0} s deadline", o.deadline.as_secs_f64())
                 } else {
                     format!("exit code {:?}", o.exit_code)

@@ -1,6 +1,7 @@
 //! One QEMU: its command line (a pure function of what the guest needs) and the process,
 //! which dies with xtask.
 
+use super::Init;
 use crate::backend::Accel;
 use color_eyre::eyre::{Result, WrapErr};
 use std::ffi::OsString;
@@ -47,11 +48,16 @@ pub(super) struct Qemu<'a> {
 }
 
 /// The kernel command line: serial console, panic = power off, and the guest's name and
-/// command for the initramfs's /init (`argv` joined by commas: see `check_argv`).
-pub(super) fn kernel_cmdline(name: &str, argv: &[String], verbose: bool) -> String {
+/// command for the initramfs's /init (`argv` joined by commas: see `check_argv`), and
+/// `xtask.init=systemd` for a guest whose PID 1 is systemd.
+pub(super) fn kernel_cmdline(name: &str, argv: &[String], verbose: bool, init: Init) -> String {
     let loglevel = if verbose { 6 } else { 4 };
+    let init = match init {
+        Init::Busybox => String::new(),
+        Init::Systemd => format!(" xtask.init={}", init.as_str()),
+    };
     format!(
-        "console=ttyS0 panic=-1 oops=panic loglevel={loglevel} xtask.name={name} xtask.argv={}",
+        "console=ttyS0 panic=-1 oops=panic loglevel={loglevel} xtask.name={name} xtask.argv={}{init}",
         argv.join(",")
     )
 }
@@ -183,7 +189,12 @@ mod tests {
             mem_mb: 1024,
             vmlinuz: Path::new("/k/vmlinuz"),
             initrd: Path::new("/k/initrd.cpio"),
-            cmdline: kernel_cmdline("A", &["/bin/xtask".into(), "guest-agent".into()], false),
+            cmdline: kernel_cmdline(
+                "A",
+                &["/bin/xtask".into(), "guest-agent".into()],
+                false,
+                Init::Busybox,
+            ),
             nics: vec![(link, "52:54:00:12:34:01")],
             share: Path::new("/run/A"),
             sync: Path::new("/run/sync"),
@@ -316,6 +327,13 @@ mod tests {
         let v = strings(&argv(&kvm));
         assert_eq!(after(&v, "-accel"), Some("kvm"));
         assert_eq!(after(&v, "-cpu"), Some("host"));
-        assert!(kernel_cmdline("B", &["/x".into()], true).contains(" loglevel=6 "));
+        assert!(kernel_cmdline("B", &["/x".into()], true, Init::Busybox).contains(" loglevel=6 "));
+    }
+
+    #[test]
+    fn a_systemd_guest_says_so_on_the_command_line() {
+        let c = kernel_cmdline("A", &["/x".into()], false, Init::Systemd);
+        assert!(c.ends_with(" xtask.argv=/x xtask.init=systemd"), "{c}");
+        assert!(!kernel_cmdline("A", &["/x".into()], false, Init::Busybox).contains("xtask.init"));
     }
 }
