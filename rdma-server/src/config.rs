@@ -2,7 +2,7 @@
 //!
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
-//! `listen`, `device`, `port`, `gid-index`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
+//! `listen`, `device`, `port`, `gid-index`, `tclass`, `hop-limit`, `sl`, `qp-timeout`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
 //! `bench-max-time`, `max-pinned`, `timeout`, `keep-alive`, `keep-max-time`, `max-clients`, `max-per-ip`, `allow` (a list) and
 //! `token-file`. A flag given on the command line (or through its environment variable;
 //! `RDMA_WRITE_TOKEN` for the token) wins over the file.
@@ -55,6 +55,7 @@ struct FileSettings {
     tclass: Option<Spanned<u8>>,
     hop_limit: Option<Spanned<u8>>,
     sl: Option<Spanned<u8>>,
+    qp_timeout: Option<Spanned<u8>>,
     cq_mode: Option<Spanned<String>>,
     buffer_size: Option<Spanned<u64>>,
     bench_max_bytes: Option<Spanned<u64>>,
@@ -104,6 +105,7 @@ impl FileSettings {
             one("tclass", "tclass", self.tclass.as_ref()),
             one("hop-limit", "hop_limit", self.hop_limit.as_ref()),
             one("sl", "sl", self.sl.as_ref()),
+            one("qp-timeout", "qp_timeout", self.qp_timeout.as_ref()),
             one("cq-mode", "cq_mode", self.cq_mode.as_ref()),
             one("buffer-size", "buffer_size", self.buffer_size.as_ref()),
             one(
@@ -292,6 +294,7 @@ device = "rxe0"
 gid-index = 1
 tclass = 106
 hop-limit = 8
+qp-timeout = 18
 buffer-size = 4096
 bench-max-bytes = 1048576
 bench-max-time = "30s"
@@ -312,6 +315,7 @@ token-file = "/etc/rdma-server/token"
         assert_eq!(a.local.gid_index, Some(1));
         assert_eq!(a.local.port, 1, "a key left out keeps the flag's default");
         assert_eq!((a.local.tclass, a.local.hop_limit, a.local.sl), (106, 8, 0));
+        assert_eq!(a.local.qp_timeout, 18);
         assert_eq!(a.buffer_size, 4096);
         assert_eq!(a.bench_max_bytes, 1 << 20);
         assert_eq!(a.bench_max_time, Duration::from_secs(30));
