@@ -150,7 +150,7 @@ fn every_ordered_pair_is_probed_within_a_cycle() {
     for rank in 0..5 {
         let w = world(5, rank);
         let fake = Fake::new(&good);
-        let (summary, events) = run_mesh(&w, config(20, 2), 1, &fake, &Sinks::default());
+        let (summary, events) = run_mesh(&w, config(40, 2), 1, &fake, &Sinks::default());
         let peers: BTreeSet<String> = fake.calls().into_iter().map(|(p, _, _)| p).collect();
         let want: BTreeSet<String> = w
             .hosts
@@ -201,7 +201,7 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
         metrics: Some(&metrics),
         textfile: None,
     };
-    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &sinks);
+    let (summary, events) = run_mesh(&world(2, 0), config(30, 1), 8, &fake, &sinks);
     assert_eq!((summary.probes, summary.failed), (8, 4));
     assert_eq!(
         transitions(&events),
@@ -289,7 +289,7 @@ fn one_lost_probe_does_not_flap_the_pair_and_a_bad_verdict_is_corrupt() {
         _ => good(p, j),
     };
     let fake = Fake::new(&behave);
-    let (summary, events) = run_mesh(&world(2, 1), config(15, 1), 8, &fake, &Sinks::default());
+    let (summary, events) = run_mesh(&world(2, 1), config(30, 1), 8, &fake, &Sinks::default());
     assert_eq!(
         transitions(&events),
         vec![(PairState::Unknown, PairState::Up, None)]
@@ -385,7 +385,7 @@ fn the_metrics_endpoint_serves_the_probe_counts() {
         textfile: Some(&textfile),
     };
     // 3 cycles of 1 interval: each peer probed 3 times.
-    let (summary, _) = run_mesh(&w, config(15, 2), 3, &fake, &sinks);
+    let (summary, _) = run_mesh(&w, config(30, 2), 3, &fake, &sinks);
     assert_eq!(summary.probes, 6);
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -423,7 +423,7 @@ fn a_slow_round_trip_is_slow_and_the_probers_own_fault_moves_nothing() {
         _ => good(p, j),
     };
     let fake = Fake::new(&behave);
-    let (summary, events) = run_mesh(&world(2, 0), config(15, 1), 8, &fake, &Sinks::default());
+    let (summary, events) = run_mesh(&world(2, 0), config(30, 1), 8, &fake, &Sinks::default());
     let probes: Vec<(u64, ProbeOutcome, Option<Cause>, PairState)> = events
         .iter()
         .filter_map(|e| match e {
@@ -475,7 +475,7 @@ fn each_rail_is_a_path_of_its_own() {
     let fake = Fake::new(&behave);
     let devices = ["rxe0".to_owned(), "rxe1".to_owned()];
     let w = world(3, 0);
-    let (summary, events) = run_rails(&w, config(15, 2), 4, &fake, &Sinks::default(), &devices);
+    let (summary, events) = run_rails(&w, config(30, 2), 4, &fake, &Sinks::default(), &devices);
     // 4 intervals x 2 peers x 2 rails.
     assert_eq!((summary.probes, summary.failed), (16, 4));
     let mut downs = Vec::new();
