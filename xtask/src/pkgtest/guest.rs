@@ -10,7 +10,7 @@ use xshell::{Shell, cmd};
 
 use super::unit;
 use crate::dist::PACKAGES;
-use crate::exec::{self, Captured};
+use crate::exec;
 
 /// Arguments of `pkg-guest`.
 #[derive(Debug, Args)]
@@ -33,16 +33,28 @@ pub enum What {
         #[arg(long)]
         package: String,
     },
-    /// Start a service as its unit says (ExecStart, User, Group, LimitMEMLOCK, no new
-    /// privileges), stop it with SIGTERM once `until` exists, and exit with its status.
-    RunUnit {
+    /// (Under systemd.) `systemctl start` the installed unit, its sandbox as packaged; check
+    /// its main process runs as the unit's `User` with its `LimitMEMLOCK`, no new privileges,
+    /// a seccomp filter and no capability; keep it active until `until` exists (a restart or a
+    /// stop before fails), then `systemctl stop` it (it must end `success`, exit 0) and print
+    /// its journal.
+    Service {
+        /// The unit's name (`rdma-server.service`).
         #[arg(long)]
-        unit: PathBuf,
+        unit: String,
         #[arg(long)]
         until: PathBuf,
-        /// Seconds until it is stopped anyway (the step then fails).
-        #[arg(long, default_value_t = 150)]
+        /// Seconds until the wait for `until` gives up (the step then fails).
+        #[arg(long)]
         timeout: u64,
+    },
+    /// (Under systemd.) `systemd-analyze security UNIT` of the loaded unit, as systemd applies
+    /// it: its overall exposure must not exceed `max` (what `cargo xtask dist` rated).
+    Security {
+        #[arg(long)]
+        unit: String,
+        #[arg(long)]
+        max: f64,
     },
     /// `dpkg -r` the package and check its files are gone (its conffiles stay); with
     /// `--purge`, then `dpkg -P` and check the conffiles and what the package made are gone.
@@ -65,11 +77,12 @@ pub fn cmd(args: &PkgGuestArgs) -> Result<()> {
             println!("{package}: not installed");
             Ok(())
         }
-        What::RunUnit {
+        What::Service {
             unit,
             until,
             timeout,
-        } => run_unit(unit, until, Duration::from_secs(*timeout)),
+        } => service(unit, until, Duration::from_secs(*timeout)),
+        What::Security { unit, max } => security(unit, *max),
         What::Remove { package, purge } => remove(package, *purge),
     }
 }
@@ -132,69 +145,154 @@ fn check_private(path: &Path, passwd_line: &str) -> Result<()> {
     Ok(())
 }
 
-fn run_unit(unit_file: &Path, until: &Path, timeout: Duration) -> Result<()> {
-    let text = std::fs::read_to_string(unit_file)
-        .wrap_err_with(|| format!("reading {}", unit_file.display()))?;
-    let s = unit::parse(&text).wrap_err_with(|| format!("in {}", unit_file.display()))?;
-    if let Some(limit) = s.limit_memlock {
-        let v = limit.unwrap_or(libc::RLIM_INFINITY);
-        let rl = libc::rlimit {
-            rlim_cur: v,
-            rlim_max: v,
-        };
-        // SAFETY: setrlimit reads one `rlimit` through a pointer to a live local of that type;
-        // children inherit the limit, as systemd's LimitMEMLOCK= gives it to the service.
-        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const rl) } != 0 {
+/// Where the package installs its units.
+const UNIT_DIR: &str = "/usr/lib/systemd/system";
+
+/// `systemctl ARGS`' output, within `by`; fails naming the command when it cannot run in time.
+fn systemctl(args: &[&str], by: Instant) -> Result<std::process::Output> {
+    let sh = Shell::new()?;
+    exec::output_with(
+        cmd!(sh, "systemctl {args...}"),
+        None,
+        by.saturating_duration_since(Instant::now()),
+    )
+}
+
+/// `systemctl show UNIT -p NAME`'s value.
+fn show(unit: &str, name: &str, by: Instant) -> Result<String> {
+    let p = format!("--property={name}");
+    let out = systemctl(&["show", unit, &p, "--value"], by)?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The unit's journal (`journalctl -u UNIT -o cat`), or why there is none.
+fn journal(unit: &str, by: Instant) -> String {
+    let sh = match Shell::new() {
+        Ok(sh) => sh,
+        Err(e) => return format!("(no journal: {e})"),
+    };
+    let wait = by.saturating_duration_since(Instant::now());
+    match exec::output_with(
+        cmd!(sh, "journalctl --no-pager -o cat -u {unit}"),
+        None,
+        wait,
+    ) {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Err(e) => format!("(no journal: {e:#})"),
+    }
+}
+
+fn service(unit: &str, until: &Path, timeout: Duration) -> Result<()> {
+    // The wait for `until` has the step's deadline; once it is over, the stop and the report
+    // have half the grace the agent gives the step after it (crate::deadline::GRACE).
+    let deadline = Instant::now() + timeout;
+    let wrap_up = || Instant::now() + crate::deadline::GRACE / 2;
+    let start = systemctl(&["start", unit], deadline)?;
+    if !start.status.success() {
+        let by = wrap_up();
+        bail!(
+            "systemctl start {unit} failed: {}\nits journal:\n{}",
+            String::from_utf8_lossy(&start.stderr).trim(),
+            journal(unit, by)
+        );
+    }
+    println!(
+        "service: systemctl start {unit}: {}",
+        show(unit, "ActiveState", deadline)?
+    );
+    let sandbox = main_process(unit, deadline);
+    let mut state = String::new();
+    let stopped_by_us = loop {
+        if until.exists() {
+            break true;
+        }
+        state = show(unit, "ActiveState", deadline)?;
+        if state != "active" || Instant::now() >= deadline {
+            break false;
+        }
+        exec::sleep(Duration::from_millis(200))?;
+    };
+    let by = wrap_up();
+    let restarts = show(unit, "NRestarts", by)?;
+    if stopped_by_us {
+        let stop = systemctl(&["stop", unit], by)?;
+        if !stop.status.success() {
             bail!(
-                "setrlimit(RLIMIT_MEMLOCK, {v}): {}",
-                std::io::Error::last_os_error()
+                "systemctl stop {unit} failed: {}",
+                String::from_utf8_lossy(&stop.stderr).trim()
             );
         }
     }
-    let mut argv: Vec<String> = [
-        "setpriv",
-        &format!("--reuid={}", s.user),
-        &format!("--regid={}", s.group),
-        "--init-groups",
-        "--no-new-privs",
-        "--bounding-set=-all",
-        "--inh-caps=-all",
-        "--",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect();
-    argv.extend(s.exec_start.iter().cloned());
-    println!("run-unit: {}", argv.join(" "));
-    let mut child = Captured::spawn(&argv)?;
-    let deadline = Instant::now() + timeout;
-    let stopped_by_us = loop {
-        if until.exists() {
-            child.terminate();
-            break true;
+    let result = show(unit, "Result", by)?;
+    let code = show(unit, "ExecMainCode", by)?;
+    let status = show(unit, "ExecMainStatus", by)?;
+    // Its journal is what the service printed (the verdicts), as the service's stdout.
+    print!("{}", journal(unit, by));
+    println!(
+        "service: Result={result} ExecMainCode={code} ExecMainStatus={status} NRestarts={restarts}"
+    );
+    sandbox?;
+    if !stopped_by_us {
+        if Instant::now() >= deadline {
+            bail!(
+                "{} never appeared within {timeout:?}; {unit} is left {state}",
+                until.display()
+            );
         }
-        if child.exited()? || Instant::now() >= deadline {
-            break false;
-        }
-        exec::sleep(Duration::from_millis(100))?;
-    };
-    let f = child.finish(Instant::now() + Duration::from_secs(10))?;
-    print!("{}", f.stdout);
-    eprint!("{}", f.stderr);
-    match (stopped_by_us, f.code) {
-        (true, Some(0)) => {
-            println!("run-unit: stopped by SIGTERM, exit 0");
-            Ok(())
-        }
-        (true, code) => bail!("the service exited {code:?} on SIGTERM (want 0)"),
-        (false, code) if f.timed_out || Instant::now() >= deadline => bail!(
-            "{} never appeared within {timeout:?}; the service was killed (exit {code:?})",
-            until.display()
-        ),
-        (false, code) => {
-            bail!("the service stopped by itself (exit {code:?}) before it was asked to")
-        }
+        bail!(
+            "{unit} went {state} before it was asked to stop (Result={result}, exit status {status})"
+        );
     }
+    // ExecMainStatus is the exit status, or the signal that killed it (15 for SIGTERM
+    // unhandled, which systemd still counts a success).
+    if result != "success" || status != "0" || restarts != "0" {
+        bail!(
+            "{unit} did not run and stop cleanly: Result={result} ExecMainCode={code} \
+             ExecMainStatus={status} NRestarts={restarts} (want success, exited 0, no restart)"
+        );
+    }
+    println!("service: {unit} ran until told to stop, exit 0 on SIGTERM");
+    Ok(())
+}
+
+/// The service's main process carries the unit's sandbox: its `User`, its `LimitMEMLOCK`, no
+/// new privileges, a seccomp filter, no capability.
+fn main_process(unit: &str, by: Instant) -> Result<()> {
+    let file = Path::new(UNIT_DIR).join(unit);
+    let text =
+        std::fs::read_to_string(&file).wrap_err_with(|| format!("reading {}", file.display()))?;
+    let want = unit::parse(&text).wrap_err_with(|| format!("in {}", file.display()))?;
+    let pid = show(unit, "MainPID", by)?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .wrap_err_with(|| format!("reading /proc/{pid}/status (MainPID of {unit})"))?;
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .wrap_err_with(|| format!("reading /proc/{pid}/limits"))?;
+    let sh = Shell::new()?;
+    let user = &want.user;
+    let passwd = exec::run(cmd!(sh, "getent passwd {user}"))?;
+    let problems = unit::sandbox_problems(&want, passwd.trim(), &status, &limits);
+    if !problems.is_empty() {
+        bail!("{unit}'s main process {pid}: {}", problems.join("; "));
+    }
+    println!(
+        "service: main process {pid} runs as {user}, no new privileges, seccomp, no capability, LimitMEMLOCK as the unit says"
+    );
+    Ok(())
+}
+
+fn security(unit: &str, max: f64) -> Result<()> {
+    let sh = Shell::new()?;
+    let out = exec::run(cmd!(sh, "systemd-analyze security --no-pager {unit}"))?;
+    let exposure = crate::dist::parse_exposure(&out)
+        .ok_or_else(|| eyre!("no overall exposure level in:\n{out}"))?;
+    print!("{out}");
+    if exposure > max {
+        bail!(
+            "{unit} as systemd loaded it rates {exposure:.1} in `systemd-analyze security`, above the {max:.1} `cargo xtask dist` rated the unit file at"
+        );
+    }
+    println!("security: {unit} exposure {exposure:.1} (dist rated the file {max:.1})");
+    Ok(())
 }
 
 fn remove(package: &str, purge: bool) -> Result<()> {

@@ -4,10 +4,14 @@
 //! `cargo xtask dist` builds them; then guest A installs `rdma-server_*.deb` with apt (its
 //! dependencies resolve from what the host root already has: the guests see it read-only under
 //! a throw-away overlay, so every install is gone at power-off) and guest B installs
-//! `rdma-client_*.deb`; neither pulls the other. The server starts as its systemd unit says
-//! (the guests' init is busybox, so the exact `ExecStart` of the installed unit runs as the
-//! unit's `User`, with its `LimitMEMLOCK` and no new privileges; see [`unit`]); the installed
-//! client writes the seed's message into it with the token the package made, and must get it
+//! `rdma-client_*.deb`; neither pulls the other. Guest A boots with the host's systemd as PID 1
+//! ([`vm::Init::Systemd`]): `systemd-analyze security` rates the installed unit as systemd loaded
+//! it (no worse than `cargo xtask dist` rated the file), and `systemctl start
+//! rdma-server.service` runs the server with the unit's whole sandbox (DevicePolicy=closed and
+//! its DeviceAllow=, ProtectSystem=strict, the system call filter, ...; its main process is
+//! checked for the unit's user and limits, see [`unit`]). Both guests have Soft-RoCE on eth0
+//! and Soft-iWARP on eth1: the installed client in guest B writes the seed's message over rxe,
+//! and again through RDMA CM over siw (`--cm`), with the token the package made, and each must be
 //! verified. Then each package is removed (the server's purged) and its files must be gone.
 
 mod guest;
@@ -19,18 +23,22 @@ use clap::Args;
 use color_eyre::eyre::{Result, bail, eyre};
 
 use crate::dist::{self, Dist};
-use crate::plan::{DEADLINE_ARG, GUEST_SYNC, Node, Plan, Step};
+use crate::plan::{DEADLINE_ARG, GUEST_SYNC, Modules, Nic, Node, Plan, RdmaDev, Step};
 use crate::scenario::exit::Speaks;
 use crate::scenario::judge;
 use crate::scenario::role::Invocation;
 use crate::scenario::transcript::{Guest, Role, Transcript};
 use crate::text;
-use crate::vm::{self, PlanGuest, VmOptions};
+use crate::vm::{self, Init, Net, PlanGuest, VmOptions};
 use rdma_proto::Exit;
 
 const SERVER_IP: &str = "10.0.0.1";
 const CLIENT_IP: &str = "10.0.0.2";
-/// Where the package installs the unit and the token.
+/// The guests' addresses on eth1, Soft-iWARP's link.
+const SERVER_IWARP_IP: &str = "10.0.1.1";
+const CLIENT_IWARP_IP: &str = "10.0.1.2";
+/// The unit, and where the package installs it and the token.
+const UNIT: &str = "rdma-server.service";
 const UNIT_PATH: &str = "/usr/lib/systemd/system/rdma-server.service";
 const TOKEN: &str = "/etc/rdma-server/token";
 /// The token, copied into guest B with the right mode.
@@ -39,21 +47,27 @@ const CLIENT_TOKEN: &str = "/tmp/rdma-write.token";
 const TOKEN_READY: &str = "token-ready";
 const SERVER_STARTED: &str = "server-started";
 const CLIENT_DONE: &str = "client-done";
-/// The step whose write must be verified.
+/// The steps whose writes must be verified: over Soft-RoCE, then through RDMA CM over
+/// Soft-iWARP.
 const SEED: &str = "seed write with the installed client";
+const CM_SEED: &str = "seed write through RDMA CM over siw";
 /// The step that runs the server.
-const SERVICE: &str = "rdma-server.service's ExecStart";
+const SERVICE: &str = "systemctl start rdma-server.service";
 /// The installed client.
 const CLIENT: &str = "/usr/bin/rdma-client";
 
-/// The installed client's runs: step name, arguments after the common ones, how it must end
-/// (`None`: success).
-fn client_runs(open_token: &str) -> [(String, Vec<String>, Option<Exit>); 3] {
+/// One run of the installed client: step name, the server's address, arguments after the
+/// common ones, how it must end (`None`: success).
+type ClientRun = (String, &'static str, Vec<String>, Option<Exit>);
+
+/// The installed client's runs.
+fn client_runs(open_token: &str) -> [ClientRun; 4] {
     let refused = Exit::Refused;
     let usage = Exit::Usage;
     [
         (
             format!("without the token: refused (exit {})", refused.code()),
+            SERVER_IP,
             vec![],
             Some(refused),
         ),
@@ -62,10 +76,23 @@ fn client_runs(open_token: &str) -> [(String, Vec<String>, Option<Exit>); 3] {
                 "with that file: refused before connecting (exit {})",
                 usage.code()
             ),
+            SERVER_IP,
             argv(&["--token-file", open_token]),
             Some(usage),
         ),
-        (SEED.to_owned(), argv(&["--token-file", CLIENT_TOKEN]), None),
+        (
+            SEED.to_owned(),
+            SERVER_IP,
+            argv(&["--token-file", CLIENT_TOKEN]),
+            None,
+        ),
+        // iWARP connects only through RDMA CM: the service's /dev/infiniband/rdma_cm.
+        (
+            CM_SEED.to_owned(),
+            SERVER_IWARP_IP,
+            argv(&["--cm", "--token-file", CLIENT_TOKEN]),
+            None,
+        ),
     ]
 }
 
@@ -92,10 +119,17 @@ pub fn cmd(args: &PkgTestArgs) -> Result<()> {
         dist::MAX_EXPOSURE
     );
     let xtask = crate::exec::self_exe()?;
-    let guests = plans(&d, &xtask)?;
-    let run = vm::run_plans(&guests, &args.vm)?;
-    // The installed client speaks as our client; the rest (apt, dpkg, the service under
-    // run-unit, whose lines are human) are not ours.
+    let guests = plans(&d, &xtask, &modules()?)?;
+    // Guest A, the server's, boots systemd: the unit runs as packaged.
+    let run = vm::run_plans_booted(&guests, &Net::new(2, &[])?, &args.vm, &|g| {
+        if g.name == "A" {
+            Init::Systemd
+        } else {
+            Init::Busybox
+        }
+    })?;
+    // The installed client speaks as our client; the rest (apt, dpkg, the service's journal,
+    // whose lines are human) are not ours.
     let t = Transcript::from_guests(&run, &|name: &str| {
         if client_runs("").iter().any(|(n, ..)| n == name) {
             Speaks::Client
@@ -114,9 +148,42 @@ pub fn cmd(args: &PkgTestArgs) -> Result<()> {
         bail!("pkg-test FAILED:\n{}", failures.join("\n"));
     }
     println!(
-        "pkg-test PASS: both packages installed apart, the service's ExecStart served the installed client, both removed cleanly"
+        "pkg-test PASS: both packages installed apart, rdma-server.service under systemd (its sandbox as packaged) verified the installed client's writes over rxe and through RDMA CM over siw, both removed cleanly"
     );
     Ok(())
+}
+
+/// The modules the guests load beyond the initramfs's: RDMA CM, siw's dependencies and
+/// siw.ko (built once for the guest kernel, cached).
+fn modules() -> Result<Modules> {
+    let prepared = vm::prepare()?;
+    let kernel = prepared.kernel.ok_or_else(|| eyre!("no kernel prepared"))?;
+    let (ko, _) = vm::siw::ensure_siw(&kernel, &vm::cache_dir())?;
+    let utf8 = |p: &std::path::Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| eyre!("{} is not UTF-8", p.display()))
+    };
+    Ok(Modules {
+        root: utf8(&kernel.root)?,
+        modprobe: vm::siw::SIW_DEPS
+            .iter()
+            .chain(vm::siw::RDMA_CM)
+            .map(|m| (*m).to_owned())
+            .collect(),
+        insmod: vec![utf8(&ko)?],
+    })
+}
+
+/// A guest's node: Soft-RoCE on eth0 at `ip`, Soft-iWARP on eth1 at `iwarp_ip`.
+fn node(ip: &str, iwarp_ip: &str, modules: &Modules) -> Node {
+    Node {
+        nics: vec![
+            Nic::v4("eth0", ip, Some(RdmaDev::rxe("rxe0"))),
+            Nic::v4("eth1", iwarp_ip, Some(RdmaDev::siw("siw0"))),
+        ],
+        modules: Some(modules.clone()),
+    }
 }
 
 /// The packages already in target/dist (`--no-build`), rated again.
@@ -188,7 +255,7 @@ fn no_mandb() -> Step {
 }
 
 /// The two guests' plans.
-fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
+fn plans(d: &Dist, xtask: &str, modules: &Modules) -> Result<Vec<PlanGuest>> {
     let utf8 = |p: &std::path::Path| {
         p.to_str()
             .map(str::to_owned)
@@ -216,9 +283,9 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
     let mut service = step(SERVICE, &[]);
     service.argv = guest(&[
         "pkg-guest",
-        "run-unit",
+        "service",
         "--unit",
-        UNIT_PATH,
+        UNIT,
         "--until",
         &until,
         "--timeout",
@@ -226,7 +293,7 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
     ]);
     service.create_file_when_started = Some(SERVER_STARTED.into());
     // It serves until the client guest is done: its deadline is derived from the client's
-    // steps (crate::deadline), and told to run-unit through DEADLINE_ARG.
+    // steps (crate::deadline), and told to `pkg-guest service` through DEADLINE_ARG.
     service.stop_when_file = Some(CLIENT_DONE.into());
     let server = vec![
         no_mandb(),
@@ -243,6 +310,17 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
             "systemd-analyze verify",
             &["systemd-analyze", "verify", UNIT_PATH],
         ),
+        Step {
+            argv: guest(&[
+                "pkg-guest",
+                "security",
+                "--unit",
+                UNIT,
+                "--max",
+                &format!("{:.1}", d.exposure),
+            ]),
+            ..Step::new("systemd-analyze security of the loaded unit", &[])
+        },
         share_token,
         service,
         Step {
@@ -252,10 +330,10 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
         },
     ];
 
-    let client = |(name, extra, exit): (String, Vec<String>, Option<Exit>)| {
+    let client = |(name, server, extra, exit): ClientRun| {
         let mut s = Step::new(name, &[]);
         s.argv = Invocation::client(CLIENT)
-            .args([SERVER_IP, "--wait-for-server", "60s", "--json"])
+            .args([server, "--wait-for-server", "60s", "--json"])
             .args(extra)
             .argv();
         s.expect_exit = exit.map_or(0, |e| i32::from(e.code()));
@@ -276,7 +354,7 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
     );
     get_token.wait_for_file = Some(TOKEN_READY.into());
     let open_token = "/tmp/open.token";
-    let [without, open, seed] = client_runs(open_token).map(client);
+    let [without, open, seed, cm_seed] = client_runs(open_token).map(client);
     let mut first = without;
     first.wait_for_file = Some(SERVER_STARTED.into());
     let mut done = step("client done", &["true"]);
@@ -300,6 +378,7 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
         ),
         open,
         seed,
+        cm_seed,
         done,
         Step {
             argv: guest(&["pkg-guest", "remove", "--package", "rdma-client"]),
@@ -315,7 +394,7 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
         PlanGuest {
             name: "A".into(),
             plan: Plan {
-                node: Node::guest(SERVER_IP, true),
+                node: node(SERVER_IP, SERVER_IWARP_IP, modules),
                 steps: server,
                 sync_dir: GUEST_SYNC.into(),
             },
@@ -324,7 +403,7 @@ fn plans(d: &Dist, xtask: &str) -> Result<Vec<PlanGuest>> {
         PlanGuest {
             name: "B".into(),
             plan: Plan {
-                node: Node::guest(CLIENT_IP, true),
+                node: node(CLIENT_IP, CLIENT_IWARP_IP, modules),
                 steps: client_steps,
                 sync_dir: GUEST_SYNC.into(),
             },
@@ -353,13 +432,14 @@ fn report(g: &Guest, t: &Transcript) -> Vec<String> {
                 None => s.exit.to_string(),
             });
         }
-        if let Some((_, _, want)) = runs.iter().find(|(n, ..)| *n == s.name) {
+        if let Some((.., want)) = runs.iter().find(|(n, ..)| *n == s.name) {
             problems.extend(judge::exit(s, *want).filter(|_| s.ok));
         }
-        if s.name == SEED && s.ok {
+        if (s.name == SEED || s.name == CM_SEED) && s.ok {
             problems.extend(seed_problem(s));
         }
-        // The service runs rdma-server as its unit says, without --json: its lines are human.
+        // The service runs rdma-server as its unit says, without --json: its lines (its
+        // journal) are human.
         if s.name == SERVICE && s.ok && !s.stdout.contains("verified") {
             problems.push("the service never reported a verified write".into());
         }
@@ -415,7 +495,7 @@ mod tests {
 
     #[test]
     fn each_guest_installs_only_its_package() {
-        let g = plans(&dist(), "/x/xtask").unwrap();
+        let g = plans(&dist(), "/x/xtask", &Modules::default()).unwrap();
         let installs = |i: usize| -> Vec<String> {
             g[i].plan
                 .steps
@@ -436,6 +516,32 @@ mod tests {
                 .iter()
                 .any(|s| s.argv.contains(&"remove".to_owned()))
         );
+        // Under systemd: the installed unit started by name, rated as loaded against dist's
+        // figure; both guests carry rxe on eth0 and siw on eth1.
+        assert_eq!(&server[run].argv[1..4], ["pkg-guest", "service", "--unit"]);
+        assert_eq!(server[run].argv[4], UNIT);
+        let security = server
+            .iter()
+            .find(|s| s.argv.get(2).is_some_and(|a| a == "security"))
+            .unwrap();
+        assert_eq!(&security.argv[3..], ["--unit", UNIT, "--max", "1.3"]);
+        for guest in &g {
+            let kinds: Vec<_> = guest
+                .plan
+                .node
+                .nics
+                .iter()
+                .map(|n| n.rdma.as_ref().map(|r| r.kind))
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    Some(crate::plan::LinkKind::Rxe),
+                    Some(crate::plan::LinkKind::Siw)
+                ]
+            );
+            assert!(guest.plan.node.modules.is_some());
+        }
         let client = &g[1].plan.steps;
         let seed = client.iter().find(|s| s.name == SEED).unwrap();
         assert_eq!(
@@ -451,7 +557,7 @@ mod tests {
 
     #[test]
     fn the_clients_must_end_as_their_kinds_and_the_seed_be_verified() {
-        let g = plans(&dist(), "/x/xtask").unwrap();
+        let g = plans(&dist(), "/x/xtask", &Modules::default()).unwrap();
         let client = &g[1].plan.steps;
         let run = |name: &str| client.iter().find(|s| s.name == name).unwrap();
         let refused = run("without the token: refused (exit 7)");
@@ -464,6 +570,13 @@ mod tests {
         assert_eq!(open.expect_exit, i32::from(Exit::Usage.code()));
         assert_eq!(&open.argv[5..], ["--token-file", "/tmp/open.token"]);
         assert_eq!(run(SEED).expect_exit, 0);
+        // The second seed goes through RDMA CM to the server's Soft-iWARP address.
+        let cm = run(CM_SEED);
+        assert_eq!(cm.expect_exit, 0);
+        assert_eq!(
+            cm.argv.join(" "),
+            "/usr/bin/rdma-client 10.0.1.1 --wait-for-server 60s --json --cm --token-file /tmp/rdma-write.token"
+        );
 
         let seed = |stdout: &str| {
             let step = crate::plan::StepResult {

@@ -1,10 +1,10 @@
 //! What the guest install test needs from a systemd service unit: its `ExecStart` command,
 //! its `User`/`Group`, and its `LimitMEMLOCK`, read from the installed unit file.
 //!
-//! The guests' init is busybox, not systemd, so the test starts the service the way the unit
-//! says: the exact command line, as the unit's user, with its locked-memory limit and no new
-//! privileges. The rest of the sandbox (ProtectSystem=, DeviceAllow=, ...) needs systemd itself;
-//! `systemd-analyze` checks those directives.
+//! The server's guest boots with systemd as PID 1, which starts the installed unit with its
+//! whole sandbox; [`sandbox_problems`] checks, from `/proc`, that the running main process
+//! carries the parts of it this reader knows: the unit's user, its locked-memory limit, no new
+//! privileges, a seccomp filter and no capability.
 
 use color_eyre::eyre::{Result, bail, eyre};
 
@@ -143,6 +143,63 @@ impl Devices {
     }
 }
 
+/// What is wrong with a service's main process, from its `/proc/PID/status` and
+/// `/proc/PID/limits`, for unit `want` whose `User` has `passwd_line` (`getent passwd`): not
+/// that user, new privileges allowed, no seccomp filter, a capability, or another locked-memory
+/// limit than `LimitMEMLOCK`.
+pub fn sandbox_problems(
+    want: &Service,
+    passwd_line: &str,
+    status: &str,
+    limits: &str,
+) -> Vec<String> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let mut problems = Vec::new();
+    let uid = passwd_line.split(':').nth(2);
+    // Real, effective, saved and filesystem uid: all the unit's user.
+    let uids: Vec<&str> = field("Uid").map_or_else(Vec::new, |u| u.split_whitespace().collect());
+    if uid.is_none() || uids.len() != 4 || uids.iter().any(|u| Some(*u) != uid) {
+        problems.push(format!(
+            "runs as uids {uids:?}, not {}'s ({passwd_line:?})",
+            want.user
+        ));
+    }
+    if field("NoNewPrivs") != Some("1") {
+        problems.push(format!("NoNewPrivs is {:?}, want 1", field("NoNewPrivs")));
+    }
+    if field("Seccomp") != Some("2") {
+        problems.push(format!(
+            "Seccomp is {:?}, want 2 (a filter)",
+            field("Seccomp")
+        ));
+    }
+    for cap in ["CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let set = field(cap);
+        if set.is_none_or(|v| v.chars().any(|c| c != '0')) {
+            problems.push(format!("{cap} is {set:?}, want none"));
+        }
+    }
+    if let Some(limit) = want.limit_memlock {
+        let want_text = limit.map_or_else(|| "unlimited".to_owned(), |b| b.to_string());
+        let got: Option<Vec<&str>> = limits.lines().find_map(|l| {
+            l.strip_prefix("Max locked memory")
+                .map(|r| r.split_whitespace().take(2).collect())
+        });
+        match got {
+            Some(v) if v.len() == 2 && v.iter().all(|x| *x == want_text) => {}
+            other => problems.push(format!(
+                "locked-memory limit (soft, hard) {other:?}, want {want_text} as LimitMEMLOCK says"
+            )),
+        }
+    }
+    problems
+}
+
 /// Splits an `ExecStart=` value into words (double quotes group), refusing what systemd would
 /// rewrite.
 fn split_command(value: &str) -> Result<Vec<String>> {
@@ -270,6 +327,47 @@ DeviceAllow=/dev/infiniband/rdma_cm r\n[Install]\nDeviceAllow=/dev/x rw\n",
         assert!(reset.allow.is_empty());
         assert!(devices("[Service]\nDeviceAllow=/dev/x\n").allows_rw(("/dev/x", "misc")));
         assert!(devices("[Service]\n").allows_rw(RDMA_NODES[1]));
+    }
+
+    #[test]
+    fn the_main_process_must_carry_the_units_sandbox() {
+        let want = parse(include_str!(
+            "../../../rdma-server/pkg/debian/rdma-server.service"
+        ))
+        .unwrap();
+        let passwd = "rdma-server:x:998:998::/nonexistent:/usr/sbin/nologin";
+        let status = "Name:\trdma-server\nUid:\t998\t998\t998\t998\nNoNewPrivs:\t1\n\
+Seccomp:\t2\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\
+CapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n";
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+Max locked memory         83886080             83886080             bytes\n";
+        assert_eq!(
+            sandbox_problems(&want, passwd, status, limits),
+            Vec::<String>::new()
+        );
+        let root = status.replace("998\t998\t998\t998", "0\t0\t0\t0");
+        let caps = status.replace("CapEff:\t0000000000000000", "CapEff:\t0000000000000400");
+        let loose = status
+            .replace("NoNewPrivs:\t1", "NoNewPrivs:\t0")
+            .replace("Seccomp:\t2", "Seccomp:\t0");
+        for (bad, what) in [
+            (root.as_str(), "uids"),
+            (caps.as_str(), "CapEff"),
+            (loose.as_str(), "NoNewPrivs"),
+            (loose.as_str(), "Seccomp"),
+        ] {
+            let p = sandbox_problems(&want, passwd, bad, limits).join("; ");
+            assert!(p.contains(what), "{what}: {p}");
+        }
+        let p = sandbox_problems(
+            &want,
+            passwd,
+            status,
+            &limits.replace("83886080", "unlimited"),
+        )
+        .join("; ");
+        assert!(p.contains("locked-memory"), "{p}");
+        assert!(!sandbox_problems(&want, passwd, "", limits).is_empty());
     }
 
     #[test]
