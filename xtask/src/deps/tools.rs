@@ -53,6 +53,9 @@ pub const TOOLS: &[(&str, &str)] = &[
     // Packages: cargo-deb needs dpkg-shlibdeps; the unit is checked with systemd-analyze.
     ("dpkg-shlibdeps", "dpkg-dev"),
     ("systemd-analyze", "systemd"),
+    // pkg-test's systemd guest starts the installed unit and reads its journal.
+    ("systemctl", "systemd"),
+    ("journalctl", "systemd"),
     // `systemd-analyze verify` runs `man` for the unit's `Documentation=man:` pages.
     ("man", "man-db"),
     ("dpkg-deb", "dpkg"),
@@ -60,7 +63,6 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("dpkg-query", "dpkg"),
     ("apt-get", "apt"),
     ("apt-cache", "apt"),
-    ("setpriv", "util-linux"),
     ("debootstrap", "debootstrap"),
     ("git", "git"),
     ("chroot", "coreutils"),
