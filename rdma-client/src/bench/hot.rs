@@ -499,38 +499,6 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_peer_times_out() {
-        struct Deaf;
-        impl Link for Deaf {
-            type Error = String;
-            fn post(&mut self, _: usize, _: Option<u8>, _: bool, _: u64) -> Result<(), String> {
-                Ok(())
-            }
-            fn try_poll(&mut self) -> Result<Option<u64>, String> {
-                Ok(None)
-            }
-            fn poll(&mut self, _: Instant) -> Result<u64, String> {
-                Err("no completion".into())
-            }
-            fn byte(&self, _: usize) -> u8 {
-                0
-            }
-            fn post_stamp(&mut self, _: usize, _: u64) -> Result<(), String> {
-                Ok(())
-            }
-            fn poll_done(&mut self, _: Instant) -> Result<Done, String> {
-                Err("no completion".into())
-            }
-            fn timeout(&self, what: &'static str, _: Duration) -> String {
-                what.to_owned()
-            }
-        }
-        let mut v = Vec::with_capacity(1);
-        let e = ping_pong(&mut Deaf, 2, 1, 0, Duration::from_millis(20), &mut v).unwrap_err();
-        assert!(e.contains("pong"), "{e}");
-    }
-
-    #[test]
     fn an_overdue_pong_is_napped_on_with_naps_that_keep_its_round_trip_close() {
         // The budget follows the last round trip, within its bounds.
         assert_eq!(spin_budget(Duration::ZERO), SPIN_FLOOR);
