@@ -12,7 +12,6 @@
 use crate::scenario::role::Invocation;
 use std::io::{BufRead as _, BufReader};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -148,22 +147,11 @@ fn flood(addr: SocketAddr, secs: Duration, workers: u32) -> Result<Count> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (ok, failed) = (AtomicU64::new(0), AtomicU64::new(0));
     let started = Instant::now();
-    let end = started + secs;
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                while Instant::now() < end {
-                    let counter = if stranger(addr).is_ok() { &ok } else { &failed };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-    });
+    let b = crate::load::strangers::burst(addr, workers, secs, stranger);
     Ok(Count {
-        connections: ok.into_inner(),
-        failed: failed.into_inner(),
+        connections: b.connected,
+        failed: b.failed,
         secs: started.elapsed().as_secs_f64(),
     })
 }

@@ -72,7 +72,7 @@ pub struct LoadArgs {
     #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
 
-    /// Extra client argument (repeatable), e.g. --client-arg=--device=rxe0.
+    /// Extra client argument (repeatable), e.g. --client-arg=--ib-dev=rxe0.
     #[arg(long = "client-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub client_args: Vec<String>,
 

@@ -26,7 +26,7 @@ mod policy;
 mod report;
 mod sample;
 mod server;
-mod strangers;
+pub(crate) mod strangers;
 #[cfg(test)]
 mod tests;
 

@@ -92,7 +92,12 @@ fn soak(
     let pid = server.pid();
     let addr = clients.addr()?;
     for round in 1..=args.soak_rounds {
-        let b = strangers::burst(addr, args.soak_threads, args.soak_burst);
+        let b = strangers::burst(
+            addr,
+            args.soak_threads,
+            args.soak_burst,
+            strangers::junk_line,
+        );
         clients.strangers += b.connected;
         let (cases, failed) = strangers::hostile(
             addr,

@@ -1,7 +1,7 @@
 //! Strangers: bursts of short connections to the server from many threads at once (connect,
 //! one line that is no hello, close), as a scanner or a misconfigured peer makes them, and the
 //! hostile matrix's cases a stranger can play before any hello is admitted. Bounded in time
-//! and in count; on loopback only.
+//! and in count; on loopback or the project's own guests only.
 
 use rdma_hostile::{Case, Config, Verdict};
 use std::io::Write as _;
@@ -15,34 +15,38 @@ const MAX_CONNECTIONS: u64 = 200_000;
 
 /// What one burst did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Burst {
-    /// Connections that were established (the server accepts each, or drops it when its
-    /// accept queue is full).
+pub(crate) struct Burst {
+    /// Strangers whose connection (and what `each` does with it) succeeded.
     pub connected: u64,
-    /// Connections refused or timed out at connect.
+    /// Strangers that failed (refused, timed out).
     pub failed: u64,
 }
 
-/// `threads` threads connecting to `addr` for `lasting`, each connection sending one junk
-/// line and closing at once.
-pub(super) fn burst(addr: SocketAddr, threads: u32, lasting: Duration) -> Burst {
+/// `threads` threads, each running `each` against `addr` (one stranger: connect, do something
+/// short, close) again and again for `lasting`, at most [`MAX_CONNECTIONS`] in all. The one
+/// stranger loop: the load's soak and the bench's flood.
+pub(crate) fn burst(
+    addr: SocketAddr,
+    threads: u32,
+    lasting: Duration,
+    each: impl Fn(SocketAddr) -> std::io::Result<()> + Sync,
+) -> Burst {
     let end = Instant::now() + lasting;
     let connected = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
-                while Instant::now() < end && connected.load(Ordering::Relaxed) < MAX_CONNECTIONS {
-                    match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-                        Ok(mut c) => {
-                            connected.fetch_add(1, Ordering::Relaxed);
-                            let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
-                            let _ = c.write_all(b"GET / HTTP/1.0\r\n");
-                        }
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                while Instant::now() < end
+                    && connected.load(Ordering::Relaxed) + failed.load(Ordering::Relaxed)
+                        < MAX_CONNECTIONS
+                {
+                    let counter = if each(addr).is_ok() {
+                        &connected
+                    } else {
+                        &failed
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
                 }
             });
         }
@@ -51,6 +55,15 @@ pub(super) fn burst(addr: SocketAddr, threads: u32, lasting: Duration) -> Burst 
         connected: connected.into_inner(),
         failed: failed.into_inner(),
     }
+}
+
+/// A stranger who sends one junk line and closes at once, as a scanner does.
+pub(crate) fn junk_line(addr: SocketAddr) -> std::io::Result<()> {
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
+    // The connection counts once it is made, whatever the write does.
+    let _ = c.write_all(b"GET / HTTP/1.0\r\n");
+    Ok(())
 }
 
 /// The hostile matrix's cases that need no accept (a stranger's: garbage, wrong order,
@@ -127,7 +140,7 @@ mod tests {
             n
         });
         let t = Instant::now();
-        let b = burst(addr, 2, Duration::from_millis(300));
+        let b = burst(addr, 2, Duration::from_millis(300), junk_line);
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         assert!(b.connected > 10, "{b:?}");
         assert!(accepted.join().unwrap() <= b.connected);
