@@ -12,8 +12,8 @@ pub const EXITS: Documented = &[
         Exit::Usage,
         "usage error: an unknown, missing or bad flag or argument, an unreadable or empty --file, \
          an empty --message, an unreadable, empty or group/world-readable --token-file, no such \
-         --device or --port, a --gid-index not in the GID table; a bad --hosts or --rank, Slurm \
-         variables missing or not one task per node, --fabric-report input without pair results, or with a pair line malformed, out of range (world at most 1024) or contradicting another; --rails: more rails than a node has, none, or nodes that disagree on their rails",
+         --ib-dev or --ib-port, a --gid-idx not in the GID table; a bad --hosts or --rank, Slurm \
+         variables missing or not one task per node, fabric report input without pair results, or with a pair line malformed, out of range (world at most 1024) or contradicting another; --rails: more rails than a node has, none, or nodes that disagree on their rails",
     ),
     (
         Exit::Rdma,
@@ -39,7 +39,7 @@ pub const EXITS: Documented = &[
     (
         Exit::Transfer,
         "the RDMA Write itself failed (completion error, e.g. remote access error); \
-         --fabric and --fabric-report: a pair of the fabric check failed or has no result",
+         fabric and fabric report: a pair of the fabric check failed or has no result",
     ),
     (
         Exit::Unverified,

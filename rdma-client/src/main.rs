@@ -8,11 +8,12 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     app::main(
-        |args: &cli::Args| args.output.json,
+        |args: &cli::Args| args.json(),
         |args, out| match args.task()? {
             cli::Task::Write(task) => run::run(&task, &out),
             cli::Task::Bench(task) => bench::run(&task, &out),
             cli::Task::Fabric(task) => fabric::run(&task, &out),
+            cli::Task::FabricReport(report) => fabric::report(&report, &out),
             cli::Task::Mesh(task) => mesh::task::run(&task, &out),
         },
         classify,

@@ -21,7 +21,7 @@ fn mistake(m: Mistake) -> Option<Case> {
         Mistake::ConflictingFlags => {
             Case::new(&[NOWHERE, "--message", "x", "--file", EMPTY_FILE], "--file")
         }
-        Mistake::BadNumber => Case::new(&[NOWHERE, "--port", "256"], "256"),
+        Mistake::BadNumber => Case::new(&[NOWHERE, "--ib-port", "256"], "256"),
         Mistake::BadChoice => Case::new(&[NOWHERE, "--notify", "carrier-pigeon"], "carrier-pigeon"),
         Mistake::BadDuration => Case::new(&[NOWHERE, "--timeout", "soon"], "soon"),
         Mistake::ZeroDuration => Case::new(&[NOWHERE, "--timeout", "0s"], "longer than zero"),
@@ -30,9 +30,9 @@ fn mistake(m: Mistake) -> Option<Case> {
         Mistake::UnreadableFile => Case::new(&[NOWHERE, "--file", MISSING_FILE], MISSING_FILE),
         Mistake::EmptyFile => Case::new(&[NOWHERE, "--file", EMPTY_FILE], "empty"),
         Mistake::EmptyValue => Case::new(&[NOWHERE, "--message", ""], "at least one byte"),
-        Mistake::NoSuchDevice => Case::new(&[NOWHERE, "--device", "nosuch0"], "nosuch0"),
-        Mistake::NoSuchPort => Case::new(&[NOWHERE, "--port", "9"], "port 9"),
-        Mistake::GidIndexOutOfRange => Case::new(&[NOWHERE, "--gid-index", "99"], "GID index 99"),
+        Mistake::NoSuchDevice => Case::new(&[NOWHERE, "--ib-dev", "nosuch0"], "nosuch0"),
+        Mistake::NoSuchPort => Case::new(&[NOWHERE, "--ib-port", "9"], "port 9"),
+        Mistake::GidIndexOutOfRange => Case::new(&[NOWHERE, "--gid-idx", "99"], "GID index 99"),
     })
 }
 
@@ -66,7 +66,7 @@ fn the_binary_has_no_fault_flag() {
 #[test]
 fn the_meshs_mistakes_are_usage_errors() {
     let args = |extra: &[&str]| -> Vec<String> {
-        ["--mesh", "n1,n2"]
+        ["mesh", "n1,n2"]
             .iter()
             .chain(extra)
             .map(|s| (*s).to_owned())
@@ -88,7 +88,46 @@ fn the_meshs_mistakes_are_usage_errors() {
         assert!(run.stderr.contains(names), "{names}: {run:?}");
     }
     let missing = format!("@{MISSING_FILE}");
-    let (exit, run) = client().check_expected_failure(&["--mesh".to_owned(), missing], &[]);
+    let (exit, run) = client().check_expected_failure(&["mesh".to_owned(), missing], &[]);
     assert_eq!(exit, Exit::Usage, "{run:?}");
     assert!(run.stderr.contains("cannot read it"), "{run:?}");
+}
+
+/// Each use's `--help` is one screen, and the top-level one lists the four uses first; the
+/// exit-code table is in the long help (`rdma-client help`).
+#[test]
+fn each_help_is_one_screen_and_the_uses_come_first() {
+    let help = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-client"))
+            .args(args)
+            .output()
+            .expect("run rdma-client");
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let top = help(&["--help"]);
+    assert!(top.lines().count() <= 40, "{top}");
+    let usage: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Usage:"))
+        .take(4)
+        .collect();
+    for (line, word) in usage.iter().zip(["<SERVER>", "bench", "fabric", "mesh"]) {
+        assert!(line.contains(word), "{usage:?}");
+    }
+    for args in [
+        &["bench", "--help"][..],
+        &["fabric", "--help"],
+        &["fabric", "report", "-h"],
+        &["mesh", "--help"],
+    ] {
+        let text = help(args);
+        assert!(text.lines().count() <= 45, "{args:?}:\n{text}");
+        assert!(text.contains("Usage: rdma-client"), "{text}");
+    }
+    assert!(help(&["help"]).contains("Exit codes:"));
+    assert!(
+        help(&["help", "mesh"]).contains("--tclass"),
+        "the long help has every option"
+    );
 }

@@ -1,5 +1,5 @@
 //! The fabric check's paths that need no RDMA, through the real binary: `--plan`, the rank
-//! and node-list mistakes (usage errors, exit 2), and `--fabric-report` on hand-made pair
+//! and node-list mistakes (usage errors, exit 2), and `fabric report` on hand-made pair
 //! results (the matrix, the exit code, the heat map files).
 
 use std::collections::HashSet;
@@ -43,7 +43,7 @@ fn text(b: &[u8]) -> String {
 #[test]
 fn plan_lists_every_ordered_pair_once_in_n_minus_1_rounds() {
     let o = run(
-        client().args(["--fabric", "--plan", "--hosts", "node[07,01-03]", "--json"]),
+        client().args(["fabric", "--plan", "--hosts", "node[07,01-03]", "--json"]),
         "",
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -76,37 +76,37 @@ type Mistake<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
 fn rank_and_node_list_mistakes_are_usage_errors_that_say_what_is_wrong() {
     let cases: &[Mistake] = &[
         (
-            &["--fabric", "--plan", "--hosts", "n1"],
+            &["fabric", "--plan", "--hosts", "n1"],
             &[],
             "needs at least two",
         ),
         (
-            &["--fabric", "--plan", "--hosts", "n[1-"],
+            &["fabric", "--plan", "--hosts", "n[1-"],
             &[],
             "never closed",
         ),
         (
-            &["--fabric", "--hosts", "n[1-3]"],
+            &["fabric", "--hosts", "n[1-3]"],
             &[],
             "is not in --hosts \"n[1-3]\": give --rank N",
         ),
         (
-            &["--fabric", "--hosts", "n[1-3]", "--rank", "3"],
+            &["fabric", "--hosts", "n[1-3]", "--rank", "3"],
             &[],
             "rank 3 is out of range",
         ),
         (
-            &["--fabric"],
+            &["fabric"],
             &[],
             "SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST",
         ),
         (
-            &["--fabric"],
+            &["fabric"],
             &[("SLURM_JOB_NODELIST", "n[1-3]"), ("SLURM_PROCID", "0")],
             "SLURM_NTASKS is not set",
         ),
         (
-            &["--fabric"],
+            &["fabric"],
             &[
                 ("SLURM_STEP_NODELIST", "n[1-3]"),
                 ("SLURM_NTASKS", "6"),
@@ -114,38 +114,36 @@ fn rank_and_node_list_mistakes_are_usage_errors_that_say_what_is_wrong() {
             ],
             "world size mismatch",
         ),
-        (&["--rank", "1"], &[], "--hosts"),
+        (&["fabric", "--rank", "1"], &[], "--hosts"),
         (&["h", "--fabric"], &[], "--fabric"),
+        (&["h", "fabric"], &[], "fabric"),
         (
             &[
-                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--retest", "n9",
+                "fabric", "--hosts", "n[1-3]", "--rank", "0", "--retest", "n9",
             ],
             &[],
             "--retest \"n9\" is not in the node list",
         ),
         (
             &[
-                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--retest", "n1",
+                "fabric", "--hosts", "n[1-3]", "--rank", "0", "--retest", "n1",
             ],
             &[],
             "or is this node itself",
         ),
         (
-            &[
-                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--rails", "0",
-            ],
+            &["fabric", "--hosts", "n[1-3]", "--rank", "0", "--rails", "0"],
             &[],
             "is not `auto` or a number of rails from 1 to 64",
         ),
         (
             &[
-                "--fabric", "--hosts", "n[1-3]", "--rank", "0", "--rails", "auto", "--device",
-                "rxe0",
+                "fabric", "--hosts", "n[1-3]", "--rank", "0", "--rails", "auto", "--ib-dev", "rxe0",
             ],
             &[],
             "cannot be used with",
         ),
-        (&["--rails", "auto", "--fabric-report"], &[], "--fabric"),
+        (&["fabric", "report", "--rails", "auto"], &[], "--rails"),
     ];
     for (args, env, want) in cases {
         let mut c = client();
@@ -194,7 +192,7 @@ fn report_flags_the_slow_node_and_draws_the_heat_map() {
     let (png, svg) = (dir.path().join("f.png"), dir.path().join("f.svg"));
     let o = run(
         client()
-            .arg("--fabric-report")
+            .args(["fabric", "report"])
             .arg(&input)
             .arg("--heatmap")
             .arg(&png)
@@ -218,7 +216,7 @@ fn report_flags_the_slow_node_and_draws_the_heat_map() {
 #[test]
 fn report_exits_8_when_a_pair_failed_and_2_without_pairs() {
     let o = run(
-        client().args(["--fabric-report", "-", "--json"]),
+        client().args(["fabric", "report", "-", "--json"]),
         &fabric(Some((0, 1))),
     );
     assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
@@ -233,7 +231,7 @@ fn report_exits_8_when_a_pair_failed_and_2_without_pairs() {
     assert_eq!(lines[1]["type"], "error");
     assert_eq!(lines[1]["exit_code"], 8);
 
-    let o = run(client().arg("--fabric-report"), "not a pair\n");
+    let o = run(client().args(["fabric", "report"]), "not a pair\n");
     assert_eq!(o.status.code(), Some(2));
     assert!(
         text(&o.stderr).contains("no `fabric_pair` event"),
@@ -263,7 +261,7 @@ fn a_rails_report_has_one_matrix_per_rail_and_refuses_nodes_that_disagree() {
         }
     }
     let o = run(
-        client().args(["--fabric-report", "-", "--json"]),
+        client().args(["fabric", "report", "-", "--json"]),
         &(lines.join("\n") + "\n"),
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -279,7 +277,10 @@ fn a_rails_report_has_one_matrix_per_rail_and_refuses_nodes_that_disagree() {
         assert_eq!(r["rail"]["devices"][2], format!("rxe{k}"));
         assert_eq!(r["passed"], 6);
     }
-    let human = run(client().arg("--fabric-report"), &(lines.join("\n") + "\n"));
+    let human = run(
+        client().args(["fabric", "report"]),
+        &(lines.join("\n") + "\n"),
+    );
     let human = text(&human.stdout);
     assert!(
         human.contains("rail 1 of 2: writers' devices node1 rxe1, node2 rxe1, node3 rxe1"),
@@ -293,7 +294,7 @@ fn a_rails_report_has_one_matrix_per_rail_and_refuses_nodes_that_disagree() {
         .chain([format!("2: {}", on_rail(2, 0, 0, 1))])
         .collect();
     let o = run(
-        client().arg("--fabric-report"),
+        client().args(["fabric", "report"]),
         &(mismatched.join("\n") + "\n"),
     );
     assert_eq!(o.status.code(), Some(2));
@@ -310,7 +311,7 @@ fn a_rails_report_has_one_matrix_per_rail_and_refuses_nodes_that_disagree() {
 fn retest_list_names_the_outliers_and_the_report_marks_the_retested() {
     // The failed pair 0 -> 1 is no outlier to re-test; the list exits 0 all the same.
     let o = run(
-        client().args(["--fabric-report", "-", "--retest-list"]),
+        client().args(["fabric", "report", "-", "--retest-list"]),
         &fabric(Some((0, 1))),
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -327,11 +328,11 @@ fn retest_list_names_the_outliers_and_the_report_marks_the_retested() {
         input.push_str(&format!("{line}\n"));
     }
     let o = run(
-        client().args(["--fabric-report", "-", "--retest-list"]),
+        client().args(["fabric", "report", "-", "--retest-list"]),
         &input,
     );
     assert_eq!(text(&o.stdout), "node1 node3\nnode2 node3\n");
-    let o = run(client().args(["--fabric-report", "-", "--json"]), &input);
+    let o = run(client().args(["fabric", "report", "-", "--json"]), &input);
     let report: serde_json::Value =
         serde_json::from_str(text(&o.stdout).lines().next().expect("a line")).expect("JSON");
     assert_eq!(report["slow"], 3);
@@ -343,7 +344,7 @@ fn retest_list_names_the_outliers_and_the_report_marks_the_retested() {
         ])
     );
     assert_eq!(report["to_retest"].as_array().map(Vec::len), Some(2));
-    let o = run(client().args(["--fabric-report", "-"]), &input);
+    let o = run(client().args(["fabric", "report", "-"]), &input);
     let out = text(&o.stdout);
     assert!(
         out.contains("re-tested alone: 2 pair(s), 1 still bad, 1 cleared")
@@ -360,7 +361,7 @@ fn retest_list_names_the_outliers_and_the_report_marks_the_retested() {
 fn a_rank_whose_pairs_fail_says_why_in_each() {
     let o = run(
         client().args([
-            "--fabric",
+            "fabric",
             "--hosts",
             "nosuch-a.invalid,nosuch-b.invalid,nosuch-c.invalid",
             "--rank",
@@ -426,7 +427,7 @@ fn report_refuses_lying_lines_with_exit_2_naming_the_line() {
     for (second, want) in cases {
         assert!(second.contains("fabric_pair"), "{second}");
         let input = format!("{}\n{second}\n", pair(2, 0, true, 10.0));
-        let o = run(client().args(["--fabric-report", "-"]), &input);
+        let o = run(client().args(["fabric", "report", "-"]), &input);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{want}: {err}");
         assert!(

@@ -80,7 +80,7 @@ impl LocalPort {
 
     /// The iWARP port that carries `local`, where no GID table holds it (iWARP's GIDs are not
     /// addresses): the port RDMA CM binds the address to, if it is one of the snapshot's (so of
-    /// `--device`, when named), on an iWARP device, and ACTIVE.
+    /// `--ib-dev`, when named), on an iWARP device, and ACTIVE.
     fn iwarp_for(
         local: IpAddr,
         mut opened: Vec<Context>,

@@ -83,8 +83,8 @@ impl fmt::Display for NoChoice {
                 f,
                 "no ACTIVE RDMA port has a GID for {addr} (the local address of this \
                  connection), so its traffic would not leave through an RDMA NIC. Is RoCE/rxe \
-                 on the interface that holds {addr} (`rdma link`)? Or pass --device and \
-                 --gid-index. Ports seen:\n{seen}"
+                 on the interface that holds {addr} (`rdma link`)? Or pass --ib-dev and \
+                 --gid-idx. Ports seen:\n{seen}"
             ),
             NoChoice::DeviceMismatch {
                 wanted,
@@ -92,8 +92,8 @@ impl fmt::Display for NoChoice {
                 carrier,
             } => write!(
                 f,
-                "--device {wanted} does not carry {addr} (the local address of this \
-                 connection), {carrier} does: drop --device, pass --device with that one, or \
+                "--ib-dev {wanted} does not carry {addr} (the local address of this \
+                 connection), {carrier} does: drop --ib-dev, pass --ib-dev with that one, or \
                  connect through an address of {wanted}"
             ),
             NoChoice::HolderNotActive {
@@ -108,7 +108,7 @@ impl fmt::Display for NoChoice {
             NoChoice::AmbiguousInfiniBand { addr, ports } => write!(
                 f,
                 "{addr} is reached over IP, and InfiniBand GID tables hold no IP address, so it \
-                 does not say which of the ACTIVE InfiniBand ports ({}) to use: pass --device",
+                 does not say which of the ACTIVE InfiniBand ports ({}) to use: pass --ib-dev",
                 ports.join(", ")
             ),
         }
@@ -451,7 +451,7 @@ mod tests {
         );
         assert!(
             err.to_string()
-                .starts_with("--device rxe0 does not carry 10.0.1.2")
+                .starts_with("--ib-dev rxe0 does not carry 10.0.1.2")
         );
         let got = choose(&c, "10.0.1.2".parse().unwrap(), Some("rxe1")).unwrap();
         assert_eq!(got.candidate, 1);

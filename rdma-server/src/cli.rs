@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pub buffer_size: u64,
 
-    /// Largest buffer a bench session (`rdma-client --bench`) may ask for, in bytes; each bench
+    /// Largest buffer a bench session (`rdma-client bench`) may ask for, in bytes; each bench
     /// session gets a fresh buffer of the size it asks for. 0 turns bench sessions off (the
     /// banner then does not offer them).
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]

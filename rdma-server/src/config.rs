@@ -2,9 +2,11 @@
 //!
 //! Every setting that describes the deployment rather than one run can live in the file, spelt
 //! like its flag without the dashes in front (`buffer-size = 65536` is `--buffer-size 65536`):
-//! `listen`, `device`, `port`, `gid-index`, `tclass`, `hop-limit`, `sl`, `qp-timeout`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
+//! `listen`, `ib-dev`, `ib-port`, `gid-idx`, `tclass`, `hop-limit`, `sl`, `qp-timeout`, `cq-mode`, `buffer-size`, `bench-max-bytes`,
 //! `bench-max-time`, `max-pinned`, `timeout`, `keep-alive`, `keep-max-time`, `max-clients`, `max-per-ip`, `allow` (a list) and
-//! `token-file`. A flag given on the command line (or through its environment variable;
+//! `token-file`; `device` and `gid-index`, the hidden aliases of `--ib-dev` and `--gid-idx`,
+//! still read as those (`port`, like the flag it named, is gone: it read as a TCP port). A
+//! flag given on the command line (or through its environment variable;
 //! `RDMA_WRITE_TOKEN` for the token) wins over the file.
 //!
 //! The file's values go through the very parsers of the flags, so a value the command line
@@ -49,9 +51,11 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct FileSettings {
     listen: Option<Spanned<String>>,
-    device: Option<Spanned<String>>,
-    port: Option<Spanned<u8>>,
-    gid_index: Option<Spanned<u32>>,
+    #[serde(alias = "device")]
+    ib_dev: Option<Spanned<String>>,
+    ib_port: Option<Spanned<u8>>,
+    #[serde(alias = "gid-index")]
+    gid_idx: Option<Spanned<u32>>,
     tclass: Option<Spanned<u8>>,
     hop_limit: Option<Spanned<u8>>,
     sl: Option<Spanned<u8>>,
@@ -99,9 +103,9 @@ impl FileSettings {
         }
         let mut out: Vec<Setting> = [
             one("listen", "listen", self.listen.as_ref()),
-            one("device", "device", self.device.as_ref()),
-            one("port", "port", self.port.as_ref()),
-            one("gid-index", "gid_index", self.gid_index.as_ref()),
+            one("ib-dev", "device", self.ib_dev.as_ref()),
+            one("ib-port", "port", self.ib_port.as_ref()),
+            one("gid-idx", "gid_index", self.gid_idx.as_ref()),
             one("tclass", "tclass", self.tclass.as_ref()),
             one("hop-limit", "hop_limit", self.hop_limit.as_ref()),
             one("sl", "sl", self.sl.as_ref()),
@@ -290,8 +294,8 @@ mod tests {
     const FILE: &str = r#"
 # a comment
 listen = "10.0.0.1:7000"
-device = "rxe0"
-gid-index = 1
+ib-dev = "rxe0"
+gid-idx = 1
 tclass = 106
 hop-limit = 8
 qp-timeout = 18
@@ -331,6 +335,42 @@ token-file = "/etc/rdma-server/token"
         );
     }
 
+    /// Every key is spelt as its flag (without the dashes) and sets that flag; the flags'
+    /// hidden aliases are the keys' too.
+    #[test]
+    fn every_key_is_its_flag() {
+        let all = format!("{FILE}ib-port = 2\nsl = 3\ncq-mode = \"poll\"\nkeep-alive = \"5s\"\n");
+        let file: FileSettings = toml::from_str(&all).unwrap();
+        let cmd = Args::command();
+        let settings = file.settings();
+        assert_eq!(settings.len(), 20, "every key of the file");
+        for s in &settings {
+            assert!(
+                cmd.get_arguments()
+                    .any(|a| a.get_long() == Some(s.key) && a.get_id() == s.id),
+                "key {} is not the flag --{} (id {})",
+                s.key,
+                s.key,
+                s.id
+            );
+        }
+        let a = with_file(&["--config", "x"], &all).unwrap();
+        assert_eq!((a.local.port, a.local.sl), (2, 3));
+        let old = with_file(&["--config", "x"], "device = \"mlx5_1\"\ngid-index = 3\n").unwrap();
+        assert_eq!(
+            (old.local.device.as_deref(), old.local.gid_index),
+            (Some("mlx5_1"), Some(3))
+        );
+        let cli =
+            Args::try_parse_from(["rdma-server", "--device", "d", "--gid-index", "2"]).unwrap();
+        assert_eq!(
+            (cli.local.device.as_deref(), cli.local.gid_index),
+            (Some("d"), Some(2))
+        );
+        let short = Args::try_parse_from(["rdma-server", "-d", "d", "-i", "2", "-g", "1"]).unwrap();
+        assert_eq!((short.local.port, short.local.gid_index), (2, Some(1)));
+    }
+
     #[test]
     fn flags_override_the_file_even_when_they_repeat_the_default() {
         let a = with_file(
@@ -341,7 +381,7 @@ token-file = "/etc/rdma-server/token"
                 "64",
                 "--allow",
                 "192.0.2.0/24",
-                "--device=mlx5_0",
+                "--ib-dev=mlx5_0",
                 "--serve",
             ],
             FILE,
@@ -383,7 +423,8 @@ token-file = "/etc/rdma-server/token"
             ("max-clients = \"many\"\n", 1, "max-clients", "invalid type"),
             ("timeout = \"soon\"\n", 1, "timeout", "invalid value 'soon'"),
             ("allow = [\"10.0.0.0/33\"]\n", 1, "allow", "invalid value"),
-            ("port = 300\n", 1, "port", ""),
+            ("ib-port = 300\n", 1, "ib-port", ""),
+            ("port = 1\n", 1, "port", "unknown field"),
             ("cq-mode = \"spin\"\n", 1, "cq-mode", "spin"),
             (
                 "bench-max-bytes = 2147483648\n",

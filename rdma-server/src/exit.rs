@@ -13,7 +13,7 @@ pub const EXITS: Documented = &[
         Exit::Usage,
         "usage error: an unknown, missing or bad flag or value, an unreadable, empty, short (< 16 characters) or group/world-readable \
          --token-file (or empty or short $RDMA_WRITE_TOKEN), an unreadable or invalid --config file, a --max-pinned budget that cannot hold one \
-         --buffer-size session, no such --device or --port, a --gid-index not in the GID table",
+         --buffer-size session, no such --ib-dev or --ib-port, a --gid-idx not in the GID table",
     ),
     (
         Exit::Rdma,

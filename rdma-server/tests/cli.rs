@@ -23,9 +23,9 @@ fn mistake(m: Mistake) -> Option<Case> {
         Mistake::UnreadableFile => Case::new(&["--token-file", MISSING_FILE], MISSING_FILE),
         Mistake::EmptyFile => Case::new(&["--token-file", EMPTY_FILE], "empty"),
         Mistake::EmptyValue => Case::new(&[], "empty").env("RDMA_WRITE_TOKEN", ""),
-        Mistake::NoSuchDevice => Case::new(&["--device", "nosuch0"], "nosuch0"),
-        Mistake::NoSuchPort => Case::new(&["--port", "9"], "port 9"),
-        Mistake::GidIndexOutOfRange => Case::new(&["--gid-index", "99"], "GID index 99"),
+        Mistake::NoSuchDevice => Case::new(&["--ib-dev", "nosuch0"], "nosuch0"),
+        Mistake::NoSuchPort => Case::new(&["--ib-port", "9"], "port 9"),
+        Mistake::GidIndexOutOfRange => Case::new(&["--gid-idx", "99"], "GID index 99"),
     })
 }
 

@@ -21,7 +21,7 @@ use crate::exec;
 pub const MAX_EXPOSURE: f64 = 2.0;
 /// The unit, as shipped (cargo-deb installs it from here).
 pub const UNIT: &str = "rdma-server/pkg/debian/rdma-server.service";
-/// The client package's unit, the mesh (`rdma-client --mesh`; cargo-deb installs it from here).
+/// The client package's unit, the mesh (`rdma-client mesh`; cargo-deb installs it from here).
 pub const MESH_UNIT: &str = "rdma-client/pkg/rdma-mesh.service";
 
 /// One binary's package.
@@ -514,7 +514,7 @@ mod tests {
         let unit = exec::workspace_root().join(MESH_UNIT);
         let text = std::fs::read_to_string(&unit).unwrap();
         assert!(
-            text.contains("--mesh ${RDMA_MESH_NODES} --every 10s --metrics-listen [::]:9478"),
+            text.contains("mesh ${RDMA_MESH_NODES} --every 10s --metrics-listen [::]:9478"),
             "{text}"
         );
         if exec::which("systemd-analyze").is_none() {

@@ -159,7 +159,7 @@ mod tests {
         assert!(mesh.contains("kind: DaemonSet") && mesh.contains("containerPort: 9478"));
         assert!(
             mesh.contains(
-                r#"rdma-client --mesh "$RDMA_MESH_NODES" --every 10s --metrics-listen '[::]:9478' --json"#
+                r#"rdma-client mesh "$RDMA_MESH_NODES" --every 10s --metrics-listen '[::]:9478' --json"#
             ),
             "{mesh}"
         );

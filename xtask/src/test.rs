@@ -202,7 +202,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             load: false,
         };
         phase(
-            "guests: two NICs with a link cut, IPv6-only NICs, siw + rping, a RoCE v2 capture; rdma-write with no device flags on two NICs (each link cut) and IPv6-only, through RDMA CM on siw and on rxe (--cm, a wrong nonce rejected), --bench on each, --tclass in the IP header, a lossy link (vm-smoke)",
+            "guests: two NICs with a link cut, IPv6-only NICs, siw + rping, a RoCE v2 capture; rdma-write with no device flags on two NICs (each link cut) and IPv6-only, through RDMA CM on siw and on rxe (--cm, a wrong nonce rejected), bench on each, --tclass in the IP header, a lossy link (vm-smoke)",
             &mut || crate::smoke::suite(&base.vm),
         )?;
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
@@ -216,7 +216,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             },
         )?;
         phase(
-            "fabric: three guests, Slurm, srun rdma-client --fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down), and rdma-client --mesh on every node",
+            "fabric: three guests, Slurm, srun rdma-client fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down), and rdma-client mesh on every node",
             &mut || {
                 crate::fabric_e2e::cmd(&crate::fabric_e2e::FabricE2eArgs {
                     vm: base.vm.clone(),

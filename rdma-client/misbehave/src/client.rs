@@ -29,10 +29,10 @@ pub enum ClientFault {
     /// After the write the server is told about, keep RDMA-Writing other bytes into its buffer;
     /// exit 0 only if the server's verdict describes bytes we wrote, consistently.
     RewriteAfterImm,
-    /// In a `--bench lat` session, wait a second before each ping: a peer that holds its
+    /// In a `bench --mode lat` session, wait a second before each ping: a peer that holds its
     /// bench slot by pinging just often enough (the server must end it at --bench-max-time).
     SlowPing,
-    /// A `--bench lat` session kept for rounds: two verified rounds (the second on a fresh
+    /// A `bench --mode lat` session kept for rounds: two verified rounds (the second on a fresh
     /// rkey), then a write into the second round's buffer after its verdict, which the server
     /// deregistered: the server's NIC must refuse it ([`stale_bench_round`]).
     StaleBenchRound,
@@ -54,16 +54,23 @@ pub enum ClientFault {
     CmForeignPath,
 }
 
-/// The command line: the fault, then everything `rdma-client` takes.
+/// The command line: the fault, then everything `rdma-client` takes (`--fault KIND SERVER
+/// ...` for a write, `--fault KIND bench SERVER ...` for a bench session). The fault comes
+/// first, so a subcommand may follow options here (the client's own command line refuses
+/// that: a word after an option is its SERVER).
 #[derive(Debug, clap::Parser)]
-#[command(name = "rdma-misbehave-client", version)]
+#[command(
+    name = "rdma-misbehave-client",
+    version,
+    args_conflicts_with_subcommands = false
+)]
 pub struct MisbehaveArgs {
     /// What to do wrong.
     #[arg(long)]
     pub fault: ClientFault,
     /// For `cm-late-bench`: the server's --bench-max-time, which must bound the session from
-    /// its accept.
-    #[arg(long, value_parser = rdma_app::parse_duration)]
+    /// its accept (before or after the client's `bench`).
+    #[arg(long, global = true, value_parser = rdma_app::parse_duration)]
     pub server_bench_max_time: Option<Duration>,
     #[command(flatten)]
     pub client: client_cli::Args,
@@ -100,9 +107,9 @@ pub fn run(args: MisbehaveArgs, out: &Output) -> Result<()> {
 
 fn applies_to(f: ClientFault) -> &'static str {
     match f {
-        ClientFault::SlowPing | ClientFault::StaleBenchRound => "a --bench lat session",
-        ClientFault::CmLateBench => "a --bench lat session through RDMA CM (--cm)",
-        _ => "a plain write (no --bench, --fabric)",
+        ClientFault::SlowPing | ClientFault::StaleBenchRound => "a `bench --mode lat` session",
+        ClientFault::CmLateBench => "a `bench --mode lat` session through RDMA CM (--cm)",
+        _ => "a plain write (no bench, fabric or mesh)",
     }
 }
 
@@ -204,7 +211,7 @@ fn judge_rewrites(mut c: Connected<'_>, rewriter: Rewriter) -> Result<()> {
     Ok(())
 }
 
-/// `rdma-client SERVER --bench lat`, its pings paced [`SLOW_PING`] apart.
+/// `rdma-client bench SERVER --mode lat`, its pings paced [`SLOW_PING`] apart.
 fn slow_ping(task: &bench::BenchTask, out: &Output) -> Result<()> {
     let t_start = Instant::now();
     let r = task.resolve()?;
@@ -218,7 +225,7 @@ fn slow_ping(task: &bench::BenchTask, out: &Output) -> Result<()> {
     bench.finish()
 }
 
-/// `rdma-client SERVER --bench lat`, asking for rounds: two verified rounds on one session,
+/// `rdma-client bench SERVER --mode lat`, asking for rounds: two verified rounds on one session,
 /// the second on a buffer with a fresh rkey, then one write into that buffer after its verdict.
 /// The server deregistered it before reading it (PROTOCOL.md §3.9), so the write must fail
 /// with a remote access error: that error is this fault's expected end. Anything else (no
@@ -319,7 +326,35 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(a.fault, ClientFault::WrongRkey);
-        assert!(a.client.output.json);
+        assert!(a.client.json());
+        assert!(matches!(a.client.task().unwrap(), Task::Write(_)));
+        let a = MisbehaveArgs::try_parse_from([
+            "rdma-misbehave-client",
+            "--fault",
+            "slow-ping",
+            "bench",
+            "10.0.0.1",
+            "--mode",
+            "lat",
+            "--json",
+            "--ib-dev",
+            "rxe0",
+        ])
+        .unwrap();
+        assert!(a.client.json());
+        assert!(matches!(a.client.task().unwrap(), Task::Bench(ref b) if b.server == "10.0.0.1"));
+        let a = MisbehaveArgs::try_parse_from([
+            "rdma-misbehave-client",
+            "--fault",
+            "cm-late-bench",
+            "bench",
+            "--server-bench-max-time",
+            "3s",
+            "--cm",
+            "10.0.0.1",
+        ])
+        .unwrap();
+        assert_eq!(a.server_bench_max_time, Some(Duration::from_secs(3)));
         let e = MisbehaveArgs::try_parse_from(["rdma-misbehave-client", "10.0.0.1"]).unwrap_err();
         assert!(e.to_string().contains("--fault"), "{e}");
     }

@@ -1,4 +1,4 @@
-//! `rdma-client SERVER --bench lat|bw`: measure the link as perftest does, against a plain
+//! `rdma-client bench SERVER --mode lat|bw`: measure the link as perftest does, against a plain
 //! `rdma-server` (it needs no bench flag: the hello carries every parameter).
 //!
 //! One session covers every size: the hello asks for a buffer of the largest, the loops run
@@ -25,50 +25,43 @@ use rdma_proto::bench::{BenchMode, MAX_ITERS};
 use crate::output::Output;
 use crate::session::{SessionOptions, Target};
 
-/// The bench flags of `rdma-client`.
+/// The bench flags of `rdma-client bench`.
 #[derive(Debug, Clone, ClapArgs)]
+#[command(next_help_heading = "Measurement")]
 pub struct BenchArgs {
-    /// Measure the link instead of writing one message: `lat` is ib_write_lat's ping-pong of
-    /// RDMA Writes (half round trips), `bw` is ib_write_bw's stream. The server needs no flag.
-    #[arg(long, value_name = "lat|bw")]
-    pub bench: Option<BenchMode>,
+    /// lat: ib_write_lat's ping-pong (half round trips); bw: ib_write_bw's stream
+    #[arg(long, value_name = "lat|bw", default_value = "lat")]
+    pub mode: BenchMode,
 
-    /// Message size in bytes (default: 2 for lat, 65536 for bw, as perftest).
-    #[arg(long, requires = "bench", conflicts_with = "all_sizes",
+    /// Message size in bytes (default: 2 for lat, 65536 for bw, as perftest)
+    #[arg(long, conflicts_with = "all_sizes",
           value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pub size: Option<u64>,
 
-    /// Every power of two from 2 B to 8 MiB, like perftest's -a.
-    #[arg(long, requires = "bench")]
+    /// Every power of two from 2 B to 8 MiB, like perftest's -a
+    #[arg(long)]
     pub all_sizes: bool,
 
-    /// Exchanges (lat) or writes (bw) per size (default 1000 for lat, 5000 for bw).
-    #[arg(long, requires = "bench", conflicts_with = "duration",
+    /// Exchanges (lat) or writes (bw) per size (default 1000 for lat, 5000 for bw)
+    #[arg(long, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(5..=MAX_ITERS))]
     pub iters: Option<u64>,
 
-    /// bw only: write for this long per size (e.g. 5s) instead of a number of writes.
-    #[arg(long, requires = "bench", value_parser = app::parse_duration)]
+    /// bw: write for this long per size (e.g. 5s) instead of a number of writes
+    #[arg(long, value_name = "DURATION", value_parser = app::parse_duration)]
     pub duration: Option<Duration>,
 
-    /// bw: writes in flight (perftest's -t).
-    #[arg(long, default_value_t = 128, requires = "bench",
+    /// bw: writes in flight (perftest's -t)
+    #[arg(long, value_name = "N", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=8192))]
     pub tx_depth: u32,
 
-    /// Largest message sent inline (copied into the work request; perftest's -I). The device
-    /// may offer less; 0 turns it off.
-    #[arg(
-        long = "inline",
-        default_value_t = 256,
-        requires = "bench",
-        value_name = "BYTES"
-    )]
+    /// Largest message sent inline (perftest's -I; the device may offer less; 0: off)
+    #[arg(long = "inline", default_value_t = 256, value_name = "BYTES")]
     pub inline: u32,
 
-    /// bw: this many queue pairs writing at once (perftest's -q); each is its own session with
-    /// the server, and their figures add up.
-    #[arg(long, default_value_t = 1, requires = "bench",
+    /// bw: this many queue pairs writing at once, each its own session (perftest's -q)
+    #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=16))]
     pub qps: u32,
 }
@@ -90,10 +83,10 @@ pub struct Sweep {
 /// The sweep, iterations and mode the flags ask for.
 fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
     if mode == BenchMode::Lat && b.qps > 1 {
-        bail!("--qps applies to --bench bw (perftest's latency tests use one QP too)");
+        bail!("--qps applies to --mode bw (perftest's latency tests use one QP too)");
     }
     if mode == BenchMode::Lat && b.duration.is_some() {
-        bail!("--duration applies to --bench bw; give lat a number of exchanges with --iters");
+        bail!("--duration applies to --mode bw; give lat a number of exchanges with --iters");
     }
     let sizes = if b.all_sizes {
         all_sizes()
@@ -115,7 +108,8 @@ fn params(b: &BenchArgs, mode: BenchMode) -> Result<Sweep> {
     Ok(Sweep { mode, sizes, iters })
 }
 
-/// How the loops post, from the bench flags (the same for every session of a run).
+/// How the loops post, from the bench flags (the same for every session of a run); the
+/// default is the flags' (what the fabric check's and the mesh's measurements use).
 #[derive(Debug, Clone, Copy)]
 pub struct Knobs {
     /// bw: writes in flight.
@@ -124,6 +118,16 @@ pub struct Knobs {
     pub duration: Option<Duration>,
     /// Largest message sent inline.
     pub inline: u32,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Self {
+            tx_depth: 128,
+            duration: None,
+            inline: 256,
+        }
+    }
 }
 
 impl BenchArgs {
@@ -137,7 +141,7 @@ impl BenchArgs {
     }
 }
 
-/// `rdma-client SERVER --bench MODE`, from the command line.
+/// `rdma-client bench SERVER --mode MODE`, from the command line.
 #[derive(Debug)]
 pub struct BenchTask {
     pub server: String,
@@ -211,61 +215,51 @@ impl Resolved {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Args;
+    use crate::cli::{Args, Use};
     use clap::Parser as _;
 
-    fn parse(argv: &[&str]) -> std::result::Result<Args, clap::Error> {
-        Args::try_parse_from(argv)
+    fn parse(argv: &[&str]) -> std::result::Result<BenchArgs, clap::Error> {
+        let mut full = vec!["rdma-client", "bench", "h"];
+        full.extend_from_slice(argv);
+        match Args::try_parse_from(full)?.command {
+            Some(Use::Bench(b)) => Ok(b.bench),
+            other => panic!("not bench: {other:?}"),
+        }
     }
 
     #[test]
     fn flags_and_defaults_like_perftest() {
-        let a = parse(&["rdma-client", "h", "--bench", "lat"]).unwrap();
-        let p = params(&a.bench, BenchMode::Lat).unwrap();
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.mode, BenchMode::Lat, "lat unless --mode says otherwise");
+        let p = params(&a, BenchMode::Lat).unwrap();
         assert_eq!((p.sizes.clone(), p.iters), (vec![2], 1000));
-        let a = parse(&["rdma-client", "h", "--bench", "bw"]).unwrap();
-        let p = params(&a.bench, BenchMode::Bw).unwrap();
+        let a = parse(&["--mode", "bw"]).unwrap();
+        let p = params(&a, BenchMode::Bw).unwrap();
         assert_eq!((p.sizes.clone(), p.iters), (vec![65536], 5000));
-        assert_eq!(a.bench.tx_depth, 128);
-        let a = parse(&[
-            "rdma-client",
-            "h",
-            "--bench",
-            "bw",
-            "--all-sizes",
-            "--duration",
-            "2s",
-        ])
-        .unwrap();
-        let p = params(&a.bench, BenchMode::Bw).unwrap();
+        assert_eq!(a.tx_depth, 128);
+        let k = a.knobs();
+        let d = Knobs::default();
+        assert_eq!(
+            (k.tx_depth, k.duration, k.inline),
+            (d.tx_depth, d.duration, d.inline),
+            "the flags' defaults are the knobs' default"
+        );
+        let a = parse(&["--mode", "bw", "--all-sizes", "--duration", "2s"]).unwrap();
+        let p = params(&a, BenchMode::Bw).unwrap();
         assert_eq!(p.sizes.len(), 23);
         assert_eq!(p.sizes[22], 8 << 20);
-        let a = parse(&["rdma-client", "h", "--bench", "lat", "--qps", "2"]).unwrap();
-        assert!(
-            params(&a.bench, BenchMode::Lat).is_err(),
-            "lat runs on one QP"
-        );
-        let a = parse(&["rdma-client", "h", "--bench", "bw", "--qps", "4"]).unwrap();
-        assert_eq!(a.bench.qps, 4);
-        assert!(parse(&["rdma-client", "h", "--bench", "bw", "--qps", "17"]).is_err());
-        let a = parse(&["rdma-client", "h", "--bench", "lat", "--duration", "2s"]).unwrap();
-        assert!(params(&a.bench, BenchMode::Lat).is_err());
-        // Bench flags need --bench; sizes and counts are range-checked.
-        assert!(parse(&["rdma-client", "h", "--size", "64"]).is_err());
-        assert!(parse(&["rdma-client", "h", "--bench", "lat", "--size", "0"]).is_err());
-        assert!(parse(&["rdma-client", "h", "--bench", "lat", "--iters", "2"]).is_err());
-        assert!(parse(&["rdma-client", "h", "--bench", "ping"]).is_err());
-        assert!(
-            parse(&[
-                "rdma-client",
-                "h",
-                "--bench",
-                "bw",
-                "--size",
-                "8",
-                "--all-sizes"
-            ])
-            .is_err()
-        );
+        let a = parse(&["--mode", "lat", "--qps", "2"]).unwrap();
+        assert!(params(&a, BenchMode::Lat).is_err(), "lat runs on one QP");
+        let a = parse(&["--mode", "bw", "--qps", "4"]).unwrap();
+        assert_eq!(a.qps, 4);
+        assert!(parse(&["--mode", "bw", "--qps", "17"]).is_err());
+        let a = parse(&["--duration", "2s"]).unwrap();
+        assert!(params(&a, BenchMode::Lat).is_err());
+        // Sizes and counts are range-checked; bench flags are bench's own.
+        assert!(parse(&["--size", "0"]).is_err());
+        assert!(parse(&["--iters", "2"]).is_err());
+        assert!(parse(&["--mode", "ping"]).is_err());
+        assert!(parse(&["--mode", "bw", "--size", "8", "--all-sizes"]).is_err());
+        assert!(Args::try_parse_from(["rdma-client", "h", "--size", "64"]).is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! `--bench bw --qps N`: N queue pairs writing at once, as perftest's `-q N`. Each QP is its own
+//! `bench --mode bw --qps N`: N queue pairs writing at once, as perftest's `-q N`. Each QP is its own
 //! bench session (its own connection, QP and server buffer, verified on its own), so the server
 //! needs nothing new; the N sessions of one size start together and their figures add up.
 

@@ -1,5 +1,5 @@
 //! The fabric check: every ordered pair of N nodes does the seed's verified RDMA Write, round by
-//! round (`--fabric`, one task per node, e.g. under `srun`), and `--fabric-report` merges what
+//! round (`fabric`, one task per node, e.g. under `srun`), and `fabric report` merges what
 //! the ranks printed into a matrix, the bad pairs and the nodes common to them.
 //!
 //! `schedule` (who writes to whom in which round), `ranks` (node list and rank, from Slurm or
@@ -28,113 +28,77 @@ use std::io::BufReader;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The fabric check's flags (flattened into the client's).
+/// The fabric check's flags (`rdma-client fabric`): this node's part of the check. In each
+/// round of the schedule, the seed's verified write to this round's partner, then a short
+/// latency and bandwidth measurement; one `fabric_pair` event per pair. Every node runs
+/// `rdma-server --serve --max-clients 1`.
 #[derive(Debug, clap::Args)]
-#[command(next_help_heading = "Fabric check (every pair of N nodes)")]
+#[command(next_help_heading = "Fabric check")]
 pub struct FabricArgs {
-    /// Run this node's part of a fabric check: in each round of the schedule, the seed's verified
-    /// write to this round's partner, then a short latency and bandwidth measurement; prints one
-    /// `fabric_pair` event per pair. Node list and rank come from Slurm (srun -N N
-    /// --ntasks-per-node=1) or --hosts/--rank. Every node runs `rdma-server --serve
-    /// --max-clients 1`.
-    #[arg(long, conflicts_with = "fabric_report")]
-    pub fabric: bool,
-
-    /// With --fabric: print the schedule (round, writer, target) and exit, touching no RDMA.
-    #[arg(long, requires = "fabric")]
+    /// Print the schedule (round, writer, target) and exit, touching no RDMA
+    #[arg(long)]
     pub plan: bool,
 
-    /// The nodes, as a hostlist (e.g. node[01-04,07],login1); ranks are their places in the list
-    /// sorted in natural order. Default: Slurm's SLURM_STEP_NODELIST or SLURM_JOB_NODELIST.
-    #[arg(long, value_name = "LIST", requires = "fabric")]
+    /// The nodes, a hostlist (node[01-04,07],login1); default: Slurm's node list
+    #[arg(long, value_name = "LIST")]
     pub hosts: Option<String>,
 
-    /// This node's rank among --hosts (or --mesh's nodes) (from 0, in the sorted order);
-    /// default: the place in the list of this node's name (SLURMD_NODENAME in a Slurm step,
-    /// else the host name).
-    #[arg(long, value_name = "N", requires = "node_list")]
+    /// This node's rank among --hosts (sorted); default: its place by host name
+    #[arg(long, value_name = "N", requires = "hosts")]
     pub rank: Option<usize>,
 
-    /// TCP port of every node's rdma-server.
+    /// TCP port of every node's rdma-server
     #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     pub fabric_port: u16,
 
-    /// How long one pair may wait for its target's server to be free (it answers `busy` while it
-    /// serves the round before) or to come up, before the pair counts as failed.
+    /// How long a pair may wait for its target's server to be free or up
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = app::parse_duration)]
     pub pair_deadline: Duration,
 
-    /// With --fabric (or --mesh): after each pair's verified write, a short `--bench lat` to
-    /// the same server (2-byte ping-pongs, this many; 0: none). Default: 200 with --fabric,
-    /// 20 with --mesh (a probe every few seconds).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
-    pub lat_iters: Option<u64>,
+    /// 2-byte ping-pongs after each pair's write (0: none)
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub lat_iters: u64,
 
-    /// With --fabric: then a short `--bench bw` (64 KiB writes, this many; 0: none); with
-    /// --mesh, the size of each bandwidth sample (--bw-every).
+    /// 64 KiB writes after that (0: none)
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub bw_iters: u64,
 
-    /// With --fabric: re-test one pair alone, this node's write to HOST (a node of the list),
-    /// e.g. an outlier the report flagged, from a script that runs one at a time. Its line
-    /// (`retest: true`) replaces the pair's earlier one in --fabric-report.
-    #[arg(
-        long,
-        value_name = "HOST",
-        requires = "fabric",
-        conflicts_with = "plan"
-    )]
+    /// Re-test one pair alone, this node's write to HOST (an outlier of the report)
+    #[arg(long, value_name = "HOST", conflicts_with = "plan")]
     pub retest: Option<String>,
 
-    /// With --fabric (or --mesh): check every rail (`auto`: each ACTIVE RoCE port, by device name) or the
-    /// first N, rail i of each node against rail i of every other, in the same rounds, over
-    /// that rail's device and the peer's address on it (a node's name resolves to one address
-    /// per rail); the report gives one matrix per rail.
+    /// Check every rail (auto: each ACTIVE RoCE port) or the first N, rail i against rail i
     #[arg(
         long,
         value_name = "auto|N",
-        requires = "rail_check",
         value_parser = rails::parse,
         conflicts_with_all = ["device", "gid_index"]
     )]
     pub rails: Option<rails::Rails>,
+}
 
-    /// Merge the `fabric_pair` JSON Lines of a fabric check (files, or stdin when none or `-`)
-    /// into the N x N matrix, the bad pairs and the suspect nodes; exit non-zero if a pair failed.
-    #[arg(long, value_name = "FILE", num_args = 0.., conflicts_with = "fabric")]
-    pub fabric_report: Option<Vec<PathBuf>>,
+/// `rdma-client fabric report [FILE]...`: merge the `fabric_pair` lines of a check.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportArgs {
+    /// The nodes' JSON Lines (default, or `-`: stdin)
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
 
-    /// With --fabric-report: print only the outliers not yet re-tested alone, one `WRITER
-    /// TARGET` line each (host names), for a script to re-test one at a time (`srun -N1 -w
-    /// WRITER rdma-client --fabric --retest TARGET`); exits 0 whatever the pairs' verdicts.
-    #[arg(long, requires = "fabric_report")]
+    /// Print only the outliers not yet re-tested, one `WRITER TARGET` line each; exit 0
+    #[arg(long)]
     pub retest_list: bool,
 
-    /// With --fabric-report: draw the matrix as a heat map into FILE (.png or .svg; repeatable).
-    #[arg(long, value_name = "FILE", requires = "fabric_report")]
+    /// Draw the matrix as a heat map into FILE (.png or .svg; repeatable)
+    #[arg(long, value_name = "FILE")]
     pub heatmap: Vec<PathBuf>,
 
-    /// A pair is an outlier when its latency is over FACTOR x the fabric's reference.
+    /// A pair is an outlier when its latency is over FACTOR x the fabric's reference
     #[arg(long, value_name = "FACTOR", default_value_t = 2.0, value_parser = positive)]
     pub lat_factor: f64,
 
-    /// A pair is an outlier when its bandwidth is under FRACTION x the fabric's reference.
+    /// A pair is an outlier when its bandwidth is under FRACTION x the fabric's reference
     #[arg(long, value_name = "FRACTION", default_value_t = 0.5, value_parser = positive)]
     pub bw_fraction: f64,
-}
-
-impl FabricArgs {
-    /// Whether the command line asks for the fabric check or its report.
-    #[must_use]
-    pub fn asked(&self) -> bool {
-        self.fabric || self.fabric_report.is_some()
-    }
-
-    /// `--lat-iters`, or the fabric check's default.
-    #[must_use]
-    pub fn lat_iters(&self) -> u64 {
-        self.lat_iters.unwrap_or(200)
-    }
 }
 
 fn positive(text: &str) -> Result<f64, String> {
@@ -144,7 +108,7 @@ fn positive(text: &str) -> Result<f64, String> {
     }
 }
 
-/// `--fabric` or `--fabric-report`, from the command line.
+/// `rdma-client fabric`, from the command line.
 #[derive(Debug)]
 pub struct FabricTask {
     pub fabric: FabricArgs,
@@ -158,12 +122,9 @@ pub struct FabricTask {
     pub device: rdma_app::device::DeviceArgs,
 }
 
-/// Runs `--fabric` (with or without `--plan`) or `--fabric-report`.
+/// Runs `rdma-client fabric` (with or without `--plan`).
 pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
     let f = &task.fabric;
-    if let Some(files) = &f.fabric_report {
-        return report_files(f, files, out);
-    }
     if f.plan {
         return plan(f, out);
     }
@@ -208,7 +169,9 @@ fn plan(f: &FabricArgs, out: &Output) -> Result<()> {
     Ok(())
 }
 
-fn report_files(f: &FabricArgs, files: &[PathBuf], out: &Output) -> Result<()> {
+/// Runs `rdma-client fabric report`.
+pub fn report(f: &ReportArgs, out: &Output) -> Result<()> {
+    let files = &f.files;
     let mut pairs = Vec::new();
     let mut skipped = 0;
     let mut seen = validate::Consistency::default();

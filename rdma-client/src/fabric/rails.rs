@@ -1,6 +1,6 @@
-//! `--fabric --rails`: the check on every rail of multi-rail nodes. Pure: which of this node's
+//! `fabric --rails`: the check on every rail of multi-rail nodes. Pure: which of this node's
 //! rails are checked ([`select`]), which address of a peer is its address on each of them
-//! ([`match_peer`]), and, for `--fabric-report`, the lines split into one matrix per rail once
+//! ([`match_peer`]), and, for `fabric report`, the lines split into one matrix per rail once
 //! every node agrees on the rail count ([`split`]).
 //!
 //! A node's rails are its ACTIVE RoCE ports by device name (`rdma_core_rs::route::rails`),

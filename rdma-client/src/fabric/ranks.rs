@@ -36,7 +36,7 @@ impl World {
 #[derive(Debug, thiserror::Error)]
 pub enum RankError {
     #[error(
-        "{0} is not set: run under Slurm (`srun -N N --ntasks-per-node=1 rdma-client --fabric`) \
+        "{0} is not set: run under Slurm (`srun -N N --ntasks-per-node=1 rdma-client fabric`) \
          or give --hosts LIST --rank N"
     )]
     MissingEnv(&'static str),

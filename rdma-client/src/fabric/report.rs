@@ -1,4 +1,4 @@
-//! `--fabric-report`: every rank's `fabric_pair` lines merged into one N x N matrix, the pairs
+//! `fabric report`: every rank's `fabric_pair` lines merged into one N x N matrix, the pairs
 //! that are bad (failed, missing, or outliers), and the nodes common to them. Pure: lines in,
 //! a [`Report`] out; printing is in `table`, drawing in `heatmap`.
 //!
@@ -18,7 +18,7 @@
 //! pairs no named node explains are bad links (or bad luck): the list of bad pairs shows them.
 //! Two nodes alone cannot be told apart: both are named.
 //!
-//! A re-test alone (`--fabric --retest HOST`) is the pair's verdict, wherever its line stands
+//! A re-test alone (`fabric --retest HOST`) is the pair's verdict, wherever its line stands
 //! in the input: it replaces the pair's round line, and no round line replaces it. Between two
 //! lines of the same kind the later one wins. The report lists
 //! the outliers not re-tested yet (`to_retest`, what `--retest-list` prints) and, for every
@@ -48,7 +48,7 @@ pub enum ReportError {
     },
     #[error(
         "no `fabric_pair` event in the input ({skipped} other lines): give the JSON Lines of \
-         `rdma-client --fabric --json`"
+         `rdma-client fabric --json`"
     )]
     NoPairs { skipped: usize },
     #[error("the input mixes fabric checks of {a} and {b} nodes: give the lines of one run only")]

@@ -1,4 +1,4 @@
-//! `--fabric`: this node's part of the check. For each round of the schedule in which it is
+//! `fabric`: this node's part of the check. For each round of the schedule in which it is
 //! not on the bye, it does the seed's verified write (`run::Write`, the client's one write path)
 //! to its partner's server and prints one `fabric_pair` event.
 //!
@@ -11,7 +11,7 @@
 //! into a node while its writer of the round does.
 //!
 //! After the verified write, a short latency and bandwidth measurement runs against the same
-//! server: the bench's own sessions (`bench::Measure`, as `--bench lat` and `--bench bw` with
+//! server: the bench's own sessions (`bench::Measure`, as `bench --mode lat` and `bench --mode bw` with
 //! 2-byte and 64 KiB messages, `--lat-iters` and `--bw-iters` of them; 0 turns one off). A
 //! measurement that fails fails the pair, with the reason. The server must allow bench
 //! sessions (its default).
@@ -295,7 +295,7 @@ impl Pair<'_> {
         r.write_us = Some(delivered.write_micros as f64);
         // The short measurement: the bench's own sessions, to the same server.
         for (mode, size, iters) in [
-            (BenchMode::Lat, 2, f.lat_iters()),
+            (BenchMode::Lat, 2, f.lat_iters),
             (BenchMode::Bw, 65536, f.bw_iters),
         ] {
             if iters == 0 || !r.verified {
@@ -328,7 +328,7 @@ impl Pair<'_> {
                     return with_failure(
                         r,
                         &e,
-                        &format!("the write verified, but --bench {mode}: "),
+                        &format!("the write verified, but bench --mode {mode}: "),
                     );
                 }
             }

@@ -1,4 +1,4 @@
-//! `--fabric-report` trusts no line: each `fabric_pair` event is checked field by field, and
+//! `fabric report` trusts no line: each `fabric_pair` event is checked field by field, and
 //! against every line before it (one world, the same name for a rank everywhere), before the
 //! report allocates anything by its numbers. A line that fails is named (input and line number)
 //! and the report is a usage error (exit 2).

@@ -8,12 +8,12 @@ use rdma_app::Exit;
 /// The mesh's own usage errors.
 #[derive(Debug, thiserror::Error)]
 pub enum MeshError {
-    #[error("--mesh @{path}: cannot read it: {source} (one node name per line)")]
+    #[error("mesh @{path}: cannot read it: {source} (one node name per line)")]
     ReadList {
         path: String,
         source: std::io::Error,
     },
-    #[error("--mesh @{0}: no node name in it (one per line; # starts a comment)")]
+    #[error("mesh @{0}: no node name in it (one per line; # starts a comment)")]
     EmptyList(String),
     #[error(
         "the mesh's settings: {0} (see --fan-out, --every, --jitter, --down-after, \

@@ -179,7 +179,7 @@ pub const UNKNOWN_STATE: &str = "unknown";
 /// One path of the mesh: this node's `device` on `rail` to `peer`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Path {
-    /// The peer, as configured (`--mesh NODES`).
+    /// The peer, as configured (`mesh NODES`).
     pub peer: String,
     /// This node's RDMA device (`mlx5_0`, `rxe0`).
     pub device: String,

@@ -1,7 +1,7 @@
 //! The mesh's pure core: an RDMA pingmesh in which every node probes its peers on a schedule,
 //! through the real RDMA path, and tells a broken RDMA path from a dead host.
 //!
-//! `--fabric` checks every pair once; the mesh runs until stopped. In each interval each node
+//! `fabric` checks every pair once; the mesh runs until stopped. In each interval each node
 //! probes a few peers (a small verified write and a short latency exchange, a bandwidth sample
 //! now and then); the set rotates so that every ordered pair is covered within a cycle while the
 //! load on each server stays `fan_out` probers per interval whatever the mesh's size. Each
@@ -26,7 +26,7 @@
 //! [`http`] (the `/metrics` endpoint, `--metrics-listen`), [`textfile`] (node_exporter's
 //! textfile collector, `--metrics-textfile`, written atomically).
 //!
-//! Running it: [`task`] (the `--mesh` flags, the setup, [`task::run`]), [`runner`] (the
+//! Running it: [`task`] (the `mesh` flags, the setup, [`task::run`]), [`runner`] (the
 //! scheduler and its bounded worker pool, over the [`probe::Prober`] seam, which a fake prober
 //! drives in the tests), [`probe`] (the real prober: the fabric runner's steps), [`error`] (the
 //! mesh's usage errors and their exit).

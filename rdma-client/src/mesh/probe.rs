@@ -1,8 +1,8 @@
 //! One probe of one peer: the [`Prober`] seam the mesh runner drives, and [`VerbsProber`], the
 //! real one, which does what the fabric check does for a pair (`fabric::runner`), with the
 //! client's own steps: a verified write (`run::Write`, step by step so that a failure knows its
-//! [`Stage`]), then a short `--bench lat` (`bench::Measure`), then, when due, a short
-//! `--bench bw`. With `--rails`, from each rail's device to the peer's address on that rail,
+//! [`Stage`]), then a short `bench --mode lat` (`bench::Measure`), then, when due, a short
+//! `bench --mode bw`. With `--rails`, from each rail's device to the peer's address on that rail,
 //! as the fabric check does ([`Ends::Rails`]).
 //!
 //! **The write and the lat exchange reuse their sessions** where the server offers rounds
@@ -366,7 +366,7 @@ impl<'a> VerbsProber<'a> {
         };
         figure.map(swept).ok_or_else(|| ProbeFailure {
             stage: Stage::Transfer,
-            error: color_eyre::eyre::eyre!("--bench {mode} gave no row"),
+            error: color_eyre::eyre::eyre!("bench --mode {mode} gave no row"),
         })
     }
 }

@@ -1,4 +1,4 @@
-//! `--mesh`: this node's prober, running until stopped. One scheduler (the calling thread) asks
+//! `mesh`: this node's prober, running until stopped. One scheduler (the calling thread) asks
 //! the pure core whom to probe and when ([`super::schedule`]), hands each probe to a bounded
 //! pool of workers running a [`Prober`], and takes each result back: its cause
 //! ([`super::cause`]), the pair's state ([`super::state`]), the events and the metrics.

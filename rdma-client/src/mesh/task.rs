@@ -1,4 +1,4 @@
-//! `--mesh NODES`: its flags ([`MeshArgs`], flattened into the client's), the typed task
+//! `rdma-client mesh NODES`: its flags ([`MeshArgs`]), the typed task
 //! ([`MeshTask`]) and [`run`], which sets up what the runner needs (the node list and rank by
 //! the fabric check's rules, the local device, the metrics and their endpoints, the signals)
 //! and runs it with the real prober.
@@ -24,97 +24,111 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What `--mesh` says in `--help` and the man page, under its flags.
+/// What `rdma-client help mesh` and the man page say of the mesh, above its flags.
 pub const ABOUT: &str = "\
-The mesh (--mesh NODES): every node runs `rdma-server --serve` and `rdma-client --mesh NODES`, \
+Probe peers until stopped: every node runs `rdma-server --serve` and `rdma-client mesh NODES`, \
 which probes its peers until SIGINT or SIGTERM (or --mesh-cycles). Schedule: every --every (with \
 up to --jitter of it at random, and a phase per node) each node probes --fan-out peers, a \
 rotation that covers every ordered pair within ceil((N-1)/fan-out) intervals (a cycle) and gives \
 each server --fan-out probers per interval, whatever N. A probe is the fabric check's steps: a \
-verified write of --probe-bytes, --lat-iters 2-byte ping-pongs (its round trip), a --bench bw \
-sample every --bw-every probes of a pair (with --rails, on each rail: a path each), within \
-min(--every, 30s). The write and the lat exchange keep their sessions for the path's next probe \
-where the server keeps them that long (rdma-server --serve --keep-alive, rounds: fresh rkeys, no \
-new connection or queue pairs; --no-reuse: new sessions each time); a bw sample is a session of \
-its own. A \
-peer whose previous probe still runs is skipped, not queued. Causes: host (no TCP, no banner), \
-refused (the server said no), rdma (TCP works, the RDMA path does not), corrupt (the verdict \
-failed), slow (--slow-factor x the pair's median round trip). States: up, degraded (slow or \
-lossy), down, changed only after --down-after, --degrade-after or --up-after probes in a row. \
-Output: a mesh_probe event per probe, mesh_state on each change; Prometheus metrics \
-(rdma_mesh_*) on --metrics-listen /metrics and in --metrics-textfile. Round trips are split into \
-network time and host delay where both devices stamp completions (each lat exchange ends with a \
-stamped exchange), else wall time; mesh_started says once whether the device has a completion \
-clock.";
+verified write of --probe-bytes, --lat-iters 2-byte ping-pongs (its round trip), a bandwidth \
+sample (--bw-iters 64 KiB writes) every --bw-every probes of a pair (with --rails, on each rail: \
+a path each), within min(--every, 30s). The write and the lat exchange keep their sessions for \
+the path's next probe where the server keeps them that long (rdma-server --serve --keep-alive, \
+rounds: fresh rkeys, no new connection or queue pairs; --no-reuse: new sessions each time); a bw \
+sample is a session of its own. A peer whose previous probe still runs is skipped, not queued. \
+Causes: host (no TCP, no banner), refused (the server said no), rdma (TCP works, the RDMA path \
+does not), corrupt (the verdict failed), slow (--slow-factor x the pair's median round trip). \
+States: up, degraded (slow or lossy), down, changed only after --down-after, --degrade-after or \
+--up-after probes in a row. Output: a mesh_probe event per probe, mesh_state on each change; \
+Prometheus metrics (rdma_mesh_*) on --metrics-listen /metrics and in --metrics-textfile. Round \
+trips are split into network time and host delay where both devices stamp completions (each lat \
+exchange ends with a stamped exchange), else wall time; mesh_started says once whether the \
+device has a completion clock.";
 
-/// The mesh's flags.
+/// The mesh's flags (`rdma-client mesh`).
 #[derive(Debug, clap::Args)]
-#[command(next_help_heading = "Mesh (probe peers until stopped, Prometheus metrics)")]
+#[command(next_help_heading = "Mesh")]
 pub struct MeshArgs {
-    /// Run the mesh prober over these nodes: a hostlist (node[01-03], or names separated by
-    /// commas) or @FILE (one name per line, # comments); ranks by natural order as --fabric's.
-    /// This node is found by its name (or --rank). The mesh's paragraph is in the description
-    /// (--help, man rdma-client).
-    #[arg(long, value_name = "NODES", conflicts_with_all = ["fabric", "fabric_report"])]
-    pub mesh: Option<String>,
+    /// The nodes: a hostlist (node[01-03], or a,b,c) or @FILE (one name a line, # comments)
+    #[arg(value_name = "NODES", help_heading = None::<&str>)]
+    pub nodes: String,
 
-    /// TCP port of every peer's rdma-server.
-    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT, requires = "mesh")]
+    /// This node's rank among NODES (sorted); default: its place by host name
+    #[arg(long, value_name = "N")]
+    pub rank: Option<usize>,
+
+    /// TCP port of every peer's rdma-server
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     pub mesh_port: u16,
 
-    /// One probe round every this long.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = app::parse_duration, requires = "mesh")]
+    /// One probe round every this long
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = app::parse_duration)]
     pub every: Duration,
 
-    /// Peers probed per interval (and probers per server per interval); at most N-1.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024), requires = "mesh")]
+    /// Peers probed per interval (and probers per server per interval); at most N-1
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub fan_out: u64,
 
-    /// Random delay of each round, as a fraction of --every (0 to 1).
-    #[arg(long, value_name = "FRACTION", default_value_t = 0.1, value_parser = fraction, requires = "mesh")]
+    /// Random delay of each round, as a fraction of --every (0 to 1)
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.1, value_parser = fraction)]
     pub jitter: f64,
 
-    /// A pair goes down after this many failed probes in a row.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "mesh")]
+    /// A pair goes down after this many failed probes in a row
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub down_after: u32,
 
-    /// A pair goes degraded after this many slow (or lossy) probes in a row.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "mesh")]
+    /// A pair goes degraded after this many slow (or lossy) probes in a row
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub degrade_after: u32,
 
-    /// A pair comes back up after this many good probes in a row.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "mesh")]
+    /// A pair comes back up after this many good probes in a row
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub up_after: u32,
 
-    /// A round trip is slow above this many times the pair's median (and above 200 us).
-    #[arg(long, value_name = "FACTOR", default_value_t = 3.0, value_parser = above_one, requires = "mesh")]
+    /// A round trip is slow above this many times the pair's median (and above 200 us)
+    #[arg(long, value_name = "FACTOR", default_value_t = 3.0, value_parser = above_one)]
     pub slow_factor: f64,
 
-    /// Bytes of each probe's verified write.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_048_576), requires = "mesh")]
+    /// Bytes of each probe's verified write
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub probe_bytes: u64,
 
-    /// A bandwidth sample (--bw-iters 64 KiB writes) every N-th probe of a pair; 0: never.
-    #[arg(long, value_name = "N", default_value_t = 0, requires = "mesh")]
+    /// 2-byte ping-pongs of each probe (its round trip; 0: none)
+    #[arg(long, value_name = "N", default_value_t = LAT_ITERS, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub lat_iters: u64,
+
+    /// A bandwidth sample every N-th probe of a pair; 0: never
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub bw_every: u64,
 
-    /// Serve Prometheus metrics on ADDR (/metrics), e.g. `[::]:9478`.
-    #[arg(long, value_name = "ADDR", requires = "mesh")]
+    /// 64 KiB writes of each bandwidth sample
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub bw_iters: u64,
+
+    /// Probe every rail (auto: each ACTIVE RoCE port) or the first N, each a path of its own
+    #[arg(
+        long,
+        value_name = "auto|N",
+        value_parser = crate::fabric::rails::parse,
+        conflicts_with_all = ["device", "gid_index"]
+    )]
+    pub rails: Option<crate::fabric::rails::Rails>,
+
+    /// Serve Prometheus metrics on ADDR (/metrics), e.g. `[::]:9478`
+    #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Write the metrics for node_exporter's textfile collector to PATH (*.prom), replaced
-    /// atomically each interval.
-    #[arg(long, value_name = "PATH", requires = "mesh")]
+    /// Write the metrics for node_exporter's textfile collector to PATH (*.prom)
+    #[arg(long, value_name = "PATH")]
     pub metrics_textfile: Option<PathBuf>,
 
-    /// Stop by itself after N cycles (every ordered pair probed N times); default: run until
-    /// SIGINT or SIGTERM.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "mesh")]
+    /// Stop after N cycles (every ordered pair probed N times); default: at SIGINT or SIGTERM
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub mesh_cycles: Option<u64>,
 
-    /// Open new sessions (the write's, the lat exchange's) for every probe, never keeping one
-    /// for the path's next probe (by default a server that offers rounds is asked for them).
-    #[arg(long, requires = "mesh")]
+    /// Open new sessions for every probe, never keeping one for the path's next probe
+    #[arg(long)]
     pub no_reuse: bool,
 }
 
@@ -132,15 +146,15 @@ fn above_one(text: &str) -> Result<f64, String> {
     }
 }
 
-/// `--mesh`, from the command line.
+/// `rdma-client mesh`, from the command line.
 #[derive(Debug)]
 pub struct MeshTask {
     pub mesh: MeshArgs,
-    /// `--rank` (shared with --fabric).
+    /// `--rank`.
     pub rank: Option<usize>,
-    /// `--rails` (shared with --fabric): probe every rail, each a path of its own.
+    /// `--rails`: probe every rail, each a path of its own.
     pub rails: Option<crate::fabric::rails::Rails>,
-    /// `--lat-iters` (default 20 here).
+    /// `--lat-iters` (default [`LAT_ITERS`]).
     pub lat_iters: u64,
     /// `--bw-iters`.
     pub bw_iters: u64,
@@ -154,7 +168,7 @@ pub struct MeshTask {
 pub const LAT_ITERS: u64 = 20;
 
 impl MeshArgs {
-    /// The node list as a hostlist: `--mesh`'s text, or `@FILE`'s names joined.
+    /// The node list as a hostlist: NODES, or `@FILE`'s names joined.
     ///
     /// # Errors
     /// An unreadable or empty file.
@@ -210,7 +224,7 @@ fn revisit(config: &MeshConfig, nodes: usize) -> Duration {
         .saturating_add(config.every.mul_f64(config.jitter))
 }
 
-/// The world of `--mesh LIST [--rank N]`: by rank, else by this host's name.
+/// The world of `mesh LIST [--rank N]`: by rank, else by this host's name.
 ///
 /// # Errors
 /// A bad list, fewer than two nodes, a rank out of range, this host not in it.
@@ -239,10 +253,10 @@ fn clocks(ends: &Ends<'_>, devices: &[String]) -> Vec<Answer> {
         .collect()
 }
 
-/// Runs `--mesh` until SIGINT/SIGTERM or `--mesh-cycles`.
+/// Runs `mesh` until SIGINT/SIGTERM or `--mesh-cycles`.
 pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
     let m = &task.mesh;
-    let list = m.node_list(m.mesh.as_deref().unwrap_or_default())?;
+    let list = m.node_list(&m.nodes)?;
     let world = world(&list, task.rank)?;
     let config = m.config()?;
     let token = task.session.token.load()?;

@@ -126,7 +126,7 @@ fn same_device(id: &Id, local: &LocalPort) -> Result<()> {
                 found.map_or_else(|| "no device".to_owned(), |(n, p)| format!("{n} port {p}")),
                 local.ctx.name()
             ),
-            "open the device that holds the connection's local address (leave out --device, \
+            "open the device that holds the connection's local address (leave out --ib-dev, \
              or name that one)",
         )),
     }

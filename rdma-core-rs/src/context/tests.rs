@@ -73,7 +73,7 @@ fn zero_gids_are_never_selected() {
     assert_eq!(err.kind(), ErrorKind::Port);
     let msg = err.to_string();
     assert!(msg.contains("no valid GID entries"), "{msg}");
-    assert!(msg.contains("--gid-index"), "{msg}");
+    assert!(msg.contains("--gid-idx"), "{msg}");
     assert!(msg.contains("IP address"), "{msg}");
     let err = select_gid_in(&t, LinkLayer::Ethernet, 1, Some(0)).unwrap_err();
     assert!(matches!(err, Error::GidIndexInvalid { index: 0, .. }));

@@ -127,7 +127,7 @@ pub fn advice_for(op: VerbOp, errno: i32) -> String {
             "bad port number, pkey index or access flags: check the port with `ibv_devinfo`"
         }
         (V::ModifyQpRtr, libc::EINVAL) => {
-            "bad address vector — no RoCE v2 GID on port 1? pass --gid-index or check `rdma link` \
+            "bad address vector — no RoCE v2 GID on port 1? pass --gid-idx or check `rdma link` \
              / `ibv_devinfo -v`; also check that the path MTU is not above the port's active MTU"
         }
         (

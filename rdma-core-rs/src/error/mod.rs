@@ -90,7 +90,7 @@ pub enum Error {
     },
     /// An explicitly requested GID index is empty or out of range.
     #[error(
-        "GID index {index} is not a valid entry on port {port}; pass one of these with --gid-index:\n{table}"
+        "GID index {index} is not a valid entry on port {port}; pass one of these with --gid-idx:\n{table}"
     )]
     GidIndexInvalid {
         /// Port number.
@@ -102,7 +102,7 @@ pub enum Error {
     },
     /// Automatic GID selection found nothing usable.
     #[error(
-        "no usable GID on port {port}:\n{table}\npass --gid-index, check `rdma link` / `ibv_devinfo -v`, \
+        "no usable GID on port {port}:\n{table}\npass --gid-idx, check `rdma link` / `ibv_devinfo -v`, \
              and assign an IP address to the netdev (RoCE v2 GIDs come from its addresses)"
     )]
     NoUsableGid {
@@ -296,10 +296,10 @@ impl Error {
                 Some("check `rdma link` / `ibv_devinfo`; the netdev must be up".to_owned())
             }
             Error::GidIndexInvalid { table, .. } => {
-                Some(format!("pass a valid --gid-index; valid entries:\n{table}"))
+                Some(format!("pass a valid --gid-idx; valid entries:\n{table}"))
             }
             Error::NoUsableGid { .. } => Some(
-                "pass --gid-index, check `rdma link` / `ibv_devinfo -v`, and assign an IP address \
+                "pass --gid-idx, check `rdma link` / `ibv_devinfo -v`, and assign an IP address \
                  to the netdev"
                     .to_owned(),
             ),
@@ -346,7 +346,7 @@ mod tests {
             "unexpected message: {msg}"
         );
         assert!(msg.contains("bad address vector"), "{msg}");
-        assert!(msg.contains("--gid-index"), "{msg}");
+        assert!(msg.contains("--gid-idx"), "{msg}");
         assert_eq!(e.errno(), Some(libc::EINVAL));
         assert_eq!(e.kind(), ErrorKind::Setup);
         assert!(e.advice().is_some_and(|a| a.contains("bad address vector")));

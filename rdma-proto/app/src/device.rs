@@ -1,46 +1,59 @@
-//! The command-line flags that choose the local end (`--device`, `--port`, `--gid-index`,
-//! `--tclass`, `--hop-limit`, `--sl`, `--cq-mode`), shared by both binaries, and how they open it.
+//! The command-line flags that choose the local end, shared by both binaries under the help
+//! heading "Device" and named as rdma-core's tools name them (`-d/--ib-dev`, `-i/--ib-port`,
+//! `-g/--gid-idx`; then `--tclass`, `--hop-limit`, `--sl`, `--qp-timeout`, `--cq-mode`), and how
+//! they open it.
 
 use rdma_core_rs::{CqMode, LocalPort, PathClass};
 
-/// `--device`, `--port`, `--gid-index`, `--cq-mode`.
+/// `-d/--ib-dev`, `-i/--ib-port`, `-g/--gid-idx`, the path class, `--qp-timeout`, `--cq-mode`.
+///
+/// The path class and `--qp-timeout` are left out of the short help (`-h`; a binary whose
+/// `--help` is short says where the rest is), not of the long help or the man page.
+///
+/// `--device` and `--gid-index` (the earlier names; perftest's for the GID index) are hidden
+/// aliases. The earlier `--port` is gone: it read as the TCP port, which perftest's `-p` is.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Device")]
 pub struct DeviceArgs {
-    /// RDMA device to use (default: the one whose GID table holds the connection's local
-    /// address, across all devices; see `ibv_devices`).
-    #[arg(long, short)]
+    /// RDMA device (`ibv_devices`); default: the one that carries the connection's address
+    #[arg(short = 'd', long = "ib-dev", alias = "device", value_name = "DEV")]
     pub device: Option<String>,
 
-    /// Port number on the device.
-    #[arg(long, default_value_t = 1)]
+    /// Port number on the device
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        value_name = "PORT",
+        default_value_t = 1
+    )]
     pub port: u8,
 
-    /// GID table index (default: the GID of the connection's local address, RoCE v2 before
-    /// v1; see `ibv_devinfo -v`). Given, it pins --device (default the first) and --port.
-    #[arg(long)]
+    /// GID table index (`ibv_devinfo -v`); pins --ib-dev (default the first) and --ib-port
+    #[arg(
+        short = 'g',
+        long = "gid-idx",
+        alias = "gid-index",
+        value_name = "INDEX"
+    )]
     pub gid_index: Option<u32>,
 
-    /// RoCE traffic class of this end's packets: the IP header's TOS byte (DSCP << 2 | ECN;
-    /// e.g. 106 = DSCP 26, ECN capable), what lossless RoCE fabrics classify on. 0-255.
-    /// Decimal or hex, as `ip` and `tc` take it (`106`, `0x6a`).
-    #[arg(long, default_value_t = 0, value_name = "TOS", value_parser = parse_byte)]
+    /// RoCE traffic class (IP TOS byte: DSCP << 2 | ECN), decimal or hex (0x6a)
+    #[arg(long, hide_short_help = true, default_value_t = 0, value_name = "TOS", value_parser = parse_byte)]
     pub tclass: u8,
 
-    /// RoCE hop limit of this end's packets (the IP TTL / hop limit). 1-255.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u8).range(1..))]
+    /// RoCE hop limit (IP TTL) of this end's packets, 1-255
+    #[arg(long, hide_short_help = true, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
     pub hop_limit: u8,
 
-    /// InfiniBand service level of this end's packets. 0-15.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
+    /// InfiniBand service level of this end's packets, 0-15
+    #[arg(long, hide_short_help = true, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=15))]
     pub sl: u8,
 
-    /// Local ACK timeout of this end's queue pairs, as perftest's --qp-timeout: a packet not
-    /// acknowledged within 4.096 us x 2^N is sent again (14: 67 ms). Raise it where hosts
-    /// stall longer than that (emulated CPUs), so a resend means a lost packet. 1-31.
-    #[arg(long, default_value_t = 14, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=31))]
+    /// Local ACK timeout, 4.096 us x 2^N (as perftest's; 14: 67 ms), 1-31
+    #[arg(long, hide_short_help = true, default_value_t = 14, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=31))]
     pub qp_timeout: u8,
 
-    /// Wait for completions by busy polling (lowest latency) or on a completion channel.
+    /// Wait for completions by busy polling or on a completion channel
     #[arg(long, default_value = "event", value_name = "poll|event")]
     pub cq_mode: CqMode,
 }
@@ -82,8 +95,8 @@ impl DeviceArgs {
 
     /// The local end for a connection whose local IP address is `local` (the client's
     /// route to the server, the address a server's client came in on): with
-    /// `--gid-index`, exactly the flags (the user chose); else the device, port and GID
-    /// that carry that address ([`LocalPort::open_for`], within `--device` when
+    /// `--gid-idx`, exactly the flags (the user chose); else the device, port and GID
+    /// that carry that address ([`LocalPort::open_for`], within `--ib-dev` when
     /// named); for a loopback or unspecified address, which no NIC carries, as
     /// [`open`](Self::open). Returns why, when chosen by address.
     ///
@@ -103,7 +116,7 @@ impl DeviceArgs {
         Ok((port, Some(why)))
     }
 
-    /// Whether [`open_for`](Self::open_for) chooses by `local` (no `--gid-index`, an
+    /// Whether [`open_for`](Self::open_for) chooses by `local` (no `--gid-idx`, an
     /// address a NIC can carry) rather than by the flags alone.
     #[must_use]
     pub fn chooses_by(&self, local: std::net::IpAddr) -> bool {

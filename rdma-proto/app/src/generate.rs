@@ -65,17 +65,23 @@ pub fn render(mut cmd: clap::Command, kind: Kind, out: &mut dyn Write) -> std::i
     Ok(())
 }
 
-/// The man page: clap_mangen's sections, with the `--help` exit-code table (the command's
-/// `after_help`) as the EXIT STATUS section a man reader looks for.
+/// The man page: clap_mangen's sections, then one per subcommand (its description, synopsis
+/// and options: `rdma-client bench`, `rdma-client fabric report`, ...), with the exit-code
+/// table (the command's long `after_help`, else its `after_help`) as the EXIT STATUS section a
+/// man reader looks for.
 fn man(cmd: clap::Command, out: &mut dyn Write) -> std::io::Result<()> {
-    let after = cmd.get_after_help().map(ToString::to_string);
+    let after = cmd
+        .get_after_long_help()
+        .or_else(|| cmd.get_after_help())
+        .map(ToString::to_string);
     let versioned = cmd.get_version().is_some();
-    let man = clap_mangen::Man::new(cmd);
+    let man = clap_mangen::Man::new(cmd.clone());
     man.render_title(out)?;
     man.render_name_section(out)?;
     man.render_synopsis_section(out)?;
     man.render_description_section(out)?;
     man.render_options_section(out)?;
+    subcommand_sections(&cmd, cmd.get_name(), out)?;
     if let Some(text) = after {
         let body: Vec<&str> = text
             .lines()
@@ -89,6 +95,30 @@ fn man(cmd: clap::Command, out: &mut dyn Write) -> std::io::Result<()> {
     }
     if versioned {
         man.render_version_section(out)?;
+    }
+    Ok(())
+}
+
+/// A section for each subcommand of `cmd` (called `name` on the command line), and theirs.
+fn subcommand_sections(
+    cmd: &clap::Command,
+    name: &str,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let full = format!("{name} {}", sub.get_name());
+        writeln!(out, ".SH \"{}\"", full.to_uppercase())?;
+        let man = clap_mangen::Man::new(sub.clone().bin_name(full.clone()));
+        let mut text = Vec::new();
+        man.render_description_section(&mut text)?;
+        man.render_synopsis_section(&mut text)?;
+        man.render_options_section(&mut text)?;
+        let text = String::from_utf8_lossy(&text).replace("\n.SH ", "\n.SS ");
+        let text = text
+            .strip_prefix(".SH ")
+            .map_or(text.clone(), |t| format!(".SS {t}"));
+        out.write_all(text.as_bytes())?;
+        subcommand_sections(sub, &full, out)?;
     }
     Ok(())
 }
@@ -193,5 +223,25 @@ mod tests {
             "{page}"
         );
         assert_eq!(roff_escape(".x -y \\z"), "\\&.x \\-y \\ez");
+        // Each subcommand has its section, with its own options.
+        let nested = sample().subcommand(
+            clap::Command::new("bench")
+                .about("Measure")
+                .arg(clap::Arg::new("mode").long("mode").help("lat or bw"))
+                .subcommand(clap::Command::new("deep").arg(clap::Arg::new("x").long("deeper"))),
+        );
+        let mut out = Vec::new();
+        render(nested, Kind::Man, &mut out).unwrap();
+        let page = String::from_utf8(out).unwrap();
+        assert!(page.contains(".SH \"RDMA-SAMPLE BENCH\""), "{page}");
+        assert!(
+            page.contains("\\-\\-mode") && page.contains("\\-\\-deeper"),
+            "{page}"
+        );
+        assert!(page.contains(".SH \"RDMA-SAMPLE BENCH DEEP\""), "{page}");
+        assert!(
+            !page[page.find("RDMA-SAMPLE BENCH").unwrap_or(0)..].contains(".SH SYNOPSIS"),
+            "{page}"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! The rows of `rdma-client --bench --json` (`bench_lat`, `bench_bw` events): perftest's
+//! The rows of `rdma-client bench --json` (`bench_lat`, `bench_bw` events): perftest's
 //! columns, one row per size.
 
 use serde::{Deserialize, Serialize};

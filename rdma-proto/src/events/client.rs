@@ -68,13 +68,13 @@ pub enum Event<'a> {
         text: Cow<'a, str>,
         truncated: bool,
     },
-    /// `--bench`: connected and ready to post, `ready_us` after the run started.
+    /// `bench`: connected and ready to post, `ready_us` after the run started.
     BenchSetup { ready_us: f64 },
-    /// `--bench lat`: one size's figures (perftest's columns).
+    /// `bench --mode lat`: one size's figures (perftest's columns).
     BenchLat(LatRow),
-    /// `--bench bw`: one size's figures (perftest's columns).
+    /// `bench --mode bw`: one size's figures (perftest's columns).
     BenchBw(BwRow),
-    /// `--fabric --plan`: one directed write of the schedule.
+    /// `fabric --plan`: one directed write of the schedule.
     FabricPlan {
         round: usize,
         rounds: usize,
@@ -83,11 +83,11 @@ pub enum Event<'a> {
         target: usize,
         target_host: Cow<'a, str>,
     },
-    /// `--fabric`: one pair's result (read back by `--fabric-report`).
+    /// `fabric`: one pair's result (read back by `fabric report`).
     FabricPair(Cow<'a, PairResult>),
-    /// `--fabric-report`: the merged matrix, bad pairs and suspect nodes.
+    /// `fabric report`: the merged matrix, bad pairs and suspect nodes.
     FabricReport(Cow<'a, Report>),
-    /// `--mesh`: the prober started (once). `timestamps`: whether round trips are split into
+    /// `mesh`: the prober started (once). `timestamps`: whether round trips are split into
     /// network time and host delay by the devices' completion timestamps (where a device of
     /// this node has a clock: probe by probe where the peer's device stamps too);
     /// `timestamps_why` says what each device answered when asked for its completion clock,
@@ -113,7 +113,7 @@ pub enum Event<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cycles: Option<u64>,
     },
-    /// `--mesh`: one scheduled probe of one peer, in interval `interval`.
+    /// `mesh`: one scheduled probe of one peer, in interval `interval`.
     MeshProbe {
         interval: u64,
         peer: Cow<'a, str>,
@@ -152,7 +152,7 @@ pub enum Event<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<Cow<'a, str>>,
     },
-    /// `--mesh`: a pair's state changed (after a run of probes).
+    /// `mesh`: a pair's state changed (after a run of probes).
     MeshState {
         peer: Cow<'a, str>,
         peer_rank: usize,
@@ -164,7 +164,7 @@ pub enum Event<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cause: Option<Cause>,
     },
-    /// `--mesh`: the prober stopped (`why`: `signal` or `cycles`), with its counts.
+    /// `mesh`: the prober stopped (`why`: `signal` or `cycles`), with its counts.
     MeshStopped {
         why: Cow<'a, str>,
         intervals: u64,

@@ -1,5 +1,5 @@
 //! The fabric check's records: what one node's write to another gave ([`PairResult`], the
-//! `fabric_pair` event the runner prints and `--fabric-report` reads back) and the merged
+//! `fabric_pair` event the runner prints and `fabric report` reads back) and the merged
 //! check ([`Report`], the `fabric_report` event, which xtask judges). The analysis that makes
 //! a report is rdma-client's; these are only its shapes.
 
@@ -34,12 +34,12 @@ pub struct PairResult {
     /// Milliseconds spent waiting for the target's server to be free or up.
     pub waited_ms: u64,
     /// Latency in microseconds: the typical (median) half round trip of a short
-    /// `--bench lat` (2 bytes, `--lat-iters`); `None` when not measured.
+    /// `bench --mode lat` (2 bytes, `--lat-iters`); `None` when not measured.
     pub lat_us: Option<f64>,
-    /// Bandwidth in MB/s (MB = 2^20 bytes, as perftest and `--bench bw` count): the average of
-    /// a short `--bench bw` (64 KiB writes, `--bw-iters`); `None` when not measured.
+    /// Bandwidth in MB/s (MB = 2^20 bytes, as perftest and `bench --mode bw` count): the average of
+    /// a short `bench --mode bw` (64 KiB writes, `--bw-iters`); `None` when not measured.
     pub bw_mbs: Option<f64>,
-    /// A re-test of this pair alone (`--fabric --retest HOST`); it replaces the pair's earlier
+    /// A re-test of this pair alone (`fabric --retest HOST`); it replaces the pair's earlier
     /// line in the report.
     #[serde(default)]
     pub retest: bool,
@@ -120,7 +120,7 @@ pub struct BadPair {
     pub target: usize,
     pub target_host: String,
     pub cell: Cell,
-    /// Its result comes from a re-test alone (`--fabric --retest`).
+    /// Its result comes from a re-test alone (`fabric --retest`).
     pub retested: bool,
 }
 
@@ -165,7 +165,7 @@ pub enum LatencySource {
     None,
 }
 
-/// The merged check (`--fabric-report --json`, a `fabric_report` event).
+/// The merged check (`fabric report --json`, a `fabric_report` event).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Node names by rank (`rank K` where no line named one).

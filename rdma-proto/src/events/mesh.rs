@@ -1,4 +1,4 @@
-//! The mesh's records (`rdma-client --mesh`): why a probe failed ([`Cause`]), a pair's state
+//! The mesh's records (`rdma-client mesh`): why a probe failed ([`Cause`]), a pair's state
 //! ([`PairState`]), what one probe came to ([`ProbeOutcome`]). The events that carry them are
 //! [`super::client::Event`]'s `mesh_*`; the judging (the causes from errors, the states from
 //! runs of probes) is rdma-client's `mesh`; these are only the shapes.

@@ -1,10 +1,10 @@
 //! The `--json` events of both binaries: what they print, one JSON object per line with a
-//! `type` tag, and what everything that reads them (xtask, `--fabric-report`, scripts) parses.
+//! `type` tag, and what everything that reads them (xtask, `fabric report`, scripts) parses.
 //! One definition for both sides of the pipe, so a renamed field is a compile error in the
 //! reader, not a failure found in the guests.
 //!
 //! * [`server`]: `rdma-server --json`.
-//! * [`client`]: `rdma-client --json`, with the measurement rows of `--bench` ([`bench`](mod@bench)) and
+//! * [`client`]: `rdma-client --json`, with the measurement rows of `bench` ([`bench`](mod@bench)) and
 //!   the fabric check's records ([`fabric`]) and the mesh's ([`mesh`]).
 //!
 //! Text fields are [`Cow`](std::borrow::Cow): a binary writes them borrowed, a reader gets

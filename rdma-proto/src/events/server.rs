@@ -121,10 +121,10 @@ pub enum SessionNotify {
     /// A `written` notice over TCP.
     #[serde(rename = "tcp")]
     Tcp,
-    /// A `--bench lat` session (ping-pong; it ends with a `written` notice).
+    /// A `bench --mode lat` session (ping-pong; it ends with a `written` notice).
     #[serde(rename = "bench-lat")]
     BenchLat,
-    /// A `--bench bw` session (a stream; it ends with a `written` notice).
+    /// A `bench --mode bw` session (a stream; it ends with a `written` notice).
     #[serde(rename = "bench-bw")]
     BenchBw,
 }

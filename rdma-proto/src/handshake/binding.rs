@@ -79,7 +79,7 @@ impl GidBinding {
                 format!(
                     "{gid} is not {whose}: on RoCE the server connects only to the GID of the client's own \
                      TCP address. Announce the GID of the address you connect from (rdma-client \
-                     --gid-index), or connect from the address of the GID you announce"
+                     --gid-idx), or connect from the address of the GID you announce"
                 ),
             ))
         })
@@ -101,7 +101,7 @@ impl GidBinding {
                      only to the GID of the server's own TCP address, never to a third host the \
                      server names. Connect to the server at the address of the GID it announces, \
                      or have it announce the GID of the address you connect to (rdma-server \
-                     --gid-index)"
+                     --gid-idx)"
                 ),
             ))
         })

@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: our tools next to perftest, measured in the same two-guest session.
 //!
-//! For each size of the sweep, `rdma-client --bench lat|bw` (against a plain `rdma-server
+//! For each size of the sweep, `rdma-client bench --mode lat|bw` (against a plain `rdma-server
 //! --serve`, started with no bench flags) and `ib_write_lat` / `ib_write_bw` run with the same
 //! parameters, alternating which goes first, a few repetitions each. A plain TCP stream
 //! between the guests measures the link itself (the ceiling here). The warm e2e turnaround is
@@ -78,7 +78,7 @@ pub struct BenchArgs {
     /// server with a token; the server's CPU a connection is a target (0: none).
     #[arg(long, default_value_t = 10.0)]
     pub flood_secs: f64,
-    /// Cycles of the mesh (both guests run `rdma-server --serve` and `rdma-client --mesh`; two
+    /// Cycles of the mesh (both guests run `rdma-server --serve` and `rdma-client mesh`; two
     /// nodes make a cycle one interval): its probe rate, one probe's time, and the server's CPU
     /// per probe and memory (0: none).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=200))]

@@ -1,4 +1,4 @@
-//! Reading what the tools print: perftest's result rows and `rdma-client --bench --json`
+//! Reading what the tools print: perftest's result rows and `rdma-client bench --json`
 //! lines, into one shape: the contract's rows ([`LatRow`], [`BwRow`], which `rdma-client`
 //! prints), perftest's figures filled into them.
 
@@ -58,14 +58,14 @@ pub fn perftest_bw(stdout: &str) -> Option<BwRow> {
     })
 }
 
-/// The events of `rdma-client --bench … --json`, from the run's transcript: every line must be
+/// The events of `rdma-client bench … --json`, from the run's transcript: every line must be
 /// one (a line that is not is an error naming it, never dropped).
 fn ours(role: &Role) -> Result<&[Event<'static>], String> {
     crate::scenario::judge::only_events(role)?;
     Ok(&role.client)
 }
 
-/// `rdma-client --bench lat --json`: its first `bench_lat` row (one per size).
+/// `rdma-client bench --mode lat --json`: its first `bench_lat` row (one per size).
 ///
 /// # Errors
 /// A line that is not a client event.
@@ -76,7 +76,7 @@ pub fn ours_lat(role: &Role) -> Result<Option<LatRow>, String> {
     }))
 }
 
-/// `rdma-client --bench bw --json`: its first `bench_bw` row (one per size; with `--qps` the
+/// `rdma-client bench --mode bw --json`: its first `bench_bw` row (one per size; with `--qps` the
 /// sum of the queue pairs).
 ///
 /// # Errors

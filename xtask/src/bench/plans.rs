@@ -185,9 +185,9 @@ fn ours_argv(u: &Unit, bins: &Bins) -> Vec<String> {
         Mode::Lat => "lat",
         Mode::Bw => "bw",
     };
-    let mut v = Invocation::client(&bins.client).args([
+    let mut v = Invocation::client(&bins.client).subcommand("bench").args([
         format!("{SERVER_IP}:{OUR_PORT}"),
-        "--bench".into(),
+        "--mode".into(),
         mode.into(),
         "--size".into(),
         u.bytes.to_string(),

@@ -68,8 +68,8 @@ fn lines(samples: &[Sample], mode: Mode, sizes: &[u64]) -> Vec<Line> {
             label: match (tool, mode) {
                 (Tool::Perftest, Mode::Lat) => "ib_write_lat".into(),
                 (Tool::Perftest, Mode::Bw) => "ib_write_bw".into(),
-                (Tool::Ours, Mode::Lat) => "rdma-client --bench lat".into(),
-                (Tool::Ours, Mode::Bw) => "rdma-client --bench bw".into(),
+                (Tool::Ours, Mode::Lat) => "rdma-client bench --mode lat".into(),
+                (Tool::Ours, Mode::Bw) => "rdma-client bench --mode bw".into(),
             },
             color,
             points: sizes
@@ -288,7 +288,7 @@ mod tests {
         let files = write(dir.path(), &r, "test").unwrap();
         assert_eq!(files.len(), 4);
         let svg = std::fs::read_to_string(dir.path().join("latency.svg")).unwrap();
-        assert!(svg.contains("ib_write_lat") && svg.contains("rdma-client --bench lat"));
+        assert!(svg.contains("ib_write_lat") && svg.contains("rdma-client bench --mode lat"));
         let png = std::fs::read(dir.path().join("bandwidth.png")).unwrap();
         assert_eq!(&png[1..4], b"PNG");
     }

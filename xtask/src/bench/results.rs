@@ -18,7 +18,7 @@ pub const SCHEMA: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Tool {
-    /// `rdma-client --bench` against a plain `rdma-server`.
+    /// `rdma-client bench` against a plain `rdma-server`.
     Ours,
     /// `ib_write_lat` / `ib_write_bw`.
     Perftest,

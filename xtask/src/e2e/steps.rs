@@ -16,6 +16,9 @@ pub(super) const SELFTEST: &str = "rdma-core-rs self-test";
 pub(super) const LOAD: &str = "load";
 /// The load test's server port: just below [`scenarios::BASE_PORT`].
 const LOAD_PORT: &str = "7470";
+
+/// The client's uses a scenario's client arguments may start with.
+const USES: [&str; 1] = [crate::scenario::role::BENCH];
 /// The marker a scenario's last client leaves when it has ended (whatever its outcome): its
 /// server's job is over then.
 pub(super) fn clients_done(s: &Scenario) -> String {
@@ -117,8 +120,8 @@ pub(super) fn steps(
             ],
         );
         if let Some(d) = device {
-            step.argv.push(format!("--server-arg=--device={d}"));
-            step.argv.push(format!("--client-arg=--device={d}"));
+            step.argv.push(format!("--server-arg=--ib-dev={d}"));
+            step.argv.push(format!("--client-arg=--ib-dev={d}"));
         }
         // As long as its own phases may take (every client at its deadline, ...).
         step.timeout_s = crate::load::worst_case_of(&step.argv[1..])?.as_secs_f64();
@@ -201,12 +204,18 @@ fn client_step(
         Tool::Misbehave(fault) => Invocation::misbehaving(&bins.misbehave_client, fault),
         _ => Invocation::client(&bins.client),
     };
+    // A scenario's client arguments may start with the client's use (`bench`), which comes
+    // before the server.
+    let (client, args) = match c.args.split_first() {
+        Some((sub, rest)) if USES.contains(&sub.as_str()) => (client.subcommand(sub), rest),
+        _ => (client, &c.args[..]),
+    };
     let mut step = Step::new(client_step_name(s, j), &[]);
     step.argv = client
         .env(&c.env)
         .wrapper(s.wrapper)
         .args(target)
-        .args(c.args.iter().map(|a| files.expand(a)))
+        .args(args.iter().map(|a| files.expand(a)))
         .device(device)
         .argv();
     step.expect_exit = scenarios::status(c.exit);
@@ -230,7 +239,7 @@ mod tests {
         let (servers, clients) =
             steps(&all, &bins, &files, "127.0.0.1", true, Some("rxe-e2e")).unwrap();
         let names_dev =
-            |argv: &[String], dev: &str| argv.windows(2).any(|w| w[0] == "--device" && w[1] == dev);
+            |argv: &[String], dev: &str| argv.windows(2).any(|w| w[0] == "--ib-dev" && w[1] == dev);
         assert!(servers.iter().all(|s| names_dev(&s.argv, "rxe-e2e")));
         let unknown = clients
             .iter()
@@ -249,13 +258,13 @@ mod tests {
         assert!(load.timeout_s > 200.0 * 30.0, "{}", load.timeout_s);
         assert!(
             load.argv
-                .contains(&"--client-arg=--device=rxe-e2e".to_owned())
+                .contains(&"--client-arg=--ib-dev=rxe-e2e".to_owned())
         );
         let (servers, _) = steps(&all, &bins, &files, "10.0.0.1", false, None).unwrap();
         assert!(
             servers
                 .iter()
-                .all(|s| !s.argv.contains(&"--device".to_owned()))
+                .all(|s| !s.argv.contains(&"--ib-dev".to_owned()))
         );
     }
 

@@ -1,4 +1,4 @@
-//! What each phase of `fabric-e2e` must show, judged from `rdma-client --fabric-report
+//! What each phase of `fabric-e2e` must show, judged from `rdma-client fabric report
 //! --json` (the merged matrix), the exit code of the `srun` of the clients and of the report.
 
 use std::path::Path;
@@ -116,7 +116,7 @@ pub fn all(client: &str, out: &Path, n: usize) -> Result<Vec<String>> {
     Ok(verdicts)
 }
 
-/// The reports of `--fabric-report --json` (its `fabric_report` events in the transcript, one
+/// The reports of `fabric report --json` (its `fabric_report` events in the transcript, one
 /// per rail with `--rails`); every line must be a client event: a line that is not is an error
 /// naming it.
 fn parse(role: &Role) -> Result<Vec<Report>> {

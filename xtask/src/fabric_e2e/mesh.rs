@@ -1,5 +1,5 @@
 //! The mesh phase of `fabric-e2e` (issue 24), after the fabric check, in the same three guests:
-//! every node runs `rdma-server --serve` and `rdma-client --mesh` (metrics on
+//! every node runs `rdma-server --serve` and `rdma-client mesh` (metrics on
 //! [`METRICS_PORT`]), node1 runs Debian's Prometheus scraping all three with the shipped
 //! alerting rules, and the faults come one after another, each checked from Prometheus by
 //! `xtask mesh-guest STAGE` on node1 ([`crate::mesh_guest`]) before the next:
@@ -288,7 +288,7 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
             "mesh-prober",
             &[
                 b.client,
-                "--mesh",
+                "mesh",
                 &nodes,
                 "--every",
                 &every,

@@ -4,13 +4,13 @@
 //! Every guest has two NICs, each its own segment and rail (eth`k`, `10.0.k.i`, Soft-RoCE
 //! `rxe{k}`), and brings up munge and slurmd (node1 also slurmctld) from its plan; node1 then
 //! runs, inside one `salloc -N 3`, the servers as a job step (`srun --overlap ... rdma-server
-//! --serve --max-clients 1`) and `srun --label rdma-client --fabric --json` four times:
+//! --serve --max-clients 1`) and `srun --label rdma-client fabric --json` four times:
 //! healthy, with `--rails auto` (both rails, each node's name resolving to one address per
 //! rail), with a `tc netem` delay on node3, and with node3's rxe devices deleted. The host
-//! merges each phase with `rdma-client --fabric-report` and judges it ([`judge`]).
+//! merges each phase with `rdma-client fabric report` and judges it ([`judge`]).
 //!
 //! Then the mesh phase (issue 24, [`mesh`]): every node runs `rdma-server --serve` and
-//! `rdma-client --mesh`, node1 Prometheus scraping the three with the shipped rules, and
+//! `rdma-client mesh`, node1 Prometheus scraping the three with the shipped rules, and
 //! faults one after another (RoCE blocked on node3, its server stopped, both restored, a lossy
 //! link), each checked from Prometheus in node1 (`xtask mesh-guest`); the host judges the
 //! probers' own events too ([`mesh_judge`]).
@@ -299,10 +299,10 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `rdma-client --fabric-report FILE …` (with heat maps) on this host, as a client role.
+/// `rdma-client fabric report FILE …` (with heat maps) on this host, as a client role.
 fn report(client: &str, input: &Path, extra: &[&str]) -> Result<Role> {
     let sh = Shell::new()?;
-    let out = exec::output(cmd!(sh, "{client} --fabric-report {input} {extra...}"))?;
+    let out = exec::output(cmd!(sh, "{client} fabric report {input} {extra...}"))?;
     let step = StepResult {
         name: "fabric-report".into(),
         exit_code: out.status.code(),

@@ -355,14 +355,14 @@ mod tests {
             "{found:?}"
         );
         // A client's container is not held to it.
-        let client = hardened_pod("exec rdma-client --mesh a,b", None);
+        let client = hardened_pod("exec rdma-client mesh a,b", None);
         assert!(findings("f", &client).is_empty());
     }
 
     /// Each hardening rule, broken alone, is named.
     #[test]
     fn each_missing_hardening_is_named() {
-        let base = hardened_pod("rdma-client --mesh a", None);
+        let base = hardened_pod("rdma-client mesh a", None);
         let cases: [(&str, Value, &str); 8] = [
             (
                 "/spec/template/spec/securityContext/runAsNonRoot",

@@ -1,6 +1,6 @@
 //! `xtask mesh-guest STAGE` (inside a guest): one stage of the fabric phase's mesh check
 //! (issue 24), read from the guests' own Prometheus, which scrapes every node's `rdma-client
-//! --mesh --metrics-listen` and evaluates the shipped alerting rules.
+//! mesh --metrics-listen` and evaluates the shipped alerting rules.
 //!
 //! The stages, each its own plan step on node1 between the faults the other guests' steps make
 //! ([`crate::fabric_e2e`]'s mesh plan):

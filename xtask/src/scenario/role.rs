@@ -2,6 +2,9 @@
 //! misbehaves, with their environment, a wrapper (valgrind) and device flags. Each harness
 //! says what it wants of the role; the order of the words is this file's business.
 
+/// The client's bench use (`rdma-client bench SERVER ...`), as argument lists name it.
+pub const BENCH: &str = "bench";
+
 /// One of our binaries, to be run with these arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invocation {
@@ -9,6 +12,7 @@ pub struct Invocation {
     wrapper: Vec<String>,
     program: String,
     fault: Option<String>,
+    subcommand: Option<String>,
     args: Vec<String>,
     device: Option<String>,
 }
@@ -39,6 +43,7 @@ impl Invocation {
             wrapper: Vec::new(),
             program: program.to_owned(),
             fault: None,
+            subcommand: None,
             args: Vec::new(),
             device: None,
         }
@@ -66,14 +71,22 @@ impl Invocation {
         self
     }
 
-    /// Name the RDMA device (`--device D`, last) unless the arguments already name one.
+    /// The client's use (`bench`, `fabric`, `mesh`): right after the program (and the
+    /// test-only peer's `--fault`), before every argument, as the client's command line wants.
+    pub fn subcommand(mut self, name: &str) -> Self {
+        self.subcommand = Some(name.to_owned());
+        self
+    }
+
+    /// Name the RDMA device (`--ib-dev D`, last) unless the arguments already name one.
     pub fn device(mut self, device: Option<&str>) -> Self {
         self.device = device.map(str::to_owned);
         self
     }
 
     /// The command line: `env NAME=VALUE…` when there is an environment, the wrapper, the
-    /// program, `--fault FAULT` for the test-only peer, the arguments, `--device D`.
+    /// program, `--fault FAULT` for the test-only peer, the client's use, the arguments,
+    /// `--ib-dev D`.
     pub fn argv(&self) -> Vec<String> {
         let mut v = Vec::new();
         if !self.env.is_empty() {
@@ -85,11 +98,17 @@ impl Invocation {
         if let Some(f) = &self.fault {
             v.extend(["--fault".to_owned(), f.clone()]);
         }
+        v.extend(self.subcommand.iter().cloned());
         v.extend(self.args.iter().cloned());
+        let named = |a: &String| {
+            ["--ib-dev", "-d", "--device"].contains(&a.as_str())
+                || a.starts_with("--ib-dev=")
+                || a.starts_with("--device=")
+        };
         if let Some(d) = &self.device
-            && !self.args.iter().any(|a| a == "--device")
+            && !self.args.iter().any(named)
         {
-            v.extend(["--device".to_owned(), d.clone()]);
+            v.extend(["--ib-dev".to_owned(), d.clone()]);
         }
         v
     }

@@ -259,12 +259,20 @@ fn our_binaries_argv_is_built_in_one_order() {
         .argv();
     assert_eq!(
         v.join(" "),
-        "env LANG=zh_CN.UTF-8 valgrind -q /b/mc --fault wrong-rkey 10.0.0.1:7471 --json --device rxe0"
+        "env LANG=zh_CN.UTF-8 valgrind -q /b/mc --fault wrong-rkey 10.0.0.1:7471 --json --ib-dev rxe0"
     );
     let named = Invocation::client("/b/c")
-        .args(["--device", "mine"])
+        .args(["--ib-dev", "mine"])
         .device(Some("rxe0"));
-    assert_eq!(named.argv(), ["/b/c", "--device", "mine"]);
+    assert_eq!(named.argv(), ["/b/c", "--ib-dev", "mine"]);
+    let bench = Invocation::misbehaving("/b/mc", "slow-ping")
+        .subcommand("bench")
+        .args(["--mode", "lat", "10.0.0.1"])
+        .device(Some("rxe0"));
+    assert_eq!(
+        bench.argv().join(" "),
+        "/b/mc --fault slow-ping bench --mode lat 10.0.0.1 --ib-dev rxe0"
+    );
     assert_eq!(Invocation::server("/b/s").argv(), ["/b/s"]);
 }
 

@@ -66,12 +66,12 @@ fn late_bench(p: &Parts<'_>) -> (Step, Step) {
     let to = crate::plan::host_port(&p.server, LATE_PORT);
     let mut client = Step::new(tag(CM_LATE), &[]);
     client.argv = Invocation::misbehaving(p.misbehave_client, "cm-late-bench")
+        .args(["--server-bench-max-time", LATE_MAX_TIME])
+        .subcommand("bench")
         .args([
-            "--server-bench-max-time",
-            LATE_MAX_TIME,
             "--json",
             "--cm",
-            "--bench",
+            "--mode",
             "lat",
             "--size",
             "4096",

@@ -72,7 +72,7 @@ pub(super) fn our_choice(shape: &Shape, client: &Role, server: &Role) -> Result<
     }
     if let Some(mode) = &shape.bench {
         if rows == 0 {
-            return Err(format!("--bench {mode} printed no measurement row"));
+            return Err(format!("bench --mode {mode} printed no measurement row"));
         }
         println!("  client     {rows} bench {mode} row(s), the last: {last_row}");
     }

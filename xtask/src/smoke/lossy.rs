@@ -5,12 +5,13 @@
 //! verified; then, with every RoCE packet guest A sends dropped (`tc filter … u32 … udp dport
 //! 4791 … drop`: the server's ACKs, never its TCP), [`ACKLESS`] more writes, each verified on
 //! the server's word (its verdict comes over TCP; the client's completion never comes, or comes
-//! as retry-exceeded); then a [`BENCH_SECS`] s `--bench bw` of 64 KiB writes under the loss
+//! as retry-exceeded); then a [`BENCH_SECS`] s `bench --mode bw` of 64 KiB writes under the loss
 //! again, whose row must come. The loss is taken away once the workload is done, so a workload
 //! after it in the same boot sees a clean link.
 
 use crate::plan::Step;
 use crate::scenario::judge;
+use crate::scenario::role::BENCH;
 use crate::scenario::transcript::Transcript;
 use rdma_proto::events::client::Event as ClientEvent;
 
@@ -148,6 +149,15 @@ pub fn steps(parts: Parts<'_>, done: &str) -> (Vec<Step>, Vec<Step>) {
 
     let client = |name: String, extra: &[&str]| {
         let mut argv = client_argv.clone();
+        // The client's use (`bench`) goes right after the program, before the server.
+        if let Some((sub, _)) = extra.split_first().filter(|(s, _)| **s == BENCH) {
+            let program = argv
+                .iter()
+                .position(|a| a.ends_with("rdma-client"))
+                .unwrap_or(0);
+            argv.insert(program + 1, (*sub).to_owned());
+        }
+        let extra = extra.strip_prefix(&[BENCH]).unwrap_or(extra);
         argv.extend(
             ["--timeout", CLIENT_TIMEOUT, "--wait-for-server", "30s"]
                 .iter()
@@ -176,7 +186,15 @@ pub fn steps(parts: Parts<'_>, done: &str) -> (Vec<Step>, Vec<Step>) {
     let secs = format!("{BENCH_SECS}s");
     let mut bench = client(
         bench_step_name(tag),
-        &["--bench", "bw", "--size", "65536", "--duration", &secs],
+        &[
+            BENCH,
+            "--mode",
+            "bw",
+            "--size",
+            "65536",
+            "--duration",
+            &secs,
+        ],
     );
     bench.wait_for_file = Some(marker("acks-back"));
     b.push(bench);

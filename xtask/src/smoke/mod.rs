@@ -3,7 +3,7 @@
 //! Options prove each capability of the guests: two NICs with one link cut (`--nics 2
 //! --dead-link 0`), IPv6-only NICs (`--ipv6`), Soft-iWARP with RDMA CM (`--transport siw`:
 //! rping), and a capture of the RoCE v2 packets (`--capture`); and our own pair with no
-//! device flags (`--rdma-write`: also through RDMA CM, with `--bench`, with a wrong CM nonce).
+//! device flags (`--rdma-write`: also through RDMA CM, with `bench`, with a wrong CM nonce).
 //! [`plans`] holds what each guest does, `judge` the verdicts on our pair, `suite` the shapes
 //! `cargo xtask test` runs.
 
@@ -72,7 +72,7 @@ pub struct SmokeArgs {
     /// (`--tclass`); with --capture every captured packet must carry it in its IP header.
     #[arg(long, requires = "rdma_write", value_name = "TOS")]
     pub tclass: Option<u8>,
-    /// With --rdma-write: the client measures the link (`--bench lat|bw`, a short run of one
+    /// With --rdma-write: the client measures the link (`bench --mode lat|bw`, a short run of one
     /// size) instead of one write; its rows must come.
     #[arg(long, requires = "rdma_write", value_parser = ["lat", "bw"])]
     pub bench: Option<String>,
@@ -82,7 +82,7 @@ pub struct SmokeArgs {
     pub cm_bad_nonce: bool,
     /// With --rdma-write: both guests drop this percentage of the frames they send on the
     /// traffic link (`tc netem loss`) while our pair runs 20 one-shot writes against one
-    /// `--serve` server, each of which must be verified, and a 4 s `--bench bw` of 64 KiB,
+    /// `--serve` server, each of which must be verified, and a 4 s `bench --mode bw` of 64 KiB,
     /// whose row must come.
     #[arg(long, requires = "rdma_write", value_name = "PCT",
           value_parser = clap::value_parser!(u8).range(1..=50))]
@@ -511,7 +511,7 @@ fn judge_workload(
             shape
                 .bench
                 .as_ref()
-                .map(|m| format!(", --bench {m}"))
+                .map(|m| format!(", bench --mode {m}"))
                 .unwrap_or_default()
         ));
     } else if shape.rping() {

@@ -59,7 +59,7 @@ pub struct Shape {
     pub ours: Option<Ours>,
     /// `--tclass` for both ends of our pair.
     pub tclass: Option<u8>,
-    /// `--bench MODE` for our client (a short run of 4096-byte messages).
+    /// `bench --mode MODE` for our client (a short run of 4096-byte messages).
     pub bench: Option<String>,
     /// A client with a wrong RDMA CM nonce goes first (see [`super::cm::BAD_NONCE`]).
     pub cm_bad_nonce: bool,
@@ -263,7 +263,9 @@ pub(super) fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>>
         v = v.args(["--cm"]);
     }
     if let (Some(mode), false) = (&shape.bench, server) {
-        v = v.args(["--bench", mode, "--size", "4096", "--iters", "200"]);
+        v = v
+            .subcommand("bench")
+            .args(["--mode", mode, "--size", "4096", "--iters", "200"]);
     }
     Some(v.argv())
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     rdma_app::main(
-        |args: &MisbehaveArgs| args.client.output.json,
+        |args: &MisbehaveArgs| args.client.json(),
         |args, out| client::run(args, &out),
         classify,
     )

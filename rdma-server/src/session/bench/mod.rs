@@ -1,4 +1,4 @@
-//! A bench session (`hello.bench`, from `rdma-client --bench`): the client carries every
+//! A bench session (`hello.bench`, from `rdma-client bench`): the client carries every
 //! parameter, the server sizes a fresh buffer for it (up to `--bench-max-bytes`), under the
 //! same token / allow-list / max-clients rules as a write.
 //!

@@ -102,7 +102,7 @@ pub struct Probed {
 }
 
 /// The run of the prober of `rank`, one of `setting`'s nodes, from its stdout (JSON Lines of
-/// `rdma-client --mesh --json --jitter 0`) and the stamps of those lines.
+/// `rdma-client mesh --json --jitter 0`) and the stamps of those lines.
 pub fn prober(
     stdout: &str,
     stamps: &Stamps,

@@ -1,5 +1,5 @@
 //! The mesh under measurement (issue 24): both guests run `rdma-server --serve` and
-//! `rdma-client --mesh A,B` for a fixed number of cycles, and the bench takes each node's
+//! `rdma-client mesh A,B` for a fixed number of cycles, and the bench takes each node's
 //! probe rate, the time one probe takes, and what its server spent serving the other's probes.
 //!
 //! In each guest, after every other measurement (its server stays until the session ends,
@@ -132,8 +132,8 @@ pub fn steps(bins: &Bins, setting: &Setting, all_done: &str) -> Vec<Vec<Step>> {
             let mut prober = Step::new(prober_name(rank), &[]);
             prober.argv = Invocation::client(&bins.client)
                 .wrapper(&[&bins.xtask, "bench-stamp", "--timeout", DEADLINE_ARG, "--"])
+                .subcommand("mesh")
                 .args([
-                    "--mesh",
                     &list,
                     "--rank",
                     &rank.to_string(),
@@ -286,7 +286,7 @@ mod tests {
             assert_eq!(peer[3].wait_for_file, prober.create_file_when_ended);
             let a = prober.argv.join(" ");
             assert!(
-                a.starts_with("/bin/xtask bench-stamp --timeout {deadline_s} -- /bin/rdma-client --mesh 10.0.0.1,10.0.0.2 "),
+                a.starts_with("/bin/xtask bench-stamp --timeout {deadline_s} -- /bin/rdma-client mesh 10.0.0.1,10.0.0.2 "),
                 "{a}"
             );
             assert!(

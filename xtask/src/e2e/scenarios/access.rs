@@ -70,7 +70,7 @@ pub(super) fn access() -> Vec<Scenario> {
                 failing_client(
                     "no such device",
                     Exit::Usage,
-                    &["--device", "no-such-dev0"],
+                    &["--ib-dev", "no-such-dev0"],
                     "`no-such-dev0` not found; available: ",
                 ),
                 ClientRun {

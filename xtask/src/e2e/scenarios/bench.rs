@@ -19,7 +19,7 @@ pub(super) fn bench() -> Vec<Scenario> {
             ],
             ..Scenario::new(
                 "bench",
-                "rdma-client --bench lat and bw against a server started with no bench flags: perftest's rows, and the server verifies the final bytes",
+                "rdma-client bench (lat and bw) against a server started with no bench flags: perftest's rows, and the server verifies the final bytes",
             )
         },
         Scenario {
@@ -46,7 +46,16 @@ pub(super) fn bench() -> Vec<Scenario> {
                     label: "bench lat pinging once a second",
                     tool: Tool::Misbehave("slow-ping"),
                     target: Target::Server,
-                    args: strings(&["--json", "--bench", "lat", "--size", "64", "--iters", "20"]),
+                    args: strings(&[
+                        crate::scenario::role::BENCH,
+                        "--json",
+                        "--mode",
+                        "lat",
+                        "--size",
+                        "64",
+                        "--iters",
+                        "20",
+                    ]),
                     env: vec![],
                     exit: Some(Exit::Timeout),
                     expect: vec![],
@@ -74,7 +83,15 @@ pub(super) fn bench() -> Vec<Scenario> {
                     ..failing_client(
                         "two bench rounds, then a write into the last one's buffer",
                         Exit::Transfer,
-                        &["--bench", "lat", "--size", "64", "--iters", "20"],
+                        &[
+                            crate::scenario::role::BENCH,
+                            "--mode",
+                            "lat",
+                            "--size",
+                            "64",
+                            "--iters",
+                            "20",
+                        ],
                         "remote access",
                     )
                 },

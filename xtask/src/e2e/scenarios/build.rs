@@ -82,7 +82,7 @@ pub(super) fn good_client(label: &'static str, message: &'static str, extra: &[&
     }
 }
 
-/// `rdma-client --bench MODE --size SIZE --iters 100`: one row of perftest's figures (a
+/// `rdma-client bench SERVER --mode MODE --size SIZE --iters 100`: one row of perftest's figures (a
 /// `bench_lat` or `bench_bw` event) for exactly that size and all 100 iterations, and the
 /// server's verdict on the final bytes.
 pub(super) fn bench_client(label: &'static str, mode: BenchMode, size: u64) -> ClientRun {
@@ -91,8 +91,9 @@ pub(super) fn bench_client(label: &'static str, mode: BenchMode, size: u64) -> C
         tool: Tool::RdmaClient,
         target: Target::Server,
         args: strings(&[
+            crate::scenario::role::BENCH,
             "--json",
-            "--bench",
+            "--mode",
             mode.as_str(),
             "--size",
             &size.to_string(),
