@@ -232,6 +232,32 @@ fn client_step(
 mod tests {
     use super::*;
 
+    /// A bench client's use comes before its server (and after the test-only peer's fault):
+    /// `rdma-client bench SERVER ...`, as the client's command line wants it.
+    #[test]
+    fn a_bench_clients_use_comes_before_its_server() {
+        let (bins, files) = (Bins::for_tests(), Files::for_tests());
+        let (_, clients) = steps(&scenarios::all(), &bins, &files, "10.0.0.1", true, None).unwrap();
+        let benches: Vec<&Step> = clients
+            .iter()
+            .filter(|c| c.argv.iter().any(|a| a == "--mode"))
+            .collect();
+        assert!(benches.len() >= 4, "{benches:?}");
+        for c in benches {
+            let at = |pred: &dyn Fn(&String) -> bool| c.argv.iter().position(pred);
+            let (Some(sub), Some(server)) = (
+                at(&|a| a == crate::scenario::role::BENCH),
+                at(&|a| a.starts_with("10.0.0.1:")),
+            ) else {
+                panic!("{:?}", c.argv)
+            };
+            assert!(sub < server, "{:?}", c.argv);
+            let program = &c.argv[sub - 1];
+            let after_fault = sub >= 3 && c.argv[sub - 2] == "--fault";
+            assert!(program.ends_with("client") || after_fault, "{:?}", c.argv);
+        }
+    }
+
     #[test]
     fn a_known_device_is_named_unless_the_scenario_names_its_own() {
         let (bins, files) = (Bins::for_tests(), Files::for_tests());

@@ -173,8 +173,14 @@ pub(super) fn failing_client(
     args: &[&str],
     needle: &'static str,
 ) -> ClientRun {
-    let mut all = strings(&["--json"]);
-    all.extend(strings(args));
+    // The client's use (`bench`), if any, stays first: `--json` goes after it.
+    let (sub, rest) = match args.split_first() {
+        Some((s, r)) if *s == crate::scenario::role::BENCH => (Some(*s), r),
+        _ => (None, args),
+    };
+    let mut all = strings(&sub.into_iter().collect::<Vec<_>>());
+    all.push("--json".to_owned());
+    all.extend(strings(rest));
     ClientRun {
         label,
         tool: Tool::RdmaClient,
