@@ -80,7 +80,9 @@ fn man(cmd: clap::Command, out: &mut dyn Write) -> std::io::Result<()> {
     man.render_name_section(out)?;
     man.render_synopsis_section(out)?;
     man.render_description_section(out)?;
-    man.render_options_section(out)?;
+    let mut options = Vec::new();
+    man.render_options_section(&mut options)?;
+    out.write_all(one_header_each(&String::from_utf8_lossy(&options)).as_bytes())?;
     subcommand_sections(&cmd, cmd.get_name(), out)?;
     if let Some(text) = after {
         let body: Vec<&str> = text
@@ -113,7 +115,7 @@ fn subcommand_sections(
         man.render_description_section(&mut text)?;
         man.render_synopsis_section(&mut text)?;
         man.render_options_section(&mut text)?;
-        let text = String::from_utf8_lossy(&text).replace("\n.SH ", "\n.SS ");
+        let text = one_header_each(&String::from_utf8_lossy(&text)).replace("\n.SH ", "\n.SS ");
         let text = text
             .strip_prefix(".SH ")
             .map_or(text.clone(), |t| format!(".SS {t}"));
@@ -121,6 +123,23 @@ fn subcommand_sections(
         subcommand_sections(sub, &full, out)?;
     }
     Ok(())
+}
+
+/// roff text without a section header that repeats the one before it (clap_mangen heads the
+/// arguments without a heading and those under "Options" alike, one after the other).
+fn one_header_each(text: &str) -> String {
+    let mut last = None;
+    let mut kept = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if line.starts_with(".SH ") {
+            if last == Some(line) {
+                continue;
+            }
+            last = Some(line);
+        }
+        kept.push_str(line);
+    }
+    kept
 }
 
 /// A line of text for roff: backslashes and dashes escaped, a leading `.` or `'` neutralised.
@@ -223,6 +242,10 @@ mod tests {
             "{page}"
         );
         assert_eq!(roff_escape(".x -y \\z"), "\\&.x \\-y \\ez");
+        assert_eq!(
+            one_header_each(".SH OPTIONS\na\n.SH OPTIONS\nb\n.SH DEVICE\nc\n.SH OPTIONS\n"),
+            ".SH OPTIONS\na\nb\n.SH DEVICE\nc\n.SH OPTIONS\n"
+        );
         // Each subcommand has its section, with its own options.
         let nested = sample().subcommand(
             clap::Command::new("bench")
