@@ -24,10 +24,6 @@ pub struct Args {
     #[arg(long, short, default_value = "[::]:7471")]
     pub listen: SocketAddr,
 
-    /// The local RDMA device, port, GID and completion mode.
-    #[command(flatten)]
-    pub local: DeviceArgs,
-
     /// `--json`.
     #[command(flatten)]
     pub output: app::JsonFlag,
@@ -105,6 +101,11 @@ pub struct Args {
     /// flags given here override it. Unknown keys and bad values are refused.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+
+    /// The local RDMA device, port, GID and completion mode (last: its help heading, "Device",
+    /// holds what follows it).
+    #[command(flatten)]
+    pub local: DeviceArgs,
 }
 
 /// `--keep-alive`: a duration (at most an hour), or `0` for none.
@@ -144,6 +145,30 @@ mod tests {
         assert_eq!(a.max_clients, 16);
         assert_eq!(a.keep_alive, Duration::from_secs(30));
         assert_eq!(a.keep_max_time, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn only_the_device_options_are_under_device() {
+        use clap::CommandFactory as _;
+        let cmd = Args::command();
+        let under: Vec<&str> = cmd
+            .get_arguments()
+            .filter(|a| a.get_help_heading() == Some("Device"))
+            .filter_map(|a| a.get_long())
+            .collect();
+        assert_eq!(
+            under,
+            [
+                "ib-dev",
+                "ib-port",
+                "gid-idx",
+                "tclass",
+                "hop-limit",
+                "sl",
+                "qp-timeout",
+                "cq-mode"
+            ]
+        );
     }
 
     #[test]
