@@ -29,6 +29,12 @@ pub const DOWN_AFTER: u32 = 3;
 /// The servers' `--bench-max-time`: a kept lat session ends that long after its accept, so
 /// the stage sees the probers open a new one (transparently: no probe fails for it).
 pub const BENCH_MAX_TIME_S: u64 = 60;
+/// The servers' `--timeout`: no round of a kept session begins within it of the session's end,
+/// so a kept lat session serves rounds for `BENCH_MAX_TIME_S - SERVER_TIMEOUT_S`.
+pub const SERVER_TIMEOUT_S: u64 = 10;
+
+/// Intervals after which the servers end a prober's kept lat session: it then opens a new one.
+pub const RENEW_EVERY: u64 = (BENCH_MAX_TIME_S - SERVER_TIMEOUT_S) / EVERY_S;
 pub const UP_AFTER: u32 = 2;
 pub const DEGRADE_AFTER: u32 = 3;
 /// Slow above this many times a pair's own median: TCG guests sharing two cores see a median
@@ -268,6 +274,7 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
     // --max-clients (the kept sessions' cap) holds them with room to spare.
     let max_clients = (4 * n.saturating_sub(1) + 4).to_string();
     let bench_max_time = format!("{BENCH_MAX_TIME_S}s");
+    let server_timeout = format!("{SERVER_TIMEOUT_S}s");
     let server = || {
         service(
             "mesh-server",
@@ -278,6 +285,8 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
                 &max_clients,
                 "--bench-max-time",
                 &bench_max_time,
+                "--timeout",
+                &server_timeout,
                 "--qp-timeout",
                 &qp_timeout,
             ],

@@ -153,7 +153,7 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         NODES - 1,
         [1, 2],
         mesh::DOWN_AFTER,
-        mesh::BENCH_MAX_TIME_S / mesh::EVERY_S,
+        mesh::RENEW_EVERY,
     ) {
         Ok(v) => println!("fabric-e2e: mesh: {v}"),
         Err(why) => bail!("fabric-e2e: wrong results:\nmesh: {why}"),
