@@ -253,7 +253,16 @@ pub(super) fn ours(shape: &Shape, server: bool, tag: Tag) -> Option<Vec<String>>
     } else {
         let addr = shape.server_addr();
         let to = port.map_or_else(|| addr.clone(), |p| crate::plan::host_port(&addr, p));
-        Invocation::client(cli).args(["--json", "--message", OUR_MESSAGE, &to])
+        // A bench writes its own pattern: the message is the write's alone.
+        let message: &[&str] = if shape.bench.is_some() {
+            &[]
+        } else {
+            &["--message", OUR_MESSAGE]
+        };
+        Invocation::client(cli)
+            .args(["--json"])
+            .args(message)
+            .args([&to])
     };
     if let Some(tc) = shape.tclass {
         v = v.args(["--tclass".to_owned(), tc.to_string()]);

@@ -163,6 +163,15 @@ fn our_pair_takes_no_device_flags_and_needs_no_ipv4_on_ipv6() {
         step(&plans(&v6)[1].1, "client").argv.last().unwrap(),
         "fd00::1"
     );
+    // A bench is the client's `bench` use, with no message (the write's option alone).
+    let bench = Shape {
+        bench: Some("lat".into()),
+        ..v6.clone()
+    };
+    assert_eq!(
+        step(&plans(&bench)[1].1, "client").argv.join(" "),
+        "/t/rdma-client bench --json fd00::1 --mode lat --size 4096 --iters 200"
+    );
     // --tclass goes to both ends (the server's ACKs are marked too).
     let tc = Shape {
         tclass: Some(106),
