@@ -156,6 +156,10 @@ pub fn steps(parts: Parts<'_>, done: &str) -> (Vec<Step>, Vec<Step>) {
                 .position(|a| a.ends_with("rdma-client"))
                 .unwrap_or(0);
             argv.insert(program + 1, (*sub).to_owned());
+            // A bench writes its own pattern: the message is the write's option alone.
+            if let Some(m) = argv.iter().position(|a| a == "--message") {
+                argv.drain(m..(m + 2).min(argv.len()));
+            }
         }
         let extra = extra.strip_prefix(&[BENCH]).unwrap_or(extra);
         argv.extend(

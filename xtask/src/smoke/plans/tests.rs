@@ -397,6 +397,10 @@ fn the_lossy_link_drops_frames_on_both_sides_around_its_own_writes() {
         step(b, "bench-bw").wait_for_file.as_deref(),
         Some("acks-back")
     );
+    // The bench is the client's `bench` use, without the write's message.
+    let bench = &step(b, "bench-bw").argv;
+    assert_eq!(bench[..2], owned(&["/t/rdma-client", "bench"])[..]);
+    assert!(!bench.iter().any(|a| a == "--message"), "{bench:?}");
     let off = step(b, "netem-off");
     assert_eq!(off.create_file_when_ended.as_deref(), Some("client-done"));
     assert_eq!(nb.last().map(String::as_str), Some("netem-off"));
