@@ -78,14 +78,23 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
     }
     let t0 = Instant::now();
     let mut phases: run::Phases = Vec::new();
+    // What is missing is installed before the build, in at most two rounds: the build's and
+    // the run's tools (the backend's detection needs `rdma` and `modprobe`), then the guests'
+    // if no device here can carry the write, so a new machine learns of QEMU before a build
+    // of minutes, not after it.
     if !args.no_build {
         deps::ensure(&[Group::Build, Group::Run])?;
+    }
+    let detection = backend::detect(args.backend)?;
+    println!("e2e: backend {detection}");
+    if matches!(detection.backend, Backend::Vm { .. }) {
+        deps::ensure(&[Group::Vm])?;
+    }
+    if !args.no_build {
         let t = Instant::now();
         bins::build()?;
         phases.push(("build", t.elapsed()));
     }
-    let detection = backend::detect(args.backend)?;
-    println!("e2e: backend {detection}");
     let in_guest = std::env::var_os("XTASK_GUEST").is_some();
     let selected = if matches!(detection.backend, Backend::Vm { .. }) || in_guest {
         selected
@@ -97,7 +106,6 @@ pub fn cmd(args: &E2eArgs) -> Result<()> {
 
     let collected = match &detection.backend {
         Backend::Vm { .. } => {
-            deps::ensure(&[Group::Vm])?;
             let topo = plans::Topology {
                 nodes: args.nodes,
                 selftest: args.selftest,
