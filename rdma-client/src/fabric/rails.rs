@@ -1,6 +1,6 @@
-//! `fabric --rails`: the check on every rail of multi-rail nodes. Pure: which of this node's
-//! rails are checked ([`select`]), which address of a peer is its address on each of them
-//! ([`match_peer`]), and, for `fabric report`, the lines split into one matrix per rail once
+//! `--rails`: the fabric check and the mesh on every rail of multi-rail nodes. Pure: which of
+//! this node's rails are checked ([`select`]), which address of a peer is its address on each
+//! of them ([`match_peer`], over what [`routes`] looked up), and, for `fabric report`, the lines split into one matrix per rail once
 //! every node agrees on the rail count ([`split`]).
 //!
 //! A node's rails are its ACTIVE RoCE ports by device name (`rdma_core_rs::route::rails`),
@@ -11,10 +11,11 @@
 //! table). Addresses whose route leaves by no rail (a management network) are not rails.
 
 use super::pair::PairResult;
+use crate::session::Target;
 use rdma_core_rs::route::Rail;
 use rdma_proto::events::fabric::{RailMatrix, RailOf};
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
 
 /// `--rails`: every rail this node has, or exactly this many (the first by device name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,6 +189,36 @@ pub fn match_peer(
 /// The lines of one check: one-rail (`None`), or one group per rail, each with its
 /// [`RailMatrix`] (the devices each rank wrote from).
 pub type Split = Option<Vec<(RailMatrix, Vec<PairResult>)>>;
+
+/// Every address `host` resolves to, with the local address its route leaves from.
+///
+/// # Errors
+/// `host` does not resolve (the one-address lookup's error, which says what to give).
+pub fn routes(host: &str, port: u16) -> color_eyre::Result<Vec<(IpAddr, Option<IpAddr>)>> {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    match (host, port).to_socket_addrs() {
+        Ok(found) => {
+            for a in found {
+                if !ips.contains(&a.ip()) {
+                    ips.push(a.ip());
+                }
+            }
+        }
+        Err(_) => {
+            Target::at(host, port)?;
+        }
+    }
+    Ok(ips
+        .into_iter()
+        .map(|ip| {
+            let t = Target {
+                name: host.to_owned(),
+                addr: SocketAddr::new(ip, port),
+            };
+            (ip, t.route_source())
+        })
+        .collect())
+}
 
 /// Splits the lines of a `--rails` check by rail, after checking that every writer has the
 /// same number of rails.

@@ -1,6 +1,7 @@
 //! `fabric`: this node's part of the check. For each round of the schedule in which it is
-//! not on the bye, it does the seed's verified write (`run::Write`, the client's one write path)
-//! to its partner's server and prints one `fabric_pair` event.
+//! not on the bye, it probes its partner once with the mesh's prober (`mesh::probe::VerbsProber`,
+//! the client's one prober: the seed's verified write, then the short measurements) and prints
+//! one `fabric_pair` event.
 //!
 //! Rounds stay in step without a scheduler of our own: every server runs with
 //! `--max-clients 1`, so a server still serving the round before answers `busy`, and the writer
@@ -11,15 +12,16 @@
 //! into a node while its writer of the round does.
 //!
 //! After the verified write, a short latency and bandwidth measurement runs against the same
-//! server: the bench's own sessions (`bench::Measure`, as `bench --mode lat` and `bench --mode bw` with
-//! 2-byte and 64 KiB messages, `--lat-iters` and `--bw-iters` of them; 0 turns one off). A
+//! server: the bench's own sessions (as `bench --mode lat` and `bench --mode bw` with 2-byte
+//! and 64 KiB messages, `--lat-iters` and `--bw-iters` of them; 0 turns one off). A
 //! measurement that fails fails the pair, with the reason. The server must allow bench
-//! sessions (its default).
+//! sessions (its default). The pair's sessions share one deadline, `--pair-deadline`, and wait
+//! their turn (`VerbsProber::wait_busy`); none is kept for another round.
 //!
 //! With `--rails`, each pair runs once per rail of this node, one after the other in the
 //! pair's round: to the partner's address on that rail (`rails::match_peer`), from the local
 //! end `DeviceArgs::open_for` picks for the address that connection leaves from (opened once
-//! per rail); each line carries its `rail`. A partner whose name has no address on one of our
+//! per rail, the prober's `Ends::Rails`); each line carries its `rail`. A partner whose name has no address on one of our
 //! rails fails those pairs, with the reason.
 
 use super::FabricTask;
@@ -28,20 +30,15 @@ use super::pair::PairResult;
 use super::rails;
 use super::ranks::{RankError, World};
 use super::schedule;
-use crate::bench::{Measure, Sweep};
+use crate::mesh::kept::Kept;
+use crate::mesh::probe::{Ends, Job, ProbeFailure, Probed, VerbsProber};
 use crate::output::{Event, Output};
-use crate::run::Write;
-use crate::session::Target;
 use color_eyre::eyre::{Report, Result};
 use rdma_core_rs::LocalPort;
-use rdma_core_rs::route::Rail;
-use rdma_proto::bench::BenchMode;
 use rdma_proto::events::fabric::RailOf;
-use rdma_proto::{ErrorCode, ProtoError};
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Runs every round of this node; `Err` when any of its pairs failed.
@@ -59,22 +56,26 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
         ),
         None => None,
     };
-    let partners = || partners(&world).filter(|&(_, t)| only.is_none_or(|o| o == t));
     let payload = task.payload.load()?;
     let token = task.session.token.load()?;
+    let me = &world.hosts[world.rank];
     let ends = match f.rails {
         Some(want) => LocalPort::rails()
             .map_err(Report::new)
-            .and_then(|found| {
-                rails::select(&world.hosts[world.rank], found, want).map_err(Report::new)
-            })
+            .and_then(|found| rails::select(me, found, want).map_err(Report::new))
             .map(|rails| Ends::Rails {
+                me: me.clone(),
                 rails,
-                opened: HashMap::new(),
+                device: &task.device,
+                opened: Mutex::new(HashMap::new()),
             }),
-        None => task.device.open().map(Ends::One).map_err(Report::new),
+        None => task
+            .device
+            .open()
+            .map(|local| Ends::One(Arc::new(local)))
+            .map_err(Report::new),
     };
-    let mut ends = match ends {
+    let ends = match ends {
         Ok(ends) => ends,
         Err(e) => {
             // Every pair of this writer fails; say why in each, rather than leave the report
@@ -86,9 +87,8 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
                 addr: None,
                 target_addr: None,
             });
-            for (round, target) in partners() {
-                let mut r = blank(&world, round, target, Duration::ZERO);
-                r.retest = f.retest.is_some();
+            for (round, target) in partners(&world, only) {
+                let mut r = blank(&world, round, target, f.retest.is_some());
                 r.rail.clone_from(&rail);
                 let r = with_failure(r, &e, "the writer's local RDMA: ");
                 out.emit(&Event::FabricPair(Cow::Borrowed(&r)));
@@ -96,16 +96,38 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
             return Err(e);
         }
     };
+    let rails: Option<Vec<String>> = match &ends {
+        Ends::One(_) => None,
+        Ends::Rails { rails, .. } => Some(rails.iter().map(|r| r.device.clone()).collect()),
+    };
+    let prober = VerbsProber {
+        ends,
+        port: f.fabric_port,
+        payload: &payload,
+        notify: task.notify,
+        token,
+        session: task.session.clone(),
+        knobs: task.knobs,
+        lat_iters: f.lat_iters,
+        bw_iters: f.bw_iters,
+        ack_timeout: None,
+        kept: Kept::new(false),
+        kept_lat: Kept::new(false),
+        revisit: Duration::ZERO,
+        stamps: false,
+        wait_busy: true,
+    };
     let mut failed = 0;
     let mut pairs = 0;
-    for (round, target) in partners() {
-        let job = Pair {
-            task,
+    for (round, target) in partners(&world, only) {
+        let pair = Pair {
             world: &world,
             round,
             target,
+            retest: f.retest.is_some(),
+            deadline: f.pair_deadline,
         };
-        for result in ends.run(&job, &payload, token.as_deref()) {
+        for result in pair.run(&prober, rails.as_deref()) {
             pairs += 1;
             failed += usize::from(!result.verified);
             out.emit(&Event::FabricPair(Cow::Borrowed(&result)));
@@ -122,223 +144,64 @@ pub fn run(task: &FabricTask, out: &Output) -> Result<()> {
     Ok(())
 }
 
-/// This node's ends: one device (today's check), or its rails.
-enum Ends {
-    One(LocalPort),
-    Rails {
-        rails: Vec<Rail>,
-        /// Each rail's local end, by the address its connections leave from, opened once.
-        opened: HashMap<IpAddr, LocalPort>,
-    },
+/// This node's (round, target) for every round but its bye; with `--retest`, only that
+/// target's.
+fn partners(world: &World, only: Option<usize>) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let n = world.size();
+    (0..schedule::rounds(n))
+        .filter_map(move |round| schedule::partner(n, round, world.rank).map(|t| (round, t)))
+        .filter(move |&(_, t)| only.is_none_or(|o| o == t))
 }
 
-impl Ends {
-    /// `job` on each of this node's ends: one result, or one per rail.
-    fn run(&mut self, job: &Pair<'_>, payload: &[u8], token: Option<&str>) -> Vec<PairResult> {
-        let f = &job.task.fabric;
-        let host = &job.world.hosts[job.target];
-        let (rails, opened) = match self {
-            Ends::One(local) => {
-                return vec![match Target::at(host, f.fabric_port) {
-                    Ok(server) => job.run(local, &server, None, payload, token),
-                    Err(e) => job.failed(None, &e, ""),
-                }];
-            }
-            Ends::Rails { rails, opened } => (&*rails, opened),
-        };
-        let me = &job.world.hosts[job.world.rank];
-        let on = |index: usize| RailOf {
-            index,
-            rails: rails.len(),
-            device: Some(rails[index].device.clone()),
-            addr: None,
-            target_addr: None,
-        };
-        let peer = routes(host, f.fabric_port)
-            .and_then(|routes| rails::match_peer(me, rails, host, &routes).map_err(Report::new));
-        let peer = match peer {
-            Ok(peer) => peer,
-            Err(e) => {
-                return (0..rails.len())
-                    .map(|i| job.failed(Some(on(i)), &e, ""))
-                    .collect();
-            }
-        };
-        peer.iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let mut rail = RailOf {
-                    addr: Some(p.source),
-                    target_addr: Some(p.target),
-                    ..on(i)
+/// One probe of this node in one round (on each of its rails, with `--rails`).
+struct Pair<'a> {
+    world: &'a World,
+    round: usize,
+    target: usize,
+    retest: bool,
+    /// `--pair-deadline`: each rail's probe ends by it.
+    deadline: Duration,
+}
+
+impl Pair<'_> {
+    /// The probe on each end: one result, or one per rail (`rails`: their devices).
+    fn run(&self, prober: &VerbsProber<'_>, rails: Option<&[String]>) -> Vec<PairResult> {
+        let host = &self.world.hosts[self.target];
+        let count = rails.map_or(1, <[String]>::len);
+        (0..count)
+            .map(|index| {
+                let job = Job {
+                    peer: self.target,
+                    rail: index,
+                    interval: self.round as u64,
+                    bw: true,
+                    deadline: Instant::now() + self.deadline,
                 };
-                let local = match opened.entry(p.source) {
-                    Entry::Occupied(o) => o.into_mut(),
-                    // The device that holds the address the connection leaves from: the
-                    // client's own rule (`DeviceArgs::open_for`).
-                    Entry::Vacant(v) => match job.task.device.open_for(p.source) {
-                        Ok((local, _)) => v.insert(local),
-                        Err(e) => {
-                            return job.failed(
-                                Some(rail),
-                                &Report::new(e),
-                                "the writer's local RDMA: ",
-                            );
-                        }
-                    },
+                let mut r = blank(self.world, self.round, self.target, self.retest);
+                r.rail = rails.map(|devices| RailOf {
+                    index,
+                    rails: devices.len(),
+                    device: Some(devices[index].clone()),
+                    addr: None,
+                    target_addr: None,
+                });
+                let end = match prober.end(host, &job) {
+                    Ok(end) => end,
+                    Err(f) => return with_failure(r, &f.error, ""),
                 };
-                rail.device = Some(local.ctx.name().to_owned());
-                let server = Target {
-                    name: SocketAddr::new(p.target, f.fabric_port).to_string(),
-                    addr: SocketAddr::new(p.target, f.fabric_port),
-                };
-                job.run(local, &server, Some(rail), payload, token)
+                if let Some(rail) = &mut r.rail {
+                    rail.device = Some(end.local.ctx.name().to_owned());
+                    rail.addr = end.source;
+                    rail.target_addr = Some(end.target.addr.ip());
+                }
+                record(r, prober.probe_at(&end, host, &job))
             })
             .collect()
     }
 }
 
-/// Every address `host` resolves to, with the local address its route leaves from.
-pub(crate) fn routes(host: &str, port: u16) -> Result<Vec<(IpAddr, Option<IpAddr>)>> {
-    let mut ips: Vec<IpAddr> = Vec::new();
-    match (host, port).to_socket_addrs() {
-        Ok(found) => {
-            for a in found {
-                if !ips.contains(&a.ip()) {
-                    ips.push(a.ip());
-                }
-            }
-        }
-        // The one-address lookup's error, which says what to give.
-        Err(_) => {
-            Target::at(host, port)?;
-        }
-    }
-    Ok(ips
-        .into_iter()
-        .map(|ip| {
-            let t = Target {
-                name: host.to_owned(),
-                addr: SocketAddr::new(ip, port),
-            };
-            (ip, t.route_source())
-        })
-        .collect())
-}
-
-/// This node's (round, target) for every round but its bye.
-fn partners(world: &World) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let n = world.size();
-    (0..schedule::rounds(n))
-        .filter_map(move |round| schedule::partner(n, round, world.rank).map(|t| (round, t)))
-}
-
-/// One write of this node in one round (on each of its rails, with `--rails`).
-struct Pair<'a> {
-    task: &'a FabricTask,
-    world: &'a World,
-    round: usize,
-    target: usize,
-}
-
-impl Pair<'_> {
-    /// The result, before anything ran.
-    fn blank(&self, rail: Option<RailOf>) -> PairResult {
-        let mut r = blank(self.world, self.round, self.target, Duration::ZERO);
-        r.retest = self.task.fabric.retest.is_some();
-        r.rail = rail;
-        r
-    }
-
-    /// The pair, failed before it ran with `e` (after `context`).
-    fn failed(&self, rail: Option<RailOf>, e: &Report, context: &str) -> PairResult {
-        with_failure(self.blank(rail), e, context)
-    }
-
-    /// The write and the measurements from `local` to `server`.
-    fn run(
-        &self,
-        local: &LocalPort,
-        server: &Target,
-        rail: Option<RailOf>,
-        payload: &[u8],
-        token: Option<&str>,
-    ) -> PairResult {
-        let f = &self.task.fabric;
-        let opts = &self.task.session;
-        let started = Instant::now();
-        let deadline = started + f.pair_deadline;
-        let mut r = self.blank(rail);
-        let notify = match crate::session::notify_for(self.task.notify, local) {
-            Ok((notify, _)) => notify,
-            Err(e) => return with_failure(r, &e, ""),
-        };
-        let token = || token.map(str::to_owned);
-        let (written, waited) = wait_turn(deadline, || {
-            let w = Write {
-                target: server.clone(),
-                payload,
-                notify,
-                token: token(),
-                // The fabric check prints one event per pair, not the sessions' own.
-                chosen: None,
-                rounds: false,
-            };
-            w.run(local, opts, None)
-        });
-        r.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-        let delivered = match written {
-            Ok(d) => d,
-            Err(e) => return with_failure(r, &e, ""),
-        };
-        r.verified = delivered.outcome.verified;
-        r.write_us = Some(delivered.write_micros as f64);
-        // The short measurement: the bench's own sessions, to the same server.
-        for (mode, size, iters) in [
-            (BenchMode::Lat, 2, f.lat_iters),
-            (BenchMode::Bw, 65536, f.bw_iters),
-        ] {
-            if iters == 0 || !r.verified {
-                continue;
-            }
-            let p = Sweep {
-                mode,
-                sizes: vec![size],
-                iters,
-            };
-            let (rows, _) = wait_turn(deadline, || {
-                let m = Measure {
-                    target: server,
-                    params: p.clone(),
-                    token: token(),
-                    knobs: self.task.knobs,
-                    chosen: None,
-                    rounds: false,
-                    stamps: false,
-                };
-                m.run(local, opts, Instant::now(), None)
-            });
-            match rows {
-                Ok(rows) => {
-                    r.lat_us = r.lat_us.or(rows.lat.first().map(|l| l.t_typical_us));
-                    r.bw_mbs = r.bw_mbs.or(rows.bw.first().map(|b| b.bw_avg_mbs));
-                }
-                Err(e) => {
-                    r.verified = false;
-                    return with_failure(
-                        r,
-                        &e,
-                        &format!("the write verified, but bench --mode {mode}: "),
-                    );
-                }
-            }
-        }
-        r
-    }
-}
-
 /// A pair's result with nothing done yet.
-fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult {
+fn blank(w: &World, round: usize, target: usize, retest: bool) -> PairResult {
     PairResult {
         round,
         world: w.size(),
@@ -350,11 +213,26 @@ fn blank(w: &World, round: usize, target: usize, waited: Duration) -> PairResult
         error_kind: None,
         error: None,
         write_us: None,
-        waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+        waited_ms: 0,
         lat_us: None,
         bw_mbs: None,
-        retest: false,
+        retest,
         rail: None,
+    }
+}
+
+/// `r` with what its probe found.
+fn record(mut r: PairResult, probed: Result<Probed, ProbeFailure>) -> PairResult {
+    match probed {
+        Ok(p) => {
+            r.verified = p.verified;
+            r.waited_ms = u64::try_from(p.waited.as_millis()).unwrap_or(u64::MAX);
+            r.write_us = Some(p.write.as_micros() as f64);
+            r.lat_us = p.lat_us;
+            r.bw_mbs = p.bw_mbs;
+            r
+        }
+        Err(f) => with_failure(r, &f.error, ""),
     }
 }
 
@@ -366,93 +244,87 @@ fn with_failure(mut r: PairResult, e: &Report, context: &str) -> PairResult {
     r
 }
 
-/// Runs `attempt` until it is not told to wait (see [`must_wait`]) or `deadline` is near,
-/// backing off from 20 ms to 500 ms; also returns how long it waited before the last attempt.
-fn wait_turn<T>(
-    deadline: Instant,
-    mut attempt: impl FnMut() -> Result<T>,
-) -> (Result<T>, Duration) {
-    let started = Instant::now();
-    let mut pause = Duration::from_millis(20);
-    loop {
-        let this = Instant::now();
-        match attempt() {
-            Err(e) if must_wait(&e) && Instant::now() + pause < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(500));
-            }
-            done => return (done, this - started),
-        }
-    }
-}
-
-/// The target is not ready for us yet: its server is busy (serving the round before) or not
-/// listening yet.
-fn must_wait(e: &Report) -> bool {
-    e.chain().any(|c| {
-        if let Some(p) = c.downcast_ref::<ProtoError>() {
-            return matches!(p, ProtoError::Remote(_)) && p.code() == ErrorCode::Busy;
-        }
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exit::ClientError;
-    use rdma_proto::ErrorMsg;
+    use crate::mesh::cause::Stage;
+    use crate::mesh::rtt::Rtt;
+    use rdma_proto::{ErrorCode, ErrorMsg, ProtoError};
 
-    fn busy() -> Report {
-        Report::new(ProtoError::Remote(ErrorMsg::new(ErrorCode::Busy, "busy")))
+    fn world(n: usize, rank: usize) -> World {
+        World {
+            hosts: (1..=n).map(|i| format!("node{i}")).collect(),
+            rank,
+        }
     }
 
     #[test]
-    fn a_busy_target_is_waited_for_until_the_deadline() {
-        // Busy twice, then served: the wait is the two pauses (20 + 40 ms).
-        let mut tries = 0;
-        let (r, waited) = wait_turn(Instant::now() + Duration::from_secs(5), || {
-            tries += 1;
-            if tries < 3 { Err(busy()) } else { Ok(tries) }
-        });
-        assert_eq!(r.unwrap(), 3);
-        assert!(waited >= Duration::from_millis(60), "{waited:?}");
-        // Another error ends it at once.
-        let mut tries = 0;
-        let (r, _) = wait_turn(Instant::now() + Duration::from_secs(5), || {
-            tries += 1;
-            Err::<(), _>(Report::new(ProtoError::Remote(ErrorMsg::new(
+    fn every_partner_once_and_with_retest_only_that_one() {
+        let w = world(4, 0);
+        let all: Vec<usize> = partners(&w, None).map(|(_, t)| t).collect();
+        let mut sorted = all.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [1, 2, 3], "each partner once: {all:?}");
+        let rounds: Vec<usize> = partners(&w, None).map(|(r, _)| r).collect();
+        assert!(rounds.windows(2).all(|p| p[0] < p[1]), "in round order");
+        let only: Vec<(usize, usize)> = partners(&w, Some(2)).collect();
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0].1, 2);
+        // An odd world: each node has a bye, and still meets everyone once.
+        let w = world(3, 1);
+        let mut met: Vec<usize> = partners(&w, None).map(|(_, t)| t).collect();
+        met.sort_unstable();
+        assert_eq!(met, [0, 2]);
+    }
+
+    #[test]
+    fn a_probe_becomes_its_pair_record() {
+        let w = world(3, 0);
+        let ok = Probed {
+            verified: true,
+            rtt: Rtt::wall(Duration::from_micros(24)),
+            bw_mbs: Some(900.5),
+            stalled: false,
+            reused: false,
+            stamped: false,
+            write: Duration::from_micros(31),
+            lat_us: Some(12.0),
+            waited: Duration::from_millis(60),
+        };
+        let r = record(blank(&w, 1, 2, true), Ok(ok));
+        assert!(r.verified && r.retest);
+        assert_eq!((r.round, r.writer, r.target), (1, 0, 2));
+        assert_eq!(r.target_host, "node3");
+        assert_eq!(r.write_us, Some(31.0));
+        assert_eq!(r.lat_us, Some(12.0));
+        assert_eq!(r.bw_mbs, Some(900.5));
+        assert_eq!(r.waited_ms, 60);
+        assert!(r.error.is_none() && r.error_kind.is_none());
+        // The server saw other bytes: not verified, and no error of ours.
+        let r = record(
+            blank(&w, 1, 2, false),
+            Ok(Probed {
+                verified: false,
+                ..ok
+            }),
+        );
+        assert!(!r.verified && r.error.is_none());
+        // A failed probe: its message and its exit kind.
+        let failed = ProbeFailure {
+            stage: Stage::Handshake,
+            error: Report::new(ProtoError::Remote(ErrorMsg::new(
                 ErrorCode::Forbidden,
-                "no",
-            ))))
-        });
-        assert!(r.is_err() && tries == 1);
-        // Busy for ever: the busy error once the deadline is near.
-        let t = Instant::now();
-        let (r, _) = wait_turn(t + Duration::from_millis(300), || Err::<(), _>(busy()));
-        assert!(must_wait(&r.unwrap_err()));
-        assert!(t.elapsed() < Duration::from_secs(2));
-    }
-
-    #[test]
-    fn busy_and_refused_mean_wait_anything_else_means_fail() {
-        let busy = ErrorMsg::new(ErrorCode::Busy, "serving its maximum of 1 clients");
-        let e = Report::new(ProtoError::Remote(busy)).wrap_err("handshake");
-        assert!(must_wait(&e));
-        let refused = ClientError::Connect {
-            addr: "10.0.0.2:7471".into(),
-            port: 7471,
-            source: std::io::ErrorKind::ConnectionRefused.into(),
+                "not in --allow",
+            )))
+            .wrap_err("the write verified, but bench --mode lat"),
         };
-        assert!(must_wait(&Report::new(refused)));
-        let forbidden = ErrorMsg::new(ErrorCode::Forbidden, "not in --allow");
-        assert!(!must_wait(&Report::new(ProtoError::Remote(forbidden))));
-        let timeout = ClientError::Connect {
-            addr: "10.0.0.2:7471".into(),
-            port: 7471,
-            source: std::io::ErrorKind::TimedOut.into(),
-        };
-        assert!(!must_wait(&Report::new(timeout)));
+        let r = record(blank(&w, 0, 1, false), Err(failed));
+        assert!(!r.verified);
+        let e = r.error.unwrap();
+        assert!(
+            e.starts_with("the write verified, but bench --mode lat: ") && e.contains("--allow"),
+            "{e}"
+        );
+        assert!(r.error_kind.is_some());
     }
 }

@@ -1,9 +1,14 @@
 //! One probe of one peer: the [`Prober`] seam the mesh runner drives, and [`VerbsProber`], the
-//! real one, which does what the fabric check does for a pair (`fabric::runner`), with the
-//! client's own steps: a verified write (`run::Write`, step by step so that a failure knows its
-//! [`Stage`]), then a short `bench --mode lat` (`bench::Measure`), then, when due, a short
-//! `bench --mode bw`. With `--rails`, from each rail's device to the peer's address on that rail,
-//! as the fabric check does ([`Ends::Rails`]).
+//! client's one prober, which the mesh runs every interval and the fabric check once for each
+//! pair (`fabric::runner`), with the client's own steps: a verified write (`run::Write`, step by
+//! step so that a failure knows its [`Stage`]), then a short `bench --mode lat`
+//! (`bench::Measure`), then, when due, a short `bench --mode bw`. With `--rails`, from each
+//! rail's device to the peer's address on that rail ([`Ends::Rails`]).
+//!
+//! **Waiting its turn** ([`VerbsProber::wait_busy`], the fabric check's lockstep): a server that
+//! answers `busy` (it serves one client at a time, `--max-clients 1`) or is not listening yet is
+//! tried again, backing off from 20 ms to 500 ms, until the probe's deadline is near. The mesh
+//! does not wait: a busy peer is a failed probe.
 //!
 //! **The write and the lat exchange reuse their sessions** where the server offers rounds
 //! ([`rdma_proto::rounds`]; for the exchange, `bench-rounds`): a path keeps each session
@@ -37,7 +42,7 @@ use rdma_app::device::DeviceArgs;
 use rdma_core_rs::route::Rail;
 use rdma_core_rs::{CompletionClock, LocalPort};
 use rdma_proto::bench::BenchMode;
-use rdma_proto::{FrameError, Notify};
+use rdma_proto::{ErrorCode, FrameError, Notify, ProtoError};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -76,6 +81,12 @@ pub struct Probed {
     /// The lat exchange ended with the stamped exchange (a write with immediate each way,
     /// [`crate::bench::hot::stamped`]); where both devices stamped it, `rtt` is its split.
     pub stamped: bool,
+    /// The verified write, from posting it to its completion.
+    pub write: Duration,
+    /// The lat exchange's typical half round trip (µs), as `bench --mode lat` reports it.
+    pub lat_us: Option<f64>,
+    /// How long the write waited for its turn before its last attempt ([`VerbsProber::wait_busy`]).
+    pub waited: Duration,
 }
 
 /// Whether a wait of `took` (the write from post to completion, or one ping-pong's round trip)
@@ -113,9 +124,9 @@ pub const BW_SIZE: u64 = 65536;
 pub const LAT_SIZE: u64 = 2;
 
 /// Where this node's probes leave from: one device (the device flags' choice), or one per rail
-/// (`--rails`, as the fabric check: the peer's address on rail `i` from its name
-/// (`fabric::rails::match_peer`), from the local end `DeviceArgs::open_for` picks for the
-/// address that connection leaves from, opened once per address).
+/// (`--rails`: the peer's address on rail `i` from its name (`fabric::rails::match_peer`),
+/// from the local end `DeviceArgs::open_for` picks for the address that connection leaves
+/// from, opened once per address).
 #[derive(Debug)]
 pub enum Ends<'a> {
     One(Arc<LocalPort>),
@@ -157,6 +168,20 @@ pub struct VerbsProber<'a> {
     /// How long until a path is probed again, at most: a session its server keeps for less is
     /// not kept.
     pub revisit: Duration,
+    /// Ask servers that offer it for the stamped exchange after the lat sweep (the mesh: its
+    /// round trip's split; the fabric check reports the sweep's own figure).
+    pub stamps: bool,
+    /// Wait for a busy or not yet listening server until the deadline (see the module docs).
+    pub wait_busy: bool,
+}
+
+/// Where one probe runs: the local end, the peer's server, and the local address its
+/// connection leaves from (with `--rails`).
+#[derive(Debug)]
+pub struct End {
+    pub local: Arc<LocalPort>,
+    pub target: Target,
+    pub source: Option<IpAddr>,
 }
 
 impl<'a> VerbsProber<'a> {
@@ -170,7 +195,7 @@ impl<'a> VerbsProber<'a> {
                 error: Report::new(FrameError::Timeout {
                     after: Duration::ZERO,
                 })
-                .wrap_err("the probe's deadline (from --every) passed before its next session"),
+                .wrap_err("the probe's deadline (the mesh's from --every, the fabric check's --pair-deadline) passed before its next session"),
             });
         }
         Ok(SessionOptions {
@@ -181,7 +206,10 @@ impl<'a> VerbsProber<'a> {
     }
 
     /// The local end and the server of `job`'s rail to `peer`.
-    fn end(&self, peer: &str, job: &Job) -> Result<(Arc<LocalPort>, Target), ProbeFailure> {
+    ///
+    /// # Errors
+    /// The peer's name or its rail does not resolve, or the local device does not open.
+    pub fn end(&self, peer: &str, job: &Job) -> Result<End, ProbeFailure> {
         let port = self.port;
         let connect = |e: Report| ProbeFailure {
             stage: Stage::Connect,
@@ -190,7 +218,11 @@ impl<'a> VerbsProber<'a> {
         let (me, rails, device, opened) = match &self.ends {
             Ends::One(local) => {
                 let target = Target::at(peer, port).map_err(connect)?;
-                return Ok((local.clone(), target));
+                return Ok(End {
+                    local: local.clone(),
+                    target,
+                    source: None,
+                });
             }
             Ends::Rails {
                 me,
@@ -199,7 +231,7 @@ impl<'a> VerbsProber<'a> {
                 opened,
             } => (me, rails, device, opened),
         };
-        let routes = crate::fabric::runner::routes(peer, port).map_err(connect)?;
+        let routes = crate::fabric::rails::routes(peer, port).map_err(connect)?;
         let on = crate::fabric::rails::match_peer(me, rails, peer, &routes)
             .map_err(|e| connect(Report::new(e)))?;
         let Some(p) = on.get(job.rail) else {
@@ -220,46 +252,65 @@ impl<'a> VerbsProber<'a> {
             None => {
                 let (l, _) = device
                     .open_for(p.source)
-                    .map_err(|e| connect(Report::new(e)))?;
+                    .map_err(|e| connect(Report::new(e).wrap_err("the writer's local RDMA")))?;
                 let l = Arc::new(l);
                 opened.insert(p.source, l.clone());
                 l
             }
         };
-        Ok((local, target))
+        Ok(End {
+            local,
+            target,
+            source: Some(p.source),
+        })
     }
 
     /// The verified write, on the path's kept session where there is one that still works,
-    /// else on a new one; its verdict, its time from post to completion, and whether it reused
-    /// a session.
+    /// else on a new one; its verdict, its time from post to completion, whether it reused a
+    /// session, and how long it waited for its turn.
     fn write(
         &self,
         local: &LocalPort,
         target: &Target,
         job: &Job,
         path: super::kept::Key,
-    ) -> Result<(bool, Duration, bool), ProbeFailure> {
+    ) -> Result<Written, ProbeFailure> {
         let opts = self.options(job, Stage::Connect)?;
         if let Some(mut c) = self.kept.take(&path, Instant::now()) {
             // A kept session the server closed since fails here, before anything is written:
             // it is dropped, and the probe connects anew.
             if c.again(opts.timeout).is_ok() {
-                return self.round(c, path).map(|(v, took)| (v, took, true));
+                let (verified, took) = self.round(c, path)?;
+                return Ok(Written {
+                    verified,
+                    took,
+                    reused: true,
+                    waited: Duration::ZERO,
+                });
             }
         }
         let (notify, _) =
             crate::session::notify_for(self.notify, local).map_err(at(Stage::Connect))?;
-        let w = Write {
-            target: target.clone(),
-            payload: self.payload,
-            notify,
-            token: self.token.clone(),
-            chosen: None,
-            rounds: self.kept.enabled(),
-        };
-        let opened = w.open(local, &opts, None, 0).map_err(at(Stage::Connect))?;
-        let c = opened.connect(local).map_err(at(Stage::Handshake))?;
-        self.round(c, path).map(|(v, took)| (v, took, false))
+        let (c, waited) = wait_turn(self.wait_busy, job.deadline, || {
+            let opts = self.options(job, Stage::Connect)?;
+            let w = Write {
+                target: target.clone(),
+                payload: self.payload,
+                notify,
+                token: self.token.clone(),
+                chosen: None,
+                rounds: self.kept.enabled(),
+            };
+            let opened = w.open(local, &opts, None, 0).map_err(at(Stage::Connect))?;
+            opened.connect(local).map_err(at(Stage::Handshake))
+        });
+        let (verified, took) = self.round(c?, path)?;
+        Ok(Written {
+            verified,
+            took,
+            reused: false,
+            waited,
+        })
     }
 
     /// One write on `c` and its verdict; then `c` is kept for `path`'s next probe where its
@@ -310,24 +361,25 @@ impl<'a> VerbsProber<'a> {
             BenchMode::Lat => LAT_SIZE,
             BenchMode::Bw => BW_SIZE,
         };
-        let m = Measure {
-            target,
-            params: Sweep {
-                mode,
-                sizes: vec![size],
-                iters,
-            },
-            token: self.token.clone(),
-            knobs: self.knobs,
-            chosen: None,
-            rounds: lat && self.kept_lat.enabled(),
-            stamps: lat,
-        };
-        let opened = m.open(local, &opts, None).map_err(at(Stage::Connect))?;
-        let bench = opened
-            .connect(Instant::now())
-            .map_err(at(Stage::Handshake))?;
-        self.sweep(bench, mode, path)
+        let (bench, _) = wait_turn(self.wait_busy, job.deadline, || {
+            let opts = self.options(job, Stage::Transfer)?;
+            let m = Measure {
+                target,
+                params: Sweep {
+                    mode,
+                    sizes: vec![size],
+                    iters,
+                },
+                token: self.token.clone(),
+                knobs: self.knobs,
+                chosen: None,
+                rounds: lat && self.kept_lat.enabled(),
+                stamps: lat && self.stamps,
+            };
+            let opened = m.open(local, &opts, None).map_err(at(Stage::Connect))?;
+            opened.connect(Instant::now()).map_err(at(Stage::Handshake))
+        });
+        self.sweep(bench?, mode, path)
     }
 
     /// One sweep on `bench` and its verdict, its figure; then a `lat` session is kept for
@@ -371,11 +423,20 @@ impl<'a> VerbsProber<'a> {
     }
 }
 
-impl Prober for VerbsProber<'_> {
-    fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
-        let (local, target) = self.end(peer, job)?;
+impl<'a> VerbsProber<'a> {
+    /// [`Prober::probe`] from `end` ([`Self::end`]).
+    ///
+    /// # Errors
+    /// The probe failed, at a stage.
+    pub fn probe_at(&self, end: &End, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
+        let (local, target) = (&*end.local, &end.target);
         let path = (peer.to_owned(), job.rail);
-        let (verified, write, mut reused) = self.write(&local, &target, job, path.clone())?;
+        let Written {
+            verified,
+            took: write,
+            mut reused,
+            waited,
+        } = self.write(local, target, job, path.clone())?;
         let mut stall = stalled(write, Duration::ZERO, self.ack_timeout);
         if !verified {
             return Ok(Probed {
@@ -385,24 +446,42 @@ impl Prober for VerbsProber<'_> {
                 stalled: stall,
                 reused,
                 stamped: false,
+                write,
+                lat_us: None,
+                waited,
             });
         }
+        let bench_failed = |mode: BenchMode| {
+            move |f: ProbeFailure| ProbeFailure {
+                error: f
+                    .error
+                    .wrap_err(format!("the write verified, but bench --mode {mode}")),
+                ..f
+            }
+        };
         let round = |half_us: f64| Duration::from_secs_f64((2.0 * half_us / 1e6).max(0.0));
-        let (rtt, stamped) = if self.lat_iters > 0 {
+        let (rtt, stamped, lat_us) = if self.lat_iters > 0 {
             let Swept {
                 figure: (typical, least, worst),
                 kept,
                 stamped,
-            } = self.measure(&local, &target, job, BenchMode::Lat, self.lat_iters, &path)?;
+            } = self
+                .measure(local, target, job, BenchMode::Lat, self.lat_iters, &path)
+                .map_err(bench_failed(BenchMode::Lat))?;
             reused &= kept;
             stall |= stalled(round(worst), round(least), self.ack_timeout);
-            (rtt_of(round(typical), stamped.as_ref()), stamped.is_some())
+            (
+                rtt_of(round(typical), stamped.as_ref()),
+                stamped.is_some(),
+                Some(typical),
+            )
         } else {
-            (Rtt::wall(write), false)
+            (Rtt::wall(write), false, None)
         };
         let bw_mbs = if job.bw && self.bw_iters > 0 {
             Some(
-                self.measure(&local, &target, job, BenchMode::Bw, self.bw_iters, &path)?
+                self.measure(local, target, job, BenchMode::Bw, self.bw_iters, &path)
+                    .map_err(bench_failed(BenchMode::Bw))?
                     .figure
                     .0,
             )
@@ -416,8 +495,60 @@ impl Prober for VerbsProber<'_> {
             stalled: stall,
             reused,
             stamped,
+            write,
+            lat_us,
+            waited,
         })
     }
+}
+
+impl Prober for VerbsProber<'_> {
+    fn probe(&self, peer: &str, job: &Job) -> Result<Probed, ProbeFailure> {
+        let end = self.end(peer, job)?;
+        self.probe_at(&end, peer, job)
+    }
+}
+
+/// Runs `attempt` once; if `wait_busy`, again while it is told to wait (see [`must_wait`])
+/// and `deadline` is not near, backing off from 20 ms to 500 ms. Also returns how long it
+/// waited before the last attempt.
+fn wait_turn<T>(
+    wait_busy: bool,
+    deadline: Instant,
+    mut attempt: impl FnMut() -> Result<T, ProbeFailure>,
+) -> (Result<T, ProbeFailure>, Duration) {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let this = Instant::now();
+        match attempt() {
+            Err(e) if wait_busy && must_wait(&e.error) && Instant::now() + pause < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            done => return (done, this - started),
+        }
+    }
+}
+
+/// What the verified write of a probe gave.
+struct Written {
+    verified: bool,
+    took: Duration,
+    reused: bool,
+    waited: Duration,
+}
+
+/// The target is not ready for us yet: its server is busy (serving the one before) or not
+/// listening yet.
+fn must_wait(e: &Report) -> bool {
+    e.chain().any(|c| {
+        if let Some(p) = c.downcast_ref::<ProtoError>() {
+            return matches!(p, ProtoError::Remote(_)) && p.code() == ErrorCode::Busy;
+        }
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
 }
 
 /// A probe's round trip: the stamped exchange's, split into the network's part and the hosts',
@@ -549,6 +680,80 @@ mod tests {
         s.theirs = s.theirs.map(|t| Turnaround { mask: 0xf0, ..t });
         assert!(exchange_of(&s).is_err());
         assert_eq!(rtt_of(typical, Some(&s)), Rtt::wall(typical));
+    }
+
+    fn busy() -> ProbeFailure {
+        ProbeFailure {
+            stage: Stage::Handshake,
+            error: Report::new(ProtoError::Remote(rdma_proto::ErrorMsg::new(
+                ErrorCode::Busy,
+                "busy",
+            ))),
+        }
+    }
+
+    #[test]
+    fn a_busy_target_is_waited_for_until_the_deadline_when_the_prober_waits() {
+        // Busy twice, then served: the wait is the two pauses (20 + 40 ms).
+        let mut tries = 0;
+        let (r, waited) = wait_turn(true, Instant::now() + Duration::from_secs(5), || {
+            tries += 1;
+            if tries < 3 { Err(busy()) } else { Ok(tries) }
+        });
+        assert_eq!(r.unwrap(), 3);
+        assert!(waited >= Duration::from_millis(60), "{waited:?}");
+        // Another error ends it at once.
+        let mut tries = 0;
+        let (r, _) = wait_turn(true, Instant::now() + Duration::from_secs(5), || {
+            tries += 1;
+            Err::<(), _>(ProbeFailure {
+                stage: Stage::Handshake,
+                error: Report::new(ProtoError::Remote(rdma_proto::ErrorMsg::new(
+                    ErrorCode::Forbidden,
+                    "no",
+                ))),
+            })
+        });
+        assert!(r.is_err() && tries == 1);
+        // Busy for ever: the busy error once the deadline is near.
+        let t = Instant::now();
+        let (r, _) = wait_turn(
+            true,
+            t + Duration::from_millis(300),
+            || Err::<(), _>(busy()),
+        );
+        assert!(must_wait(&r.unwrap_err().error));
+        assert!(t.elapsed() < Duration::from_secs(2));
+        // The mesh's prober does not wait: busy is a failed probe at once.
+        let mut tries = 0;
+        let (r, waited) = wait_turn(false, Instant::now() + Duration::from_secs(5), || {
+            tries += 1;
+            Err::<(), _>(busy())
+        });
+        assert!(r.is_err() && tries == 1 && waited < Duration::from_millis(20));
+    }
+
+    #[test]
+    fn busy_and_refused_mean_wait_anything_else_means_fail() {
+        use crate::exit::ClientError;
+        use rdma_proto::ErrorMsg;
+        let busy = ErrorMsg::new(ErrorCode::Busy, "serving its maximum of 1 clients");
+        let e = Report::new(ProtoError::Remote(busy)).wrap_err("handshake");
+        assert!(must_wait(&e));
+        let refused = ClientError::Connect {
+            addr: "10.0.0.2:7471".into(),
+            port: 7471,
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert!(must_wait(&Report::new(refused)));
+        let forbidden = ErrorMsg::new(ErrorCode::Forbidden, "not in --allow");
+        assert!(!must_wait(&Report::new(ProtoError::Remote(forbidden))));
+        let timeout = ClientError::Connect {
+            addr: "10.0.0.2:7471".into(),
+            port: 7471,
+            source: std::io::ErrorKind::TimedOut.into(),
+        };
+        assert!(!must_wait(&Report::new(timeout)));
     }
 
     #[test]

@@ -329,6 +329,8 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         kept: super::kept::Kept::new(!m.no_reuse),
         kept_lat: super::kept::Kept::new(!m.no_reuse),
         revisit: revisit(&config, world.size()),
+        stamps: true,
+        wait_busy: false,
     };
     let plan = Plan {
         world: &world,

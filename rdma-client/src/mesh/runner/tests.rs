@@ -62,6 +62,9 @@ fn good(_: &str, _: &Job) -> Result<Probed, ProbeFailure> {
         stalled: false,
         reused: false,
         stamped: false,
+        write: Duration::ZERO,
+        lat_us: None,
+        waited: Duration::ZERO,
     })
 }
 

@@ -124,6 +124,9 @@ fn a_split_round_trip_reaches_the_event_and_the_histograms() {
             stalled: false,
             reused: false,
             stamped: true,
+            write: Duration::ZERO,
+            lat_us: None,
+            waited: Duration::ZERO,
         })
     };
     let fake = Fake::new(&stamped);
