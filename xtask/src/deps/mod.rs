@@ -36,7 +36,8 @@ pub enum Group {
     /// `cargo xtask k8s-validate`: python3 and its venv, for the pinned `kubernetes-validate`.
     K8s,
     /// `cargo xtask prometheus-check`: promtool (Debian's prometheus package; its service is not
-    /// started here) for the mesh's alerting rules.
+    /// started here) for the mesh's alerting rules, amtool and Alertmanager
+    /// (prometheus-alertmanager) for its inhibit rules.
     Prometheus,
     /// `cargo xtask fresh-root`: debootstrap (the new machine) and git (which files to copy).
     FreshRoot,
@@ -125,7 +126,7 @@ impl Group {
             Group::Slurm => &["slurm-wlm", "munge", "procps"],
             Group::Bench => &["fonts-dejavu-core"],
             Group::K8s => &["python3", "python3-venv"],
-            Group::Prometheus => &["prometheus"],
+            Group::Prometheus => &["prometheus", "prometheus-alertmanager"],
             Group::FreshRoot => &["debootstrap", "git"],
             Group::Transports => &["gcc", "make", "xz-utils", "rdmacm-utils", "tcpdump"],
         }

@@ -34,6 +34,9 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("python3", "python3"),
     // prometheus-check: the mesh's alerting rules checked and unit-tested.
     ("promtool", "prometheus"),
+    // ... and the inhibit rules, by amtool and a real Alertmanager on loopback.
+    ("amtool", "prometheus-alertmanager"),
+    ("prometheus-alertmanager", "prometheus-alertmanager"),
     // The guests: QEMU, the busybox initramfs, the Debian kernel's modules.
     ("qemu-system-x86_64", "qemu-system-x86"),
     // Three or more guests share a hub on a unix socket.

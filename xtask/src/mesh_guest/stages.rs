@@ -117,6 +117,9 @@ fn lossy_split(t: &Topology) -> (Vec<PathKey>, Vec<PathKey>) {
         .partition(|(i, p)| (*i == t.instance(a) && p == b) || (*i == t.instance(b) && p == a))
 }
 
+/// The node verdicts (the shipped root-cause alerts) firing now.
+pub const NODE_VERDICTS: &str = r#"ALERTS{alertname=~"RdmaMeshNode.*",alertstate="firing"}"#;
+
 /// The paths the shipped `RdmaMeshPathDown` fires for now, with the alert's `cause`.
 fn firing_down(q: &dyn Query) -> Result<BTreeMap<PathKey, String>> {
     Ok(
@@ -316,9 +319,32 @@ impl Checker {
                 missing.join(", ")
             )));
         }
+        // The root cause: one node verdict, its NIC's, for the faulted node alone.
+        let verdicts: Vec<(String, String)> = q
+            .query(NODE_VERDICTS)?
+            .iter()
+            .map(|s| (s.label("alertname").to_owned(), s.label("peer").to_owned()))
+            .collect();
+        let want = (
+            "RdmaMeshNodeRdmaBroken".to_owned(),
+            self.topo.faulted.clone(),
+        );
+        if let Some(other) = verdicts.iter().find(|v| **v != want) {
+            return Ok(Check::Wrong(format!(
+                "{} fires for {} while only {}'s RoCE is blocked: one verdict, RdmaMeshNodeRdmaBroken for {}, is the root cause",
+                other.0, other.1, self.topo.faulted, self.topo.faulted
+            )));
+        }
+        if verdicts.is_empty() {
+            return Ok(Check::NotYet(format!(
+                "RdmaMeshNodeRdmaBroken not firing yet for {}",
+                self.topo.faulted
+            )));
+        }
         Ok(Check::Done(format!(
-            "{} paths through {} down with cause rdma, RdmaMeshPathDown firing for each with cause=\"rdma\"; the other {} up",
+            "{} paths through {} down with cause rdma, RdmaMeshPathDown firing for each with cause=\"rdma\", and one root cause, RdmaMeshNodeRdmaBroken for {}; the other {} up",
             through.len(),
+            self.topo.faulted,
             self.topo.faulted,
             others.len()
         )))

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use color_eyre::eyre::Result;
 
 use super::prom::{Query, Sample};
-use super::stages::{Check, Checker, grafana_expr};
+use super::stages::{Check, Checker, NODE_VERDICTS, grafana_expr};
 use super::{Stage, Topology, budget};
 
 const UP: &str = "max by (instance, peer) (rdma_mesh_path_up)";
@@ -219,7 +219,38 @@ fn blocked_wants_rdma_down_and_the_alert_with_its_cause_and_nothing_else_moving(
     f.up(&THROUGH, &[]);
     assert!(not_yet(c.poll(&f).unwrap()).contains("RdmaMeshPathDown not firing yet"));
     f.firing(&THROUGH.map(|p| (p, "rdma")));
-    assert!(done(c.poll(&f).unwrap()).contains("4 paths through node3 down with cause rdma"));
+    assert!(
+        not_yet(c.poll(&f).unwrap()).contains("RdmaMeshNodeRdmaBroken not firing yet for node3")
+    );
+    let verdict = |name: &str, node: &str| sample(&[("alertname", name), ("peer", node)], 1.0);
+    f.set(
+        NODE_VERDICTS,
+        vec![verdict("RdmaMeshNodeRdmaBroken", "node3")],
+    );
+    let d = done(c.poll(&f).unwrap());
+    assert!(
+        d.contains("4 paths through node3 down with cause rdma"),
+        "{d}"
+    );
+    assert!(
+        d.contains("one root cause, RdmaMeshNodeRdmaBroken for node3"),
+        "{d}"
+    );
+    // A second verdict, or one of the wrong kind, is not one alert per root cause.
+    f.set(
+        NODE_VERDICTS,
+        vec![
+            verdict("RdmaMeshNodeRdmaBroken", "node3"),
+            verdict("RdmaMeshNodeRdmaBroken", "node1"),
+        ],
+    );
+    assert!(wrong(c.poll(&f).unwrap()).contains("RdmaMeshNodeRdmaBroken fires for node1"));
+    f.set(NODE_VERDICTS, vec![verdict("RdmaMeshNodeDown", "node3")]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("RdmaMeshNodeDown fires for node3"));
+    f.set(
+        NODE_VERDICTS,
+        vec![verdict("RdmaMeshNodeRdmaBroken", "node3")],
+    );
 
     // The broken shapes.
     f.firing(&[(THROUGH[0], "host")]);

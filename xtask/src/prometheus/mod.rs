@@ -9,9 +9,13 @@
 //!   `deploy/grafana/rdma-mesh.dashboard.json` read is one the mesh exposes (`SERIES` in
 //!   `rdma-client/src/mesh/metrics.rs`; a test there checks that list against the exposition).
 //!
+//! - `amtool check-config deploy/alertmanager/alertmanager.yml`, and a real Alertmanager on
+//!   127.0.0.1 with it: one page per root cause ([`alertmanager`]).
+//!
 //! promtool comes from Debian's `prometheus` package (deps group `prometheus`, which
 //! `cargo xtask test` installs): without it this fails, naming the group; it is never skipped.
 
+pub mod alertmanager;
 pub mod promql;
 
 use crate::deps::{self, Group};
@@ -43,8 +47,9 @@ pub fn cmd(_: &PrometheusArgs) -> Result<()> {
     let rules = check_rules(&promtool, &root.join("deploy/prometheus"))?;
     let series = mesh_series(&root)?;
     let dash = check_dashboard(&root.join("deploy/grafana").join(DASHBOARD), &series)?;
+    let inhibit = alertmanager::check(&root.join("deploy/alertmanager"))?;
     println!(
-        "prometheus-check: {rules} alerting rules pass promtool check and test; {dash} dashboard queries read only the mesh's {} series",
+        "prometheus-check: {rules} alerting rules pass promtool check and test; {dash} dashboard queries read only the mesh's {} series; {inhibit} inhibit rules leave a real Alertmanager one page per root cause",
         series.len()
     );
     Ok(())

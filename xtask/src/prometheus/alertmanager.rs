@@ -1,0 +1,278 @@
+//! The mesh's Alertmanager inhibit rules (`deploy/alertmanager/alertmanager.yml`), checked by
+//! `amtool check-config` and proven on a real Alertmanager on 127.0.0.1: the alerts a dead
+//! node, a node whose RDMA is broken and one failing path raise are posted to it, and what it
+//! leaves active must be exactly one alert per root cause ([`PAGES`]), every other one
+//! inhibited by its node's verdict.
+//!
+//! Alertmanager comes from Debian's `prometheus-alertmanager` package (deps group
+//! `prometheus`); it runs with gossip off (`--cluster.listen-address=`), listening on loopback
+//! only, and is killed when the check ends.
+
+use crate::exec;
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use xshell::{Shell, cmd};
+
+/// The configuration, in `deploy/alertmanager/`.
+pub const CONFIG: &str = "alertmanager.yml";
+
+/// How long Alertmanager may take to start and answer, and each request.
+const START: Duration = Duration::from_secs(30);
+const REQUEST: Duration = Duration::from_secs(5);
+
+/// The alerts the rules raise for three faults at once: node3 down (its paths to and from
+/// it, its stale probes and its scrape, under `RdmaMeshNodeDown`), node4's RDMA broken (its
+/// paths, under `RdmaMeshNodeRdmaBroken`), and node1's one path to node2: `(alertname, peer,
+/// instance)`, empty for a label the alert has not.
+pub const RAISED: &[(&str, &str, &str)] = &[
+    ("RdmaMeshNodeDown", "node3", "node3:9478"),
+    ("RdmaMeshPathDown", "node3", "node1:9478"),
+    ("RdmaMeshPathDown", "node3", "node2:9478"),
+    ("RdmaMeshPathDown", "node1", "node3:9478"),
+    ("RdmaMeshProbesStale", "node2", "node3:9478"),
+    ("RdmaMeshScrapeFailing", "", "node3:9478"),
+    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478"),
+    ("RdmaMeshPathDown", "node4", "node1:9478"),
+    ("RdmaMeshPathDegraded", "node4", "node2:9478"),
+    ("RdmaMeshPathDown", "node1", "node4:9478"),
+    ("RdmaMeshPathDown", "node2", "node1:9478"),
+];
+
+/// What must page of [`RAISED`]: one alert per root cause.
+pub const PAGES: &[(&str, &str, &str)] = &[
+    ("RdmaMeshNodeDown", "node3", "node3:9478"),
+    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478"),
+    ("RdmaMeshPathDown", "node2", "node1:9478"),
+];
+
+type Alert = (String, String, String);
+
+/// `amtool check-config`, then [`RAISED`] posted to a real Alertmanager running `dir`'s
+/// configuration; returns the alerts it left active (not inhibited).
+///
+/// # Errors
+/// amtool or Alertmanager is missing, the configuration is refused, or Alertmanager did not
+/// start or answer.
+pub fn active_alerts(dir: &Path) -> Result<BTreeSet<Alert>> {
+    let config = dir.join(CONFIG);
+    let amtool = tool(&["amtool"])?;
+    let sh = Shell::new()?;
+    let out = exec::output_with(
+        cmd!(sh, "{amtool} check-config {config}"),
+        None,
+        Duration::from_secs(60),
+    )?;
+    exec::check_output("amtool check-config", &out)?;
+    let am = Alertmanager::start(
+        &tool(&["prometheus-alertmanager", "alertmanager"])?,
+        &config,
+    )?;
+    am.post(RAISED)?;
+    // Posted alerts are listed at once; inhibition is worked out as they are listed.
+    let deadline = Instant::now() + START;
+    loop {
+        let (all, active) = am.alerts()?;
+        if all.len() >= RAISED.len() {
+            return Ok(active);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "Alertmanager lists {} of the {} alerts posted after {START:?}",
+                all.len(),
+                RAISED.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// [`active_alerts`] must be [`PAGES`] exactly; returns how many inhibit rules the shipped
+/// configuration has.
+///
+/// # Errors
+/// An alert pages that a verdict should have silenced, or a verdict is itself silenced.
+pub fn check(dir: &Path) -> Result<usize> {
+    let active = active_alerts(dir)?;
+    let want: BTreeSet<Alert> = PAGES.iter().map(|a| own(*a)).collect();
+    if active != want {
+        let extra: Vec<_> = active.difference(&want).collect();
+        let missing: Vec<_> = want.difference(&active).collect();
+        bail!(
+            "{}: Alertmanager left active {extra:?} beyond one alert per root cause, and silenced {missing:?} (inhibit_rules in {CONFIG})",
+            dir.join(CONFIG).display()
+        );
+    }
+    let text = std::fs::read_to_string(dir.join(CONFIG))?;
+    Ok(text.matches("source_matchers:").count())
+}
+
+fn own((name, peer, instance): (&str, &str, &str)) -> Alert {
+    (name.to_owned(), peer.to_owned(), instance.to_owned())
+}
+
+/// The first of `names` on PATH, or an error naming the deps group that installs it.
+fn tool(names: &[&str]) -> Result<PathBuf> {
+    names.iter().find_map(|n| exec::which(n)).ok_or_else(|| {
+        eyre!(
+            "{} is not installed (Debian's `prometheus-alertmanager` package ships it): run `cargo xtask deps --groups prometheus` as root",
+            names[0]
+        )
+    })
+}
+
+/// A running Alertmanager on 127.0.0.1, killed when dropped.
+#[derive(Debug)]
+struct Alertmanager {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+    _storage: tempfile::TempDir,
+}
+
+impl Alertmanager {
+    fn start(bin: &Path, config: &Path) -> Result<Self> {
+        let storage = tempfile::tempdir()?;
+        // A port the kernel has free now: Alertmanager takes it a moment later.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.path={}", storage.path().display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .wrap_err_with(|| format!("starting {}", bin.display()))?;
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(REQUEST))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut am = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            agent,
+            _storage: storage,
+        };
+        let deadline = Instant::now() + START;
+        while !am.ready() {
+            if let Some(status) = am.child.try_wait()? {
+                bail!("{} exited ({status}) before it was ready", bin.display());
+            }
+            if Instant::now() > deadline {
+                bail!("Alertmanager was not ready on {} after {START:?}", am.base);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(am)
+    }
+
+    fn ready(&self) -> bool {
+        self.agent
+            .get(format!("{}/-/ready", self.base))
+            .call()
+            .is_ok_and(|r| r.status() == 200)
+    }
+
+    fn post(&self, alerts: &[(&str, &str, &str)]) -> Result<()> {
+        let body: Vec<serde_json::Value> = alerts
+            .iter()
+            .map(|(name, peer, instance)| {
+                let mut labels = serde_json::Map::new();
+                labels.insert("alertname".into(), (*name).into());
+                labels.insert("job".into(), "rdma-mesh".into());
+                for (k, v) in [("peer", peer), ("instance", instance)] {
+                    if !v.is_empty() {
+                        labels.insert(k.into(), (*v).into());
+                    }
+                }
+                serde_json::json!({ "labels": labels })
+            })
+            .collect();
+        let url = format!("{}/api/v2/alerts", self.base);
+        let resp = self
+            .agent
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .send(serde_json::to_string(&body)?)
+            .wrap_err_with(|| format!("POST {url}"))?;
+        if resp.status() != 200 {
+            bail!("POST {url}: HTTP {}", resp.status());
+        }
+        Ok(())
+    }
+
+    /// Every alert it holds, and those of them active (neither inhibited nor silenced).
+    fn alerts(&self) -> Result<(Vec<Alert>, BTreeSet<Alert>)> {
+        let url = format!("{}/api/v2/alerts", self.base);
+        let mut resp = self
+            .agent
+            .get(&url)
+            .call()
+            .wrap_err_with(|| format!("GET {url}"))?;
+        let body = resp.body_mut().read_to_string()?;
+        let list: Vec<serde_json::Value> = serde_json::from_str(&body)
+            .wrap_err_with(|| format!("GET {url}: not a JSON list of alerts"))?;
+        let mut all = Vec::new();
+        let mut active = BTreeSet::new();
+        for a in &list {
+            let label = |k: &str| a["labels"][k].as_str().unwrap_or("").to_owned();
+            let alert = (label("alertname"), label("peer"), label("instance"));
+            if a["status"]["state"] == "active" {
+                active.insert(alert.clone());
+            }
+            all.push(alert);
+        }
+        Ok((all, active))
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped() -> PathBuf {
+        exec::workspace_root().join("deploy/alertmanager")
+    }
+
+    /// The shipped inhibit rules leave one page per root cause; without them every alert
+    /// pages (so the check can fail); a rule that silences on the wrong label is named.
+    /// Never skipped: without Alertmanager it fails naming the deps group.
+    #[test]
+    fn the_inhibit_rules_leave_one_page_per_root_cause_and_a_broken_one_fails() {
+        assert_eq!(check(&shipped()).unwrap(), 2);
+        let text = std::fs::read_to_string(shipped().join(CONFIG)).unwrap();
+
+        let none = tempfile::tempdir().unwrap();
+        let cut = text.find("inhibit_rules:").unwrap();
+        std::fs::write(none.path().join(CONFIG), &text[..cut]).unwrap();
+        assert_eq!(active_alerts(none.path()).unwrap().len(), RAISED.len());
+        let e = format!("{:#}", check(none.path()).unwrap_err());
+        assert!(e.contains("RdmaMeshScrapeFailing"), "{e}");
+
+        let wrong = tempfile::tempdir().unwrap();
+        std::fs::write(
+            wrong.path().join(CONFIG),
+            text.replace("equal: [job, instance]", "equal: [job, peer]"),
+        )
+        .unwrap();
+        let e = format!("{:#}", check(wrong.path()).unwrap_err());
+        assert!(
+            e.contains("RdmaMeshPathDown\", \"node1\", \"node3:9478"),
+            "the path from the dead node still pages: {e}"
+        );
+    }
+}
