@@ -66,6 +66,7 @@ pub const PACKAGES: [Package; 2] = [
             "/etc/default/rdma-mesh",
             "/usr/share/doc/rdma-client/rdma-mesh.rules.yml",
             "/usr/share/doc/rdma-client/rdma-mesh.dashboard.json",
+            "/usr/share/doc/rdma-client/rdma-mesh.alertmanager.yml",
         ],
         not_depending_on: "rdma-server",
     },
