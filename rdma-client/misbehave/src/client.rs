@@ -1,7 +1,7 @@
 //! `rdma-misbehave-client`: `rdma-client`'s own session steps ([`rdma_client::run`],
 //! [`rdma_client::session`], [`rdma_client::bench`]), with one done wrong.
 
-use crate::pace::SLOW_PING;
+use crate::cm::SLOW_PING;
 use crate::rewrite::{self, Rewriter};
 use color_eyre::eyre::{Result, bail};
 use rdma_client::bench;

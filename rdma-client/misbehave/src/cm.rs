@@ -12,6 +12,10 @@ use rdma_proto::{Accept, CmOffer};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// How long `slow-ping` and `cm-late-bench` wait before each ping: just often enough for a
+/// server's `--timeout` of 2 s.
+pub const SLOW_PING: Duration = Duration::from_secs(1);
+
 /// Wrong-nonce requests the flood sends: more than the server's cap on rejects (16).
 pub const FLOOD: u32 = 24;
 /// How long one stray request may wait for its answer: a reject (or an unreachable port)
@@ -107,7 +111,7 @@ pub fn twice(opened: Opened<'_>, local: &LocalPort) -> Result<()> {
 pub const LATE_CM: Duration = Duration::from_millis(1500);
 
 /// `--fault cm-late-bench` (issue 23, item 6): a bench lat session through RDMA CM that
-/// connects [`LATE_CM`] after the accept, then pings [`crate::pace::SLOW_PING`] apart, just
+/// connects [`LATE_CM`] after the accept, then pings [`SLOW_PING`] apart, just
 /// often enough for the server's `--timeout`: the server must end it at `max_time` (its
 /// `--bench-max-time`) counted from the accept, not from the CM connection. Exits 0 only when
 /// the server's error came within `max_time` (and a slice) of the accept and names the limit.
@@ -158,7 +162,7 @@ pub fn late_bench(
     Ok(())
 }
 
-/// Pings of `size` bytes (counter 1, 2, …) [`crate::pace::SLOW_PING`] apart until the server
+/// Pings of `size` bytes (counter 1, 2, …) [`SLOW_PING`] apart until the server
 /// says something on the TCP connection (or `give_up`); returns when it did. Pongs are left to
 /// land.
 fn pace_pings<L: rdma_client::bench::hot::Link>(
@@ -172,7 +176,7 @@ where
 {
     const LOOK: Duration = Duration::from_millis(20);
     for n in 1u64.. {
-        let next = Instant::now() + crate::pace::SLOW_PING;
+        let next = Instant::now() + SLOW_PING;
         while Instant::now() < next {
             if session.server_spoke() {
                 return Ok(Instant::now());

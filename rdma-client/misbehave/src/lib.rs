@@ -13,6 +13,5 @@
 
 pub mod client;
 pub mod cm;
-pub mod pace;
 pub mod rewrite;
 pub mod server;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::cells::status;
+use super::rails::status;
 use crate::scenario::exit::{ExitKind, Speaks};
 use crate::scenario::transcript::Role;
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};

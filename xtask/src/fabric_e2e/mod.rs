@@ -19,7 +19,6 @@
 //! (what each phase's report must show), [`rails`] (the rails phase's reports and lines),
 //! [`mesh`] and [`mesh_judge`].
 
-mod cells;
 mod cluster;
 mod judge;
 mod mesh;
@@ -101,7 +100,7 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         })
         .collect();
     let t = Instant::now();
-    let run = vm::run_plans_on(&guests, &Net::new(cells::RAILS, &[])?, &args.vm)?;
+    let run = vm::run_plans_on(&guests, &Net::new(rails::RAILS, &[])?, &args.vm)?;
     println!(
         "fabric-e2e: phase guests done in {:.1} s",
         t.elapsed().as_secs_f64()
@@ -163,7 +162,7 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         for phase in judge::PHASES {
             let pictures: Vec<String> = match phase {
                 // One heat map per rail.
-                judge::Phase::Rails => (0..cells::RAILS)
+                judge::Phase::Rails => (0..rails::RAILS)
                     .flat_map(|k| ["png", "svg"].map(|ext| format!("rails.rail{k}.{ext}")))
                     .collect(),
                 _ => ["png", "svg"]
@@ -192,7 +191,7 @@ fn write_files(files: &Path, files_s: &str, bins: &Bins) -> Result<()> {
     let key = random_key()?;
     let out = format!("{GUEST_SYNC}/fabric");
     for (name, text) in [
-        ("hosts", cluster::hosts(NODES, cells::RAILS)),
+        ("hosts", cluster::hosts(NODES, rails::RAILS)),
         ("slurm.conf", cluster::slurm_conf(NODES)),
         ("cgroup.conf", cluster::CGROUP_CONF.to_owned()),
         ("up.sh", cluster::up_script(files_s)),
@@ -235,7 +234,7 @@ fn plan(i: usize, name: &str, files: &str, bins: &Bins) -> Plan {
         let mut fabric = Step::new("fabric", &["/bin/sh", &format!("{files}/launch.sh")]);
         // Derived from the phases of the script it runs (each pair at its pair deadline).
         let script = cluster::fabric_script("", "", NODES, DELAY_MS, judge::THRESHOLDS);
-        fabric.timeout_s = cluster::worst_case(&script, NODES, cells::RAILS).as_secs_f64();
+        fabric.timeout_s = cluster::worst_case(&script, NODES, rails::RAILS).as_secs_f64();
         fabric.allow_failure = true;
         let mut done = Step::new("done", &["/bin/true"]);
         done.create_file_when_done = Some("fabric-done".into());
@@ -266,7 +265,7 @@ fn plan(i: usize, name: &str, files: &str, bins: &Bins) -> Plan {
 /// Node `i`'s NICs: one rail each.
 fn node(i: usize) -> Node {
     Node {
-        nics: (0..cells::RAILS)
+        nics: (0..rails::RAILS)
             .map(|k| {
                 let dev = RdmaDev::rxe(&format!("rxe{k}"));
                 Nic::v4(

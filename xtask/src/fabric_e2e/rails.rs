@@ -2,10 +2,23 @@
 //! pairs from its own device and addresses (see [`super::judge`] for the other phases).
 
 use rdma_proto::events::client::Event;
-use rdma_proto::events::fabric::Report;
+use rdma_proto::events::fabric::{Cell, Report};
 
-use super::cells::{RAILS, status};
 use crate::scenario::exit::ExitKind;
+
+/// Rails of every guest in the rails phase (`rxe0` on eth0, `rxe1` on eth1).
+pub const RAILS: usize = 2;
+
+/// The status of the cell (writer row, target column): pass, slow, fail, missing. Every
+/// phase's judge reads it.
+pub fn status(report: &Report, w: usize, t: usize) -> &'static str {
+    match report.matrix.get(w).and_then(|row| row.get(t)) {
+        Some(Some(Cell::Pass { .. })) => "pass",
+        Some(Some(Cell::Slow { .. })) => "slow",
+        Some(Some(Cell::Fail { .. })) => "fail",
+        _ => "missing",
+    }
+}
 
 /// Judges the rails phase: one report per rail, in rail order, each of [`RAILS`]; every pair
 /// of each verified (pass, or slow by the guests' noise: still a result over that rail);
