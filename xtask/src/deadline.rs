@@ -45,6 +45,71 @@ pub const BOOT_AND_SETUP: Duration = Duration::from_secs(120);
 /// (or, told to stop, to finish its SIGTERM).
 pub const GRACE: Duration = Duration::from_secs(20);
 
+/// One short command (a tool of the system, one check, the start and exit of any process and
+/// its output): the allowance every step's command gets on top of what it waits for.
+pub const ONE_SHOT: Duration = Duration::from_secs(30);
+
+/// How many times slower a process runs under a scenario's wrapper (valgrind and the like).
+pub const WRAPPED_SLOWDOWN: u32 = 3;
+
+/// The phases of one session of ours that each end within the binary's `--timeout`: connect,
+/// handshake, completion, verdict.
+pub const SESSION_PHASES: u32 = 4;
+
+/// rdma-client's and rdma-server's `--timeout` when a command line sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one step's command waits for, from which its deadline follows ([`Work::deadline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// A short command of its own: [`ONE_SHOT`].
+    OneShot,
+    /// One session of our client or server: its wait for the server (`--wait-for-server`),
+    /// then each of its [`SESSION_PHASES`] at its `--timeout`.
+    Session {
+        timeout: Duration,
+        wait_for_server: Duration,
+    },
+    /// `count` probes one after another, each answered (or given up) within `each`.
+    Probes { count: u32, each: Duration },
+}
+
+impl Work {
+    /// The session of a command line whose own flags are `args`: its `--timeout` (else
+    /// [`DEFAULT_TIMEOUT`]) and its `--wait-for-server` (else none). A value that is no
+    /// duration stands for the default: the binary refuses it at once.
+    pub fn session_of(args: &[String]) -> Work {
+        let flag = |name: &str| {
+            args.windows(2)
+                .find(|w| w[0] == name)
+                .and_then(|w| humantime::parse_duration(&w[1]).ok())
+        };
+        Work::Session {
+            timeout: flag("--timeout").unwrap_or(DEFAULT_TIMEOUT),
+            wait_for_server: flag("--wait-for-server").unwrap_or_default(),
+        }
+    }
+
+    /// The deadline of one attempt of a step doing this work: the work at its own bounds,
+    /// and [`ONE_SHOT`] for the process around it.
+    pub fn deadline(self) -> Duration {
+        ONE_SHOT
+            + match self {
+                Work::OneShot => Duration::ZERO,
+                Work::Session {
+                    timeout,
+                    wait_for_server,
+                } => wait_for_server + timeout * SESSION_PHASES,
+                Work::Probes { count, each } => each * count,
+            }
+    }
+
+    /// [`Work::deadline`] of a process under a wrapper ([`WRAPPED_SLOWDOWN`] times slower).
+    pub fn wrapped(self) -> Duration {
+        self.deadline() * WRAPPED_SLOWDOWN
+    }
+}
+
 /// Directory (in the sync share; a name no plan marker takes) of the markers every step leaves when it starts: each holds
 /// the seconds since its agent started, so a wait that runs out can say how far the steps it
 /// waited on had got.
@@ -524,6 +589,32 @@ mod tests {
         let mut plans = [plan(vec![server("server", "never")])];
         let e = derive(&mut plans).unwrap_err().to_string();
         assert!(e.contains("never") && e.contains("server"), "{e}");
+    }
+
+    #[test]
+    fn a_sessions_deadline_follows_its_binarys_own_flags() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let plain = Work::session_of(&args(&["--json"]));
+        assert_eq!(
+            plain.deadline(),
+            ONE_SHOT + DEFAULT_TIMEOUT * SESSION_PHASES
+        );
+        // Raising the binary's --timeout raises the step's deadline by each phase's share.
+        let slow = Work::session_of(&args(&["--timeout", "60s"]));
+        assert_eq!(
+            slow.deadline(),
+            plain.deadline() + Duration::from_secs(50 * 4)
+        );
+        // Its wait for the server comes first.
+        let waits = Work::session_of(&args(&["--wait-for-server", "30s", "--timeout", "2s"]));
+        assert_eq!(waits.deadline(), ONE_SHOT + Duration::from_secs(30 + 2 * 4));
+        assert_eq!(waits.wrapped(), waits.deadline() * WRAPPED_SLOWDOWN);
+        let pings = Work::Probes {
+            count: 2,
+            each: Duration::from_secs(3),
+        };
+        assert_eq!(pings.deadline(), ONE_SHOT + Duration::from_secs(6));
+        assert_eq!(Work::OneShot.deadline(), ONE_SHOT);
     }
 
     #[test]

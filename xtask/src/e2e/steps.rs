@@ -4,6 +4,7 @@
 use super::bins::Bins;
 use super::files::Files;
 use super::scenarios::{self, ClientRun, Scenario, Target, Tool};
+use crate::deadline::Work;
 use crate::plan::Step;
 use crate::scenario::exit::Speaks;
 use crate::scenario::role::Invocation;
@@ -15,7 +16,7 @@ pub(super) const SELFTEST: &str = "rdma-core-rs self-test";
 /// Step name of the load test.
 pub(super) const LOAD: &str = "load";
 /// The load test's server port: just below [`scenarios::BASE_PORT`].
-const LOAD_PORT: &str = "7470";
+const LOAD_PORT: u16 = scenarios::BASE_PORT - 1;
 
 /// The client's uses a scenario's client arguments may start with.
 const USES: [&str; 1] = [crate::scenario::role::BENCH];
@@ -97,34 +98,23 @@ pub(super) fn steps(
         }
     }
     if load {
-        let mut step = Step::new(
-            LOAD,
-            &[
-                bins.xtask.as_str(),
-                "load",
-                "--server-bin",
-                bins.server.as_str(),
-                "--client-bin",
-                bins.client.as_str(),
-                "--misbehave-bin",
-                bins.misbehave_client.as_str(),
-                "--kill-stages",
-                // Bursts of strangers with quiet gaps, each followed by a real client.
-                "--soak-rounds",
-                "3",
-                "--json",
-                // Below the scenarios' ports (BASE_PORT + i): no scenario server, however
-                // late it exits, holds it.
-                "--port",
-                LOAD_PORT,
-            ],
-        );
+        let mut args = crate::load::LoadArgs::new(&bins.server, &bins.client)?;
+        args.misbehave_bin = Some(bins.misbehave_client.clone().into());
+        args.kill_stages = true;
+        // Bursts of strangers with quiet gaps, each followed by a real client.
+        args.soak_rounds = 3;
+        args.json = true;
+        // Below the scenarios' ports (BASE_PORT + i): no scenario server, however late it
+        // exits, holds it.
+        args.port = LOAD_PORT;
         if let Some(d) = device {
-            step.argv.push(format!("--server-arg=--ib-dev={d}"));
-            step.argv.push(format!("--client-arg=--ib-dev={d}"));
+            args.server_args.push(format!("--ib-dev={d}"));
+            args.client_args.push(format!("--ib-dev={d}"));
         }
+        let mut step = Step::new(LOAD, &[bins.xtask.as_str()]);
+        step.argv.extend(args.argv());
         // As long as its own phases may take (every client at its deadline, ...).
-        step.timeout_s = crate::load::worst_case_of(&step.argv[1..])?.as_secs_f64();
+        step.timeout_s = crate::load::worst_case(&args).as_secs_f64();
         step.allow_failure = true;
         clients.push(step);
     }
@@ -164,7 +154,7 @@ fn client_step(
     if let Tool::Command(argv) = c.tool {
         let mut step = Step::new(client_step_name(s, j), argv);
         step.expect_exit = scenarios::status(c.exit);
-        step.timeout_s = 30.0;
+        step.timeout_s = Work::OneShot.deadline().as_secs_f64();
         step.allow_failure = true;
         return step;
     }
@@ -219,12 +209,16 @@ fn client_step(
         .device(device)
         .argv();
     step.expect_exit = scenarios::status(c.exit);
-    step.timeout_s = 60.0;
+    // One session at the bounds its own command line sets, slower under a wrapper.
+    let work = Work::session_of(&step.argv);
+    step.timeout_s = if s.wrapper.is_empty() {
+        work.deadline()
+    } else {
+        work.wrapped()
+    }
+    .as_secs_f64();
     // Keep going: every scenario is judged on its own, and the servers wait for the end marker.
     step.allow_failure = true;
-    if !s.wrapper.is_empty() {
-        step.timeout_s = 180.0;
-    }
     step
 }
 
@@ -274,11 +268,10 @@ mod tests {
         assert!(names_dev(&unknown.argv, "no-such-dev0"));
         assert!(!names_dev(&unknown.argv, "rxe-e2e"));
         let load = clients.iter().find(|c| c.name == LOAD).unwrap();
-        assert_eq!(LOAD_PORT.parse::<u16>().unwrap(), scenarios::BASE_PORT - 1);
         assert!(
             load.argv
                 .windows(2)
-                .any(|w| w[0] == "--port" && w[1] == LOAD_PORT)
+                .any(|w| w[0] == "--port" && w[1] == LOAD_PORT.to_string())
         );
         // Its deadline comes from its own phases: 200 sequential clients at 30 s at least.
         assert!(load.timeout_s > 200.0 * 30.0, "{}", load.timeout_s);

@@ -97,3 +97,63 @@ pub struct LoadArgs {
     #[arg(long)]
     pub rng_seed: Option<u64>,
 }
+
+/// The subcommand that runs the load test: `xtask load` (main.rs's `Load`).
+const SUBCOMMAND: &str = "load";
+
+impl LoadArgs {
+    /// The load test of `server_bin` and `client_bin` with every other option at its default
+    /// (clap's, written once above), for a plan to set what it wants in typed fields.
+    pub fn new(server_bin: &str, client_bin: &str) -> color_eyre::Result<LoadArgs> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: LoadArgs,
+        }
+        use clap::Parser as _;
+        let cli = Cli::try_parse_from([
+            SUBCOMMAND,
+            "--server-bin",
+            server_bin,
+            "--client-bin",
+            client_bin,
+        ])?;
+        Ok(cli.args)
+    }
+
+    /// The command line (from `load` on) that runs exactly these arguments.
+    pub fn argv(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        let time = |d: Duration| humantime::format_duration(d).to_string();
+        let mut v: Vec<String> = vec![SUBCOMMAND.to_owned()];
+        let mut opt = |name: &str, value: String| v.extend([format!("--{name}"), value]);
+        opt("server-bin", path(&self.server_bin));
+        opt("client-bin", path(&self.client_bin));
+        if let Some(m) = &self.misbehave_bin {
+            opt("misbehave-bin", path(m));
+        }
+        opt("port", self.port.to_string());
+        opt("sequential", self.sequential.to_string());
+        opt("concurrent", self.concurrent.to_string());
+        opt("warmup", self.warmup.to_string());
+        opt("buffer-size", self.buffer_size.to_string());
+        opt("rss-slack-mib", self.rss_slack_mib.to_string());
+        opt("fd-slack", self.fd_slack.to_string());
+        opt("soak-rounds", self.soak_rounds.to_string());
+        opt("soak-burst", time(self.soak_burst));
+        opt("soak-threads", self.soak_threads.to_string());
+        opt("client-deadline", time(self.client_deadline));
+        opt("server-deadline", time(self.server_deadline));
+        if let Some(d) = &self.tmp_dir {
+            opt("tmp-dir", path(d));
+        }
+        if let Some(seed) = self.rng_seed {
+            opt("rng-seed", seed.to_string());
+        }
+        v.extend(self.server_args.iter().map(|a| format!("--server-arg={a}")));
+        v.extend(self.client_args.iter().map(|a| format!("--client-arg={a}")));
+        v.extend(self.kill_stages.then(|| "--kill-stages".to_owned()));
+        v.extend(self.json.then(|| "--json".to_owned()));
+        v
+    }
+}

@@ -32,18 +32,7 @@ mod tests;
 
 pub use args::LoadArgs;
 
-/// The worst case of `xtask load ARGS…` (`argv` from `load` on, as a plan step runs it), for
-/// the deadline of that step: derived from its own phases and deadlines.
-pub fn worst_case_of(argv: &[String]) -> Result<std::time::Duration> {
-    #[derive(Debug, clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: LoadArgs,
-    }
-    use clap::Parser as _;
-    let cli = Cli::try_parse_from(argv).wrap_err("the load step's arguments")?;
-    Ok(phases::worst_case(&cli.args))
-}
+pub use phases::worst_case;
 
 use clients::Clients;
 use color_eyre::eyre::{Result, WrapErr as _, bail};

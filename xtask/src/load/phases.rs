@@ -103,7 +103,7 @@ fn soak(
             addr,
             args.buffer_size,
             // The server's --timeout: its default (the load does not set it).
-            std::time::Duration::from_secs(10),
+            crate::deadline::DEFAULT_TIMEOUT,
             clients.seed() ^ u64::from(round),
         );
         clients.strangers += cases * strangers::HOSTILE_CONNECTIONS;

@@ -143,3 +143,24 @@ fn warmup_must_fit_the_sequential_phase() {
     a.warmup = 3;
     assert!(cmd(&a).unwrap_err().to_string().contains("--warmup"));
 }
+
+/// The plan's typed arguments are what its step runs: its argv parses back to them, and the
+/// step's deadline follows their numbers (more sequential clients, a longer deadline).
+#[test]
+fn the_load_steps_argv_and_deadline_come_from_one_set_of_arguments() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::LoadArgs,
+    }
+    use clap::Parser as _;
+    let mut args = super::LoadArgs::new("/bin/s", "/bin/c").unwrap();
+    args.kill_stages = true;
+    args.soak_rounds = 3;
+    args.client_args.push("--ib-dev=rxe0".into());
+    let back = Cli::try_parse_from(args.argv()).unwrap().args;
+    assert_eq!(format!("{back:?}"), format!("{args:?}"));
+    let before = super::worst_case(&args);
+    args.sequential += 10;
+    assert_eq!(super::worst_case(&args), before + args.client_deadline * 10);
+}
