@@ -70,8 +70,6 @@ pub enum Work {
         timeout: Duration,
         wait_for_server: Duration,
     },
-    /// `count` probes one after another, each answered (or given up) within `each`.
-    Probes { count: u32, each: Duration },
 }
 
 impl Work {
@@ -100,7 +98,6 @@ impl Work {
                     timeout,
                     wait_for_server,
                 } => wait_for_server + timeout * SESSION_PHASES,
-                Work::Probes { count, each } => each * count,
             }
     }
 
@@ -609,11 +606,6 @@ mod tests {
         let waits = Work::session_of(&args(&["--wait-for-server", "30s", "--timeout", "2s"]));
         assert_eq!(waits.deadline(), ONE_SHOT + Duration::from_secs(30 + 2 * 4));
         assert_eq!(waits.wrapped(), waits.deadline() * WRAPPED_SLOWDOWN);
-        let pings = Work::Probes {
-            count: 2,
-            each: Duration::from_secs(3),
-        };
-        assert_eq!(pings.deadline(), ONE_SHOT + Duration::from_secs(6));
         assert_eq!(Work::OneShot.deadline(), ONE_SHOT);
     }
 
