@@ -51,7 +51,7 @@ pub struct FabricArgs {
     #[arg(long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     pub fabric_port: u16,
 
-    /// How long a pair may wait for its target's server to be free or up
+    /// How long each pair may take, its wait for its target's server to be free or up included
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = app::parse_duration)]
     pub pair_deadline: Duration,
 
