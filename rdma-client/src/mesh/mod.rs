@@ -53,6 +53,7 @@ pub mod schedule;
 pub mod state;
 pub mod task;
 pub mod textfile;
+pub mod topology;
 
 use schedule::{Schedule, ScheduleError, Timing};
 use state::{StateConfig, StateError};

@@ -33,6 +33,8 @@
 //! function, the same on every run with the same seed. The offset into the interval is always
 //! below `every`: a probe round belongs to its interval.
 
+use super::topology::Tors;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A schedule that cannot be built.
@@ -48,13 +50,57 @@ pub enum ScheduleError {
     NoInterval,
     #[error("the jitter is a fraction of the interval, between 0 and 1; {0} is not")]
     BadJitter(f64),
+    #[error(
+        "a topology of {tors} ToRs needs a fan-out of at least 2 (a probe within the ToR and one \
+         to another ToR each interval), not 1: raise --fan-out"
+    )]
+    FanOutBelowTors { tors: usize },
+    #[error("the topology places {placed} nodes, the mesh has {n}")]
+    TorsMismatch { placed: usize, n: usize },
 }
 
 /// Who probes whom in each interval, for `n` nodes and a fan-out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     n: usize,
     k: usize,
+    /// With a topology of more than one ToR: the ToR mesh and the sample across ToRs.
+    racks: Option<Arc<Racks>>,
+}
+
+/// The plan over ToRs (see the module doc, "ToRs").
+#[derive(Debug, PartialEq, Eq)]
+struct Racks {
+    /// Each ToR's nodes, by rank.
+    members: Vec<Vec<usize>>,
+    /// Each node's ToR and its place in it.
+    tor: Vec<usize>,
+    pos: Vec<usize>,
+    /// Peers per interval within the ToR (at most its size less one) and across ToRs.
+    within: usize,
+    across: usize,
+}
+
+impl Racks {
+    fn within(&self, tor: usize) -> usize {
+        self.within.min(self.members[tor].len() - 1)
+    }
+}
+
+/// `(pos + o_j) mod s` for the `k` offsets of interval `t` (the module doc's rotation).
+fn rotation(pos: usize, s: usize, k: usize, t: u64) -> impl Iterator<Item = usize> {
+    let m = u128::from(as_u64(s.saturating_sub(1)));
+    let base = if m == 0 {
+        0
+    } else {
+        u128::from(t) * u128::from(as_u64(k)) % m
+    };
+    (0..k).map(move |j| {
+        // m ≥ 1 whenever k ≥ 1, so the loop never runs with m = 0.
+        let residue = (base + u128::from(as_u64(j))) % m.max(1);
+        let offset = usize::try_from(residue).unwrap_or(0) + 1;
+        (pos + offset) % s
+    })
 }
 
 impl Schedule {
@@ -72,7 +118,62 @@ impl Schedule {
         Ok(Schedule {
             n,
             k: fan_out.min(n - 1),
+            racks: None,
         })
+    }
+
+    /// The schedule over `tors` (each node's ToR, by rank): a rotation within each ToR and a
+    /// rotating sample across them, `fan_out` peers per node per interval in all, of which a
+    /// quarter (at least 1, at most one per other ToR) go to other ToRs. One ToR is
+    /// [`Self::new`]'s schedule.
+    ///
+    /// # Errors
+    /// No nodes, a fan-out below 2 with several ToRs.
+    pub fn with_tors(tors: &Tors, fan_out: usize) -> Result<Self, ScheduleError> {
+        let n = tors.of.len();
+        let m = tors.names.len();
+        if m <= 1 {
+            return Self::new(n, fan_out);
+        }
+        if fan_out < 2 {
+            return Err(if fan_out == 0 {
+                ScheduleError::NoFanOut
+            } else {
+                ScheduleError::FanOutBelowTors { tors: m }
+            });
+        }
+        let mut members = vec![Vec::new(); m];
+        let mut pos = Vec::with_capacity(n);
+        for (node, &tor) in tors.of.iter().enumerate() {
+            let Some(list) = members.get_mut(tor) else {
+                return Err(ScheduleError::TorsMismatch { placed: n, n });
+            };
+            pos.push(list.len());
+            list.push(node);
+        }
+        if members.iter().any(Vec::is_empty) {
+            return Err(ScheduleError::TorsMismatch { placed: n, n });
+        }
+        let across = (fan_out / 4).max(1).min(m - 1);
+        let racks = Racks {
+            members,
+            tor: tors.of.clone(),
+            pos,
+            within: fan_out - across,
+            across,
+        };
+        let k = (0..m).map(|a| racks.within(a)).max().unwrap_or(0) + across;
+        Ok(Schedule {
+            n,
+            k,
+            racks: Some(Arc::new(racks)),
+        })
+    }
+
+    /// The number of ToRs (1 without a topology).
+    #[must_use]
+    pub fn tors(&self) -> usize {
+        self.racks.as_ref().map_or(1, |r| r.members.len())
     }
 
     /// The number of nodes.
@@ -82,7 +183,8 @@ impl Schedule {
     }
 
     /// Peers each node probes per interval, which is also the number of nodes that probe each
-    /// server per interval: the fan-out asked for, at most `n - 1` (0 for a single node).
+    /// server per interval: the fan-out asked for, at most `n - 1` (0 for a single node). Over
+    /// ToRs: the most any node probes (a small ToR's nodes probe fewer within it).
     #[must_use]
     pub fn fan_out(&self) -> usize {
         self.k
@@ -92,6 +194,18 @@ impl Schedule {
     /// (1 for a single node, which has nothing to cover).
     #[must_use]
     pub fn cycle(&self) -> u64 {
+        if let Some(r) = &self.racks {
+            let m = r.members.len();
+            let within = (0..m).map(|a| {
+                let (s, k) = (r.members[a].len(), r.within(a));
+                if k == 0 { 1 } else { (s - 1).div_ceil(k) }
+            });
+            let across = r
+                .members
+                .iter()
+                .map(|ms| (m - 1).div_ceil(ms.len() * r.across));
+            return as_u64(within.chain(across).max().unwrap_or(1).max(1));
+        }
         let peers = self.n - 1;
         if peers == 0 {
             return 1;
@@ -109,14 +223,14 @@ impl Schedule {
             return Err(ScheduleError::NoSuchNode { node, n: self.n });
         }
         Ok(NodeSchedule {
-            schedule: *self,
+            schedule: self.clone(),
             node,
         })
     }
 }
 
 /// One node's peers in each interval.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeSchedule {
     schedule: Schedule,
     node: usize,
@@ -131,21 +245,29 @@ impl NodeSchedule {
 
     /// The peers this node probes in interval `t`: `fan_out` distinct nodes, never itself.
     pub fn peers(&self, t: u64) -> impl Iterator<Item = usize> + use<> {
-        let Schedule { n, k } = self.schedule;
         let node = self.node;
-        let m = u128::from(as_u64(n - 1));
-        // (t·k) mod m, in u128: no overflow for any t.
-        let base = if m == 0 {
-            0
-        } else {
-            u128::from(t) * u128::from(as_u64(k)) % m
+        let Some(r) = &self.schedule.racks else {
+            let Schedule { n, k, .. } = self.schedule;
+            return rotation(node, n, k, t).collect::<Vec<_>>().into_iter();
         };
-        (0..k).map(move |j| {
-            // m ≥ 1 whenever k ≥ 1, so the loop never runs with m = 0.
-            let residue = (base + u128::from(as_u64(j))) % m;
-            let offset = usize::try_from(residue).unwrap_or(0) + 1;
-            (node + offset) % n
-        })
+        let (tor, pos) = (r.tor[node], r.pos[node]);
+        let mine = &r.members[tor];
+        let m = r.members.len();
+        let mut peers: Vec<usize> = rotation(pos, mine.len(), r.within(tor), t)
+            .map(|q| mine[q])
+            .collect();
+        // Across: this ToR's slots of interval t are consecutive over (t, pos, j), so its
+        // nodes take every other ToR in turn; the target in that ToR turns with t.
+        let first = (u128::from(t) * u128::from(as_u64(mine.len())) + u128::from(as_u64(pos)))
+            * u128::from(as_u64(r.across));
+        let others = u128::from(as_u64(m - 1));
+        for j in 0..r.across {
+            let d = usize::try_from((first + u128::from(as_u64(j))) % others).unwrap_or(0) + 1;
+            let theirs = &r.members[(tor + d) % m];
+            let q = (u128::from(as_u64(pos)) + u128::from(t)) % u128::from(as_u64(theirs.len()));
+            peers.push(theirs[usize::try_from(q).unwrap_or(0)]);
+        }
+        peers.into_iter()
     }
 }
 
@@ -334,6 +456,115 @@ mod tests {
             // Pure: the same inputs, the same offset.
             prop_assert_eq!(timing.offset(node, t), Timing::new(every, jitter, seed).expect("valid").offset(node, t));
         }
+    }
+
+    /// ToRs of these sizes, their nodes in rank order.
+    fn tors(sizes: &[usize]) -> Tors {
+        Tors {
+            names: (0..sizes.len()).map(|a| format!("tor{a}")).collect(),
+            of: sizes
+                .iter()
+                .enumerate()
+                .flat_map(|(a, &s)| std::iter::repeat_n(a, s))
+                .collect(),
+        }
+    }
+
+    /// Over one cycle from `first`: every ordered pair within each ToR, and every ordered pair
+    /// of ToRs through some node pair; returns the most probes any server took in an interval.
+    fn covers_tors(s: &Schedule, t: &Tors, first: u64) -> usize {
+        let m = t.names.len();
+        let mut within = HashSet::new();
+        let mut across = vec![vec![false; m]; m];
+        let mut most = 0;
+        for i in first..first + s.cycle() {
+            let mut load = vec![0usize; s.nodes()];
+            for node in 0..s.nodes() {
+                let p = peers(s, node, i);
+                assert!(p.len() <= s.fan_out(), "node {node}: {p:?}");
+                assert!(!p.contains(&node), "node {node} probes itself in {i}");
+                assert_eq!(p.iter().collect::<HashSet<_>>().len(), p.len(), "{p:?}");
+                for q in p {
+                    load[q] += 1;
+                    if t.of[q] == t.of[node] {
+                        within.insert((node, q));
+                    } else {
+                        across[t.of[node]][t.of[q]] = true;
+                    }
+                }
+            }
+            most = most.max(load.into_iter().max().unwrap_or(0));
+        }
+        for a in 0..s.nodes() {
+            for b in 0..s.nodes() {
+                if a != b && t.of[a] == t.of[b] {
+                    assert!(
+                        within.contains(&(a, b)),
+                        "({a}, {b}) in one ToR, never probed"
+                    );
+                }
+            }
+        }
+        for (a, row) in across.iter().enumerate() {
+            for (b, &c) in row.iter().enumerate() {
+                assert_eq!(c, a != b, "ToRs ({a}, {b})");
+            }
+        }
+        most
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        #[test]
+        fn over_equal_tors_each_server_takes_exactly_the_fan_out_and_a_cycle_covers_all(
+            m in 2usize..=12,
+            size in 1usize..=12,
+            fan_out in 2usize..=16,
+            first in 0u64..=u64::MAX / 4,
+        ) {
+            let t = tors(&vec![size; m]);
+            let s = Schedule::with_tors(&t, fan_out).expect("valid");
+            prop_assert_eq!(s.tors(), m);
+            let most = covers_tors(&s, &t, first);
+            prop_assert_eq!(most, s.fan_out());
+        }
+
+        #[test]
+        fn over_uneven_tors_a_cycle_still_covers_every_pair_of_tors(
+            sizes in proptest::collection::vec(1usize..=9, 2..=10),
+            fan_out in 2usize..=12,
+            first in 0u64..=1_000_000,
+        ) {
+            let t = tors(&sizes);
+            let s = Schedule::with_tors(&t, fan_out).expect("valid");
+            covers_tors(&s, &t, first);
+        }
+    }
+
+    #[test]
+    fn ten_thousand_nodes_in_250_tors_at_the_default_fan_out() {
+        // The fleet of the scale target: 40 nodes a ToR; 6 peers within, 2 across.
+        let t = tors(&[40; 250]);
+        let s = Schedule::with_tors(&t, 8).expect("valid");
+        assert_eq!(s.fan_out(), 8);
+        // Within: 39 peers at 6 an interval; across: 249 ToRs at 40 × 2 an interval.
+        assert_eq!(s.cycle(), 7);
+        assert_eq!(covers_tors(&s, &t, 12_345), 8);
+    }
+
+    #[test]
+    fn one_tor_is_the_plain_rotation_and_a_fan_out_of_one_cannot_cross() {
+        let s = Schedule::with_tors(&tors(&[5]), 2).expect("valid");
+        assert_eq!(s, Schedule::new(5, 2).expect("valid"));
+        assert_eq!(
+            Schedule::with_tors(&tors(&[2, 2]), 1),
+            Err(ScheduleError::FanOutBelowTors { tors: 2 })
+        );
+        assert_eq!(
+            Schedule::with_tors(&tors(&[2, 2]), 0),
+            Err(ScheduleError::NoFanOut)
+        );
     }
 
     #[test]
