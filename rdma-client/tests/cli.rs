@@ -65,6 +65,10 @@ fn the_binary_has_no_fault_flag() {
 /// a host without it).
 #[test]
 fn the_meshs_mistakes_are_usage_errors() {
+    let short_topology =
+        std::env::temp_dir().join(format!("rdma-topology-{}.conf", std::process::id()));
+    std::fs::write(&short_topology, "SwitchName=tor1 Nodes=n1\n").expect("a temporary file");
+    let short_topology = short_topology.display().to_string();
     let args = |extra: &[&str]| -> Vec<String> {
         ["mesh", "n1,n2"]
             .iter()
@@ -81,6 +85,14 @@ fn the_meshs_mistakes_are_usage_errors() {
         (
             &["--rank", "0", "--token-file", MISSING_FILE][..],
             MISSING_FILE,
+        ),
+        (
+            &["--rank", "0", "--topology", MISSING_FILE][..],
+            "--topology",
+        ),
+        (
+            &["--rank", "0", "--topology", &short_topology][..],
+            "(n2): add them to their ToR",
         ),
     ] {
         let (exit, run) = client().check_expected_failure(&args(extra), &[]);

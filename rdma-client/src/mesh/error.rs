@@ -15,6 +15,16 @@ pub enum MeshError {
     },
     #[error("mesh @{0}: no node name in it (one per line; # starts a comment)")]
     EmptyList(String),
+    #[error("--topology {path}: cannot read it: {source}")]
+    ReadTopology {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("--topology {path}: {source}")]
+    Topology {
+        path: String,
+        source: super::topology::TopologyError,
+    },
     #[error(
         "the mesh's settings: {0} (see --fan-out, --every, --jitter, --down-after, \
          --degrade-after, --up-after, --slow-factor)"

@@ -10,8 +10,10 @@ use super::http::{Limits, MetricsServer};
 use super::metrics::{MeshMetrics, Path};
 use super::probe::{Ends, VerbsProber};
 use super::runner::{self, Plan, Sinks};
+use super::schedule::Schedule;
 use super::state::StateConfig;
 use super::textfile::Textfile;
+use super::topology::{self, Tors};
 use crate::fabric::ranks::{self, RankError, World};
 use crate::output::Output;
 use color_eyre::eyre::{Report, Result, WrapErr as _};
@@ -130,6 +132,11 @@ pub struct MeshArgs {
     /// Open new sessions for every probe, never keeping one for the path's next probe
     #[arg(long)]
     pub no_reuse: bool,
+
+    /// Each node's ToR switch: Slurm's topology.conf (SwitchName=S Nodes=HOSTLIST) or NODE SWITCH
+    /// lines; probes then go within each ToR in full and across ToRs by a rotating sample
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
 }
 
 fn fraction(text: &str) -> Result<f64, String> {
@@ -191,6 +198,28 @@ impl MeshArgs {
         Ok(names.join(","))
     }
 
+    /// Each node of `world` under its ToR, from `--topology` (`None` without one).
+    ///
+    /// # Errors
+    /// An unreadable or bad file, a node of the mesh it does not place.
+    pub fn tors(&self, world: &World) -> Result<Option<Tors>, MeshError> {
+        let Some(path) = &self.topology else {
+            return Ok(None);
+        };
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| MeshError::ReadTopology {
+            path: shown.clone(),
+            source,
+        })?;
+        topology::parse(&text)
+            .and_then(|leaves| Tors::place(&world.hosts, &leaves))
+            .map(Some)
+            .map_err(|source| MeshError::Topology {
+                path: shown,
+                source,
+            })
+    }
+
     /// The knobs, checked.
     ///
     /// # Errors
@@ -216,8 +245,12 @@ impl MeshArgs {
 }
 
 /// How long until a path is probed again, at most: a cycle of intervals and a jitter window.
-fn revisit(config: &MeshConfig, nodes: usize) -> Duration {
-    let cycle = super::schedule::Schedule::new(nodes, config.fan_out).map_or(1, |s| s.cycle());
+fn revisit(config: &MeshConfig, nodes: usize, tors: Option<&Tors>) -> Duration {
+    let cycle = match tors {
+        Some(t) => Schedule::with_tors(t, config.fan_out),
+        None => Schedule::new(nodes, config.fan_out),
+    }
+    .map_or(1, |s| s.cycle());
     config
         .every
         .saturating_mul(u32::try_from(cycle).unwrap_or(u32::MAX))
@@ -259,6 +292,7 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
     let list = m.node_list(&m.nodes)?;
     let world = world(&list, task.rank)?;
     let config = m.config()?;
+    let tors = m.tors(&world)?;
     let token = task.session.token.load()?;
     // The user's mistakes before the device: they are the same on a host without RDMA.
     let textfile = m.metrics_textfile.clone().map(Textfile::new).transpose()?;
@@ -328,12 +362,13 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         .ack_timeout(),
         kept: super::kept::Kept::new(!m.no_reuse),
         kept_lat: super::kept::Kept::new(!m.no_reuse),
-        revisit: revisit(&config, world.size()),
+        revisit: revisit(&config, world.size(), tors.as_ref()),
         stamps: true,
         wait_busy: false,
     };
     let plan = Plan {
         world: &world,
+        tors: tors.as_ref(),
         config,
         bw_every: m.bw_every,
         cycles: m.mesh_cycles,

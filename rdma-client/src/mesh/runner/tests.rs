@@ -8,6 +8,7 @@ use crate::mesh::http::{Limits, MetricsServer};
 use crate::mesh::metrics::Path;
 use crate::mesh::rtt::Rtt;
 use crate::mesh::state::PairState;
+use crate::mesh::topology::Tors;
 use rdma_core_rs::CompletionClock;
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
@@ -119,6 +120,7 @@ fn run_rails(
 ) -> (Summary, Vec<Event<'static>>) {
     let plan = Plan {
         world,
+        tors: None,
         config,
         bw_every: 0,
         cycles: Some(cycles),
@@ -145,6 +147,44 @@ fn transitions(events: &[Event<'_>]) -> Vec<(PairState, PairState, Option<Cause>
             _ => None,
         })
         .collect()
+}
+
+#[test]
+fn with_a_topology_a_node_probes_its_whole_tor_and_samples_the_other() {
+    // node1-3 under torA, node4-6 under torB; 2 peers an interval: 1 within, 1 across.
+    let leaves = crate::mesh::topology::parse(
+        "SwitchName=torA Nodes=node[1-3]\nSwitchName=torB Nodes=node[4-6]",
+    )
+    .unwrap();
+    let w = world(6, 0);
+    let tors = Tors::place(&w.hosts, &leaves).unwrap();
+    let fake = Fake::new(&good);
+    let devices = ["fake0".to_owned()];
+    let plan = Plan {
+        world: &w,
+        tors: Some(&tors),
+        config: config(40, 2),
+        bw_every: 0,
+        cycles: Some(1),
+        devices: &devices,
+        clocks: &[Ok(RXE)],
+    };
+    let stop = rdma_app::wake::Stop::new().unwrap();
+    let summary = run(&plan, &fake, &Sinks::default(), &stop, &mut |_| {}).unwrap();
+    // A cycle: 2 intervals (two ToR peers at 1 an interval), 2 probes each.
+    assert_eq!((summary.intervals, summary.probes), (2, 4));
+    let calls: Vec<(String, u64)> = fake.calls().into_iter().map(|(p, t, _)| (p, t)).collect();
+    let within: BTreeSet<&str> = calls
+        .iter()
+        .map(|(p, _)| p.as_str())
+        .filter(|p| ["node2", "node3"].contains(p))
+        .collect();
+    assert_eq!(within, BTreeSet::from(["node2", "node3"]));
+    let across = calls
+        .iter()
+        .filter(|(p, _)| ["node4", "node5", "node6"].contains(&p.as_str()))
+        .count();
+    assert_eq!(across, 2, "{calls:?}");
 }
 
 #[test]

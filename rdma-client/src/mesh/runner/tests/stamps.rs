@@ -26,6 +26,7 @@ fn what_the_devices_said_of_their_clocks_is_said_once_at_start() {
     };
     let plan = Plan {
         world: &w,
+        tors: None,
         config: config(30, 1),
         bw_every: 0,
         cycles: Some(2),
@@ -95,6 +96,7 @@ fn a_split_round_trip_reaches_the_event_and_the_histograms() {
     };
     let plan = Plan {
         world: &w,
+        tors: None,
         config: config(30, 1),
         bw_every: 0,
         cycles: Some(1),

@@ -16,6 +16,7 @@ fn a_stop_ends_a_run_without_cycles() {
     let devices = ["fake0".to_owned()];
     let plan = Plan {
         world: &w,
+        tors: None,
         config: config(10, 2),
         bw_every: 2,
         cycles: None,
@@ -56,6 +57,7 @@ fn an_idle_scheduler_sleeps_until_its_interval_or_a_stop() {
     hour.jitter = 0.0;
     let plan = Plan {
         world: &w,
+        tors: None,
         config: hour,
         bw_every: 0,
         cycles: None,
