@@ -13,6 +13,9 @@
 //!
 //! - [`schedule`]: whom node `i` of `n` probes in interval `t` ([`schedule::Schedule`]), and when
 //!   in the interval it fires ([`schedule::Timing`]: phase and jitter).
+//! - [`topology`]: each node's ToR, from Slurm's `topology.conf` or `NODE SWITCH` lines
+//!   ([`topology::Tors`]); with one, the schedule is a full mesh within each ToR and a
+//!   rotating sample across them ([`schedule::Schedule::with_tors`]).
 //! - [`cause`]: what a probe came to ([`cause::Outcome`]) and why one failed
 //!   ([`cause::Cause`]), from the client's own error classification.
 //! - [`state`]: one pair's state (`unknown`, `up`, `degraded`, `down`) and its RTT baseline

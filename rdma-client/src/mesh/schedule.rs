@@ -24,6 +24,24 @@
 //! amount of work per interval and the coverage of all `n·(n-1)` ordered pairs takes `cycle`
 //! intervals.
 //!
+//! # ToRs: a mesh within, a rotating sample across
+//!
+//! With a topology of `T > 1` ToRs ([`Schedule::with_tors`]) a node's `k` peers split into
+//! `across = max(k/4, 1)` (at most `T - 1`) in other ToRs and `within = k - across` in its own,
+//! where the rotation above runs over the ToR's `S` nodes (at most `S - 1` of them).
+//! Across, node `pos` of ToR `a` takes in interval `t` the slots `p = (t·S_a + pos)·across + j`,
+//! and slot `p` is ToR `b = a + 1 + (p mod (T - 1))`, at its node `(pos + t) mod S_b`:
+//!
+//! - a ToR's slots are consecutive over its nodes and intervals, so it reaches every other ToR
+//!   within `ceil((T - 1) / (S_a·across))` intervals: **every ordered ToR pair each cycle**;
+//! - where every ToR has `S` nodes, server `(b, q)` is probed across in interval `t` only by
+//!   the node `pos = q - t` of each ToR, and for each `j` by exactly one ToR: **each server
+//!   takes exactly `k` probers an interval**, `within` from its ToR and `across` from others.
+//!   A smaller ToR's nodes take more of the probes across (the tests measure it).
+//!
+//! A cycle is the longer of the two coverages. Within a ToR it is every ordered node pair; across,
+//! every ToR pair through a sample of node pairs that turns with `t`.
+//!
 //! # Timing: phase and jitter
 //!
 //! Interval `t` starts at `t·every`. Node `i` (a [`NodeSchedule`]: a node known to be one of
