@@ -69,6 +69,15 @@ const LOSSY: [&str; 2] = ["node2", "node3"];
 pub const TOPOLOGY_FILE: &str = "mesh.json";
 pub const PROMETHEUS_FILE: &str = "prometheus.yml";
 pub const RULES_FILE: &str = "rdma-mesh.rules.guests.yml";
+/// The nodes' switches as Slurm's tree plugin writes them, for `mesh --topology`: one ToR (under
+/// a spine), so the schedule is the plain rotation the stages' timings count on.
+pub const SWITCHES_FILE: &str = "topology.conf";
+
+fn switches(n: usize) -> String {
+    format!(
+        "# the guests' racks\nSwitchName=tor1 Nodes=node[1-{n}]\nSwitchName=spine Switches=tor1\n"
+    )
+}
 
 /// The mesh of `n` nodes, as the check reads it.
 pub fn topology(n: usize, dashboard: &Path) -> Topology {
@@ -146,6 +155,7 @@ pub fn write_files(files: &Path, files_s: &str, n: usize) -> Result<()> {
             prometheus_yml(n, &format!("{files_s}/{RULES_FILE}")),
         ),
         (TOPOLOGY_FILE, topo),
+        (SWITCHES_FILE, switches(n)),
     ] {
         std::fs::write(files.join(name), body)
             .wrap_err_with(|| format!("writing {name} into {}", files.display()))?;
@@ -268,6 +278,7 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
     let (lat, bw) = (LAT_ITERS.to_string(), BW_EVERY.to_string());
     let slow = SLOW_FACTOR.to_string();
     let listen = format!("0.0.0.0:{METRICS_PORT}");
+    let switches = format!("{}/{SWITCHES_FILE}", b.files);
     let qp_timeout = QP_TIMEOUT.to_string();
     let bw_iters = BW_ITERS.to_string();
     // Each server keeps a write and a lat session for each of its n - 1 probers: half of
@@ -319,6 +330,8 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
                 &qp_timeout,
                 "--metrics-listen",
                 &listen,
+                "--topology",
+                &switches,
                 "--json",
             ],
         ),
