@@ -61,6 +61,7 @@ pub mod topology;
 use schedule::{Schedule, ScheduleError, Timing};
 use state::{StateConfig, StateError};
 use std::time::Duration;
+use topology::Tors;
 
 /// The mesh's knobs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -149,12 +150,15 @@ impl MeshConfig {
         Ok(())
     }
 
-    /// The schedule of a mesh of `n` nodes.
+    /// The schedule of a mesh of `n` nodes, over `tors` where a topology gives them.
     ///
     /// # Errors
-    /// No nodes, or a zero fan-out.
-    pub fn schedule(&self, n: usize) -> Result<Schedule, ScheduleError> {
-        Schedule::new(n, self.fan_out)
+    /// No nodes, a zero fan-out, or one below 2 over several ToRs.
+    pub fn schedule(&self, n: usize, tors: Option<&Tors>) -> Result<Schedule, ScheduleError> {
+        match tors {
+            Some(t) => Schedule::with_tors(t, self.fan_out),
+            None => Schedule::new(n, self.fan_out),
+        }
     }
 
     /// The timing of the probe rounds.
@@ -174,7 +178,7 @@ mod tests {
     fn the_defaults_are_valid_and_each_bad_knob_is_named() {
         let c = MeshConfig::default();
         assert_eq!(c.validate(), Ok(()));
-        assert_eq!(c.schedule(1024).map(|s| s.cycle()), Ok(128));
+        assert_eq!(c.schedule(1024, None).map(|s| s.cycle()), Ok(128));
         let bad = MeshConfig { fan_out: 0, ..c };
         assert_eq!(bad.validate(), Err(ScheduleError::NoFanOut.into()));
         let bad = MeshConfig {

@@ -28,7 +28,6 @@ use super::cause::{Cause, Outcome};
 use super::clock::{self, Answer};
 use super::metrics::{MeshMetrics, PathState, ProbeReport, ResultLabel};
 use super::probe::{Job, ProbeFailure, Probed, Prober};
-use super::schedule::Schedule;
 use super::state::{Mark, Pair};
 use super::textfile::Textfile;
 use super::topology::Tors;
@@ -57,7 +56,7 @@ const DRAIN_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Plan<'a> {
     pub world: &'a World,
-    /// Each node's ToR (`--topology`): the schedule goes over ToRs ([`Schedule::with_tors`]).
+    /// Each node's ToR (`--topology`): the schedule goes over ToRs ([`MeshConfig::schedule`]).
     pub tors: Option<&'a Tors>,
     pub config: MeshConfig,
     /// A bandwidth sample every this many probes of a pair (0: never).
@@ -148,10 +147,7 @@ pub fn run<P: Prober>(
 ) -> Result<Summary> {
     let world = plan.world;
     let config = &plan.config;
-    let schedule = match plan.tors {
-        Some(t) => Schedule::with_tors(t, config.fan_out)?,
-        None => config.schedule(world.size())?,
-    };
+    let schedule = config.schedule(world.size(), plan.tors)?;
     let node = schedule.node(world.rank)?;
     let timing = config.timing()?;
 

@@ -73,8 +73,16 @@ pub enum ScheduleError {
          to another ToR each interval), not 1: raise --fan-out"
     )]
     FanOutBelowTors { tors: usize },
-    #[error("the topology places {placed} nodes, the mesh has {n}")]
-    TorsMismatch { placed: usize, n: usize },
+    #[error(
+        "node {node} is under ToR {tor}, but there are {tors} ToRs (build them with Tors::place)"
+    )]
+    NoSuchTor {
+        node: usize,
+        tor: usize,
+        tors: usize,
+    },
+    #[error("ToR {0} has no node (build the ToRs with Tors::place)")]
+    EmptyTor(usize),
 }
 
 /// Who probes whom in each interval, for `n` nodes and a fan-out.
@@ -164,13 +172,13 @@ impl Schedule {
         let mut pos = Vec::with_capacity(n);
         for (node, &tor) in tors.of.iter().enumerate() {
             let Some(list) = members.get_mut(tor) else {
-                return Err(ScheduleError::TorsMismatch { placed: n, n });
+                return Err(ScheduleError::NoSuchTor { node, tor, tors: m });
             };
             pos.push(list.len());
             list.push(node);
         }
-        if members.iter().any(Vec::is_empty) {
-            return Err(ScheduleError::TorsMismatch { placed: n, n });
+        if let Some(tor) = members.iter().position(Vec::is_empty) {
+            return Err(ScheduleError::EmptyTor(tor));
         }
         let across = (fan_out / 4).max(1).min(m - 1);
         let racks = Racks {

@@ -10,7 +10,6 @@ use super::http::{Limits, MetricsServer};
 use super::metrics::{MeshMetrics, Path};
 use super::probe::{Ends, VerbsProber};
 use super::runner::{self, Plan, Sinks};
-use super::schedule::Schedule;
 use super::state::StateConfig;
 use super::textfile::Textfile;
 use super::topology::{self, Tors};
@@ -246,11 +245,7 @@ impl MeshArgs {
 
 /// How long until a path is probed again, at most: a cycle of intervals and a jitter window.
 fn revisit(config: &MeshConfig, nodes: usize, tors: Option<&Tors>) -> Duration {
-    let cycle = match tors {
-        Some(t) => Schedule::with_tors(t, config.fan_out),
-        None => Schedule::new(nodes, config.fan_out),
-    }
-    .map_or(1, |s| s.cycle());
+    let cycle = config.schedule(nodes, tors).map_or(1, |s| s.cycle());
     config
         .every
         .saturating_mul(u32::try_from(cycle).unwrap_or(u32::MAX))
