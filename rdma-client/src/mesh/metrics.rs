@@ -1,19 +1,36 @@
 //! The mesh's Prometheus metrics: every family registered once, in [`MeshMetrics::new`], and
 //! fed only through [`MeshMetrics::record`] with a typed [`ProbeReport`].
 //!
-//! Label cardinality is bounded by construction: a series exists only for a path
-//! (`peer`, `device`, `rail`) given to [`MeshMetrics::new`] (the configured node names and this
-//! node's devices and rails, checked there), and `result`, `state` and `to` come from closed
-//! enums.
-//! A report naming any other path is refused ([`MetricsError::UnknownPath`]): no string from
-//! the network ever becomes a label.
+//! # Series bounded by the topology, not the fleet
 //!
-//! **No path is down before its first verdict.** Until the state machine has judged a path
-//! (its state is no longer `unknown`), the path has no `rdma_mesh_path_up` series at all and
-//! `rdma_mesh_path_state{state="unknown"}` is 1 (the other states 0): the alerting rules read
-//! `rdma_mesh_path_up == 0` and `state="degraded"`, so a mesh that has just started (every path
-//! unknown for its first probes) alerts on nothing, while the dashboard still shows which
-//! paths have no verdict yet.
+//! A prober of a mesh of N nodes in T ToRs exports:
+//!
+//! - **always**, per destination ToR (`peer_tor`, with `scope` `tor` for its own ToR and
+//!   `across` for the others) and rail: its probes that succeeded
+//!   (`rdma_mesh_tor_probes_total{result="ok"}`; a failure's `result` series from its first
+//!   failure on), and the sum and count of their round trips (`rdma_mesh_tor_rtt_seconds_total`,
+//!   `rdma_mesh_tor_rtt_samples_total`): 3 series a ToR;
+//! - per `scope` and rail, the round-trip histograms, the last bandwidth sample, and the
+//!   prober's own: its paths by state (`rdma_mesh_paths`), its ToR and the number of its peers
+//!   there (`rdma_mesh_tor_peers`), its last probe, its devices' clocks, its version;
+//! - **per path only while the path is not healthy**: from its first verdict other than `up`
+//!   until it has been `up` again for [`KEEP_RECOVERED`], the path's `rdma_mesh_path_up`,
+//!   `rdma_mesh_path_state` (one-hot over up, degraded, down), `rdma_mesh_probes_total` by result
+//!   and `rdma_mesh_path_state_changes_total`: [`SERIES_PER_PATH`] series. Their counters count
+//!   from the prober's start (kept in memory while the series are not exposed), so a path that
+//!   breaks again continues where it was and `increase()` never sees a reset.
+//!
+//! So a healthy prober of 10,000 nodes in 250 ToRs exports fewer than 900 series (the
+//! `healthy_fleet` test counts them), and each broken path adds [`SERIES_PER_PATH`].
+//!
+//! Label values are bounded by construction: `peer`, `peer_tor`, `tor`, `device` and `rail` come
+//! only from the paths given to [`MeshMetrics::new`] (checked there); `result`, `state` and
+//! `scope` from closed sets. A report naming any other path is refused
+//! ([`MetricsError::UnknownPath`]): no string from the network ever becomes a label.
+//!
+//! **No path is down before its first verdict.** A path without a verdict (`unknown`) has no
+//! series of its own; `rdma_mesh_paths{state="unknown"}` counts it. The alerting rules read
+//! `rdma_mesh_path_up == 0`, so a mesh that has just started alerts on nothing.
 //!
 //! The exposition is the same for the HTTP endpoint (`http`) and the textfile (`textfile`):
 //! [`MeshMetrics::encode`] in OpenMetrics or in Prometheus's text format 0.0.4.
@@ -27,9 +44,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use rdma_proto::events::mesh::{Cause, PairState};
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Every series name the exposition holds (what Prometheus stores, suffixes included): the
@@ -37,7 +55,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// `prometheus` tests read this list from this file; a test here checks it against
 /// [`MeshMetrics::encode`]).
 pub const SERIES: &[&str] = &[
-    "rdma_mesh_probes_total",
+    "rdma_mesh_tor_probes_total",
+    "rdma_mesh_tor_rtt_seconds_total",
+    "rdma_mesh_tor_rtt_samples_total",
     "rdma_mesh_rtt_seconds_bucket",
     "rdma_mesh_rtt_seconds_sum",
     "rdma_mesh_rtt_seconds_count",
@@ -47,14 +67,25 @@ pub const SERIES: &[&str] = &[
     "rdma_mesh_host_delay_seconds_bucket",
     "rdma_mesh_host_delay_seconds_sum",
     "rdma_mesh_host_delay_seconds_count",
-    "rdma_mesh_path_up",
-    "rdma_mesh_path_state",
-    "rdma_mesh_path_state_changes_total",
     "rdma_mesh_bandwidth_bytes_per_second",
+    "rdma_mesh_paths",
+    "rdma_mesh_tor_peers",
     "rdma_mesh_last_probe_timestamp_seconds",
     "rdma_mesh_timestamps_supported",
     "rdma_mesh_build_info",
+    "rdma_mesh_probes_total",
+    "rdma_mesh_path_up",
+    "rdma_mesh_path_state",
+    "rdma_mesh_path_state_changes_total",
 ];
+
+/// The series a path has of its own while it is not healthy: `rdma_mesh_path_up`, three of
+/// `rdma_mesh_path_state`, six of `rdma_mesh_probes_total`, `rdma_mesh_path_state_changes_total`.
+pub const SERIES_PER_PATH: usize = 1 + 3 + 6 + 1;
+
+/// How long a path that came back `up` keeps its own series: the `RdmaMeshPathFlapping` rule's
+/// window, so that a path that keeps coming and going is watched without a gap.
+pub const KEEP_RECOVERED: Duration = Duration::from_secs(30 * 60);
 
 /// The histograms' upper bounds, in seconds: 1-2-5 from 1 µs (a write on a real NIC) to 1 s
 /// (Soft-RoCE under emulation reaches tens of ms; a probe slower than 1 s lands in `+Inf`).
@@ -176,11 +207,14 @@ impl PathState {
 /// `rdma_mesh_path_up`).
 pub const UNKNOWN_STATE: &str = "unknown";
 
-/// One path of the mesh: this node's `device` on `rail` to `peer`.
+/// One path of the mesh: this node's `device` on `rail` to `peer`, which sits under the ToR
+/// `peer_tor`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Path {
     /// The peer, as configured (`mesh NODES`).
     pub peer: String,
+    /// The peer's ToR (the topology's leaf switch; `all` without a topology).
+    pub peer_tor: String,
     /// This node's RDMA device (`mlx5_0`, `rxe0`).
     pub device: String,
     /// The rail (`0`, `1`, … or its name).
@@ -248,35 +282,78 @@ pub enum MetricsError {
     TooManyPaths(usize),
 }
 
+/// Within this node's own ToR, or across to another (the `scope` label).
+fn scope(own: bool) -> &'static str {
+    if own {
+        "tor"
+    } else {
+        "across"
+    }
+}
+
+/// A path's own series (exposed while it is not healthy).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
+    tor: String,
     peer: String,
+    peer_tor: String,
+    scope: &'static str,
     device: String,
     rail: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    peer: String,
-    device: String,
-    rail: String,
+struct PathResult {
+    #[prometheus(flatten)]
+    path: PathLabels,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    peer: String,
+struct PathStateLabels {
+    #[prometheus(flatten)]
+    path: PathLabels,
+    state: &'static str,
+}
+
+/// A destination ToR's aggregates, as this node sees it over one device and rail.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TorLabels {
+    tor: String,
+    peer_tor: String,
+    scope: &'static str,
     device: String,
     rail: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TorResult {
+    #[prometheus(flatten)]
+    tor: TorLabels,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScopeLabels {
+    scope: &'static str,
+    device: String,
+    rail: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RailLabels {
+    device: String,
+    rail: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateCount {
     state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ChangeLabels {
-    peer: String,
-    device: String,
-    rail: String,
-    to: &'static str,
+struct OwnTor {
+    tor: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -289,35 +366,68 @@ struct BuildLabels {
     version: &'static str,
 }
 
-type Hist = Family<PathLabels, Histogram, fn() -> Histogram>;
+type Hist = Family<ScopeLabels, Histogram, fn() -> Histogram>;
 type F64Gauge = Gauge<f64, AtomicU64>;
+type F64Counter = Counter<f64, AtomicU64>;
 
 fn rtt_histogram() -> Histogram {
     Histogram::new(RTT_BUCKETS)
+}
+
+/// What the metrics keep of one path, exposed or not.
+#[derive(Debug)]
+struct Entry {
+    labels: PathLabels,
+    /// Its probes by result, in [`ResultLabel::ALL`]'s order, since the start.
+    counts: [u64; ResultLabel::ALL.len()],
+    /// Its changes of state since the start.
+    changes: u64,
+    /// Its state (`None`: no verdict yet).
+    state: Option<PathState>,
+    /// Since when it is `up` (while it is).
+    up_since: Option<SystemTime>,
+    /// Its own series are exposed.
+    exposed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Key {
+    peer: String,
+    device: String,
+    rail: String,
+}
+
+#[derive(Debug, Default)]
+struct Paths {
+    by_key: HashMap<Key, Entry>,
+    /// The paths whose own series are exposed (few in a healthy fleet).
+    exposed: BTreeSet<Key>,
 }
 
 /// The mesh's metric families, registered once; cheap to share (`Arc`) between the prober
 /// and the endpoints.
 pub struct MeshMetrics {
     registry: Registry,
-    paths: HashSet<PathLabels>,
-    probes: Family<ResultLabels, Counter>,
+    paths: Mutex<Paths>,
+    tor_probes: Family<TorResult, Counter>,
+    tor_rtt: Family<TorLabels, F64Counter>,
+    tor_samples: Family<TorLabels, Counter>,
     rtt: Hist,
     network_rtt: Hist,
     host_delay: Hist,
-    up: Family<PathLabels, Gauge>,
-    state: Family<StateLabels, Gauge>,
-    changes: Family<ChangeLabels, Counter>,
-    bandwidth: Family<PathLabels, F64Gauge>,
-    last_probe: Family<PathLabels, F64Gauge>,
+    bandwidth: Family<ScopeLabels, F64Gauge>,
+    states: Family<StateCount, Gauge>,
+    last_probe: Family<RailLabels, F64Gauge>,
     timestamps: Family<DeviceLabels, Gauge>,
+    path_probes: Family<PathResult, Counter>,
+    up: Family<PathLabels, Gauge>,
+    state: Family<PathStateLabels, Gauge>,
+    changes: Family<PathLabels, Counter>,
 }
 
 impl std::fmt::Debug for MeshMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MeshMetrics")
-            .field("paths", &self.paths.len())
-            .finish_non_exhaustive()
+        f.debug_struct("MeshMetrics").finish_non_exhaustive()
     }
 }
 
@@ -356,48 +466,100 @@ fn check_label(what: &'static str, value: &str) -> Result<(), MetricsError> {
     }
 }
 
+fn state_label(state: Option<PathState>) -> &'static str {
+    state.map_or(UNKNOWN_STATE, PathState::as_str)
+}
+
+/// Raises a counter to `want` (a counter exposed anew continues from the path's own count).
+fn raise_to(counter: &Counter, want: u64) {
+    let have = counter.get();
+    if want > have {
+        counter.inc_by(want - have);
+    }
+}
+
 impl MeshMetrics {
-    /// Registers every family for exactly these paths; every path's counters start at 0 for
-    /// each result, its state at `unknown` (and no `rdma_mesh_path_up`) until its first
-    /// verdict. Fails on a bad label value or more than [`MAX_PATHS`] paths.
-    pub fn new(paths: &[Path]) -> Result<Self, MetricsError> {
+    /// Registers every family for exactly these paths, this node sitting under the ToR `tor`;
+    /// every destination ToR's `ok` probes and round trips start at 0, every path is `unknown`
+    /// (with no series of its own) until its first verdict. Fails on a bad label value or more
+    /// than [`MAX_PATHS`] paths.
+    pub fn new(tor: &str, paths: &[Path]) -> Result<Self, MetricsError> {
         if paths.len() > MAX_PATHS {
             return Err(MetricsError::TooManyPaths(paths.len()));
         }
-        let mut set = HashSet::new();
+        check_label("tor", tor)?;
+        let mut by_key = HashMap::new();
+        let mut mates = BTreeSet::new();
         for p in paths {
             check_label("peer", &p.peer)?;
+            check_label("peer's ToR", &p.peer_tor)?;
             check_label("device", &p.device)?;
             check_label("rail", &p.rail)?;
-            set.insert(PathLabels {
+            let own = p.peer_tor == tor;
+            if own {
+                mates.insert(p.peer.as_str());
+            }
+            let labels = PathLabels {
+                tor: tor.to_owned(),
+                peer: p.peer.clone(),
+                peer_tor: p.peer_tor.clone(),
+                scope: scope(own),
+                device: p.device.clone(),
+                rail: p.rail.clone(),
+            };
+            let key = Key {
                 peer: p.peer.clone(),
                 device: p.device.clone(),
                 rail: p.rail.clone(),
-            });
+            };
+            let entry = Entry {
+                labels,
+                counts: [0; ResultLabel::ALL.len()],
+                changes: 0,
+                state: None,
+                up_since: None,
+                exposed: false,
+            };
+            by_key.insert(key, entry);
         }
         let mut registry = Registry::default();
         let m = Self {
-            paths: set,
-            probes: Family::default(),
+            paths: Mutex::new(Paths::default()),
+            tor_probes: Family::default(),
+            tor_rtt: Family::default(),
+            tor_samples: Family::default(),
             rtt: Family::new_with_constructor(rtt_histogram),
             network_rtt: Family::new_with_constructor(rtt_histogram),
             host_delay: Family::new_with_constructor(rtt_histogram),
+            bandwidth: Family::default(),
+            states: Family::default(),
+            last_probe: Family::default(),
+            timestamps: Family::default(),
+            path_probes: Family::default(),
             up: Family::default(),
             state: Family::default(),
             changes: Family::default(),
-            bandwidth: Family::default(),
-            last_probe: Family::default(),
-            timestamps: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
-            "rdma_mesh_probes",
-            "Mesh probes by peer, local device, rail and result (ok or the failure's cause)",
-            m.probes.clone(),
+            "rdma_mesh_tor_probes",
+            "Probes to a destination ToR (peer_tor) by local device, rail and result: ok from the start, each failure's result from its first",
+            m.tor_probes.clone(),
+        );
+        registry.register_with_unit(
+            "rdma_mesh_tor_rtt",
+            "Sum of the wall-clock round trips of the probes to a destination ToR (divide by rdma_mesh_tor_rtt_samples_total for the mean)",
+            Unit::Seconds,
+            m.tor_rtt.clone(),
+        );
+        registry.register(
+            "rdma_mesh_tor_rtt_samples",
+            "Round trips summed in rdma_mesh_tor_rtt_seconds_total",
+            m.tor_samples.clone(),
         );
         registry.register_with_unit(
             "rdma_mesh_rtt",
-            "Wall-clock round trip of a probe's latency exchange",
+            "Wall-clock round trip of a probe's latency exchange, within this node's ToR (scope tor) or across",
             Unit::Seconds,
             m.rtt.clone(),
         );
@@ -413,30 +575,30 @@ impl MeshMetrics {
             Unit::Seconds,
             m.host_delay.clone(),
         );
-        registry.register(
-            "rdma_mesh_path_up",
-            "1 while the path is up or degraded, 0 while it is down; absent before its first verdict",
-            m.up.clone(),
-        );
-        registry.register(
-            "rdma_mesh_path_state",
-            "The path's state, one-hot: 1 for its current state (unknown before its first verdict)",
-            m.state.clone(),
-        );
-        registry.register(
-            "rdma_mesh_path_state_changes",
-            "Changes of the path's state (each a mesh_state event, the first verdict included), by the state it went to",
-            m.changes.clone(),
-        );
         registry.register_with_unit(
             "rdma_mesh_bandwidth",
-            "The path's last bandwidth sample",
+            "The last bandwidth sample within this node's ToR (scope tor) or across",
             Unit::Other("bytes_per_second".to_owned()),
             m.bandwidth.clone(),
         );
+        registry.register(
+            "rdma_mesh_paths",
+            "This node's paths by state (unknown before their first verdict)",
+            m.states.clone(),
+        );
+        let own: Family<OwnTor, Gauge> = Family::default();
+        own.get_or_create(&OwnTor {
+            tor: tor.to_owned(),
+        })
+        .set(i64::try_from(mates.len()).unwrap_or(i64::MAX));
+        registry.register(
+            "rdma_mesh_tor_peers",
+            "This node's ToR (tor) and how many of its peers sit under it",
+            own,
+        );
         registry.register_with_unit(
             "rdma_mesh_last_probe_timestamp",
-            "When the path's last probe ended, Unix time",
+            "When this node's last probe over the device and rail ended, Unix time",
             Unit::Seconds,
             m.last_probe.clone(),
         );
@@ -452,61 +614,160 @@ impl MeshMetrics {
             })
             .set(1);
         registry.register("rdma_mesh_build_info", "The prober's version", build);
-        for p in &m.paths {
-            for r in ResultLabel::ALL {
-                m.probes.get_or_create(&result_labels(p, r)).inc_by(0);
-            }
-            for to in PathState::ALL {
-                m.changes.get_or_create(&change_labels(p, to)).inc_by(0);
-            }
-            m.set_state(p, None);
+        registry.register(
+            "rdma_mesh_probes",
+            "A path's probes by result, since the prober's start; exposed while the path is not healthy",
+            m.path_probes.clone(),
+        );
+        registry.register(
+            "rdma_mesh_path_up",
+            "1 while the path is up or degraded, 0 while it is down; exposed while the path is not healthy",
+            m.up.clone(),
+        );
+        registry.register(
+            "rdma_mesh_path_state",
+            "The path's state, one-hot; exposed while the path is not healthy",
+            m.state.clone(),
+        );
+        registry.register(
+            "rdma_mesh_path_state_changes",
+            "Changes of the path's state (each a mesh_state event, the first verdict included), since the prober's start; exposed while the path is not healthy",
+            m.changes.clone(),
+        );
+        for e in by_key.values() {
+            let tor = tor_labels(&e.labels);
+            m.tor_probes
+                .get_or_create(&TorResult {
+                    tor: tor.clone(),
+                    result: ResultLabel::Ok.as_str(),
+                })
+                .inc_by(0);
+            m.tor_rtt.get_or_create(&tor).inc_by(0.0);
+            m.tor_samples.get_or_create(&tor).inc_by(0);
         }
-        Ok(Self { registry, ..m })
+        m.states
+            .get_or_create(&StateCount {
+                state: UNKNOWN_STATE,
+            })
+            .set(i64::try_from(by_key.len()).unwrap_or(i64::MAX));
+        for s in PathState::ALL {
+            m.states
+                .get_or_create(&StateCount { state: s.as_str() })
+                .set(0);
+        }
+        let paths = Mutex::new(Paths {
+            by_key,
+            exposed: BTreeSet::new(),
+        });
+        Ok(Self {
+            registry,
+            paths,
+            ..m
+        })
     }
 
     /// Records one probe. Refuses (and records nothing for) a path not given to [`Self::new`].
     /// The RTTs are observed when present; the network RTT and host delay only where the
     /// device gives completion timestamps, so their counts may be lower than the wall RTT's.
+    /// A path's own series appear with its first verdict other than `up` and go once it has
+    /// been `up` for [`KEEP_RECOVERED`] (told at any path's report, by the reports' clock).
     pub fn record(&self, report: &ProbeReport<'_>) -> Result<(), MetricsError> {
-        let key = PathLabels {
+        let key = Key {
             peer: report.peer.to_owned(),
             device: report.device.to_owned(),
             rail: report.rail.to_owned(),
         };
-        if !self.paths.contains(&key) {
+        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let Paths { by_key, exposed } = &mut *paths;
+        let Some(e) = by_key.get_mut(&key) else {
             return Err(MetricsError::UnknownPath {
                 peer: key.peer,
                 device: key.device,
                 rail: key.rail,
             });
-        }
-        self.probes
-            .get_or_create(&result_labels(&key, report.result))
+        };
+        let tor = tor_labels(&e.labels);
+        let result = report.result;
+        e.counts[result as usize] += 1;
+        self.tor_probes
+            .get_or_create(&TorResult {
+                tor: tor.clone(),
+                result: result.as_str(),
+            })
             .inc();
+        let by_scope = ScopeLabels {
+            scope: e.labels.scope,
+            device: e.labels.device.clone(),
+            rail: e.labels.rail.clone(),
+        };
+        if let Some(wall) = report.wall_rtt {
+            self.tor_rtt.get_or_create(&tor).inc_by(wall.as_secs_f64());
+            self.tor_samples.get_or_create(&tor).inc();
+        }
         for (family, value) in [
             (&self.rtt, report.wall_rtt),
             (&self.network_rtt, report.network_rtt),
             (&self.host_delay, report.host_delay),
         ] {
             if let Some(d) = value {
-                family.get_or_create(&key).observe(d.as_secs_f64());
+                family.get_or_create(&by_scope).observe(d.as_secs_f64());
             }
         }
         if let Some(bw) = report.bandwidth.filter(|b| b.is_finite() && *b >= 0.0) {
-            self.bandwidth.get_or_create(&key).set(bw);
+            self.bandwidth.get_or_create(&by_scope).set(bw);
         }
         let at = report
             .at
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        self.last_probe.get_or_create(&key).set(at.as_secs_f64());
+        self.last_probe
+            .get_or_create(&RailLabels {
+                device: key.device.clone(),
+                rail: key.rail.clone(),
+            })
+            .set(at.as_secs_f64());
         if let Some(state) = report.state {
-            self.set_state(&key, Some(state));
             if report.changed {
-                self.changes
-                    .get_or_create(&change_labels(&key, state))
-                    .inc();
+                e.changes += 1;
             }
+            if e.state != Some(state) {
+                self.states
+                    .get_or_create(&StateCount {
+                        state: state_label(e.state),
+                    })
+                    .dec();
+                self.states
+                    .get_or_create(&StateCount {
+                        state: state.as_str(),
+                    })
+                    .inc();
+                e.state = Some(state);
+            }
+            if state == PathState::Up {
+                e.up_since.get_or_insert(report.at);
+            } else {
+                e.up_since = None;
+            }
+            if state != PathState::Up || e.exposed {
+                self.expose(e);
+                exposed.insert(key);
+            }
+        }
+        // Paths up for long enough lose their own series (few are exposed in a healthy fleet).
+        let healed: Vec<Key> = exposed
+            .iter()
+            .filter(|k| {
+                by_key.get(k).and_then(|e| e.up_since).is_some_and(|since| {
+                    report.at.duration_since(since).unwrap_or(Duration::ZERO) >= KEEP_RECOVERED
+                })
+            })
+            .cloned()
+            .collect();
+        for k in healed {
+            if let Some(e) = by_key.get_mut(&k) {
+                self.hide(e);
+            }
+            exposed.remove(&k);
         }
         Ok(())
     }
@@ -515,7 +776,8 @@ impl MeshMetrics {
     /// the device said, not whether this build reads its stamps, which it does not yet).
     pub fn set_timestamps_supported(&self, device: &str, yes: bool) -> Result<(), MetricsError> {
         check_label("device", device)?;
-        if !self.paths.iter().any(|p| p.device == device) {
+        let paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        if !paths.by_key.keys().any(|k| k.device == device) {
             return Err(MetricsError::BadLabel {
                 what: "device (not one of the configured paths')",
                 value: device.to_owned(),
@@ -529,26 +791,53 @@ impl MeshMetrics {
         Ok(())
     }
 
-    /// Sets a path's state gauges: `None` is `unknown` (no verdict yet), which leaves
-    /// `rdma_mesh_path_up` unset, hence absent until the first verdict.
-    fn set_state(&self, key: &PathLabels, now: Option<PathState>) {
+    /// Brings a path's own series to what it knows (creating them, the first time, with the
+    /// path's counts since the start).
+    fn expose(&self, e: &mut Entry) {
+        let now = e.state;
         if let Some(now) = now {
             self.up
-                .get_or_create(key)
+                .get_or_create(&e.labels)
                 .set(i64::from(now != PathState::Down));
         }
-        let states = std::iter::once((UNKNOWN_STATE, now.is_none()))
-            .chain(PathState::ALL.map(|s| (s.as_str(), now == Some(s))));
-        for (state, is) in states {
+        for s in PathState::ALL {
             self.state
-                .get_or_create(&StateLabels {
-                    peer: key.peer.clone(),
-                    device: key.device.clone(),
-                    rail: key.rail.clone(),
-                    state,
+                .get_or_create(&PathStateLabels {
+                    path: e.labels.clone(),
+                    state: s.as_str(),
                 })
-                .set(i64::from(is));
+                .set(i64::from(now == Some(s)));
         }
+        for (r, n) in ResultLabel::ALL.into_iter().zip(e.counts) {
+            raise_to(
+                &self.path_probes.get_or_create(&PathResult {
+                    path: e.labels.clone(),
+                    result: r.as_str(),
+                }),
+                n,
+            );
+        }
+        raise_to(&self.changes.get_or_create(&e.labels), e.changes);
+        e.exposed = true;
+    }
+
+    /// Takes a path's own series out of the exposition (its counts stay, for the next time).
+    fn hide(&self, e: &mut Entry) {
+        self.up.remove(&e.labels);
+        for s in PathState::ALL {
+            self.state.remove(&PathStateLabels {
+                path: e.labels.clone(),
+                state: s.as_str(),
+            });
+        }
+        for r in ResultLabel::ALL {
+            self.path_probes.remove(&PathResult {
+                path: e.labels.clone(),
+                result: r.as_str(),
+            });
+        }
+        self.changes.remove(&e.labels);
+        e.exposed = false;
     }
 
     /// The whole exposition in `format`.
@@ -569,21 +858,13 @@ impl MeshMetrics {
     }
 }
 
-fn result_labels(p: &PathLabels, r: ResultLabel) -> ResultLabels {
-    ResultLabels {
-        peer: p.peer.clone(),
+fn tor_labels(p: &PathLabels) -> TorLabels {
+    TorLabels {
+        tor: p.tor.clone(),
+        peer_tor: p.peer_tor.clone(),
+        scope: p.scope,
         device: p.device.clone(),
         rail: p.rail.clone(),
-        result: r.as_str(),
-    }
-}
-
-fn change_labels(p: &PathLabels, to: PathState) -> ChangeLabels {
-    ChangeLabels {
-        peer: p.peer.clone(),
-        device: p.device.clone(),
-        rail: p.rail.clone(),
-        to: to.as_str(),
     }
 }
 

@@ -311,6 +311,12 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
             (ends, devices)
         }
     };
+    // Each node's ToR by rank: the topology's leaf switch, or `all` without one.
+    let tor_of = |rank: usize| {
+        tors.as_ref()
+            .and_then(|t| t.of.get(rank).and_then(|&i| t.names.get(i)))
+            .map_or(super::topology::ONE_TOR, String::as_str)
+    };
     let paths: Vec<Path> = (0..world.size())
         .filter(|&p| p != world.rank)
         .flat_map(|p| {
@@ -321,11 +327,12 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
         })
         .map(|(p, rail, device)| Path {
             peer: world.hosts[p].clone(),
+            peer_tor: tor_of(p).to_owned(),
             device: device.clone(),
             rail: rail.to_string(),
         })
         .collect();
-    let metrics = Arc::new(MeshMetrics::new(&paths)?);
+    let metrics = Arc::new(MeshMetrics::new(tor_of(world.rank), &paths)?);
     let clocks = clocks(&ends, &devices);
     let server = match m.metrics_listen {
         Some(addr) => Some(MetricsServer::bind(

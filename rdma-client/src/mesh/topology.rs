@@ -84,6 +84,9 @@ pub fn parse(text: &str) -> Result<Vec<(String, Vec<String>)>, TopologyError> {
     Ok(leaves)
 }
 
+/// The ToR of every node of a mesh run without a topology (the metrics' `tor` and `peer_tor`).
+pub const ONE_TOR: &str = "all";
+
 /// The mesh's nodes grouped by ToR.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tors {
@@ -148,7 +151,7 @@ impl Tors {
     #[must_use]
     pub fn one(n: usize) -> Self {
         Tors {
-            names: vec!["all".to_owned()],
+            names: vec![ONE_TOR.to_owned()],
             of: vec![0; n],
         }
     }

@@ -2,12 +2,12 @@
 
 use super::*;
 use crate::mesh::metrics::ResultLabel;
-use crate::mesh::metrics::tests::{paths, report};
+use crate::mesh::metrics::tests::{metrics, report};
 
 const SHORT: Duration = Duration::from_millis(400);
 
 fn server(limits: Limits) -> MetricsServer {
-    let m = MeshMetrics::new(&paths()).unwrap();
+    let m = metrics();
     m.record(&report("node2", ResultLabel::Ok)).unwrap();
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     MetricsServer::bind(addr, Arc::new(m), limits).unwrap()
@@ -71,7 +71,7 @@ fn a_scrape_gets_the_text_format_or_openmetrics_as_asked() {
     check_exposition(&body);
     assert!(
         body.contains(
-            r#"rdma_mesh_probes_total{peer="node2",device="rxe0",rail="0",result="ok"} 1"#
+            r#"rdma_mesh_tor_probes_total{tor="tor1",peer_tor="tor1",scope="tor",device="rxe0",rail="0",result="ok"} 1"#
         )
     );
 
@@ -255,7 +255,7 @@ fn it_stops_cleanly() {
 #[test]
 fn a_port_in_use_is_named() {
     let srv = server(Limits::default());
-    let m = Arc::new(MeshMetrics::new(&paths()).unwrap());
+    let m = Arc::new(metrics());
     let e = MetricsServer::bind(srv.local_addr(), m, Limits::default()).unwrap_err();
     let e = e.to_string();
     assert!(

@@ -236,10 +236,11 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
     let fake = Fake::new(&behave);
     let path = Path {
         peer: "node2".into(),
+        peer_tor: "all".into(),
         device: "fake0".into(),
         rail: "0".into(),
     };
-    let metrics = MeshMetrics::new(&[path]).unwrap();
+    let metrics = MeshMetrics::new("all", &[path]).unwrap();
     let sinks = Sinks {
         metrics: Some(&metrics),
         textfile: None,
@@ -274,12 +275,14 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
             .map(|(i, s)| (i as u64, *s))
             .collect::<Vec<_>>()
     );
-    // Each transition counted once, by where it went: unknown → up and down → up, up → down.
+    // Each transition counted once (unknown → up, up → down, down → up), on the path's own
+    // series, which it keeps, back up for less than `KEEP_RECOVERED`.
     let text = metrics.encode(crate::mesh::metrics::Format::Text);
-    for (to, n) in [("up", 2), ("down", 1), ("degraded", 0)] {
-        let line = format!(
-            r#"rdma_mesh_path_state_changes_total{{peer="node2",device="fake0",rail="0",to="{to}"}} {n}"#
-        );
+    let path = r#"tor="all",peer="node2",peer_tor="all",scope="tor",device="fake0",rail="0""#;
+    for line in [
+        format!("rdma_mesh_path_state_changes_total{{{path}}} 3"),
+        format!(r#"rdma_mesh_path_state{{{path},state="up"}} 1"#),
+    ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
 }
@@ -402,11 +405,12 @@ fn the_metrics_endpoint_serves_the_probe_counts() {
         .iter()
         .map(|p| Path {
             peer: (*p).to_owned(),
+            peer_tor: "all".into(),
             device: "fake0".into(),
             rail: "0".into(),
         })
         .collect();
-    let metrics = Arc::new(MeshMetrics::new(&paths).unwrap());
+    let metrics = Arc::new(MeshMetrics::new("all", &paths).unwrap());
     let server = MetricsServer::bind(
         "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
         metrics.clone(),
@@ -437,10 +441,11 @@ fn the_metrics_endpoint_serves_the_probe_counts() {
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     for line in [
-        r#"rdma_mesh_probes_total{peer="node2",device="fake0",rail="0",result="ok"} 3"#,
-        r#"rdma_mesh_probes_total{peer="node3",device="fake0",rail="0",result="host"} 3"#,
-        r#"rdma_mesh_path_up{peer="node3",device="fake0",rail="0"} 0"#,
-        r#"rdma_mesh_path_up{peer="node2",device="fake0",rail="0"} 1"#,
+        r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",result="ok"} 3"#,
+        r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",result="host"} 3"#,
+        r#"rdma_mesh_probes_total{tor="all",peer="node3",peer_tor="all",scope="tor",device="fake0",rail="0",result="host"} 3"#,
+        r#"rdma_mesh_path_up{tor="all",peer="node3",peer_tor="all",scope="tor",device="fake0",rail="0"} 0"#,
+        r#"rdma_mesh_paths{state="up"} 1"#,
         r#"rdma_mesh_timestamps_supported{device="fake0"} 0"#,
     ] {
         assert!(body.contains(line), "{line} not in:\n{body}");

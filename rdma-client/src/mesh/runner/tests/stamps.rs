@@ -15,11 +15,12 @@ fn what_the_devices_said_of_their_clocks_is_said_once_at_start() {
         .enumerate()
         .map(|(rail, d)| Path {
             peer: "node2".into(),
+            peer_tor: "all".into(),
             device: d.clone(),
             rail: rail.to_string(),
         })
         .collect();
-    let metrics = MeshMetrics::new(&paths).unwrap();
+    let metrics = MeshMetrics::new("all", &paths).unwrap();
     let clock = CompletionClock::Clock {
         hca_core_clock_khz: 156_250,
         timestamp_mask: 0xffff_ffff_ffff,
@@ -86,10 +87,11 @@ fn a_split_round_trip_reaches_the_event_and_the_histograms() {
     let w = world(2, 0);
     let paths = [Path {
         peer: "node2".into(),
+        peer_tor: "all".into(),
         device: devices[0].clone(),
         rail: "0".into(),
     }];
-    let metrics = MeshMetrics::new(&paths).unwrap();
+    let metrics = MeshMetrics::new("all", &paths).unwrap();
     let clock = CompletionClock::Clock {
         hca_core_clock_khz: 1_000_000,
         timestamp_mask: (1 << 48) - 1,
