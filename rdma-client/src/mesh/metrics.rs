@@ -6,10 +6,11 @@
 //! A prober of a mesh of N nodes in T ToRs exports:
 //!
 //! - **always**, per destination ToR (`peer_tor`, with `scope` `tor` for its own ToR and
-//!   `across` for the others) and rail: its probes that succeeded
-//!   (`rdma_mesh_tor_probes_total{result="ok"}`; a failure's `result` series from its first
-//!   failure on), and the sum and count of their round trips (`rdma_mesh_tor_rtt_seconds_total`,
-//!   `rdma_mesh_tor_rtt_samples_total`): 3 series a ToR;
+//!   `across` for the others) and rail: its probes that succeeded and that failed
+//!   (`rdma_mesh_tor_probes_total{outcome="ok"|"failed"}`; a slow probe succeeded), and the sum
+//!   of the round trips of those that succeeded (`rdma_mesh_tor_rtt_seconds_total`: divided by
+//!   the `ok` probes, the ToR's mean round trip): 3 series a ToR. The cause of a failure is a
+//!   path's (below): a ToR's failures count alike;
 //! - per `scope` and rail, the round-trip histograms, the last bandwidth sample, and the
 //!   prober's own: its paths by state (`rdma_mesh_paths`), its ToR and the number of its peers
 //!   there (`rdma_mesh_tor_peers`), its last probe, its devices' clocks, its version;
@@ -57,7 +58,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const SERIES: &[&str] = &[
     "rdma_mesh_tor_probes_total",
     "rdma_mesh_tor_rtt_seconds_total",
-    "rdma_mesh_tor_rtt_samples_total",
     "rdma_mesh_rtt_seconds_bucket",
     "rdma_mesh_rtt_seconds_sum",
     "rdma_mesh_rtt_seconds_count",
@@ -330,7 +330,15 @@ struct TorLabels {
 struct TorResult {
     #[prometheus(flatten)]
     tor: TorLabels,
-    result: &'static str,
+    outcome: &'static str,
+}
+
+/// The `outcome` of a probe in a ToR's aggregates.
+fn outcome(result: ResultLabel) -> &'static str {
+    match result {
+        ResultLabel::Ok | ResultLabel::Slow => "ok",
+        _ => "failed",
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -411,7 +419,6 @@ pub struct MeshMetrics {
     paths: Mutex<Paths>,
     tor_probes: Family<TorResult, Counter>,
     tor_rtt: Family<TorLabels, F64Counter>,
-    tor_samples: Family<TorLabels, Counter>,
     rtt: Hist,
     network_rtt: Hist,
     host_delay: Hist,
@@ -480,7 +487,7 @@ fn raise_to(counter: &Counter, want: u64) {
 
 impl MeshMetrics {
     /// Registers every family for exactly these paths, this node sitting under the ToR `tor`;
-    /// every destination ToR's `ok` probes and round trips start at 0, every path is `unknown`
+    /// every destination ToR's probes and round trips start at 0, every path is `unknown`
     /// (with no series of its own) until its first verdict. Fails on a bad label value or more
     /// than [`MAX_PATHS`] paths.
     pub fn new(tor: &str, paths: &[Path]) -> Result<Self, MetricsError> {
@@ -527,7 +534,6 @@ impl MeshMetrics {
             paths: Mutex::new(Paths::default()),
             tor_probes: Family::default(),
             tor_rtt: Family::default(),
-            tor_samples: Family::default(),
             rtt: Family::new_with_constructor(rtt_histogram),
             network_rtt: Family::new_with_constructor(rtt_histogram),
             host_delay: Family::new_with_constructor(rtt_histogram),
@@ -543,19 +549,14 @@ impl MeshMetrics {
         };
         registry.register(
             "rdma_mesh_tor_probes",
-            "Probes to a destination ToR (peer_tor) by local device, rail and result: ok from the start, each failure's result from its first",
+            "Probes to a destination ToR (peer_tor) by local device, rail and outcome (ok, slow ones included, or failed)",
             m.tor_probes.clone(),
         );
         registry.register_with_unit(
             "rdma_mesh_tor_rtt",
-            "Sum of the wall-clock round trips of the probes to a destination ToR (divide by rdma_mesh_tor_rtt_samples_total for the mean)",
+            "Sum of the wall-clock round trips of the probes to a destination ToR that succeeded (divide by its outcome=\"ok\" probes for the mean)",
             Unit::Seconds,
             m.tor_rtt.clone(),
-        );
-        registry.register(
-            "rdma_mesh_tor_rtt_samples",
-            "Round trips summed in rdma_mesh_tor_rtt_seconds_total",
-            m.tor_samples.clone(),
         );
         registry.register_with_unit(
             "rdma_mesh_rtt",
@@ -636,14 +637,15 @@ impl MeshMetrics {
         );
         for e in by_key.values() {
             let tor = tor_labels(&e.labels);
-            m.tor_probes
-                .get_or_create(&TorResult {
-                    tor: tor.clone(),
-                    result: ResultLabel::Ok.as_str(),
-                })
-                .inc_by(0);
+            for outcome in ["ok", "failed"] {
+                m.tor_probes
+                    .get_or_create(&TorResult {
+                        tor: tor.clone(),
+                        outcome,
+                    })
+                    .inc_by(0);
+            }
             m.tor_rtt.get_or_create(&tor).inc_by(0.0);
-            m.tor_samples.get_or_create(&tor).inc_by(0);
         }
         m.states
             .get_or_create(&StateCount {
@@ -692,7 +694,7 @@ impl MeshMetrics {
         self.tor_probes
             .get_or_create(&TorResult {
                 tor: tor.clone(),
-                result: result.as_str(),
+                outcome: outcome(result),
             })
             .inc();
         let by_scope = ScopeLabels {
@@ -700,9 +702,8 @@ impl MeshMetrics {
             device: e.labels.device.clone(),
             rail: e.labels.rail.clone(),
         };
-        if let Some(wall) = report.wall_rtt {
+        if let Some(wall) = report.wall_rtt.filter(|_| outcome(result) == "ok") {
             self.tor_rtt.get_or_create(&tor).inc_by(wall.as_secs_f64());
-            self.tor_samples.get_or_create(&tor).inc();
         }
         for (family, value) in [
             (&self.rtt, report.wall_rtt),

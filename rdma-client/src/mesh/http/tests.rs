@@ -71,7 +71,7 @@ fn a_scrape_gets_the_text_format_or_openmetrics_as_asked() {
     check_exposition(&body);
     assert!(
         body.contains(
-            r#"rdma_mesh_tor_probes_total{tor="tor1",peer_tor="tor1",scope="tor",device="rxe0",rail="0",result="ok"} 1"#
+            r#"rdma_mesh_tor_probes_total{tor="tor1",peer_tor="tor1",scope="tor",device="rxe0",rail="0",outcome="ok"} 1"#
         )
     );
 

@@ -94,11 +94,13 @@ fn a_report_lands_in_its_series() {
     l("# TYPE rdma_mesh_rtt_seconds histogram");
     let own = r#"tor="tor1",peer_tor="tor1",scope="tor",device="rxe0",rail="0""#;
     let across = r#"tor="tor1",peer_tor="tor2",scope="across",device="rxe0",rail="0""#;
-    l(&format!(r#"rdma_mesh_tor_probes_total{{{own},result="ok"}} 1"#));
-    l(&format!(r#"rdma_mesh_tor_probes_total{{{across},result="ok"}} 0"#));
-    l(&format!(r#"rdma_mesh_tor_probes_total{{{across},result="rdma"}} 1"#));
+    l(&format!(r#"rdma_mesh_tor_probes_total{{{own},outcome="ok"}} 1"#));
+    l(&format!(r#"rdma_mesh_tor_probes_total{{{own},outcome="failed"}} 0"#));
+    l(&format!(r#"rdma_mesh_tor_probes_total{{{across},outcome="ok"}} 0"#));
+    l(&format!(r#"rdma_mesh_tor_probes_total{{{across},outcome="failed"}} 1"#));
+    // Only the round trips of the probes that succeeded.
     l(&format!(r#"rdma_mesh_tor_rtt_seconds_total{{{own}}} 0.00003"#));
-    l(&format!(r#"rdma_mesh_tor_rtt_samples_total{{{own}}} 1"#));
+    l(&format!(r#"rdma_mesh_tor_rtt_seconds_total{{{across}}} 0.0"#));
     l(r#"rdma_mesh_rtt_seconds_bucket{scope="tor",device="rxe0",rail="0",le="2e-05"} 0"#);
     l(r#"rdma_mesh_rtt_seconds_bucket{scope="tor",device="rxe0",rail="0",le="5e-05"} 1"#);
     l(r#"rdma_mesh_bandwidth_bytes_per_second{scope="tor",device="rxe0",rail="0"} 1250000000.0"#);
@@ -344,18 +346,17 @@ fn healthy_fleet_of_ten_thousand_stays_under_a_thousand_series() {
     }
     let healthy = samples(&m.encode(Format::Text)).len();
     assert!(healthy < 900, "{healthy} series when healthy (the target: 1,000)");
-    // Three broken paths (one within, two across): exactly their own series more, plus a
-    // failure's `result` series for each destination ToR that saw its first failure.
+    // Three broken paths (one within, two across): exactly their own series more.
     for i in [3, 4_000, 9_999] {
         probe(i, ResultLabel::Rdma, 10);
     }
     let broken = samples(&m.encode(Format::Text)).len();
-    assert_eq!(broken, healthy + 3 * SERIES_PER_PATH + 3, "{healthy} → {broken}");
+    assert_eq!(broken, healthy + 3 * SERIES_PER_PATH, "{healthy} → {broken}");
     for i in [3, 4_000, 9_999] {
         probe(i, ResultLabel::Ok, 20);
     }
     probe(1, ResultLabel::Ok, 20 + KEEP_RECOVERED.as_secs());
-    assert_eq!(samples(&m.encode(Format::Text)).len(), healthy + 3);
+    assert_eq!(samples(&m.encode(Format::Text)).len(), healthy);
 }
 
 #[test]

@@ -441,8 +441,8 @@ fn the_metrics_endpoint_serves_the_probe_counts() {
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     for line in [
-        r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",result="ok"} 3"#,
-        r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",result="host"} 3"#,
+        r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",outcome="ok"} 3"#,
+        r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",outcome="failed"} 3"#,
         r#"rdma_mesh_probes_total{tor="all",peer="node3",peer_tor="all",scope="tor",device="fake0",rail="0",result="host"} 3"#,
         r#"rdma_mesh_path_up{tor="all",peer="node3",peer_tor="all",scope="tor",device="fake0",rail="0"} 0"#,
         r#"rdma_mesh_paths{state="up"} 1"#,
