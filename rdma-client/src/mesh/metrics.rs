@@ -11,7 +11,8 @@
 //!   of the round trips of those that succeeded (`rdma_mesh_tor_rtt_seconds_total`: divided by
 //!   the `ok` probes, the ToR's mean round trip): 3 series a ToR. The cause of a failure is a
 //!   path's (below): a ToR's failures count alike;
-//! - per `scope` and rail, the round-trip histograms, the last bandwidth sample, and the
+//! - per `scope` and rail, its probes by result (`rdma_mesh_probe_results_total`: ok or the
+//!   failure's cause), the round-trip histograms, the last bandwidth sample, and the
 //!   prober's own: its paths by state (`rdma_mesh_paths`), its ToR and the number of its peers
 //!   there (`rdma_mesh_tor_peers`), its last probe, its devices' clocks, its version;
 //! - **per path only while the path is not healthy**: from its first verdict other than `up`
@@ -21,7 +22,7 @@
 //!   from the prober's start (kept in memory while the series are not exposed), so a path that
 //!   breaks again continues where it was and `increase()` never sees a reset.
 //!
-//! So a healthy prober of 10,000 nodes in 250 ToRs exports fewer than 900 series (the
+//! So a healthy prober of 10,000 nodes in 250 ToRs exports about 900 series (the
 //! `healthy_fleet` test counts them), and each broken path adds [`SERIES_PER_PATH`].
 //!
 //! Label values are bounded by construction: `peer`, `peer_tor`, `tor`, `device` and `rail` come
@@ -58,6 +59,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const SERIES: &[&str] = &[
     "rdma_mesh_tor_probes_total",
     "rdma_mesh_tor_rtt_seconds_total",
+    "rdma_mesh_probe_results_total",
     "rdma_mesh_rtt_seconds_bucket",
     "rdma_mesh_rtt_seconds_sum",
     "rdma_mesh_rtt_seconds_count",
@@ -349,6 +351,13 @@ struct ScopeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScopeResult {
+    #[prometheus(flatten)]
+    scope: ScopeLabels,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RailLabels {
     device: String,
     rail: String,
@@ -419,6 +428,7 @@ pub struct MeshMetrics {
     paths: Mutex<Paths>,
     tor_probes: Family<TorResult, Counter>,
     tor_rtt: Family<TorLabels, F64Counter>,
+    results: Family<ScopeResult, Counter>,
     rtt: Hist,
     network_rtt: Hist,
     host_delay: Hist,
@@ -534,6 +544,7 @@ impl MeshMetrics {
             paths: Mutex::new(Paths::default()),
             tor_probes: Family::default(),
             tor_rtt: Family::default(),
+            results: Family::default(),
             rtt: Family::new_with_constructor(rtt_histogram),
             network_rtt: Family::new_with_constructor(rtt_histogram),
             host_delay: Family::new_with_constructor(rtt_histogram),
@@ -557,6 +568,11 @@ impl MeshMetrics {
             "Sum of the wall-clock round trips of the probes to a destination ToR that succeeded (divide by its outcome=\"ok\" probes for the mean)",
             Unit::Seconds,
             m.tor_rtt.clone(),
+        );
+        registry.register(
+            "rdma_mesh_probe_results",
+            "This node's probes within its ToR (scope tor) or across, by local device, rail and result (ok or the failure's cause)",
+            m.results.clone(),
         );
         registry.register_with_unit(
             "rdma_mesh_rtt",
@@ -646,6 +662,14 @@ impl MeshMetrics {
                     .inc_by(0);
             }
             m.tor_rtt.get_or_create(&tor).inc_by(0.0);
+            for r in ResultLabel::ALL {
+                m.results
+                    .get_or_create(&ScopeResult {
+                        scope: scope_labels(&e.labels),
+                        result: r.as_str(),
+                    })
+                    .inc_by(0);
+            }
         }
         m.states
             .get_or_create(&StateCount {
@@ -697,11 +721,13 @@ impl MeshMetrics {
                 outcome: outcome(result),
             })
             .inc();
-        let by_scope = ScopeLabels {
-            scope: e.labels.scope,
-            device: e.labels.device.clone(),
-            rail: e.labels.rail.clone(),
-        };
+        let by_scope = scope_labels(&e.labels);
+        self.results
+            .get_or_create(&ScopeResult {
+                scope: by_scope.clone(),
+                result: result.as_str(),
+            })
+            .inc();
         if let Some(wall) = report.wall_rtt.filter(|_| outcome(result) == "ok") {
             self.tor_rtt.get_or_create(&tor).inc_by(wall.as_secs_f64());
         }
@@ -856,6 +882,14 @@ impl MeshMetrics {
         };
         debug_assert!(r.is_ok(), "encoding the mesh metrics: {r:?}");
         out
+    }
+}
+
+fn scope_labels(p: &PathLabels) -> ScopeLabels {
+    ScopeLabels {
+        scope: p.scope,
+        device: p.device.clone(),
+        rail: p.rail.clone(),
     }
 }
 

@@ -1,8 +1,8 @@
 //! The mesh's Alertmanager inhibit rules (`deploy/alertmanager/alertmanager.yml`), checked by
 //! `amtool check-config` and proven on a real Alertmanager on 127.0.0.1: the alerts a dead
-//! node, a node whose RDMA is broken and one failing path raise are posted to it, and what it
-//! leaves active must be exactly one alert per root cause ([`PAGES`]), every other one
-//! inhibited by its node's verdict.
+//! node, a node whose RDMA is broken, one failing path and a ToR cut off raise are posted to
+//! it, and what it leaves active must be exactly one alert per root cause ([`PAGES`]), every
+//! other one inhibited by its node's or its ToR's verdict.
 //!
 //! Alertmanager comes from Debian's `prometheus-alertmanager` package (deps group
 //! `prometheus`); it runs with gossip off (`--cluster.listen-address=`), listening on loopback
@@ -23,32 +23,42 @@ pub const CONFIG: &str = "alertmanager.yml";
 const START: Duration = Duration::from_secs(30);
 const REQUEST: Duration = Duration::from_secs(5);
 
-/// The alerts the rules raise for three faults at once: node3 down (its paths to and from
-/// it, its stale probes and its scrape, under `RdmaMeshNodeDown`), node4's RDMA broken (its
-/// paths, under `RdmaMeshNodeRdmaBroken`), and node1's one path to node2: `(alertname, peer,
-/// instance)`, empty for a label the alert has not.
-pub const RAISED: &[(&str, &str, &str)] = &[
-    ("RdmaMeshNodeDown", "node3", "node3:9478"),
-    ("RdmaMeshPathDown", "node3", "node1:9478"),
-    ("RdmaMeshPathDown", "node3", "node2:9478"),
-    ("RdmaMeshPathDown", "node1", "node3:9478"),
-    ("RdmaMeshProbesStale", "node2", "node3:9478"),
-    ("RdmaMeshScrapeFailing", "", "node3:9478"),
-    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478"),
-    ("RdmaMeshPathDown", "node4", "node1:9478"),
-    ("RdmaMeshPathDegraded", "node4", "node2:9478"),
-    ("RdmaMeshPathDown", "node1", "node4:9478"),
-    ("RdmaMeshPathDown", "node2", "node1:9478"),
+/// An alert by the labels the inhibit rules read: `(alertname, peer, instance, tor, peer_tor)`,
+/// empty for a label the alert has not.
+pub type Labels = (&'static str, &'static str, &'static str, &'static str, &'static str);
+
+/// The alerts the rules raise for four faults at once: node3 down (its paths to and from it,
+/// its stale probes and its scrape, under `RdmaMeshNodeDown`), node4's RDMA broken (its paths,
+/// under `RdmaMeshNodeRdmaBroken`), node1's one path to node2, all under the ToR `tor1`; and the
+/// ToR `tor3` cut off from the others (the paths across to and from it, the RTT of the ToR pair,
+/// under `RdmaMeshTorUnreachable`).
+pub const RAISED: &[Labels] = &[
+    ("RdmaMeshNodeDown", "node3", "node3:9478", "", "tor1"),
+    ("RdmaMeshPathDown", "node3", "node1:9478", "tor1", "tor1"),
+    ("RdmaMeshPathDown", "node3", "node2:9478", "tor1", "tor1"),
+    ("RdmaMeshPathDown", "node1", "node3:9478", "tor1", "tor1"),
+    ("RdmaMeshProbesStale", "", "node3:9478", "", ""),
+    ("RdmaMeshScrapeFailing", "", "node3:9478", "", ""),
+    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478", "", "tor1"),
+    ("RdmaMeshPathDown", "node4", "node1:9478", "tor1", "tor1"),
+    ("RdmaMeshPathDegraded", "node4", "node2:9478", "tor1", "tor1"),
+    ("RdmaMeshPathDown", "node1", "node4:9478", "tor1", "tor1"),
+    ("RdmaMeshPathDown", "node2", "node1:9478", "tor1", "tor1"),
+    ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3"),
+    ("RdmaMeshPathDown", "node9", "node1:9478", "tor1", "tor3"),
+    ("RdmaMeshPathDown", "node1", "node9:9478", "tor3", "tor1"),
+    ("RdmaMeshRttRegression", "", "", "tor2", "tor3"),
 ];
 
 /// What must page of [`RAISED`]: one alert per root cause.
-pub const PAGES: &[(&str, &str, &str)] = &[
-    ("RdmaMeshNodeDown", "node3", "node3:9478"),
-    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478"),
-    ("RdmaMeshPathDown", "node2", "node1:9478"),
+pub const PAGES: &[Labels] = &[
+    ("RdmaMeshNodeDown", "node3", "node3:9478", "", "tor1"),
+    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478", "", "tor1"),
+    ("RdmaMeshPathDown", "node2", "node1:9478", "tor1", "tor1"),
+    ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3"),
 ];
 
-type Alert = (String, String, String);
+type Alert = (String, String, String, String, String);
 
 /// `amtool check-config`, then [`RAISED`] posted to a real Alertmanager running `dir`'s
 /// configuration; returns the alerts it left active (not inhibited).
@@ -109,8 +119,14 @@ pub fn check(dir: &Path) -> Result<usize> {
     Ok(text.matches("source_matchers:").count())
 }
 
-fn own((name, peer, instance): (&str, &str, &str)) -> Alert {
-    (name.to_owned(), peer.to_owned(), instance.to_owned())
+fn own((name, peer, instance, tor, peer_tor): Labels) -> Alert {
+    (
+        name.to_owned(),
+        peer.to_owned(),
+        instance.to_owned(),
+        tor.to_owned(),
+        peer_tor.to_owned(),
+    )
 }
 
 /// The first of `names` on PATH, or an error naming the deps group that installs it.
@@ -180,14 +196,19 @@ impl Alertmanager {
             .is_ok_and(|r| r.status() == 200)
     }
 
-    fn post(&self, alerts: &[(&str, &str, &str)]) -> Result<()> {
+    fn post(&self, alerts: &[Labels]) -> Result<()> {
         let body: Vec<serde_json::Value> = alerts
             .iter()
-            .map(|(name, peer, instance)| {
+            .map(|(name, peer, instance, tor, peer_tor)| {
                 let mut labels = serde_json::Map::new();
                 labels.insert("alertname".into(), (*name).into());
                 labels.insert("job".into(), "rdma-mesh".into());
-                for (k, v) in [("peer", peer), ("instance", instance)] {
+                for (k, v) in [
+                    ("peer", peer),
+                    ("instance", instance),
+                    ("tor", tor),
+                    ("peer_tor", peer_tor),
+                ] {
                     if !v.is_empty() {
                         labels.insert(k.into(), (*v).into());
                     }
@@ -223,7 +244,13 @@ impl Alertmanager {
         let mut active = BTreeSet::new();
         for a in &list {
             let label = |k: &str| a["labels"][k].as_str().unwrap_or("").to_owned();
-            let alert = (label("alertname"), label("peer"), label("instance"));
+            let alert = (
+                label("alertname"),
+                label("peer"),
+                label("instance"),
+                label("tor"),
+                label("peer_tor"),
+            );
             if a["status"]["state"] == "active" {
                 active.insert(alert.clone());
             }
@@ -253,7 +280,7 @@ mod tests {
     /// Never skipped: without Alertmanager it fails naming the deps group.
     #[test]
     fn the_inhibit_rules_leave_one_page_per_root_cause_and_a_broken_one_fails() {
-        assert_eq!(check(&shipped()).unwrap(), 2);
+        assert_eq!(check(&shipped()).unwrap(), 4);
         let text = std::fs::read_to_string(shipped().join(CONFIG)).unwrap();
 
         let none = tempfile::tempdir().unwrap();
@@ -273,6 +300,18 @@ mod tests {
         assert!(
             e.contains("RdmaMeshPathDown\", \"node1\", \"node3:9478"),
             "the path from the dead node still pages: {e}"
+        );
+
+        let no_tor = tempfile::tempdir().unwrap();
+        std::fs::write(
+            no_tor.path().join(CONFIG),
+            text.replace("equal: [job, tor]", "equal: [job, instance]"),
+        )
+        .unwrap();
+        let e = format!("{:#}", check(no_tor.path()).unwrap_err());
+        assert!(
+            e.contains("RdmaMeshPathDown\", \"node1\", \"node9:9478"),
+            "the path out of the cut-off ToR still pages: {e}"
         );
     }
 }
