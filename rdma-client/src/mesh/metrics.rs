@@ -48,8 +48,8 @@ use prometheus_client::registry::{Registry, Unit};
 use rdma_proto::events::mesh::{Cause, PairState};
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
-use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Every series name the exposition holds (what Prometheus stores, suffixes included): the
@@ -286,11 +286,7 @@ pub enum MetricsError {
 
 /// Within this node's own ToR, or across to another (the `scope` label).
 fn scope(own: bool) -> &'static str {
-    if own {
-        "tor"
-    } else {
-        "across"
-    }
+    if own { "tor" } else { "across" }
 }
 
 /// A path's own series (exposed while it is not healthy).

@@ -1,6 +1,10 @@
 //! What each stage of the mesh phase must see in Prometheus, as checks polled until they are
 //! done, found wrong, or out of time. Pure over [`Query`]: the tests drive them with a fake
 //! Prometheus, broken ones included.
+//!
+//! They read what a prober exports at any scale: a path's own series only while it is not
+//! healthy (`rdma_mesh_path_up` absent is a healthy path), its paths by state, and its probes
+//! by result (`rdma_mesh_probe_results_total`, per prober).
 
 use std::collections::BTreeMap;
 
@@ -36,27 +40,59 @@ fn key(s: &Sample) -> PathKey {
     (s.label("instance").to_owned(), s.label("peer").to_owned())
 }
 
-/// `rdma_mesh_probes_total` by (instance, peer, result).
-type Counts = BTreeMap<(String, String, String), f64>;
+/// What a prober's probes came to: `(instance, result)`.
+type Counts = BTreeMap<(String, String), f64>;
+
+/// The series a path has of its own, only while it is not healthy (`SERIES_PER_PATH` in
+/// rdma-client/src/mesh/metrics.rs).
+pub const PATH_SERIES: [&str; 4] = [
+    "rdma_mesh_path_up",
+    "rdma_mesh_path_state",
+    "rdma_mesh_probes_total",
+    "rdma_mesh_path_state_changes_total",
+];
+
+/// Each prober's probes by result.
+pub const RESULTS: &str = "sum by (instance, result) (rdma_mesh_probe_results_total)";
+/// Each prober's paths that are up.
+pub const PATHS_UP: &str = r#"sum by (instance) (rdma_mesh_paths{state="up"})"#;
+/// Each prober's round trips observed.
+pub const RTTS: &str = "sum by (instance) (rdma_mesh_rtt_seconds_count)";
 
 fn counts(q: &dyn Query) -> Result<Counts> {
     let mut m = Counts::new();
-    for s in q.query("rdma_mesh_probes_total")? {
-        let (i, p) = key(&s);
-        *m.entry((i, p, s.label("result").to_owned())).or_insert(0.0) += s.value;
+    for s in q.query(RESULTS)? {
+        let k = (s.label("instance").to_owned(), s.label("result").to_owned());
+        *m.entry(k).or_insert(0.0) += s.value;
     }
     Ok(m)
 }
 
-/// How many probes of `path` with `result` (any result: `None`) since `from`.
-fn delta(now: &Counts, from: &Counts, path: &PathKey, result: Option<&str>) -> f64 {
+/// How many probes of the prober `instance` with `result` (any result: `None`) since `from`.
+fn delta(now: &Counts, from: &Counts, instance: &str, result: Option<&str>) -> f64 {
     now.iter()
-        .filter(|((i, p, r), _)| {
-            (i, p) == (&path.0, &path.1) && result.is_none_or(|want| want == r)
-        })
+        .filter(|((i, r), _)| i == instance && result.is_none_or(|want| want == r))
         .map(|(k, v)| v - from.get(k).copied().unwrap_or(0.0))
         // A fold from +0 (`sum` starts at -0, which prints as `-0`).
         .fold(0.0, |a, x| a + x)
+}
+
+/// Each prober's value of `expr` (by instance).
+fn by_instance(q: &dyn Query, expr: &str) -> Result<BTreeMap<String, f64>> {
+    let mut m = BTreeMap::new();
+    for s in q.query(expr)? {
+        *m.entry(s.label("instance").to_owned()).or_insert(0.0) += s.value;
+    }
+    Ok(m)
+}
+
+/// The probers whose `values` are below `want`, shown with what they have.
+fn short_of(values: &BTreeMap<String, f64>, instances: &[String], want: f64) -> Vec<String> {
+    instances
+        .iter()
+        .filter(|i| values.get(*i).copied().unwrap_or(0.0) < want)
+        .map(|i| format!("{i} ({})", values.get(i).copied().unwrap_or(0.0)))
+        .collect()
 }
 
 /// The paths of the mesh, named as the series name them.
@@ -135,6 +171,7 @@ fn firing_down(q: &dyn Query) -> Result<BTreeMap<PathKey, String>> {
 pub fn grafana_expr(e: &str) -> String {
     e.replace("$__rate_interval", "1m")
         .replace("$instance", ".*")
+        .replace("$tor", ".*")
         .replace("$peer", ".*")
 }
 
@@ -201,21 +238,45 @@ impl Checker {
         })
     }
 
+    /// Every prober's scrape target.
+    fn instances(&self) -> Vec<String> {
+        self.topo
+            .nodes
+            .iter()
+            .map(|n| self.topo.instance(n))
+            .collect()
+    }
+
+    /// Each prober has every path up (`rdma_mesh_paths{state="up"}`), and no path of its
+    /// own series is down.
+    fn all_up(&self, q: &dyn Query) -> Result<Option<String>> {
+        let peers = self.topo.nodes.len().saturating_sub(1) as f64;
+        let bad = short_of(&by_instance(q, PATHS_UP)?, &self.instances(), peers);
+        let down = moved(&self.up(q)?, &paths(&self.topo), 1.0);
+        Ok((!bad.is_empty() || !down.is_empty()).then(|| {
+            format!(
+                "probers without all {peers} paths up: {}{}",
+                bad.join(", "),
+                if down.is_empty() {
+                    String::new()
+                } else {
+                    format!("; down: {}", down.join(", "))
+                }
+            )
+        }))
+    }
+
     fn steady(&self, q: &dyn Query) -> Result<Check> {
         let all = paths(&self.topo);
-        let bad = not_up(&self.up(q)?, &all, 1.0);
-        if !bad.is_empty() {
-            return Ok(Check::NotYet(format!("not up yet: {}", bad.join(", "))));
+        if let Some(why) = self.all_up(q)? {
+            return Ok(Check::NotYet(format!("not up yet: {why}")));
         }
-        let rtt = by_path(q, "rdma_mesh_rtt_seconds_count")?;
-        let empty: Vec<String> = all
-            .iter()
-            .filter(|p| rtt.get(*p).copied().unwrap_or(0.0) < 1.0)
-            .map(show)
-            .collect();
+        let peers = self.topo.nodes.len().saturating_sub(1) as f64;
+        let rtt = by_instance(q, RTTS)?;
+        let empty = short_of(&rtt, &self.instances(), peers);
         if !empty.is_empty() {
             return Ok(Check::NotYet(format!(
-                "RTT histogram empty: {}",
+                "fewer round trips than peers in the RTT histogram: {}",
                 empty.join(", ")
             )));
         }
@@ -224,6 +285,7 @@ impl Checker {
         let stamps = q.query("max(rdma_mesh_timestamps_supported)")?;
         let no_stamps = stamps.first().is_some_and(|s| s.value == 0.0);
         let mut empty_by_device = Vec::new();
+        let mut empty_healthy = Vec::new();
         for (at, e) in &self.dashboard {
             if !q.query(&grafana_expr(e))?.is_empty() {
                 continue;
@@ -238,6 +300,11 @@ impl Checker {
                 empty_by_device.push(at.clone());
                 continue;
             }
+            // A panel of the unhealthy paths' own series is empty while every path is up.
+            if !names.is_empty() && names.iter().all(|n| PATH_SERIES.contains(&n.as_str())) {
+                empty_healthy.push(at.clone());
+                continue;
+            }
             return Ok(Check::NotYet(format!(
                 "dashboard {at}: no series yet for {e}"
             )));
@@ -246,20 +313,26 @@ impl Checker {
         if let Some(w) = corrupt {
             return Ok(w);
         }
-        let told = if empty_by_device.is_empty() {
-            String::new()
-        } else {
-            format!(
+        let mut told = String::new();
+        if !empty_by_device.is_empty() {
+            told += &format!(
                 " (the other {} read the network/host split, which no device here stamps: rdma_mesh_timestamps_supported 0: {})",
                 empty_by_device.len(),
                 empty_by_device.join(", ")
-            )
-        };
+            );
+        }
+        if !empty_healthy.is_empty() {
+            told += &format!(
+                " ({} read only the series of paths that are not healthy, none here: {})",
+                empty_healthy.len(),
+                empty_healthy.join(", ")
+            );
+        }
         Ok(Check::Done(format!(
-            "all {} paths up, every RTT histogram filled ({} observations), {} of {} dashboard queries return series{told}",
+            "all {} paths up, every prober's RTT histogram filled ({} observations), {} of {} dashboard queries return series{told}",
             all.len(),
             rtt.values().sum::<f64>(),
-            self.dashboard.len() - empty_by_device.len(),
+            self.dashboard.len() - empty_by_device.len() - empty_healthy.len(),
             self.dashboard.len()
         )))
     }
@@ -267,12 +340,13 @@ impl Checker {
     /// Any corrupt probe since the stage began is wrong.
     fn corrupt(&self, q: &dyn Query) -> Result<Option<Check>> {
         let now = counts(q)?;
-        let bad: Vec<String> = paths(&self.topo)
-            .iter()
-            .filter(|p| delta(&now, &self.start, p, Some("corrupt")) > 0.0)
-            .map(show)
+        let bad: Vec<String> = self
+            .instances()
+            .into_iter()
+            .filter(|i| delta(&now, &self.start, i, Some("corrupt")) > 0.0)
             .collect();
-        Ok((!bad.is_empty()).then(|| Check::Wrong(format!("corrupt probes: {}", bad.join(", ")))))
+        Ok((!bad.is_empty())
+            .then(|| Check::Wrong(format!("corrupt probes from {}", bad.join(", ")))))
     }
 
     /// RoCE dropped by the faulted node: its paths down with cause `rdma` (never `host`) and
@@ -283,14 +357,14 @@ impl Checker {
         if let Some(w) = self.others_flapped(&up, &others) {
             return Ok(w);
         }
+        // Every failure now is on a path through the faulted node (the others stay up).
         let now = counts(q)?;
-        for p in &through {
+        for i in self.instances() {
             for r in ["host", "refused", "corrupt"] {
-                let n = delta(&now, &self.start, p, Some(r));
+                let n = delta(&now, &self.start, &i, Some(r));
                 if n > 0.0 {
                     return Ok(Check::Wrong(format!(
-                        "{}: {n} probe(s) failed `{r}` while only RoCE was blocked (TCP open): the cause must be `rdma`",
-                        show(p)
+                        "{i}: {n} probe(s) failed `{r}` while only RoCE was blocked (TCP open): the cause must be `rdma`"
                     )));
                 }
             }
@@ -365,19 +439,24 @@ impl Checker {
                 back.join(", ")
             )));
         }
+        // The other probers' failures are their probes of the faulted node.
         let now = counts(q)?;
         let mut seen = Vec::new();
-        for p in through.iter().filter(|p| p.1 == self.topo.faulted) {
-            let host = delta(&now, &self.start, p, Some("host"));
-            let refused = delta(&now, &self.start, p, Some("refused"));
-            let rdma = delta(&now, &self.start, p, Some("rdma"));
+        let faulted = self.topo.instance(&self.topo.faulted);
+        for i in self.instances().into_iter().filter(|i| *i != faulted) {
+            let host = delta(&now, &self.start, &i, Some("host"));
+            let refused = delta(&now, &self.start, &i, Some("refused"));
+            let rdma = delta(&now, &self.start, &i, Some("rdma"));
             if host + refused == 0.0 {
                 return Ok(Check::NotYet(format!(
-                    "{}: no probe failed host or refused yet ({rdma} rdma)",
-                    show(p)
+                    "{i} -> {}: no probe failed host or refused yet ({rdma} rdma)",
+                    self.topo.faulted
                 )));
             }
-            seen.push(format!("{} host {host} refused {refused}", show(p)));
+            seen.push(format!(
+                "{i} -> {} host {host} refused {refused}",
+                self.topo.faulted
+            ));
         }
         Ok(Check::Done(format!(
             "with its server stopped, probes to {}: {}; its paths still down, the other {} up",
@@ -395,16 +474,8 @@ impl Checker {
             return Ok(w);
         }
         let all = paths(&self.topo);
-        let state_up = by_path(
-            q,
-            r#"max by (instance, peer) (rdma_mesh_path_state{state="up"})"#,
-        )?;
-        let bad = not_up(&state_up, &all, 1.0);
-        if !bad.is_empty() {
-            return Ok(Check::NotYet(format!(
-                "not up again yet: {}",
-                bad.join(", ")
-            )));
+        if let Some(why) = self.all_up(q)? {
+            return Ok(Check::NotYet(format!("not up again yet: {why}")));
         }
         let firing = firing_down(q)?;
         if !firing.is_empty() {
@@ -449,21 +520,23 @@ impl Checker {
                 bad.join(", ")
             )));
         }
+        // A lossy end's probes: one peer of its in turn is the other end.
         let now = counts(q)?;
+        let peers = self.topo.nodes.len().saturating_sub(1) as f64;
         let mut told = Vec::new();
         for p in &lossy {
-            let probes = delta(&now, &self.start, p, None);
+            let probes = delta(&now, &self.start, &p.0, None) / peers;
             if probes < self.topo.loss_probes as f64 {
                 return Ok(Check::NotYet(format!(
-                    "{}: {probes} of {} probes under loss so far",
+                    "{}: about {probes} of {} probes under loss so far",
                     show(p),
                     self.topo.loss_probes
                 )));
             }
-            let slow = delta(&now, &self.start, p, Some("slow"));
+            let slow = delta(&now, &self.start, &p.0, Some("slow"));
             let failed: f64 = ["host", "refused", "rdma"]
                 .iter()
-                .map(|r| delta(&now, &self.start, p, Some(r)))
+                .map(|r| delta(&now, &self.start, &p.0, Some(r)))
                 .sum();
             let was_degraded = degraded.get(p).copied().unwrap_or(0.0) > 0.0;
             if slow == 0.0 && !was_degraded {
@@ -473,7 +546,7 @@ impl Checker {
                 )));
             }
             told.push(format!(
-                "{} {probes} probes: {slow} slow, {failed} failed, degraded {}",
+                "{}: about {probes} probes, its prober's {slow} slow and {failed} failed, degraded {}",
                 show(p),
                 if was_degraded { "yes" } else { "no" }
             ));

@@ -8,12 +8,10 @@ use std::collections::{BTreeMap, HashMap};
 use color_eyre::eyre::Result;
 
 use super::prom::{Query, Sample};
-use super::stages::{Check, Checker, NODE_VERDICTS, grafana_expr};
+use super::stages::{Check, Checker, NODE_VERDICTS, PATHS_UP, RESULTS, RTTS, grafana_expr};
 use super::{Stage, Topology, budget};
 
 const UP: &str = "max by (instance, peer) (rdma_mesh_path_up)";
-const PROBES: &str = "rdma_mesh_probes_total";
-const RTT: &str = "rdma_mesh_rtt_seconds_count";
 const ALERTS: &str = r#"ALERTS{alertname="RdmaMeshPathDown",alertstate="firing"}"#;
 
 #[derive(Default)]
@@ -36,41 +34,44 @@ impl Fake {
         self.answers.borrow_mut().insert(q.to_owned(), s);
     }
 
-    /// `path_up` of every ordered pair: 1, except `down` (0) and `absent`.
-    fn up(&self, down: &[(&str, &str)], absent: &[(&str, &str)]) {
+    /// The paths as a prober exports them: `down` ones with their own `path_up` 0,
+    /// `recovered` ones (back up, keeping their series a while) with 1, the others healthy
+    /// (no series of their own); each prober's paths up, but for `down` and `unjudged`.
+    fn up(&self, down: &[(&str, &str)], recovered: &[(&str, &str)], unjudged: &[(&str, &str)]) {
         let mut v = Vec::new();
+        let mut up = Vec::new();
         for a in ["node1", "node2", "node3"] {
+            let mut n = 0.0;
             for b in ["node1", "node2", "node3"].into_iter().filter(|b| *b != a) {
-                if absent.contains(&(a, b)) {
-                    continue;
+                let path = sample(&[("instance", &inst(a)), ("peer", b)], 0.0);
+                if down.contains(&(a, b)) {
+                    v.push(path);
+                } else if recovered.contains(&(a, b)) {
+                    v.push(Sample { value: 1.0, ..path });
+                    n += 1.0;
+                } else if !unjudged.contains(&(a, b)) {
+                    n += 1.0;
                 }
-                let value = if down.contains(&(a, b)) { 0.0 } else { 1.0 };
-                v.push(sample(&[("instance", &inst(a)), ("peer", b)], value));
             }
+            up.push(sample(&[("instance", &inst(a))], n));
         }
         self.set(UP, v);
+        self.set(PATHS_UP, up);
     }
 
-    /// Probe counters: `n` ok probes on every path, plus `extra` (path, result, count).
+    /// Each prober's results: `n` ok probes of each of its two peers, plus `extra` (path,
+    /// result, count), summed by prober.
     fn probes(&self, n: f64, extra: &[((&str, &str), &str, f64)]) {
         let mut v = Vec::new();
         for a in ["node1", "node2", "node3"] {
-            for b in ["node1", "node2", "node3"].into_iter().filter(|b| *b != a) {
-                v.push(sample(
-                    &[("instance", &inst(a)), ("peer", b), ("result", "ok")],
-                    n,
-                ));
-                for ((x, y), r, c) in extra {
-                    if (*x, *y) == (a, b) {
-                        v.push(sample(
-                            &[("instance", &inst(a)), ("peer", b), ("result", r)],
-                            *c,
-                        ));
-                    }
+            v.push(sample(&[("instance", &inst(a)), ("result", "ok")], 2.0 * n));
+            for ((x, _), r, c) in extra {
+                if *x == a {
+                    v.push(sample(&[("instance", &inst(a)), ("result", r)], *c));
                 }
             }
         }
-        self.set(PROBES, v);
+        self.set(RESULTS, v);
     }
 
     fn firing(&self, paths: &[((&str, &str), &str)]) {
@@ -157,16 +158,30 @@ fn steady_waits_for_every_path_the_histograms_and_every_dashboard_query() {
         "rate(x[$__rate_interval])".to_owned(),
     )];
     let c = checker(Stage::Steady, &f, dash);
-    f.up(&[], &[("node2", "node3")]);
-    assert!(not_yet(c.poll(&f).unwrap()).contains("node2:9478 -> node3 (path_up absent)"));
-    f.up(&[], &[]);
-    assert!(not_yet(c.poll(&f).unwrap()).contains("RTT histogram empty"));
-    let rtt: Vec<Sample> = THROUGH
+    f.up(&[], &[], &[("node2", "node3")]);
+    let n = not_yet(c.poll(&f).unwrap());
+    assert!(
+        n.contains("probers without all 2 paths up: node2:9478 (1)"),
+        "{n}"
+    );
+    f.up(&[("node1", "node3")], &[], &[]);
+    let n = not_yet(c.poll(&f).unwrap());
+    assert!(
+        n.contains("node1:9478 (1); down: node1:9478 -> node3 (path_up 0)"),
+        "{n}"
+    );
+    f.up(&[], &[], &[]);
+    f.set(RTTS, vec![sample(&[("instance", &inst("node1"))], 5.0)]);
+    let n = not_yet(c.poll(&f).unwrap());
+    assert!(
+        n.contains("fewer round trips than peers") && n.contains("node2:9478 (0)"),
+        "{n}"
+    );
+    let rtt: Vec<Sample> = ["node1", "node2", "node3"]
         .iter()
-        .chain(&[("node1", "node2"), ("node2", "node1")])
-        .map(|(a, b)| sample(&[("instance", &inst(a)), ("peer", b)], 5.0))
+        .map(|a| sample(&[("instance", &inst(a))], 5.0))
         .collect();
-    f.set(RTT, rtt);
+    f.set(RTTS, rtt);
     assert!(not_yet(c.poll(&f).unwrap()).contains("dashboard panel \"RTT\": no series"));
     f.set(
         &grafana_expr("rate(x[$__rate_interval])"),
@@ -179,12 +194,17 @@ fn steady_waits_for_every_path_the_histograms_and_every_dashboard_query() {
         "panel \"net\"".to_owned(),
         "rate(rdma_mesh_network_rtt_seconds_bucket[$__rate_interval])".to_owned(),
     );
+    let unhealthy = (
+        "panel \"state\"".to_owned(),
+        "max by (instance, peer) (rdma_mesh_path_state{peer=~\"$peer\"}) == 1".to_owned(),
+    );
     let dash = vec![
         (
             "panel \"RTT\"".to_owned(),
             "rate(x[$__rate_interval])".to_owned(),
         ),
         split,
+        unhealthy,
     ];
     let c2 = checker(Stage::Steady, &f, dash);
     assert!(not_yet(c2.poll(&f).unwrap()).contains("dashboard panel \"net\""));
@@ -194,18 +214,25 @@ fn steady_waits_for_every_path_the_histograms_and_every_dashboard_query() {
     );
     let d = done(c2.poll(&f).unwrap());
     assert!(
-        d.contains("1 of 2 dashboard queries") && d.contains("panel \"net\""),
+        d.contains("1 of 3 dashboard queries") && d.contains("panel \"net\""),
+        "{d}"
+    );
+    // A panel of the unhealthy paths' own series is empty in a healthy mesh, and said.
+    assert!(
+        d.contains(
+            "1 read only the series of paths that are not healthy, none here: panel \"state\""
+        ),
         "{d}"
     );
     f.probes(2.0, &[(("node1", "node2"), "corrupt", 1.0)]);
-    assert!(wrong(c.poll(&f).unwrap()).contains("corrupt probes: node1:9478 -> node2"));
+    assert!(wrong(c.poll(&f).unwrap()).contains("corrupt probes from node1:9478"));
 }
 
 #[test]
 fn blocked_wants_rdma_down_and_the_alert_with_its_cause_and_nothing_else_moving() {
     let f = Fake::default();
     f.probes(3.0, &[(("node1", "node3"), "host", 1.0)]);
-    f.up(&[], &[]);
+    f.up(&[], &[], &[]);
     let c = checker(Stage::Blocked, &f, Vec::new());
     // A host failure from before the stage does not count; rdma ones do not yet go down.
     f.probes(
@@ -216,7 +243,7 @@ fn blocked_wants_rdma_down_and_the_alert_with_its_cause_and_nothing_else_moving(
         ],
     );
     assert!(not_yet(c.poll(&f).unwrap()).contains("not down yet"));
-    f.up(&THROUGH, &[]);
+    f.up(&THROUGH, &[], &[]);
     assert!(not_yet(c.poll(&f).unwrap()).contains("RdmaMeshPathDown not firing yet"));
     f.firing(&THROUGH.map(|p| (p, "rdma")));
     assert!(
@@ -256,11 +283,11 @@ fn blocked_wants_rdma_down_and_the_alert_with_its_cause_and_nothing_else_moving(
     f.firing(&[(THROUGH[0], "host")]);
     assert!(wrong(c.poll(&f).unwrap()).contains("cause \"host\", not \"rdma\""));
     f.probes(5.0, &[(("node2", "node3"), "host", 1.0)]);
-    assert!(wrong(c.poll(&f).unwrap()).contains("node2:9478 -> node3: 1 probe(s) failed `host`"));
-    f.up(&[("node1", "node2")], &[]);
+    assert!(wrong(c.poll(&f).unwrap()).contains("node2:9478: 1 probe(s) failed `host`"));
+    f.up(&[("node1", "node2")], &[], &[]);
     assert!(wrong(c.poll(&f).unwrap()).contains("left up: node1:9478 -> node2"));
-    // A scrape that failed (the series absent) is no flap.
-    f.up(&THROUGH, &[("node1", "node2")]);
+    // A healthy path (no series of its own) is no flap.
+    f.up(&THROUGH, &[], &[]);
     f.firing(&THROUGH.map(|p| (p, "rdma")));
     f.probes(6.0, &[]);
     assert!(done(c.poll(&f).unwrap()).contains("down with cause rdma"));
@@ -276,7 +303,7 @@ fn stopped_wants_host_or_refused_to_the_node_and_its_paths_still_down() {
             (("node2", "node3"), "rdma", 4.0),
         ],
     );
-    f.up(&THROUGH, &[]);
+    f.up(&THROUGH, &[], &[]);
     let c = checker(Stage::Stopped, &f, Vec::new());
     f.probes(
         3.0,
@@ -298,10 +325,10 @@ fn stopped_wants_host_or_refused_to_the_node_and_its_paths_still_down() {
         d.contains("host 1 refused 0") && d.contains("host 0 refused 1"),
         "{d}"
     );
-    f.up(&THROUGH[1..], &[]);
+    f.up(&THROUGH[1..], &[THROUGH[0]], &[]);
     assert!(wrong(c.poll(&f).unwrap()).contains("came up: node1:9478 -> node3"));
     // A scrape that failed (the series absent) is not a path that came up.
-    f.up(&THROUGH[1..], &[THROUGH[0]]);
+    f.up(&THROUGH[1..], &[], &[]);
     assert!(done(c.poll(&f).unwrap()).contains("its paths still down"));
 }
 
@@ -309,19 +336,18 @@ fn stopped_wants_host_or_refused_to_the_node_and_its_paths_still_down() {
 fn restored_waits_for_every_path_and_the_alert_to_resolve() {
     let f = Fake::default();
     f.probes(1.0, &[]);
-    f.up(&THROUGH, &[]);
+    f.up(&THROUGH, &[], &[]);
     f.firing(&THROUGH.map(|p| (p, "rdma")));
     let c = checker(Stage::Restored, &f, Vec::new());
     assert!(not_yet(c.poll(&f).unwrap()).contains("not up again yet"));
     // Reachable again (path_up 1) but still degraded is not restored.
-    f.up(&[], &[]);
-    let state_up = r#"max by (instance, peer) (rdma_mesh_path_state{state="up"})"#;
-    let mut states: Vec<Sample> = f.answers.borrow()[UP].clone();
-    states[1].value = 0.0;
-    f.set(state_up, states.clone());
-    assert!(not_yet(c.poll(&f).unwrap()).contains("not up again yet"));
+    f.up(&[], &THROUGH, &[]);
+    let mut states: Vec<Sample> = f.answers.borrow()[PATHS_UP].clone();
     states[1].value = 1.0;
-    f.set(state_up, states);
+    f.set(PATHS_UP, states.clone());
+    assert!(not_yet(c.poll(&f).unwrap()).contains("not up again yet"));
+    states[1].value = 2.0;
+    f.set(PATHS_UP, states);
     assert!(not_yet(c.poll(&f).unwrap()).contains("still firing"));
     f.firing(&[]);
     assert!(done(c.poll(&f).unwrap()).contains("RdmaMeshPathDown resolved"));
@@ -331,13 +357,13 @@ fn restored_waits_for_every_path_and_the_alert_to_resolve() {
 fn lossy_wants_slow_or_degraded_on_its_link_only_after_enough_probes() {
     let f = Fake::default();
     f.probes(10.0, &[]);
-    f.up(&[], &[]);
+    f.up(&[], &[], &[]);
     let mut c = checker(Stage::Lossy, &f, Vec::new());
     c.elapsed_s = 12.3;
     let degraded =
         r#"max by (instance, peer) (max_over_time(rdma_mesh_path_state{state="degraded"}[13s]))"#;
     f.probes(12.0, &[]);
-    assert!(not_yet(c.poll(&f).unwrap()).contains("2 of 4 probes under loss"));
+    assert!(not_yet(c.poll(&f).unwrap()).contains("about 2 of 4 probes under loss"));
     // Enough probes, and the loss never showed: wrong, said so.
     f.probes(14.0, &[]);
     assert!(wrong(c.poll(&f).unwrap()).contains("the loss did not show"));
@@ -352,7 +378,8 @@ fn lossy_wants_slow_or_degraded_on_its_link_only_after_enough_probes() {
     );
     let d = done(c.poll(&f).unwrap());
     assert!(
-        d.contains("node2:9478 -> node3 6 probes: 2 slow") && d.contains("degraded yes"),
+        d.contains("node2:9478 -> node3: about 5 probes, its prober's 2 slow")
+            && d.contains("degraded yes"),
         "{d}"
     );
     // A path off the link degraded, or a corrupt probe: wrong.

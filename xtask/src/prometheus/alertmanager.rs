@@ -25,7 +25,13 @@ const REQUEST: Duration = Duration::from_secs(5);
 
 /// An alert by the labels the inhibit rules read: `(alertname, peer, instance, tor, peer_tor)`,
 /// empty for a label the alert has not.
-pub type Labels = (&'static str, &'static str, &'static str, &'static str, &'static str);
+pub type Labels = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+);
 
 /// The alerts the rules raise for four faults at once: node3 down (its paths to and from it,
 /// its stale probes and its scrape, under `RdmaMeshNodeDown`), node4's RDMA broken (its paths,
@@ -41,7 +47,13 @@ pub const RAISED: &[Labels] = &[
     ("RdmaMeshScrapeFailing", "", "node3:9478", "", ""),
     ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478", "", "tor1"),
     ("RdmaMeshPathDown", "node4", "node1:9478", "tor1", "tor1"),
-    ("RdmaMeshPathDegraded", "node4", "node2:9478", "tor1", "tor1"),
+    (
+        "RdmaMeshPathDegraded",
+        "node4",
+        "node2:9478",
+        "tor1",
+        "tor1",
+    ),
     ("RdmaMeshPathDown", "node1", "node4:9478", "tor1", "tor1"),
     ("RdmaMeshPathDown", "node2", "node1:9478", "tor1", "tor1"),
     ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3"),

@@ -94,13 +94,25 @@ fn a_report_lands_in_its_series() {
     l("# TYPE rdma_mesh_rtt_seconds histogram");
     let own = r#"tor="tor1",peer_tor="tor1",scope="tor",device="rxe0",rail="0""#;
     let across = r#"tor="tor1",peer_tor="tor2",scope="across",device="rxe0",rail="0""#;
-    l(&format!(r#"rdma_mesh_tor_probes_total{{{own},outcome="ok"}} 1"#));
-    l(&format!(r#"rdma_mesh_tor_probes_total{{{own},outcome="failed"}} 0"#));
-    l(&format!(r#"rdma_mesh_tor_probes_total{{{across},outcome="ok"}} 0"#));
-    l(&format!(r#"rdma_mesh_tor_probes_total{{{across},outcome="failed"}} 1"#));
+    l(&format!(
+        r#"rdma_mesh_tor_probes_total{{{own},outcome="ok"}} 1"#
+    ));
+    l(&format!(
+        r#"rdma_mesh_tor_probes_total{{{own},outcome="failed"}} 0"#
+    ));
+    l(&format!(
+        r#"rdma_mesh_tor_probes_total{{{across},outcome="ok"}} 0"#
+    ));
+    l(&format!(
+        r#"rdma_mesh_tor_probes_total{{{across},outcome="failed"}} 1"#
+    ));
     // Only the round trips of the probes that succeeded.
-    l(&format!(r#"rdma_mesh_tor_rtt_seconds_total{{{own}}} 0.00003"#));
-    l(&format!(r#"rdma_mesh_tor_rtt_seconds_total{{{across}}} 0.0"#));
+    l(&format!(
+        r#"rdma_mesh_tor_rtt_seconds_total{{{own}}} 0.00003"#
+    ));
+    l(&format!(
+        r#"rdma_mesh_tor_rtt_seconds_total{{{across}}} 0.0"#
+    ));
     l(r#"rdma_mesh_probe_results_total{scope="tor",device="rxe0",rail="0",result="ok"} 1"#);
     l(r#"rdma_mesh_probe_results_total{scope="across",device="rxe0",rail="0",result="rdma"} 1"#);
     l(r#"rdma_mesh_probe_results_total{scope="across",device="rxe0",rail="0",result="ok"} 0"#);
@@ -116,8 +128,12 @@ fn a_report_lands_in_its_series() {
     l(&format!(r#"rdma_mesh_path_up{{{path}}} 0"#));
     l(&format!(r#"rdma_mesh_path_state{{{path},state="down"}} 1"#));
     l(&format!(r#"rdma_mesh_path_state{{{path},state="up"}} 0"#));
-    l(&format!(r#"rdma_mesh_probes_total{{{path},result="rdma"}} 1"#));
-    l(&format!(r#"rdma_mesh_probes_total{{{path},result="ok"}} 0"#));
+    l(&format!(
+        r#"rdma_mesh_probes_total{{{path},result="rdma"}} 1"#
+    ));
+    l(&format!(
+        r#"rdma_mesh_probes_total{{{path},result="ok"}} 0"#
+    ));
     assert_eq!(own_series(&t, "node2"), Vec::<&str>::new());
     assert_eq!(own_series(&t, "node3").len(), SERIES_PER_PATH, "{t}");
     assert!(m.encode(Format::OpenMetrics).ends_with("# EOF\n"));
@@ -137,7 +153,10 @@ fn no_path_is_down_before_its_first_verdict() {
     m.record(&no_verdict).unwrap();
     for format in [Format::Text, Format::OpenMetrics] {
         let t = m.encode(format);
-        assert!(!t.contains("rdma_mesh_path_"), "a path's series before any verdict:\n{t}");
+        assert!(
+            !t.contains("rdma_mesh_path_"),
+            "a path's series before any verdict:\n{t}"
+        );
         has(&t, r#"rdma_mesh_paths{state="unknown"} 2"#);
     }
     m.record(&report("node3", ResultLabel::Rdma)).unwrap();
@@ -147,7 +166,10 @@ fn no_path_is_down_before_its_first_verdict() {
         .filter(|l| l.starts_with("rdma_mesh_path_up{"))
         .collect();
     assert_eq!(ups.len(), 1, "{t}");
-    assert!(ups[0].contains(r#"peer="node3""#) && ups[0].ends_with(" 0"), "{t}");
+    assert!(
+        ups[0].contains(r#"peer="node3""#) && ups[0].ends_with(" 0"),
+        "{t}"
+    );
     has(&t, r#"rdma_mesh_paths{state="unknown"} 1"#);
     // node2's earlier failure (without a verdict) is in its count, should it ever be exposed.
     m.record(&report("node2", ResultLabel::Host)).unwrap();
@@ -186,7 +208,10 @@ fn a_recovered_path_keeps_its_series_a_while_then_loses_them_and_counts_on() {
         ..report("node2", ResultLabel::Ok)
     };
     m.record(&other(20 + keep - 1)).unwrap();
-    assert_eq!(own_series(&m.encode(Format::Text), "node3").len(), SERIES_PER_PATH);
+    assert_eq!(
+        own_series(&m.encode(Format::Text), "node3").len(),
+        SERIES_PER_PATH
+    );
     m.record(&other(20 + keep)).unwrap();
     let t = m.encode(Format::Text);
     assert_eq!(own_series(&t, "node3"), Vec::<&str>::new(), "{t}");
@@ -259,7 +284,10 @@ fn bad_labels_and_too_many_paths_are_refused() {
             ..paths()[0].clone()
         }];
         assert!(
-            matches!(MeshMetrics::new("tor1", &p), Err(MetricsError::BadLabel { .. })),
+            matches!(
+                MeshMetrics::new("tor1", &p),
+                Err(MetricsError::BadLabel { .. })
+            ),
             "{bad:?}"
         );
         let p = vec![Path {
@@ -354,7 +382,11 @@ fn healthy_fleet_of_ten_thousand_stays_under_a_thousand_series() {
         probe(i, ResultLabel::Rdma, 10);
     }
     let broken = samples(&m.encode(Format::Text)).len();
-    assert_eq!(broken, healthy + 3 * SERIES_PER_PATH, "{healthy} → {broken}");
+    assert_eq!(
+        broken,
+        healthy + 3 * SERIES_PER_PATH,
+        "{healthy} → {broken}"
+    );
     for i in [3, 4_000, 9_999] {
         probe(i, ResultLabel::Ok, 20);
     }
