@@ -15,8 +15,10 @@
 //!   failure's cause), the round-trip histograms, the last bandwidth sample, and the
 //!   prober's own: its paths by state (`rdma_mesh_paths`), its ToR and the number of its peers
 //!   there (`rdma_mesh_tor_peers`), its last probe, its devices' clocks, its version;
-//! - **per path only while the path is not healthy**: from its first verdict other than `up`
-//!   until it has been `up` again for [`KEEP_RECOVERED`], the path's `rdma_mesh_path_up`,
+//! - **per path only while the path is not healthy**: from its first probe that failed or was
+//!   slow, or its first verdict other than `up` (the first failure shows before the path goes
+//!   down, so that `increase()` sees the failures that take it down), until it has been `up`
+//!   with every probe `ok` for [`KEEP_RECOVERED`], the path's `rdma_mesh_path_up`,
 //!   `rdma_mesh_path_state` (one-hot over up, degraded, down), `rdma_mesh_probes_total` by result
 //!   and `rdma_mesh_path_state_changes_total`: [`SERIES_PER_PATH`] series. Their counters count
 //!   from the prober's start (kept in memory while the series are not exposed), so a path that
@@ -397,8 +399,8 @@ struct Entry {
     changes: u64,
     /// Its state (`None`: no verdict yet).
     state: Option<PathState>,
-    /// Since when it is `up` (while it is).
-    up_since: Option<SystemTime>,
+    /// Since when it is `up` with every probe `ok` (while it is).
+    healthy_since: Option<SystemTime>,
     /// Its own series are exposed.
     exposed: bool,
 }
@@ -530,7 +532,7 @@ impl MeshMetrics {
                 counts: [0; ResultLabel::ALL.len()],
                 changes: 0,
                 state: None,
-                up_since: None,
+                healthy_since: None,
                 exposed: false,
             };
             by_key.insert(key, entry);
@@ -691,8 +693,9 @@ impl MeshMetrics {
     /// Records one probe. Refuses (and records nothing for) a path not given to [`Self::new`].
     /// The RTTs are observed when present; the network RTT and host delay only where the
     /// device gives completion timestamps, so their counts may be lower than the wall RTT's.
-    /// A path's own series appear with its first verdict other than `up` and go once it has
-    /// been `up` for [`KEEP_RECOVERED`] (told at any path's report, by the reports' clock).
+    /// A path's own series appear with its first probe, once judged, that is not `ok` or whose
+    /// verdict is not `up`, and go once it has been `up` with every probe `ok` for
+    /// [`KEEP_RECOVERED`] (told at any path's report, by the reports' clock).
     pub fn record(&self, report: &ProbeReport<'_>) -> Result<(), MetricsError> {
         let key = Key {
             peer: report.peer.to_owned(),
@@ -766,12 +769,13 @@ impl MeshMetrics {
                     .inc();
                 e.state = Some(state);
             }
-            if state == PathState::Up {
-                e.up_since.get_or_insert(report.at);
+            let healthy = state == PathState::Up && result == ResultLabel::Ok;
+            if healthy {
+                e.healthy_since.get_or_insert(report.at);
             } else {
-                e.up_since = None;
+                e.healthy_since = None;
             }
-            if state != PathState::Up || e.exposed {
+            if !healthy || e.exposed {
                 self.expose(e);
                 exposed.insert(key);
             }
@@ -780,9 +784,12 @@ impl MeshMetrics {
         let healed: Vec<Key> = exposed
             .iter()
             .filter(|k| {
-                by_key.get(k).and_then(|e| e.up_since).is_some_and(|since| {
-                    report.at.duration_since(since).unwrap_or(Duration::ZERO) >= KEEP_RECOVERED
-                })
+                by_key
+                    .get(k)
+                    .and_then(|e| e.healthy_since)
+                    .is_some_and(|since| {
+                        report.at.duration_since(since).unwrap_or(Duration::ZERO) >= KEEP_RECOVERED
+                    })
             })
             .cloned()
             .collect();

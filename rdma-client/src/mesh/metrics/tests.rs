@@ -415,3 +415,37 @@ fn each_cause_is_its_result_label_and_unknown_leaves_the_state() {
         assert_eq!(PathState::of(s).map(PathState::as_str), Some(s.as_str()));
     }
 }
+
+/// An `up` path's first failed probe exposes its series while it is still `up`, so that the
+/// failures that take it down are increases Prometheus sees (a counter first seen at 3 would
+/// give `RdmaMeshPathDown` no cause); a slow probe does too.
+#[test]
+fn an_up_path_shows_from_its_first_failure_not_only_once_down() {
+    let m = metrics();
+    let probes = r#"rdma_mesh_probes_total{tor="tor1",peer="node2",peer_tor="tor1",scope="tor",device="rxe0",rail="0",result="rdma"}"#;
+    m.record(&report("node2", ResultLabel::Ok)).unwrap();
+    assert_eq!(
+        own_series(&m.encode(Format::Text), "node2"),
+        Vec::<&str>::new()
+    );
+    let still_up = ProbeReport {
+        state: Some(PathState::Up),
+        ..report("node2", ResultLabel::Rdma)
+    };
+    m.record(&still_up).unwrap();
+    let t = m.encode(Format::Text);
+    has(&t, &format!("{probes} 1"));
+    assert_eq!(own_series(&t, "node2").len(), SERIES_PER_PATH);
+    m.record(&still_up).unwrap();
+    m.record(&report("node2", ResultLabel::Rdma)).unwrap();
+    has(&m.encode(Format::Text), &format!("{probes} 3"));
+    let slow = ProbeReport {
+        state: Some(PathState::Up),
+        ..report("node3", ResultLabel::Slow)
+    };
+    m.record(&slow).unwrap();
+    assert_eq!(
+        own_series(&m.encode(Format::Text), "node3").len(),
+        SERIES_PER_PATH
+    );
+}
