@@ -28,7 +28,7 @@ use super::cause::{Cause, Outcome};
 use super::clock::{self, Answer};
 use super::metrics::{MeshMetrics, PathState, ProbeReport, ResultLabel};
 use super::probe::{Job, ProbeFailure, Probed, Prober};
-use super::state::{Mark, Pair};
+use super::state::Pair;
 use super::textfile::Textfile;
 use super::topology::Tors;
 use crate::fabric::ranks::World;
@@ -458,11 +458,7 @@ impl<'p> Scheduler<'p, '_> {
         let cfg = &self.plan.config.state;
         let observed = self.pairs[ix].observe(cfg, &outcome);
         let state = self.pairs[ix].state();
-        let cause = match observed.mark {
-            Mark::Good | Mark::Lossy(_) => None,
-            Mark::Slow => Some(Cause::Slow),
-            Mark::Failed(c) => Some(c),
-        };
+        let cause = observed.mark.probe_cause();
         let rtt = match outcome {
             Outcome::Ok { rtt, .. } => Some(rtt),
             Outcome::Failed { .. } => None,

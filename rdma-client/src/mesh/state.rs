@@ -127,6 +127,16 @@ impl Mark {
             Mark::Lossy(c) | Mark::Failed(c) => Some(c),
         }
     }
+    /// This probe's own cause (its `result`, its event's `cause`): a failure's, or `slow`; a
+    /// lossy probe itself succeeded.
+    #[must_use]
+    pub fn probe_cause(self) -> Option<Cause> {
+        match self {
+            Mark::Good | Mark::Lossy(_) => None,
+            Mark::Slow => Some(Cause::Slow),
+            Mark::Failed(c) => Some(c),
+        }
+    }
 }
 
 /// A change of a pair's state.
