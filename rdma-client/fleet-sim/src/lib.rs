@@ -17,7 +17,8 @@ use rdma_client::mesh::schedule::{NodeSchedule, Schedule};
 use rdma_client::mesh::state::{Pair, PairState, StateConfig};
 use rdma_client::mesh::topology::Tors;
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The fleet's shape: `tors` ToRs of `per_tor` nodes.
 #[derive(Clone, Copy, Debug)]
@@ -69,7 +70,7 @@ pub struct Fleet {
     state: StateConfig,
     every: Duration,
     pairs: HashMap<(u32, u32), Pair>,
-    watched: BTreeMap<usize, MeshMetrics>,
+    watched: BTreeMap<usize, Arc<MeshMetrics>>,
     faults: Vec<(u64, Fault)>,
     rng: u64,
     /// The next interval.
@@ -147,7 +148,7 @@ impl Fleet {
             .collect();
         let m = MeshMetrics::new(&tor(node), &paths)?;
         m.set_timestamps_supported("mlx5_0", false)?;
-        self.watched.insert(node, m);
+        self.watched.insert(node, Arc::new(m));
         Ok(())
     }
 
@@ -211,14 +212,29 @@ impl Fleet {
         }
     }
 
-    /// One interval: every node that is up probes the peers the schedule gives it.
+    /// One interval: every node that is up probes the peers the schedule gives it, at the
+    /// simulated clock's time (interval `t` at `t` × the interval from Unix time 0).
     ///
     /// # Errors
     /// The metrics refused a report (a bug of the simulation's paths).
     pub fn step(&mut self) -> color_eyre::Result<()> {
+        let at = UNIX_EPOCH + T0 + self.every * u32::try_from(self.t).unwrap_or(u32::MAX);
+        self.step_at(at)
+    }
+
+    /// A watched node's metrics, to serve.
+    pub fn metrics(&self, node: usize) -> Option<Arc<MeshMetrics>> {
+        self.watched.get(&node).cloned()
+    }
+
+    /// [`Self::step`] with the probes ending at `at` (the wall clock, where a real Prometheus
+    /// scrapes the fleet).
+    ///
+    /// # Errors
+    /// As [`Self::step`].
+    pub fn step_at(&mut self, at: SystemTime) -> color_eyre::Result<()> {
         let t = self.t;
         self.received.iter_mut().for_each(|r| *r = 0);
-        let at = UNIX_EPOCH + T0 + self.every * u32::try_from(t).unwrap_or(u32::MAX);
         for p in 0..self.names.len() {
             if !self.alive(p) {
                 continue;

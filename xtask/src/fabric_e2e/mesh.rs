@@ -17,7 +17,7 @@
 
 use std::path::Path;
 
-use color_eyre::eyre::{Result, WrapErr as _, bail};
+use color_eyre::eyre::{Result, WrapErr as _};
 
 use crate::deadline::GRACE;
 use crate::mesh_guest::{Stage, Topology, budget};
@@ -54,8 +54,6 @@ pub const BW_EVERY: u32 = 3;
 pub const METRICS_PORT: u16 = 9478;
 /// Prometheus's port on node1.
 pub const PROMETHEUS_PORT: u16 = 9090;
-/// The `for:` the guests' copy of the shipped rules has (theirs are minutes).
-pub const ALERT_FOR_S: u64 = 3;
 /// The lossy link's loss, and how many probes each of its paths must have under it.
 pub const LOSS_PCT: u32 = 5;
 pub const LOSS_PROBES: u32 = 12;
@@ -92,35 +90,9 @@ pub fn topology(n: usize, dashboard: &Path) -> Topology {
         down_after: DOWN_AFTER,
         up_after: UP_AFTER,
         bw_every: BW_EVERY,
-        alert_for_s: ALERT_FOR_S,
+        alert_for_s: crate::prometheus::ALERT_FOR_S,
         loss_probes: LOSS_PROBES,
     }
-}
-
-/// The shipped rules with every `for:` set to [`ALERT_FOR_S`] (a test cannot wait their
-/// minutes), and nothing else changed; an error if some alert has no `for:`.
-pub fn fast_rules(shipped: &str) -> Result<String> {
-    let alerts = shipped
-        .lines()
-        .filter(|l| l.trim_start().starts_with("- alert:"))
-        .count();
-    let mut changed = 0;
-    let mut out = String::with_capacity(shipped.len());
-    for line in shipped.split_inclusive('\n') {
-        let t = line.trim_start();
-        if let Some(rest) = t.strip_prefix("for:") {
-            let indent = &line[..line.len() - t.len()];
-            let eol = if rest.ends_with('\n') { "\n" } else { "" };
-            out.push_str(&format!("{indent}for: {ALERT_FOR_S}s{eol}"));
-            changed += 1;
-        } else {
-            out.push_str(line);
-        }
-    }
-    if changed != alerts || alerts == 0 {
-        bail!("the shipped rules have {alerts} alerts but {changed} `for:` lines");
-    }
-    Ok(out)
 }
 
 /// Prometheus's configuration: every node's prober scraped every 2 s (a scrape that times out
@@ -149,7 +121,7 @@ pub fn write_files(files: &Path, files_s: &str, n: usize) -> Result<()> {
         .join(crate::prometheus::DASHBOARD);
     let topo = serde_json::to_string_pretty(&topology(n, &dashboard))?;
     for (name, body) in [
-        (RULES_FILE, fast_rules(&text)?),
+        (RULES_FILE, crate::prometheus::fast_rules(&text)?),
         (
             PROMETHEUS_FILE,
             prometheus_yml(n, &format!("{files_s}/{RULES_FILE}")),
@@ -417,30 +389,6 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_guests_rules_differ_from_the_shipped_only_in_their_for() {
-        let shipped = std::fs::read_to_string(
-            crate::exec::workspace_root()
-                .join("deploy/prometheus")
-                .join(crate::prometheus::RULES),
-        )
-        .unwrap();
-        let fast = fast_rules(&shipped).unwrap();
-        assert!(fast.contains(&format!("for: {ALERT_FOR_S}s\n")));
-        assert!(!fast.contains("for: 3m"));
-        let (a, b): (Vec<&str>, Vec<&str>) = (shipped.lines().collect(), fast.lines().collect());
-        assert_eq!(a.len(), b.len());
-        for (x, y) in a.iter().zip(&b) {
-            if x != y {
-                assert!(x.trim_start().starts_with("for:"), "{x} -> {y}");
-            }
-        }
-        // An alert without its `for:` is refused.
-        let cut = shipped.replacen("        for: 3m\n", "", 1);
-        assert_ne!(cut, shipped);
-        assert!(fast_rules(&cut).is_err());
-    }
 
     #[test]
     fn prometheus_scrapes_every_node_and_loads_the_guests_rules() {

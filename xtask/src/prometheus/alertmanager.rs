@@ -70,7 +70,8 @@ pub const PAGES: &[Labels] = &[
     ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3"),
 ];
 
-type Alert = (String, String, String, String, String);
+/// An alert by the labels the inhibit rules read, as [`Labels`] (owned).
+pub type Alert = (String, String, String, String, String);
 
 /// `amtool check-config`, then [`RAISED`] posted to a real Alertmanager running `dir`'s
 /// configuration; returns the alerts it left active (not inhibited).
@@ -131,7 +132,7 @@ pub fn check(dir: &Path) -> Result<usize> {
     Ok(text.matches("source_matchers:").count())
 }
 
-fn own((name, peer, instance, tor, peer_tor): Labels) -> Alert {
+pub fn own((name, peer, instance, tor, peer_tor): Labels) -> Alert {
     (
         name.to_owned(),
         peer.to_owned(),
@@ -142,7 +143,7 @@ fn own((name, peer, instance, tor, peer_tor): Labels) -> Alert {
 }
 
 /// The first of `names` on PATH, or an error naming the deps group that installs it.
-fn tool(names: &[&str]) -> Result<PathBuf> {
+pub fn tool(names: &[&str]) -> Result<PathBuf> {
     names.iter().find_map(|n| exec::which(n)).ok_or_else(|| {
         eyre!(
             "{} is not installed (Debian's `prometheus-alertmanager` package ships it): run `cargo xtask deps --groups prometheus` as root",
@@ -153,7 +154,7 @@ fn tool(names: &[&str]) -> Result<PathBuf> {
 
 /// A running Alertmanager on 127.0.0.1, killed when dropped.
 #[derive(Debug)]
-struct Alertmanager {
+pub struct Alertmanager {
     child: Child,
     base: String,
     agent: ureq::Agent,
@@ -161,7 +162,11 @@ struct Alertmanager {
 }
 
 impl Alertmanager {
-    fn start(bin: &Path, config: &Path) -> Result<Self> {
+    /// Starts `bin` with `config`, and waits until it is ready.
+    ///
+    /// # Errors
+    /// It could not start, or was not ready within its start time.
+    pub fn start(bin: &Path, config: &Path) -> Result<Self> {
         let storage = tempfile::tempdir()?;
         // A port the kernel has free now: Alertmanager takes it a moment later.
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -241,8 +246,16 @@ impl Alertmanager {
         Ok(())
     }
 
+    /// Where Prometheus sends its alerts (`127.0.0.1:PORT`).
+    pub fn address(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
     /// Every alert it holds, and those of them active (neither inhibited nor silenced).
-    fn alerts(&self) -> Result<(Vec<Alert>, BTreeSet<Alert>)> {
+    ///
+    /// # Errors
+    /// It did not answer.
+    pub fn alerts(&self) -> Result<(Vec<Alert>, BTreeSet<Alert>)> {
         let url = format!("{}/api/v2/alerts", self.base);
         let mut resp = self
             .agent

@@ -16,6 +16,7 @@
 //! `cargo xtask test` installs): without it this fails, naming the group; it is never skipped.
 
 pub mod alertmanager;
+pub mod fleet;
 pub mod promql;
 
 use crate::deps::{self, Group};
@@ -35,6 +36,35 @@ pub const DASHBOARD: &str = "rdma-mesh.dashboard.json";
 /// Series the rules may read besides the mesh's own: Prometheus's scrape health.
 const PROMETHEUS_OWN: &[&str] = &["up"];
 
+/// The `for:` the guests' and the simulated fleet's copy of the shipped rules has (theirs are minutes).
+pub const ALERT_FOR_S: u64 = 3;
+
+/// The shipped rules with every `for:` set to [`ALERT_FOR_S`] (a test cannot wait their
+/// minutes: the guests' and the simulated fleet's Prometheus load these), and nothing else changed; an error if some alert has no `for:`.
+pub fn fast_rules(shipped: &str) -> Result<String> {
+    let alerts = shipped
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- alert:"))
+        .count();
+    let mut changed = 0;
+    let mut out = String::with_capacity(shipped.len());
+    for line in shipped.split_inclusive('\n') {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("for:") {
+            let indent = &line[..line.len() - t.len()];
+            let eol = if rest.ends_with('\n') { "\n" } else { "" };
+            out.push_str(&format!("{indent}for: {ALERT_FOR_S}s{eol}"));
+            changed += 1;
+        } else {
+            out.push_str(line);
+        }
+    }
+    if changed != alerts || alerts == 0 {
+        bail!("the shipped rules have {alerts} alerts but {changed} `for:` lines");
+    }
+    Ok(out)
+}
+
 /// Arguments of `cargo xtask prometheus-check`.
 #[derive(Debug, Args)]
 pub struct PrometheusArgs {}
@@ -51,6 +81,23 @@ pub fn cmd(_: &PrometheusArgs) -> Result<()> {
     println!(
         "prometheus-check: {rules} alerting rules pass promtool check and test; {dash} dashboard queries read only the mesh's {} series; {inhibit} inhibit rules leave a real Alertmanager one page per root cause",
         series.len()
+    );
+    let t = std::time::Instant::now();
+    let f = fleet::check(&root)?;
+    let pages: Vec<String> = f
+        .pages
+        .iter()
+        .map(|(a, peer, _, tor, _)| format!("{a} {peer}{tor}"))
+        .collect();
+    println!(
+        "prometheus-check: a real Prometheus and Alertmanager on 127.0.0.1 over {} simulated probers: {} series, rule groups evaluated in at most {:.3} s; healthy, no alert; after a dead host, a broken NIC, a ToR cut off and a lossy link, {} alerts held and {} paged, one per root cause: {} ({:.0} s)",
+        f.probers,
+        f.series,
+        f.rule_eval_s,
+        f.held,
+        f.pages.len(),
+        pages.join(", "),
+        t.elapsed().as_secs_f64()
     );
     Ok(())
 }
@@ -155,6 +202,30 @@ mod tests {
     /// an alert that waits longer than its test expects fails `test rules`, a PromQL typo fails
     /// `check rules`, a series the mesh does not expose fails ours. Never skipped: without
     /// promtool it fails naming the deps group (`cargo xtask test` installs it first).
+    #[test]
+    fn the_fast_rules_differ_from_the_shipped_only_in_their_for() {
+        let shipped = std::fs::read_to_string(
+            crate::exec::workspace_root()
+                .join("deploy/prometheus")
+                .join(RULES),
+        )
+        .unwrap();
+        let fast = fast_rules(&shipped).unwrap();
+        assert!(fast.contains(&format!("for: {ALERT_FOR_S}s\n")));
+        assert!(!fast.contains("for: 3m"));
+        let (a, b): (Vec<&str>, Vec<&str>) = (shipped.lines().collect(), fast.lines().collect());
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            if x != y {
+                assert!(x.trim_start().starts_with("for:"), "{x} -> {y}");
+            }
+        }
+        // An alert without its `for:` is refused.
+        let cut = shipped.replacen("        for: 3m\n", "", 1);
+        assert_ne!(cut, shipped);
+        assert!(fast_rules(&cut).is_err());
+    }
+
     #[test]
     fn the_rules_pass_promtool_and_a_broken_one_fails() {
         let promtool = promtool().unwrap();
