@@ -173,6 +173,11 @@ pub fn run<P: Prober>(
         timestamps: said.split,
         timestamps_why: Some(said.why.into()),
         cycles: plan.cycles,
+        tor: plan
+            .tors
+            .and_then(|t| t.of.get(world.rank).and_then(|&i| t.names.get(i)))
+            .map(|n| n.as_str().into()),
+        tors: plan.tors.map(|t| t.names.len()),
     });
     let mut s = Scheduler {
         plan,

@@ -167,12 +167,20 @@ fn mesh_line(event: &Event<'_>) -> String {
             timestamps,
             timestamps_why,
             cycles,
+            tor,
+            tors,
         } => {
             let mut line = format!(
                 "mesh: {} (rank {rank} of {}) probes {fan_out} peer(s) every {every_ms} ms from {device}; every pair within {cycle} interval(s)",
                 printable(node),
                 hosts.len()
             );
+            if let (Some(tor), Some(tors)) = (tor, tors) {
+                line.push_str(&format!(
+                    "; under ToR {} of {tors}: its ToR in full, the others by a sample",
+                    printable(tor)
+                ));
+            }
             if let Some(c) = cycles {
                 line.push_str(&format!("; stopping after {c} cycle(s)"));
             }
@@ -495,12 +503,25 @@ mod tests {
                     .into(),
             ),
             cycles: None,
+            tor: None,
+            tors: None,
         };
         assert_eq!(
             line(&started, &Detail::None),
             "mesh: node1 (rank 0 of 3) probes 2 peer(s) every 10000 ms from rxe0; every pair \
              within 1 interval(s)\nmesh: rxe0 gives no completion timestamps (hca_core_clock 0 \
              kHz): round trips are wall time"
+        );
+        let mut over_tors = started.clone();
+        if let Event::MeshStarted { tor, tors, .. } = &mut over_tors {
+            *tor = Some("tor07".into());
+            *tors = Some(250);
+        }
+        assert!(
+            line(&over_tors, &Detail::None)
+                .contains("; under ToR tor07 of 250: its ToR in full, the others by a sample\n"),
+            "{}",
+            line(&over_tors, &Detail::None)
         );
         let probe = Event::MeshProbe {
             interval: 4,

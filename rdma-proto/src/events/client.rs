@@ -112,6 +112,12 @@ pub enum Event<'a> {
         /// `--mesh-cycles`: the run ends by itself after this many cycles (absent: at a signal).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cycles: Option<u64>,
+        /// With `--topology`: this node's ToR (its leaf switch).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tor: Option<Cow<'a, str>>,
+        /// With `--topology`: how many ToRs the mesh's nodes are under.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tors: Option<usize>,
     },
     /// `mesh`: one scheduled probe of one peer, in interval `interval`.
     MeshProbe {
@@ -373,6 +379,8 @@ mod tests {
             timestamps: false,
             timestamps_why: Some("wall time".into()),
             cycles: None,
+            tor: None,
+            tors: None,
         };
         let line = serde_json::to_string(&started).unwrap();
         assert!(

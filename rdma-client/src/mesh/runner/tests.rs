@@ -170,9 +170,21 @@ fn with_a_topology_a_node_probes_its_whole_tor_and_samples_the_other() {
         clocks: &[Ok(RXE)],
     };
     let stop = rdma_app::wake::Stop::new().unwrap();
-    let summary = run(&plan, &fake, &Sinks::default(), &stop, &mut |_| {}).unwrap();
+    let mut events = Vec::new();
+    let summary = run(&plan, &fake, &Sinks::default(), &stop, &mut |e| {
+        let line = serde_json::to_string(e).unwrap();
+        events.push(rdma_proto::events::parse::<Event<'static>>(&line).unwrap());
+    })
+    .unwrap();
     // A cycle: 2 intervals (two ToR peers at 1 an interval), 2 probes each.
     assert_eq!((summary.intervals, summary.probes), (2, 4));
+    // It says where it sits.
+    match events.first() {
+        Some(Event::MeshStarted { tor, tors, .. }) => {
+            assert_eq!((tor.as_deref(), tors), (Some("torA"), &Some(2)));
+        }
+        other => panic!("{other:?}"),
+    }
     let calls: Vec<(String, u64)> = fake.calls().into_iter().map(|(p, t, _)| (p, t)).collect();
     let within: BTreeSet<&str> = calls
         .iter()
