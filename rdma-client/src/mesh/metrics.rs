@@ -48,7 +48,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use rdma_proto::events::mesh::{Cause, PairState};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
@@ -401,8 +401,6 @@ struct Entry {
     state: Option<PathState>,
     /// Since when it is `up` with every probe `ok` (while it is).
     healthy_since: Option<SystemTime>,
-    /// Its own series are exposed.
-    exposed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -533,7 +531,6 @@ impl MeshMetrics {
                 changes: 0,
                 state: None,
                 healthy_since: None,
-                exposed: false,
             };
             by_key.insert(key, entry);
         }
@@ -649,8 +646,9 @@ impl MeshMetrics {
             "Changes of the path's state (each a mesh_state event, the first verdict included), since the prober's start; exposed while the path is not healthy",
             m.changes.clone(),
         );
-        for e in by_key.values() {
-            let tor = tor_labels(&e.labels);
+        // Each destination ToR's and each scope's counters, once each (many paths share them).
+        let tors: HashSet<TorLabels> = by_key.values().map(|e| tor_labels(&e.labels)).collect();
+        for tor in tors {
             for outcome in ["ok", "failed"] {
                 m.tor_probes
                     .get_or_create(&TorResult {
@@ -660,10 +658,14 @@ impl MeshMetrics {
                     .inc_by(0);
             }
             m.tor_rtt.get_or_create(&tor).inc_by(0.0);
+        }
+        let scopes: HashSet<ScopeLabels> =
+            by_key.values().map(|e| scope_labels(&e.labels)).collect();
+        for scope in scopes {
             for r in ResultLabel::ALL {
                 m.results
                     .get_or_create(&ScopeResult {
-                        scope: scope_labels(&e.labels),
+                        scope: scope.clone(),
                         result: r.as_str(),
                     })
                     .inc_by(0);
@@ -775,7 +777,7 @@ impl MeshMetrics {
             } else {
                 e.healthy_since = None;
             }
-            if !healthy || e.exposed {
+            if !healthy || exposed.contains(&key) {
                 self.expose(e);
                 exposed.insert(key);
             }
@@ -794,7 +796,7 @@ impl MeshMetrics {
             .cloned()
             .collect();
         for k in healed {
-            if let Some(e) = by_key.get_mut(&k) {
+            if let Some(e) = by_key.get(&k) {
                 self.hide(e);
             }
             exposed.remove(&k);
@@ -823,7 +825,7 @@ impl MeshMetrics {
 
     /// Brings a path's own series to what it knows (creating them, the first time, with the
     /// path's counts since the start).
-    fn expose(&self, e: &mut Entry) {
+    fn expose(&self, e: &Entry) {
         let now = e.state;
         if let Some(now) = now {
             self.up
@@ -848,11 +850,10 @@ impl MeshMetrics {
             );
         }
         raise_to(&self.changes.get_or_create(&e.labels), e.changes);
-        e.exposed = true;
     }
 
     /// Takes a path's own series out of the exposition (its counts stay, for the next time).
-    fn hide(&self, e: &mut Entry) {
+    fn hide(&self, e: &Entry) {
         self.up.remove(&e.labels);
         for s in PathState::ALL {
             self.state.remove(&PathStateLabels {
@@ -867,7 +868,6 @@ impl MeshMetrics {
             });
         }
         self.changes.remove(&e.labels);
-        e.exposed = false;
     }
 
     /// The whole exposition in `format`.
