@@ -11,8 +11,9 @@
 
 use rdma_client::mesh::MeshConfig;
 use rdma_client::mesh::cause::{Cause, Outcome};
-use rdma_client::mesh::metrics::{Format, MeshMetrics, Path, PathState, ProbeReport, ResultLabel};
+use rdma_client::mesh::metrics::{Format, MeshMetrics, Path, ProbeReport};
 use rdma_client::mesh::rtt::Rtt;
+use rdma_client::mesh::runner::probe_report;
 use rdma_client::mesh::schedule::{NodeSchedule, Schedule};
 use rdma_client::mesh::state::{Pair, PairState, StateConfig};
 use rdma_client::mesh::topology::Tors;
@@ -261,23 +262,11 @@ impl Fleet {
                     });
                 }
                 if let Some(m) = self.watched.get(&p) {
-                    let wall = match outcome {
-                        Outcome::Ok { rtt, .. } => Some(rtt.wall),
-                        Outcome::Failed { .. } => None,
-                    };
-                    m.record(&ProbeReport {
-                        peer: &self.names[q],
-                        device: "mlx5_0",
-                        rail: "0",
-                        result: ResultLabel::from(observed.mark.probe_cause()),
-                        state: PathState::of(state),
-                        changed: observed.transition.is_some(),
-                        wall_rtt: wall,
-                        network_rtt: None,
-                        host_delay: None,
-                        bandwidth: None,
+                    let report = ProbeReport {
                         at,
-                    })?;
+                        ..probe_report(&self.names[q], "mlx5_0", "0", &observed, state, &outcome)
+                    };
+                    m.record(&report)?;
                 }
             }
         }

@@ -28,7 +28,7 @@ use super::cause::{Cause, Outcome};
 use super::clock::{self, Answer};
 use super::metrics::{MeshMetrics, PathState, ProbeReport, ResultLabel};
 use super::probe::{Job, ProbeFailure, Probed, Prober};
-use super::state::Pair;
+use super::state::{Observed, Pair, PairState};
 use super::textfile::Textfile;
 use super::topology::Tors;
 use crate::fabric::ranks::World;
@@ -477,20 +477,13 @@ impl<'p> Scheduler<'p, '_> {
         };
         if let Some(m) = self.sinks.metrics {
             let rail = key.rail.to_string();
-            m.record(&ProbeReport {
-                peer: &self.plan.world.hosts[key.peer],
-                device: self.device(key),
-                rail: &rail,
-                result: ResultLabel::from(cause),
-                state: PathState::of(state),
-                changed: observed.transition.is_some(),
-                wall_rtt: rtt.map(|r| r.wall),
-                network_rtt: rtt.and_then(|r| r.split).map(|s| s.network),
-                host_delay: rtt.and_then(|r| r.split).map(|s| s.host_delay),
+            let peer = &self.plan.world.hosts[key.peer];
+            let report = ProbeReport {
                 bandwidth: bw.map(|mbs| mbs * 1_048_576.0),
-                at: SystemTime::now(),
-            })
-            .wrap_err("recording a probe in the metrics")?;
+                ..probe_report(peer, self.device(key), &rail, &observed, state, &outcome)
+            };
+            m.record(&report)
+                .wrap_err("recording a probe in the metrics")?;
         }
         self.probe_event(
             key,
@@ -529,7 +522,7 @@ impl<'p> Scheduler<'p, '_> {
         cause: Option<Cause>,
         rtt: Option<super::rtt::Rtt>,
         bw_mbs: Option<f64>,
-        state: super::state::PairState,
+        state: PairState,
         error: Option<&str>,
         (reused, stamped): (bool, bool),
     ) {
@@ -565,6 +558,36 @@ fn current(elapsed: Duration, every: Duration) -> u64 {
 
 fn as_u64(x: usize) -> u64 {
     u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// The one place a judged probe becomes its metrics report (the runner's, and the fleet
+/// simulation's): its `result` from its mark, its state, whether it changed it, its round trips,
+/// ending now; no bandwidth sample.
+pub fn probe_report<'a>(
+    peer: &'a str,
+    device: &'a str,
+    rail: &'a str,
+    observed: &Observed,
+    state: PairState,
+    outcome: &Outcome,
+) -> ProbeReport<'a> {
+    let rtt = match outcome {
+        Outcome::Ok { rtt, .. } => Some(*rtt),
+        Outcome::Failed { .. } => None,
+    };
+    ProbeReport {
+        peer,
+        device,
+        rail,
+        result: ResultLabel::from(observed.mark.probe_cause()),
+        state: PathState::of(state),
+        changed: observed.transition.is_some(),
+        wall_rtt: rtt.map(|r| r.wall),
+        network_rtt: rtt.and_then(|r| r.split).map(|s| s.network),
+        host_delay: rtt.and_then(|r| r.split).map(|s| s.host_delay),
+        bandwidth: None,
+        at: SystemTime::now(),
+    }
 }
 
 /// Writes `metrics` to the textfile, when there are both.
