@@ -2,18 +2,16 @@
 //! 127.0.0.1 through the mesh's own endpoint, for a real Prometheus to scrape
 //! (`cargo xtask prometheus-check`). Each prober gets a port; `--targets` is a Prometheus
 //! `file_sd` file naming them, with each one's `instance` as the rules expect it
-//! (`NODE:9478`). The fleet steps one interval every `--step` of wall time. A line `fault` on
-//! standard input injects the four faults at once (a dead host, a broken NIC, a ToR cut off,
-//! loss on one link), runs three cycles at once so that they show, and writes what it
-//! injected to `--faults`; end of input ends it, and so does `--max-run`.
+//! (`NODE:9478`). The fleet steps one interval every `--step` of wall time. Once the file
+//! `--fault-when` exists it injects the four faults at once (a dead host, a broken NIC, a ToR
+//! cut off, loss on one link), runs three cycles at once so that they show, and writes what it
+//! injected to `--faults`. It runs until it is killed, or for `--max-run` at most.
 
 use clap::Parser;
 use color_eyre::eyre::{Result, WrapErr as _};
 use rdma_client::mesh::http::{Limits, MetricsServer};
 use rdma_fleet_sim::{Fault, Fleet, Shape};
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Debug, Parser)]
@@ -27,6 +25,9 @@ struct Args {
     /// Where to write Prometheus's `file_sd` targets.
     #[arg(long)]
     targets: PathBuf,
+    /// The faults are injected once this file exists.
+    #[arg(long)]
+    fault_when: PathBuf,
     /// Where to write the faults injected (JSON), once they are.
     #[arg(long)]
     faults: PathBuf,
@@ -82,17 +83,6 @@ fn main() -> Result<()> {
     }
     write_atomically(&args.targets, &serde_json::to_string(&targets)?)?;
 
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-        // End of input: the caller is done.
-        drop(tx);
-    });
     // Each fault in a ToR of its own: the second, third, fourth and fifth.
     if args.tors < 5 || args.per_tor < 3 {
         color_eyre::eyre::bail!("the faults need 5 ToRs of 3 nodes at least");
@@ -100,38 +90,37 @@ fn main() -> Result<()> {
     let node = |tor: usize, i: usize| tor * args.per_tor + i % args.per_tor;
     let (dead, nic, cut) = (node(1, 7), node(2, 11), 3);
     let lossy = [node(4, 1), node(4, 2)];
+    let mut injected = false;
     while started.elapsed() < args.max_run {
-        match rx.recv_timeout(args.step) {
-            Ok(cmd) if cmd.trim() == "fault" => {
-                let t = fleet.t;
-                fleet.inject(t, Fault::DeadHost(dead));
-                fleet.inject(t, Fault::BrokenNic(nic));
-                fleet.inject(t, Fault::TorCut(cut));
-                fleet.inject(
-                    t,
-                    Fault::Loss {
-                        a: lossy[0],
-                        b: lossy[1],
-                        stall: 0.18,
-                    },
-                );
-                for _ in 0..3 * cycle {
-                    fleet.step_at(SystemTime::now())?;
-                }
-                let said = serde_json::json!({
-                    "dead": fleet.names[dead],
-                    "dead_tor": fleet.tors.names[fleet.tor(dead)],
-                    "nic": fleet.names[nic],
-                    "nic_tor": fleet.tors.names[fleet.tor(nic)],
-                    "cut": fleet.tors.names[cut],
-                    "lossy": [fleet.names[lossy[0]], fleet.names[lossy[1]]],
-                });
-                write_atomically(&args.faults, &said.to_string())?;
+        std::thread::sleep(args.step);
+        if !injected && args.fault_when.exists() {
+            injected = true;
+            let t = fleet.t;
+            fleet.inject(t, Fault::DeadHost(dead));
+            fleet.inject(t, Fault::BrokenNic(nic));
+            fleet.inject(t, Fault::TorCut(cut));
+            fleet.inject(
+                t,
+                Fault::Loss {
+                    a: lossy[0],
+                    b: lossy[1],
+                    stall: 0.18,
+                },
+            );
+            for _ in 0..3 * cycle {
+                fleet.step_at(SystemTime::now())?;
             }
-            Ok(other) => eprintln!("rdma-fleet-sim: {other:?} is not a command (fault)"),
-            Err(mpsc::RecvTimeoutError::Timeout) => fleet.step_at(SystemTime::now())?,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            let said = serde_json::json!({
+                "dead": fleet.names[dead],
+                "dead_tor": fleet.tors.names[fleet.tor(dead)],
+                "nic": fleet.names[nic],
+                "nic_tor": fleet.tors.names[fleet.tor(nic)],
+                "cut": fleet.tors.names[cut],
+                "lossy": [fleet.names[lossy[0]], fleet.names[lossy[1]]],
+            });
+            write_atomically(&args.faults, &said.to_string())?;
         }
+        fleet.step_at(SystemTime::now())?;
     }
     drop(servers);
     Ok(())

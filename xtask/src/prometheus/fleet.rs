@@ -8,13 +8,11 @@
 //! gives the series Prometheus holds and how long its rule evaluations take.
 
 use super::alertmanager::{self, Alert, Alertmanager};
-use crate::exec;
+use crate::exec::{self, Captured};
 use crate::mesh_guest::prom::{Http, Query as _};
-use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
+use color_eyre::eyre::{Result, WrapErr as _, bail};
 use std::collections::BTreeSet;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use xshell::{Shell, cmd};
 
@@ -42,16 +40,6 @@ pub struct Report {
     pub held: usize,
 }
 
-/// A child killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Polls `done` every half second until it gives a value, up to `within`.
 fn wait<T>(what: &str, within: Duration, mut done: impl FnMut() -> Result<Option<T>>) -> Result<T> {
     let deadline = Instant::now() + within;
@@ -66,7 +54,7 @@ fn wait<T>(what: &str, within: Duration, mut done: impl FnMut() -> Result<Option
             let why = last.map_or(String::new(), |e| format!(" (last error: {e:#})"));
             bail!("fleet: {what} not within {within:?}{why}");
         }
-        std::thread::sleep(Duration::from_millis(500));
+        exec::sleep(Duration::from_millis(500))?;
     }
 }
 
@@ -88,26 +76,20 @@ pub fn check(root: &Path) -> Result<Report> {
     let prometheus = alertmanager::tool(&["prometheus"])?;
     let am_bin = alertmanager::tool(&["prometheus-alertmanager", "alertmanager"])?;
     let dir = tempfile::tempdir()?;
-    let (targets, faults) = (
-        dir.path().join("targets.json"),
-        dir.path().join("faults.json"),
-    );
-
-    let mut sim = Killed(
-        Command::new(&sim_bin)
-            .arg(format!("--tors={TORS}"))
-            .arg(format!("--per-tor={PER_TOR}"))
-            .arg(format!("--targets={}", targets.display()))
-            .arg(format!("--faults={}", faults.display()))
-            .arg(format!("--step={}ms", STEP.as_millis()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .wrap_err_with(|| format!("starting {}", sim_bin.display()))?,
-    );
+    let file = |name: &str| dir.path().join(name);
+    let (targets, fault_when, faults) = (file("targets.json"), file("fault"), file("faults.json"));
+    let mut sim = Captured::spawn(&[
+        sim_bin.display().to_string(),
+        format!("--tors={TORS}"),
+        format!("--per-tor={PER_TOR}"),
+        format!("--targets={}", targets.display()),
+        format!("--fault-when={}", fault_when.display()),
+        format!("--faults={}", faults.display()),
+        format!("--step={}ms", STEP.as_millis()),
+    ])?;
     wait("the simulated fleet's targets", START, || {
-        if let Some(status) = sim.0.try_wait()? {
-            bail!("rdma-fleet-sim exited ({status})");
+        if sim.exited()? {
+            bail!("rdma-fleet-sim exited");
         }
         Ok(targets.exists().then_some(()))
     })?;
@@ -133,19 +115,12 @@ pub fn check(root: &Path) -> Result<Report> {
             targets.display()
         ),
     )?;
-    let _prom = Killed(
-        Command::new(&prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .wrap_err_with(|| format!("starting {}", prometheus.display()))?,
-    );
+    let _prom = Captured::spawn(&[
+        prometheus.display().to_string(),
+        format!("--config.file={}", config.display()),
+        format!("--storage.tsdb.path={}", file("data").display()),
+        format!("--web.listen-address=127.0.0.1:{port}"),
+    ])?;
     let q = Http::new(&format!("http://127.0.0.1:{port}"), Duration::from_secs(30));
     wait("Prometheus ready", START, || Ok(q.ready().then_some(())))?;
     let probers = TORS * PER_TOR;
@@ -168,17 +143,11 @@ pub fn check(root: &Path) -> Result<Report> {
                 a.labels
             );
         }
-        std::thread::sleep(Duration::from_millis(500));
+        exec::sleep(Duration::from_millis(500))?;
     }
 
     // The faults.
-    let stdin = sim
-        .0
-        .stdin
-        .as_mut()
-        .ok_or_else(|| eyre!("rdma-fleet-sim has no stdin"))?;
-    stdin.write_all(b"fault\n")?;
-    stdin.flush()?;
+    std::fs::write(&fault_when, "")?;
     let said: serde_json::Value = wait("the faults injected", START, || {
         if !faults.exists() {
             return Ok(None);

@@ -36,11 +36,13 @@ pub const DASHBOARD: &str = "rdma-mesh.dashboard.json";
 /// Series the rules may read besides the mesh's own: Prometheus's scrape health.
 const PROMETHEUS_OWN: &[&str] = &["up"];
 
-/// The `for:` the guests' and the simulated fleet's copy of the shipped rules has (theirs are minutes).
+/// The `for:` the guests' and the simulated fleet's copy of the shipped rules has (theirs are
+/// minutes).
 pub const ALERT_FOR_S: u64 = 3;
 
 /// The shipped rules with every `for:` set to [`ALERT_FOR_S`] (a test cannot wait their
-/// minutes: the guests' and the simulated fleet's Prometheus load these), and nothing else changed; an error if some alert has no `for:`.
+/// minutes: the guests' and the simulated fleet's Prometheus load these), and nothing else
+/// changed; an error if some alert has no `for:`.
 pub fn fast_rules(shipped: &str) -> Result<String> {
     let alerts = shipped
         .lines()
