@@ -87,12 +87,22 @@ pub fn check(root: &Path) -> Result<Report> {
         format!("--faults={}", faults.display()),
         format!("--step={}ms", STEP.as_millis()),
     ])?;
-    wait("the simulated fleet's targets", START, || {
-        if sim.exited()? {
-            bail!("rdma-fleet-sim exited");
-        }
-        Ok(targets.exists().then_some(()))
+    // `true`: it exited before writing them.
+    let exited = wait("the simulated fleet's targets", START, || {
+        Ok(if sim.exited()? {
+            Some(true)
+        } else {
+            targets.exists().then_some(false)
+        })
     })?;
+    if exited {
+        let f = sim.finish(Instant::now())?;
+        bail!(
+            "rdma-fleet-sim exited (code {:?}) before writing its targets: {}",
+            f.code,
+            f.stderr.trim()
+        );
+    }
 
     let shipped = std::fs::read_to_string(root.join("deploy/prometheus").join(super::RULES))?;
     let rules = dir.path().join("rules.yml");
