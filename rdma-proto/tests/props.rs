@@ -308,10 +308,13 @@ proptest! {
     #[test]
     fn preview_text_is_the_cut_of_the_whole(
         payload in prop::collection::vec(
-            prop_oneof![
-                Just(b'x'), Just(0xc3u8), Just(0xa9u8), Just(0xe2u8), Just(0x82u8),
-                Just(0xacu8), Just(0xf0u8), Just(0x9fu8), Just(0xffu8), any::<u8>()
-            ],
+            // One of the interesting bytes nine times in ten, else any byte: one map per byte
+            // rather than a union of ten strategies, which took 25 s of a debug test run.
+            any::<u16>().prop_map(|r| {
+                const PICK: [u8; 9] = [b'x', 0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0xff];
+                let [lo, hi] = r.to_le_bytes();
+                PICK.get(usize::from(lo % 10)).copied().unwrap_or(hi)
+            }),
             (MAX_TEXT - 8)..(MAX_TEXT + 64),
         )
     ) {

@@ -18,6 +18,14 @@ use crate::plan::{
 };
 use crate::text;
 
+/// How long a background step has to exit by itself after the marker that ends its job, or
+/// after SIGTERM: [`deadline::GRACE`], what each step's derived deadline leaves for it. The
+/// unit tests, which play steps that never exit, wait 2 s rather than the full grace.
+#[cfg(not(test))]
+const GRACE: Duration = deadline::GRACE;
+#[cfg(test)]
+const GRACE: Duration = Duration::from_secs(2);
+
 /// Arguments of `guest-agent`.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -361,9 +369,9 @@ fn collect(
                 }
                 why_killed = Some(format!(
                     "still running {:.0} s after marker {marker} (the end of its job) appeared",
-                    deadline::GRACE.as_secs_f64()
+                    GRACE.as_secs_f64()
                 ));
-                Instant::now() + deadline::GRACE
+                Instant::now() + GRACE
             }
             Waited::TimedOut => {
                 why_killed = Some(format!(
@@ -377,7 +385,7 @@ fn collect(
             Waited::Failed(f) => {
                 child.terminate();
                 stopped = Some(f);
-                Instant::now() + deadline::GRACE
+                Instant::now() + GRACE
             }
         },
     };
@@ -394,10 +402,7 @@ fn collect(
         // Cut short, whatever it exited with.
         r.ok = false;
         let killed = if f.timed_out {
-            format!(
-                "; still running {:.0} s after SIGTERM",
-                deadline::GRACE.as_secs_f64()
-            )
+            format!("; still running {:.0} s after SIGTERM", GRACE.as_secs_f64())
         } else {
             String::new()
         };
@@ -486,7 +491,7 @@ fn run_foreground(step: &Step, sync: &Path, r: &mut StepResult) -> Result<bool> 
 
 /// Waits for `child` until it exits or `deadline` passes (then it is killed), as
 /// [`Captured::finish`] does; but when a guest of the run reports failure first, the child is
-/// told to stop (SIGTERM) and has [`deadline::GRACE`] (within its deadline) to exit, and the
+/// told to stop (SIGTERM) and has [`GRACE`] (within its deadline) to exit, and the
 /// failure comes back with what it did.
 fn finish_watching(
     mut child: Captured,
@@ -501,7 +506,7 @@ fn finish_watching(
         }
         if let Some(failure) = deadline::first_failure(sync) {
             child.terminate();
-            let end = deadline.min(Instant::now() + deadline::GRACE);
+            let end = deadline.min(Instant::now() + GRACE);
             return Ok((child.finish(end)?, Some(failure)));
         }
         exec::sleep(poll.min(deadline - now))?;
@@ -716,7 +721,7 @@ mod tests {
                 .contains("after marker done-ok"),
             "{stuck:?}"
         );
-        assert!(t.elapsed() < deadline::GRACE + Duration::from_secs(10));
+        assert!(t.elapsed() < GRACE + Duration::from_secs(10));
     }
 
     #[test]
