@@ -16,12 +16,30 @@ pub fn install() {
     if let Err(err) = hook.install() {
         eprintln!("warning: could not install the error reporter: {err}");
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(log_filter(std::env::var("RUST_LOG").ok().as_deref()))
         .try_init();
+}
+
+/// The levels `RUST_LOG` asks for, as a list of `target=level` directives or one level
+/// (`debug`, `rdma_server=trace,warn`); `warn` when unset, and when it does not parse (then
+/// stderr says so).
+fn log_filter(env: Option<&str>) -> tracing_subscriber::filter::Targets {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let warn = || Targets::new().with_default(LevelFilter::WARN);
+    match env.map(str::trim) {
+        None | Some("") => warn(),
+        Some(text) => text.parse().unwrap_or_else(|e| {
+            eprintln!(
+                "warning: RUST_LOG={text:?} ignored ({e}): give a level (warn, debug) or \
+                 target=level pairs separated by commas; logging at warn"
+            );
+            warn()
+        }),
+    }
 }
 
 /// The stderr text of the failure that ends the process.
@@ -92,6 +110,24 @@ mod tests {
         ))
         .wrap_err("could not reach the server")
         .unwrap_err()
+    }
+
+    /// RUST_LOG: unset or unreadable is warn; one level, or per-target levels.
+    #[test]
+    fn rust_log_sets_the_levels_and_a_bad_one_leaves_warn() {
+        use tracing::Level;
+        let f = log_filter(None);
+        assert!(f.would_enable("rdma_server", &Level::WARN));
+        assert!(!f.would_enable("rdma_server", &Level::INFO));
+        let f = log_filter(Some("debug"));
+        assert!(f.would_enable("anything", &Level::DEBUG));
+        assert!(!f.would_enable("anything", &Level::TRACE));
+        let f = log_filter(Some("rdma_server=trace,error"));
+        assert!(f.would_enable("rdma_server::session", &Level::TRACE));
+        assert!(!f.would_enable("rdma_client", &Level::WARN));
+        let f = log_filter(Some("rdma_server=loud"));
+        assert!(f.would_enable("rdma_server", &Level::WARN));
+        assert!(!f.would_enable("rdma_server", &Level::INFO));
     }
 
     #[test]
