@@ -9,9 +9,9 @@
 //! target/). Chrooted there, `cargo xtask e2e` must install everything it needs, build, boot
 //! the guests (whose root is then that new machine) and verify the write.
 //!
-//! Cached under `target/xtask/fresh/`, so the warm run stays short: the debootstrap tarball
-//! (the minbase packages) and apt's downloaded packages (`apt-archives/`, bound at
-//! `/var/cache/apt/archives`). Every package is still installed from scratch in every run;
+//! Cached in xtask's download cache ([`crate::vm::user_cache_dir`]`/fresh/`), so the warm run
+//! stays short: the debootstrap tarball (the minbase packages) and apt's downloaded packages
+//! (`apt-archives/`, bound at `/var/cache/apt/archives`). Every package is still installed from scratch in every run;
 //! only the downloads are kept. The root itself is made anew each time and deleted after a
 //! pass (kept after a failure, for a look; deleted at the next start, never while anything is
 //! mounted under it).
@@ -56,15 +56,17 @@ pub fn cmd(args: &FreshRootArgs) -> Result<()> {
     let t0 = Instant::now();
     deps::ensure(&[Group::FreshRoot])?;
     let dir = crate::vm::xtask_dir().join("fresh");
-    let tarball = dir.join(format!("debootstrap-{}-minbase.tgz", image::SUITE));
-    let archives = dir.join("apt-archives");
+    let downloads = crate::vm::user_cache_dir().join("fresh");
+    let tarball = downloads.join(format!("debootstrap-{}-minbase.tgz", image::SUITE));
+    let archives = downloads.join("apt-archives");
     let root = dir.join("root");
     if args.refresh {
         let _ = std::fs::remove_file(&tarball);
         let _ = std::fs::remove_dir_all(&archives);
     }
-    std::fs::create_dir_all(archives.join("partial"))
-        .wrap_err_with(|| format!("creating {}", archives.display()))?;
+    for d in [&dir, &archives.join("partial")] {
+        std::fs::create_dir_all(d).wrap_err_with(|| format!("creating {}", d.display()))?;
+    }
     phase("clear the last run's root", || mounts::remove_root(&root))?;
     phase(
         "debootstrap minbase tarball (downloaded once, cached)",

@@ -245,9 +245,18 @@ pub fn target_dir() -> PathBuf {
     xtask.parent().map_or(xtask.clone(), Path::to_path_buf)
 }
 
-/// The VM cache (`target/xtask/vm`).
+/// What xtask downloads and derives only from downloads, kept across clones and `cargo clean`:
+/// `rdma-write/` in the user's cache directory (`$XDG_CACHE_HOME`, else `~/.cache`), else
+/// `target/xtask/cache`. Every entry is named by what it was made from (a package and its
+/// version, a kernel release, a hash of the initramfs's inputs), so a cached one is the
+/// download or build itself.
+pub fn user_cache_dir() -> PathBuf {
+    dirs::cache_dir().map_or_else(|| xtask_dir().join("cache"), |d| d.join("rdma-write"))
+}
+
+/// The VM cache: the guest kernel, its initramfs and siw.ko ([`user_cache_dir`]`/vm`).
 pub fn cache_dir() -> PathBuf {
-    xtask_dir().join("vm")
+    user_cache_dir().join("vm")
 }
 
 /// Makes sure tools, kernel and initramfs are there (cached after the first run).

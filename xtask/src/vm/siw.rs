@@ -1,6 +1,6 @@
 //! Soft-iWARP for the guests: Debian's kernels ship rdma_rxe but not siw (`CONFIG_RDMA_SIW` is
 //! not set), so `siw.ko` is built out of tree, once, for the exact guest kernel, and cached as
-//! `target/xtask/vm/siw/RELEASE/siw.ko`.
+//! `~/.cache/rdma-write/vm/siw/RELEASE/siw.ko` ([`super::cache_dir`]).
 //!
 //! The build: the kernel's `linux-headers-RELEASE` (installed with apt, as `cargo xtask deps`
 //! installs: nothing removed or downgraded), `linux-source-X.Y` of the kernel's version
