@@ -6,7 +6,8 @@
 //! siw, a capture; and rdma-write itself with no device flags on those, `--tclass` captured),
 //! the end-to-end scenarios in the guests: all of them across two guests, the
 //! README's first command on a new machine of this kind (`xtask fresh-root`: a debootstrap
-//! root in which `cargo xtask e2e` installs, builds and runs the seed write), the fabric
+//! root in which `cargo xtask e2e` installs, builds and runs the seed write; a process of its
+//! own beside vm-smoke and e2e, joined after them: see [`Beside`]), the fabric
 //! check through Slurm in three guests (`xtask fabric-e2e`), then in one guest the
 //! host-rxe backend (`xtask e2e --backend rxe` runs inside it) with the verbs self-test, the
 //! load test and the scenarios about the node ([`ONE_NODE`]); last, the Debian packages
@@ -19,7 +20,8 @@
 use crate::deadline;
 use crate::deps::{self, Group};
 use crate::e2e::{self, E2eArgs};
-use crate::exec;
+use crate::exec::{self, Captured};
+use crate::fresh_root;
 use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use std::time::{Duration, Instant};
@@ -120,6 +122,66 @@ impl Phases {
     }
 }
 
+/// A phase that runs beside the others: `xtask SUBCOMMAND` as a child process (its deadlines
+/// its own, not counted in the phase it runs beside), joined later. Told to stop (SIGTERM, so
+/// that it unmounts what it mounted) and given [`deadline::GRACE`] when the suite ends first.
+#[derive(Debug)]
+struct Beside {
+    child: Option<Captured>,
+    name: &'static str,
+    worst_case: Duration,
+}
+
+impl Beside {
+    fn start(name: &'static str, worst_case: Duration) -> Result<Self> {
+        println!("test: {name} starts beside the next phases; its output comes when it is joined");
+        let child = Captured::spawn(&[exec::self_exe()?.as_str(), name])?;
+        Ok(Self {
+            child: Some(child),
+            name,
+            worst_case,
+        })
+    }
+
+    /// Waits for it (at most its worst case from its start), prints what it said, and fails
+    /// unless it exited 0.
+    fn join(mut self) -> Result<()> {
+        deadline::grant(self.worst_case);
+        let Some(child) = self.child.take() else {
+            return Ok(());
+        };
+        let f = child.finish(Instant::now() + self.worst_case)?;
+        print!("{}", f.stdout);
+        eprint!("{}", f.stderr);
+        println!(
+            "test: {} ran {:.0} s beside the phases before",
+            self.name,
+            f.elapsed.as_secs_f64()
+        );
+        match (f.timed_out, f.code) {
+            (false, Some(0)) => Ok(()),
+            (true, _) => bail!(
+                "`xtask {}` was still running after {:.0} s, its worst case, and was killed",
+                self.name,
+                self.worst_case.as_secs_f64()
+            ),
+            (false, code) => bail!(
+                "`xtask {}` failed (exit {code:?}): its output is above",
+                self.name
+            ),
+        }
+    }
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.terminate();
+            let _ = child.finish(Instant::now() + deadline::GRACE);
+        }
+    }
+}
+
 /// Entry point.
 pub fn cmd(args: &TestArgs) -> Result<()> {
     if args.slow_guests {
@@ -201,19 +263,18 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             selftest: false,
             load: false,
         };
+        // The fresh root is mostly a build (its own cargo, in its own root), the two phases
+        // after it mostly guests, which leave about half of the host's CPU idle: it runs
+        // beside them, as its own process, and is joined after them.
+        let mut fresh = Some(Beside::start("fresh-root", fresh_root::WORST_CASE)?);
         phase(
             "guests: two NICs with a link cut, IPv6-only NICs, siw + rping, a RoCE v2 capture; rdma-write with no device flags on two NICs (each link cut) and IPv6-only, through RDMA CM on siw and on rxe (--cm, a wrong nonce rejected), bench on each, --tclass in the IP header, a lossy link (vm-smoke)",
             &mut || crate::smoke::suite(&base.vm),
         )?;
         phase("e2e: every scenario, two nodes", &mut || e2e::cmd(&base))?;
         phase(
-            "fresh root: the README's first command, `cargo xtask e2e`, on a new machine of this kind (debootstrap minbase + its image's packages)",
-            &mut || {
-                crate::fresh_root::cmd(&crate::fresh_root::FreshRootArgs {
-                    keep: false,
-                    refresh: false,
-                })
-            },
+            "fresh root: the README's first command, `cargo xtask e2e`, on a new machine of this kind (debootstrap minbase + its image's packages), run beside vm-smoke and e2e",
+            &mut || fresh.take().map_or(Ok(()), Beside::join),
         )?;
         phase(
             "fabric: three guests, Slurm, srun rdma-client fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down), and rdma-client mesh on every node",

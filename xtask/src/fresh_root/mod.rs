@@ -47,6 +47,13 @@ const WORKSPACE: &str = "/root/rdma-write";
 /// A deadline for each step in the root (apt installs, the build, the guests).
 const STEP_TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
+/// The longest `cargo xtask fresh-root` can take, each of its waits at its whole deadline: the
+/// debootstrap tarball made and unpacked ([`exec::INSTALL_TIMEOUT`] each), the new machine's
+/// five apt and dpkg commands ([`image::make_new_machine`]) and `cargo xtask e2e`
+/// ([`STEP_TIMEOUT`] each).
+pub const WORST_CASE: Duration =
+    Duration::from_secs(2 * exec::INSTALL_TIMEOUT.as_secs() + 6 * STEP_TIMEOUT.as_secs());
+
 /// Entry point of `cargo xtask fresh-root`.
 pub fn cmd(args: &FreshRootArgs) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
