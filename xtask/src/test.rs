@@ -2,7 +2,8 @@
 //!
 //! fmt check, clippy with `-D warnings`, every workspace test, the Kubernetes manifests, the
 //! mesh's Prometheus rules (`promtool check` and `test rules`) and Grafana dashboard, a short
-//! fuzz run of the protocol parser, then the guests' infrastructure (`vm-smoke`: two NICs with a link cut, IPv6-only,
+//! fuzz run of the protocol parser (beside vm-smoke and e2e, as the fresh root), then the
+//! guests' infrastructure (`vm-smoke`: two NICs with a link cut, IPv6-only,
 //! siw, a capture; and rdma-write itself with no device flags on those, `--tclass` captured),
 //! the end-to-end scenarios in the guests: all of them across two guests, the
 //! README's first command on a new machine of this kind (`xtask fresh-root`: a debootstrap
@@ -26,6 +27,9 @@ use clap::Args;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use std::time::{Duration, Instant};
 use xshell::{Shell, cmd};
+
+/// How long the suite's libFuzzer run of the protocol parser lasts, seconds.
+const FUZZ_SECONDS: u32 = 20;
 
 /// The scenarios the one-node (host-rxe) run repeats: those about the node, not the protocol.
 const ONE_NODE: [&str; 4] = ["seed", "notify-tcp", "cq-poll", "port-down"];
@@ -133,9 +137,15 @@ struct Beside {
 }
 
 impl Beside {
-    fn start(name: &'static str, worst_case: Duration) -> Result<Self> {
+    /// Starts `xtask NAME ARGS...`.
+    fn start(name: &'static str, args: &[&str], worst_case: Duration) -> Result<Self> {
         println!("test: {name} starts beside the next phases; its output comes when it is joined");
-        let child = Captured::spawn(&[exec::self_exe()?.as_str(), name])?;
+        let exe = exec::self_exe()?;
+        let argv: Vec<&str> = [exe.as_str(), name]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        let child = Captured::spawn(&argv)?;
         Ok(Self {
             child: Some(child),
             name,
@@ -245,9 +255,13 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         "prometheus rules (promtool check and test rules) and the Grafana dashboard's queries (deploy/prometheus, deploy/grafana)",
         &mut || crate::prometheus::cmd(&crate::prometheus::PrometheusArgs {}),
     )?;
-    phase("fuzz the protocol parser (20 s)", &mut || {
-        crate::fuzz::cmd(&crate::fuzz::FuzzArgs { seconds: 20 })
-    })?;
+    if args.no_e2e {
+        phase("fuzz the protocol parser (20 s)", &mut || {
+            crate::fuzz::cmd(&crate::fuzz::FuzzArgs {
+                seconds: FUZZ_SECONDS,
+            })
+        })?;
+    }
     if !args.no_e2e {
         let base = E2eArgs {
             backend: crate::backend::BackendChoice::Auto,
@@ -266,7 +280,14 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         // The fresh root is mostly a build (its own cargo, in its own root), the two phases
         // after it mostly guests, which leave about half of the host's CPU idle: it runs
         // beside them, as its own process, and is joined after them.
-        let mut fresh = Some(Beside::start("fresh-root", fresh_root::WORST_CASE)?);
+        let mut fresh = Some(Beside::start("fresh-root", &[], fresh_root::WORST_CASE)?);
+        // The fuzz run too: its own workspace and target directory, one core for its run.
+        let seconds = FUZZ_SECONDS.to_string();
+        let mut fuzz = Some(Beside::start(
+            "fuzz",
+            &["--seconds", &seconds],
+            crate::fuzz::worst_case(FUZZ_SECONDS),
+        )?);
         phase(
             "guests: two NICs with a link cut, IPv6-only NICs, siw + rping, a RoCE v2 capture; rdma-write with no device flags on two NICs (each link cut) and IPv6-only, through RDMA CM on siw and on rxe (--cm, a wrong nonce rejected), bench on each, --tclass in the IP header, a lossy link (vm-smoke)",
             &mut || crate::smoke::suite(&base.vm),
@@ -275,6 +296,10 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         phase(
             "fresh root: the README's first command, `cargo xtask e2e`, on a new machine of this kind (debootstrap minbase + its image's packages), run beside vm-smoke and e2e",
             &mut || fresh.take().map_or(Ok(()), Beside::join),
+        )?;
+        phase(
+            "fuzz the protocol parser (20 s), run beside vm-smoke and e2e",
+            &mut || fuzz.take().map_or(Ok(()), Beside::join),
         )?;
         phase(
             "fabric: three guests, Slurm, srun rdma-client fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down), and rdma-client mesh on every node",
