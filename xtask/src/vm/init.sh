@@ -135,6 +135,12 @@ EOF
         ifupdown-wait-online.service NetworkManager-wait-online.service packagekit.service; do
         ln -sf /dev/null "$U/$u"
     done
+    # /tmp and /var/tmp are the host's (under the overlay): Debian's tmp.conf would have
+    # systemd-tmpfiles empty /tmp at boot, walking all of the host's /tmp and hiding from the
+    # guest a workspace checked out there (its xtask among it). Created, never cleaned.
+    mkdir -p /newroot/etc/tmpfiles.d
+    printf 'd /tmp 1777 root root -\nd /var/tmp 1777 root root -\n' \
+        > /newroot/etc/tmpfiles.d/tmp.conf || die "cannot write tmpfiles.d/tmp.conf"
     # A host that is a container says so in its root: systemd would believe the guest is one.
     rm -f /newroot/.dockerenv /newroot/run/.containerenv
     log "starting systemd (xtask.target) for: $*"

@@ -312,6 +312,7 @@ kernel/drivers/net/virtio-net.ko: kernel/drivers/net/net_failover.ko kernel/net/
             "hostroot",
             "xshare",
             "xsync",
+            "tmpfiles.d/tmp.conf",
         ] {
             assert!(INIT_SCRIPT.contains(needle), "{needle}");
         }
