@@ -187,6 +187,33 @@ impl Guest {
         Ok(true)
     }
 
+    /// The guest's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Why its run failed, once QEMU exited by itself other than with exit code 0: what its
+    /// agent, had it run to its end, would have said in the sync dir (a guest whose command
+    /// could not start, or whose kernel died, says nothing there itself).
+    pub fn ended_badly(&self) -> Option<String> {
+        let (elapsed, killed) = self.exited?;
+        if killed {
+            return None;
+        }
+        let name = &self.spec.name;
+        match read_exit_code(&self.share) {
+            Some(0) => None,
+            Some(c) => Some(format!(
+                "guest {name} exited {c} after {:.1} s (its console log has why)",
+                elapsed.as_secs_f64()
+            )),
+            None => Some(format!(
+                "guest {name}: QEMU exited after {:.1} s without an exit code (its console log has why)",
+                elapsed.as_secs_f64()
+            )),
+        }
+    }
+
     /// What it did (after [`poll`](Self::poll) said it is done).
     pub fn outcome(&mut self) -> GuestOutcome {
         if let Some(r) = self.reader.take() {

@@ -411,6 +411,11 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
         let mut all_done = true;
         for g in &mut guests {
             all_done &= g.poll()?;
+            // A guest that ended badly before its agent could say so: said for it, so that
+            // the others stop rather than wait for it until their deadlines.
+            if let Some(why) = g.ended_badly() {
+                let _ = crate::deadline::report_failure(&sync_dir, g.name(), &why);
+            }
         }
         if all_done {
             break;
