@@ -126,8 +126,9 @@ impl Phases {
     }
 }
 
-/// A phase that runs beside the others: `xtask SUBCOMMAND` as a child process (its deadlines
-/// its own, not counted in the phase it runs beside), joined later. Told to stop (SIGTERM, so
+/// A phase that runs beside the others: `xtask SUBCOMMAND` as a child process at the lowest
+/// CPU priority (`nice -n 19`: it uses what the phases beside it leave idle, and does not slow
+/// their guests), its deadlines its own, not counted in the phase it runs beside; joined later. Told to stop (SIGTERM, so
 /// that it unmounts what it mounted) and given [`deadline::GRACE`] when the suite ends first.
 #[derive(Debug)]
 struct Beside {
@@ -141,7 +142,8 @@ impl Beside {
     fn start(name: &'static str, args: &[&str], worst_case: Duration) -> Result<Self> {
         println!("test: {name} starts beside the next phases; its output comes when it is joined");
         let exe = exec::self_exe()?;
-        let argv: Vec<&str> = [exe.as_str(), name]
+        // At the lowest priority: it takes what the guests leave idle, never their share.
+        let argv: Vec<&str> = ["nice", "-n", "19", exe.as_str(), name]
             .into_iter()
             .chain(args.iter().copied())
             .collect();
