@@ -73,6 +73,7 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("umount", "mount"),
     // Plain utilities.
     ("env", "coreutils"),
+    ("nice", "coreutils"),
     ("true", "coreutils"),
     ("test", "coreutils"),
     ("sleep", "coreutils"),
