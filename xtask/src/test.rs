@@ -128,8 +128,9 @@ impl Phases {
 
 /// A phase that runs beside the others: `xtask SUBCOMMAND` as a child process at the lowest
 /// CPU priority (`nice -n 19`: it uses what the phases beside it leave idle, and does not slow
-/// their guests), its deadlines its own, not counted in the phase it runs beside; joined later. Told to stop (SIGTERM, so
-/// that it unmounts what it mounted) and given [`deadline::GRACE`] when the suite ends first.
+/// their guests), its deadlines its own, not counted in the phase it runs beside; joined
+/// later. Told to stop (SIGTERM, so that it unmounts what it mounted) and given
+/// [`deadline::GRACE`] when the suite ends first.
 #[derive(Debug)]
 struct Beside {
     child: Option<Captured>,
@@ -166,7 +167,7 @@ impl Beside {
         print!("{}", f.stdout);
         eprint!("{}", f.stderr);
         println!(
-            "test: {} ran {:.0} s beside the phases before",
+            "test: {} joined {:.0} s after its start",
             self.name,
             f.elapsed.as_secs_f64()
         );
@@ -263,8 +264,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
                 seconds: FUZZ_SECONDS,
             })
         })?;
-    }
-    if !args.no_e2e {
+    } else {
         let base = E2eArgs {
             backend: crate::backend::BackendChoice::Auto,
             nodes: 2,

@@ -11,8 +11,8 @@
 //!
 //! Cached in xtask's download cache ([`crate::vm::user_cache_dir`]`/fresh/`), so the warm run
 //! stays short: the debootstrap tarball (the minbase packages) and apt's downloaded packages
-//! (`apt-archives/`, bound at `/var/cache/apt/archives`). Every package is still installed from scratch in every run;
-//! only the downloads are kept. The root itself is made anew each time and deleted after a
+//! (`apt-archives/`, bound at `/var/cache/apt/archives`). Every package is still installed
+//! from scratch in every run; only the downloads are kept. The root itself is made anew each time and deleted after a
 //! pass (kept after a failure, for a look; deleted at the next start, never while anything is
 //! mounted under it).
 

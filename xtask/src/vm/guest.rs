@@ -45,6 +45,9 @@ pub(super) struct Guest {
     stop: Option<(Instant, String)>,
     /// Why we killed it before its deadline, if we did.
     stopped: Option<String>,
+    /// Why its run failed, when QEMU exited by itself other than with exit code 0, until
+    /// [`Guest::take_ended_badly`] takes it.
+    ended_badly: Option<String>,
 }
 
 impl Drop for Guest {
@@ -113,6 +116,7 @@ impl Guest {
             exited: None,
             stop: None,
             stopped: None,
+            ended_badly: None,
         })
     }
 
@@ -162,7 +166,21 @@ impl Guest {
         self.child = None;
         let elapsed = self.started.elapsed();
         self.exited = Some((elapsed, killed));
-        let msg = match (killed, read_exit_code(&self.share)) {
+        let code = read_exit_code(&self.share);
+        // What its agent, had it run to its end, would have said in the sync dir: a guest
+        // whose command could not start, or whose kernel died, says nothing there itself.
+        self.ended_badly = match (killed, code) {
+            (true, _) | (false, Some(0)) => None,
+            (false, Some(c)) => Some(format!(
+                "guest {name} exited {c} after {:.1} s (its console log has why)",
+                elapsed.as_secs_f64()
+            )),
+            (false, None) => Some(format!(
+                "guest {name}: QEMU exited after {:.1} s without an exit code (its console log has why)",
+                elapsed.as_secs_f64()
+            )),
+        };
+        let msg = match (killed, code) {
             (true, _) if self.stopped.is_some() => format!(
                 "{name}: STOPPED after {:.1} s: {}",
                 elapsed.as_secs_f64(),
@@ -192,26 +210,10 @@ impl Guest {
         &self.spec.name
     }
 
-    /// Why its run failed, once QEMU exited by itself other than with exit code 0: what its
-    /// agent, had it run to its end, would have said in the sync dir (a guest whose command
-    /// could not start, or whose kernel died, says nothing there itself).
-    pub fn ended_badly(&self) -> Option<String> {
-        let (elapsed, killed) = self.exited?;
-        if killed {
-            return None;
-        }
-        let name = &self.spec.name;
-        match read_exit_code(&self.share) {
-            Some(0) => None,
-            Some(c) => Some(format!(
-                "guest {name} exited {c} after {:.1} s (its console log has why)",
-                elapsed.as_secs_f64()
-            )),
-            None => Some(format!(
-                "guest {name}: QEMU exited after {:.1} s without an exit code (its console log has why)",
-                elapsed.as_secs_f64()
-            )),
-        }
+    /// Why its run failed, once, after [`poll`](Self::poll) found that QEMU exited by itself
+    /// other than with exit code 0.
+    pub fn take_ended_badly(&mut self) -> Option<String> {
+        self.ended_badly.take()
     }
 
     /// What it did (after [`poll`](Self::poll) said it is done).

@@ -1,6 +1,7 @@
 //! The busybox initramfs: busybox-static, the module closure the guest needs, and `/init`
-//! (`init.sh`, shipped in the binary). Cached as `~/.cache/rdma-write/vm/initramfs-RELEASE-HASH.cpio`,
-//! keyed by kernel release, init script, module list and busybox.
+//! (`init.sh`, shipped in the binary). Cached as
+//! `~/.cache/rdma-write/vm/initramfs-RELEASE-HASH.cpio`, keyed by kernel release, init script,
+//! module list and busybox.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;

@@ -1,5 +1,6 @@
 //! The guest kernel: Debian's `linux-image-amd64` dependency, downloaded with apt, unpacked
-//! with `dpkg -x`, `depmod`ed, and cached under `~/.cache/rdma-write/vm/kernel/RELEASE/` ([`super::cache_dir`]).
+//! with `dpkg -x`, `depmod`ed, and cached under `~/.cache/rdma-write/vm/kernel/RELEASE/`
+//! ([`super::cache_dir`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

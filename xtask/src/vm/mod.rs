@@ -413,7 +413,7 @@ pub fn run_guests_on(specs: &[GuestSpec], net: &Net, opts: &VmOptions) -> Result
             all_done &= g.poll()?;
             // A guest that ended badly before its agent could say so: said for it, so that
             // the others stop rather than wait for it until their deadlines.
-            if let Some(why) = g.ended_badly() {
+            if let Some(why) = g.take_ended_badly() {
                 let _ = crate::deadline::report_failure(&sync_dir, g.name(), &why);
             }
         }
