@@ -22,6 +22,7 @@ use color_eyre::eyre::{Result, WrapErr as _};
 use crate::deadline::GRACE;
 use crate::mesh_guest::{Stage, Topology, budget};
 use crate::plan::{DEADLINE_ARG, Step};
+use crate::scenario::role::Invocation;
 
 /// The probers' interval, and the runs of probes that move a pair's state.
 pub const EVERY_S: u64 = 5;
@@ -194,8 +195,9 @@ fn check(b: Bins<'_>, topo: &Topology, stage: Stage, marker: &str, next: &str) -
 }
 
 /// A background step that lives until [`DONE`].
-fn service(name: &str, argv: &[&str]) -> Step {
-    let mut s = step(name, argv);
+fn service<S: AsRef<str>>(name: &str, argv: &[S]) -> Step {
+    let argv: Vec<&str> = argv.iter().map(AsRef::as_ref).collect();
+    let mut s = step(name, &argv);
     s.background = true;
     s.stop_when_file = Some(DONE.into());
     s
@@ -259,54 +261,38 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
     let bench_max_time = format!("{BENCH_MAX_TIME_S}s");
     let server_timeout = format!("{SERVER_TIMEOUT_S}s");
     let server = || {
-        service(
-            "mesh-server",
-            &[
-                b.server,
-                "--serve",
-                "--max-clients",
-                &max_clients,
-                "--bench-max-time",
-                &bench_max_time,
-                "--timeout",
-                &server_timeout,
-                "--qp-timeout",
-                &qp_timeout,
-            ],
-        )
+        let argv = Invocation::server(b.server)
+            .args(["--serve", "--max-clients", &max_clients])
+            .args(["--bench-max-time", &bench_max_time])
+            .args(["--timeout", &server_timeout, "--qp-timeout", &qp_timeout])
+            .argv();
+        service("mesh-server", &argv)
     };
+    let prober_argv = Invocation::client(b.client)
+        .subcommand("mesh")
+        .args([
+            &nodes,
+            "--every",
+            &every,
+            "--down-after",
+            &down,
+            "--up-after",
+            &up,
+        ])
+        .args(["--degrade-after", &degrade, "--slow-factor", &slow])
+        .args([
+            "--lat-iters",
+            &lat,
+            "--bw-every",
+            &bw,
+            "--bw-iters",
+            &bw_iters,
+        ])
+        .args(["--qp-timeout", &qp_timeout, "--metrics-listen", &listen])
+        .args(["--topology", &switches, "--json"])
+        .argv();
     let prober = after(
-        service(
-            "mesh-prober",
-            &[
-                b.client,
-                "mesh",
-                &nodes,
-                "--every",
-                &every,
-                "--down-after",
-                &down,
-                "--up-after",
-                &up,
-                "--degrade-after",
-                &degrade,
-                "--slow-factor",
-                &slow,
-                "--lat-iters",
-                &lat,
-                "--bw-every",
-                &bw,
-                "--bw-iters",
-                &bw_iters,
-                "--qp-timeout",
-                &qp_timeout,
-                "--metrics-listen",
-                &listen,
-                "--topology",
-                &switches,
-                "--json",
-            ],
-        ),
+        service("mesh-prober", &prober_argv),
         // The faulted node's server starts last (its devices come back first).
         "mesh-servers-up",
     );

@@ -4,14 +4,14 @@
 
 use super::args::LoadArgs;
 use crate::exec::{self, Captured};
+use crate::scenario::role::Invocation;
 use crate::text::tail;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_proto::events::client::Event as ClientEvent;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::time::Instant;
-use xshell::{Shell, cmd};
 
 /// The client faults that kill the client (its hidden `--fault` values).
 pub(super) const KILL_STAGES: [&str; 3] =
@@ -21,7 +21,6 @@ pub(super) const KILL_STAGES: [&str; 3] =
 #[derive(Debug)]
 pub(super) struct Clients<'a> {
     args: &'a LoadArgs,
-    sh: Shell,
     /// The server's address, `127.0.0.1:PORT`.
     addr: String,
     /// Where the payload files go.
@@ -59,10 +58,9 @@ pub(super) struct Spawned {
 }
 
 impl<'a> Clients<'a> {
-    pub fn new(args: &'a LoadArgs, addr: String, dir: PathBuf, rng_seed: u64) -> Result<Self> {
-        Ok(Self {
+    pub fn new(args: &'a LoadArgs, addr: String, dir: PathBuf, rng_seed: u64) -> Self {
+        Self {
             args,
-            sh: Shell::new()?,
             addr,
             dir,
             rng: fastrand::Rng::with_seed(rng_seed),
@@ -73,7 +71,7 @@ impl<'a> Clients<'a> {
             extra_connections: 0,
             strangers: 0,
             failures: Vec::new(),
-        })
+        }
     }
 
     /// Writes a fresh random payload and starts one client for it.
@@ -90,21 +88,21 @@ impl<'a> Clients<'a> {
         let path = self.dir.join(format!("payload-{id}.bin"));
         std::fs::write(&path, &payload)
             .wrap_err_with(|| format!("writing the payload file {}", path.display()))?;
-        let (addr, extra) = (&self.addr, &self.args.client_args);
-        let (bin, fault_args): (&PathBuf, Vec<&str>) = match (fault, &self.args.misbehave_bin) {
-            (None, _) => (&self.args.client_bin, vec![]),
-            (Some(f), Some(bin)) => (bin, vec!["--fault", f]),
+        let base = match (fault, &self.args.misbehave_bin) {
+            (None, _) => Invocation::client(&self.args.client_bin.to_string_lossy()),
+            (Some(f), Some(bin)) => Invocation::misbehaving(&bin.to_string_lossy(), f),
             (Some(f), None) => bail!("a client that dies ({f}) needs --misbehave-bin"),
         };
         // A busy server is waited for within half the client's own deadline.
         let wait = format!("{}ms", self.args.client_deadline.as_millis() / 2);
-        let c = cmd!(
-            self.sh,
-            "{bin} {fault_args...} {addr} --json --file {path} --notify {notify} --wait-for-server {wait} {extra...}"
-        );
-        let shown = c.to_string();
-        let proc = Captured::spawn_command(Command::from(c), shown, None)
-            .wrap_err_with(|| format!("starting the client {}", bin.display()))?;
+        let argv = base
+            .args([self.addr.as_str(), "--json", "--file"])
+            .args([path.to_string_lossy().as_ref(), "--notify", notify])
+            .args(["--wait-for-server", wait.as_str()])
+            .args(&self.args.client_args)
+            .argv();
+        let proc = Captured::spawn(&argv)
+            .wrap_err_with(|| format!("starting the client {}", argv.join(" ")))?;
         self.started += 1;
         Ok(Spawned {
             proc,

@@ -72,7 +72,7 @@ pub fn cmd(args: &LoadArgs) -> Result<()> {
         "load: server pid {pid} listening on {addr} ({baseline_threads} threads); rng seed {rng_seed}"
     );
 
-    let mut clients = Clients::new(args, addr, tmp.path().to_path_buf(), rng_seed)?;
+    let mut clients = Clients::new(args, addr, tmp.path().to_path_buf(), rng_seed);
     let observed = phases::run(args, &mut server, &mut clients, baseline_threads)?;
     let limits = Limits {
         rss_slack_mib: args.rss_slack_mib,

@@ -3,6 +3,7 @@
 
 use super::args::LoadArgs;
 use crate::exec;
+use crate::scenario::role::Invocation;
 use crate::text::tail;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_proto::events::server::{Event, ServeMode};
@@ -12,7 +13,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use xshell::{Shell, cmd};
 
 /// Most stderr kept from the server, for failure reports.
 const KEEP_STDERR: usize = 16 * 1024;
@@ -32,21 +32,27 @@ pub(super) struct ServerGuard {
 
 impl ServerGuard {
     pub fn start(args: &LoadArgs, addr: &str) -> Result<Self> {
-        let sh = Shell::new()?;
-        let bin = &args.server_bin;
-        let buffer_size = args.buffer_size.to_string();
-        let max_clients = args.concurrent.to_string();
-        let extra = &args.server_args;
-        let mut command = Command::from(cmd!(
-            sh,
-            "{bin} --serve --json --listen {addr} --buffer-size {buffer_size} --max-clients {max_clients} --max-per-ip {max_clients} {extra...}"
-        ));
+        let (buffer_size, max_clients) =
+            (args.buffer_size.to_string(), args.concurrent.to_string());
+        let argv = Invocation::server(&args.server_bin.to_string_lossy())
+            .args(["--serve", "--json", "--listen", addr])
+            .args(["--buffer-size", buffer_size.as_str()])
+            .args([
+                "--max-clients",
+                max_clients.as_str(),
+                "--max-per-ip",
+                &max_clients,
+            ])
+            .args(&args.server_args)
+            .argv();
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .wrap_err_with(|| format!("starting the server {}", bin.display()))?;
+            .wrap_err_with(|| format!("starting the server {}", argv.join(" ")))?;
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&events);
         let stdout = child.stdout.take();
