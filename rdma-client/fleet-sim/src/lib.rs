@@ -147,7 +147,7 @@ impl Fleet {
                 rail: "0".to_owned(),
             })
             .collect();
-        let m = MeshMetrics::new(&tor(node), &paths)?;
+        let m = MeshMetrics::new(&self.names[node], &tor(node), &paths)?;
         m.set_timestamps_supported("mlx5_0", false)?;
         self.watched.insert(node, Arc::new(m));
         Ok(())

@@ -34,6 +34,10 @@ struct Args {
     /// Wall time an interval takes.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     step: Duration,
+    /// The lossy link's share of probes that wait out a retransmission (0.18: about what 1%
+    /// packet loss does to a probe's exchange).
+    #[arg(long, default_value_t = 0.18)]
+    stall: f64,
     /// Ends after this long whatever happens.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "15m")]
     max_run: Duration,
@@ -104,7 +108,7 @@ fn main() -> Result<()> {
                 Fault::Loss {
                     a: lossy[0],
                     b: lossy[1],
-                    stall: 0.18,
+                    stall: args.stall,
                 },
             );
             for _ in 0..3 * cycle {
@@ -117,6 +121,8 @@ fn main() -> Result<()> {
                 "nic_tor": fleet.tors.names[fleet.tor(nic)],
                 "cut": fleet.tors.names[cut],
                 "lossy": [fleet.names[lossy[0]], fleet.names[lossy[1]]],
+                "stall": args.stall,
+                "cycle": cycle,
             });
             write_atomically(&args.faults, &said.to_string())?;
         }

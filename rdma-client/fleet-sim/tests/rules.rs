@@ -1,8 +1,8 @@
 //! The shipped rules (deploy/prometheus/rdma-mesh.rules.yml), run by promtool over what 40
 //! simulated probers in 5 ToRs of 8 export: scraped every minute for 25 minutes, a dead host, a
 //! broken NIC, a ToR cut off and a lossy link from minute 5. Healthy, nothing fires; then
-//! exactly one verdict per node or ToR fault fires, naming it, and no alert fires off the
-//! faults. (promtool's unit tests load at most 10,000 samples a query: 40 probers' worth.)
+//! exactly one verdict per fault fires, naming its node, ToR or link, and no alert fires off
+//! the faults. (promtool's unit tests load at most 10,000 samples a query: 40 probers' worth.)
 //! Never skipped: without promtool it fails naming the deps group.
 
 use rdma_fleet_sim::{Fault, Fleet, PromtoolInput, Shape};
@@ -59,9 +59,11 @@ fn scrapes() -> (Fleet, PromtoolInput) {
 /// A test file for promtool over `rules`.
 fn test_file(f: &Fleet, input: &PromtoolInput, rules: &Path) -> String {
     let n = |i: usize| f.names[i].as_str();
-    let verdicts = r#"ALERTS{alertstate="firing",alertname=~"RdmaMeshNode.*|RdmaMeshTor.*"}"#;
+    let verdicts =
+        r#"ALERTS{alertstate="firing",alertname=~"RdmaMeshNode.*|RdmaMeshTor.*|RdmaMeshLink.*"}"#;
+    let link = format!("{}~{}", n(LOSSY[0]), n(LOSSY[1]));
     let off_the_faults = format!(
-        r#"ALERTS{{alertstate="firing",alertname!~"RdmaMeshNode.*|RdmaMeshTor.*",peer!~"{d}|{c}",instance!~"{d}:9478|{c}:9478",tor!="tor003",peer_tor!="tor003"}}"#,
+        r#"ALERTS{{alertstate="firing",alertname!~"RdmaMeshNode.*|RdmaMeshTor.*|RdmaMeshLink.*",peer!~"{d}|{c}",instance!~"{d}:9478|{c}:9478",tor!="tor003",peer_tor!="tor003",link!="{link}"}}"#,
         d = n(DEAD),
         c = n(NIC)
     );
@@ -84,6 +86,8 @@ tests:
           - labels: 'ALERTS{{alertname="RdmaMeshNodeRdmaBroken",alertstate="firing",cause="rdma",instance="{nic}:9478",job="rdma-mesh",peer="{nic}",peer_tor="tor002",severity="critical"}}'
             value: 1
           - labels: 'ALERTS{{alertname="RdmaMeshTorUnreachable",alertstate="firing",job="rdma-mesh",peer_tor="tor003",severity="critical",tor="tor003"}}'
+            value: 1
+          - labels: 'ALERTS{{alertname="RdmaMeshLinkLossy",alertstate="firing",job="rdma-mesh",link="{link}",rail="0",severity="warning"}}'
             value: 1
       - expr: '{off_the_faults}'
         eval_time: 24m

@@ -28,7 +28,8 @@
 //! `healthy_fleet` test counts them), and each broken path adds [`SERIES_PER_PATH`].
 //!
 //! Label values are bounded by construction: `peer`, `peer_tor`, `tor`, `device` and `rail` come
-//! only from the paths given to [`MeshMetrics::new`] (checked there); `result`, `state` and
+//! only from the paths given to [`MeshMetrics::new`] (checked there), `link` from the node's
+//! name and its peer's; `result`, `state` and
 //! `scope` from closed sets. A report naming any other path is refused
 //! ([`MetricsError::UnknownPath`]): no string from the network ever becomes a label.
 //!
@@ -286,6 +287,12 @@ pub enum MetricsError {
     TooManyPaths(usize),
 }
 
+/// The `link` label of the path between `a` and `b`, whichever probes it: `a~b` in name order.
+fn link(a: &str, b: &str) -> String {
+    let (first, second) = if a <= b { (a, b) } else { (b, a) };
+    format!("{first}~{second}")
+}
+
 /// Within this node's own ToR, or across to another (the `scope` label).
 fn scope(own: bool) -> &'static str {
     if own { "tor" } else { "across" }
@@ -296,6 +303,9 @@ fn scope(own: bool) -> &'static str {
 struct PathLabels {
     tor: String,
     peer: String,
+    /// The two ends, in name order (`a~b`): the same for both probers of a link, so that a
+    /// rule can make one alert of both directions.
+    link: String,
     peer_tor: String,
     scope: &'static str,
     device: String,
@@ -492,14 +502,16 @@ fn raise_to(counter: &Counter, want: u64) {
 }
 
 impl MeshMetrics {
-    /// Registers every family for exactly these paths, this node sitting under the ToR `tor`;
+    /// Registers every family for exactly these paths, this node (`node`, as the mesh's node
+    /// list names it) sitting under the ToR `tor`;
     /// every destination ToR's probes and round trips start at 0, every path is `unknown`
     /// (with no series of its own) until its first verdict. Fails on a bad label value or more
     /// than [`MAX_PATHS`] paths.
-    pub fn new(tor: &str, paths: &[Path]) -> Result<Self, MetricsError> {
+    pub fn new(node: &str, tor: &str, paths: &[Path]) -> Result<Self, MetricsError> {
         if paths.len() > MAX_PATHS {
             return Err(MetricsError::TooManyPaths(paths.len()));
         }
+        check_label("node", node)?;
         check_label("tor", tor)?;
         let mut by_key = HashMap::new();
         let mut mates = BTreeSet::new();
@@ -515,6 +527,7 @@ impl MeshMetrics {
             let labels = PathLabels {
                 tor: tor.to_owned(),
                 peer: p.peer.clone(),
+                link: link(node, &p.peer),
                 peer_tor: p.peer_tor.clone(),
                 scope: scope(own),
                 device: p.device.clone(),

@@ -332,7 +332,7 @@ pub fn run(task: &MeshTask, out: &Output) -> Result<()> {
             rail: rail.to_string(),
         })
         .collect();
-    let metrics = Arc::new(MeshMetrics::new(tor_of(world.rank), &paths)?);
+    let metrics = Arc::new(MeshMetrics::new(me, tor_of(world.rank), &paths)?);
     let clocks = clocks(&ends, &devices);
     let server = match m.metrics_listen {
         Some(addr) => Some(MetricsServer::bind(

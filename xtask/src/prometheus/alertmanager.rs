@@ -1,8 +1,8 @@
 //! The mesh's Alertmanager inhibit rules (`deploy/alertmanager/alertmanager.yml`), checked by
 //! `amtool check-config` and proven on a real Alertmanager on 127.0.0.1: the alerts a dead
-//! node, a node whose RDMA is broken, one failing path and a ToR cut off raise are posted to
-//! it, and what it leaves active must be exactly one alert per root cause ([`PAGES`]), every
-//! other one inhibited by its node's or its ToR's verdict.
+//! node, a node whose RDMA is broken, one failing path, a ToR cut off and a lossy link raise are
+//! posted to it, and what it leaves active must be exactly one alert per root cause ([`PAGES`]),
+//! every other one inhibited by its node's, its ToR's or its link's alert.
 //!
 //! Alertmanager comes from Debian's `prometheus-alertmanager` package (deps group
 //! `prometheus`); it runs with gossip off (`--cluster.listen-address=`), listening on loopback
@@ -23,9 +23,10 @@ pub const CONFIG: &str = "alertmanager.yml";
 const START: Duration = Duration::from_secs(30);
 const REQUEST: Duration = Duration::from_secs(5);
 
-/// An alert by the labels the inhibit rules read: `(alertname, peer, instance, tor, peer_tor)`,
-/// empty for a label the alert has not.
+/// An alert by the labels the inhibit rules read: `(alertname, peer, instance, tor, peer_tor,
+/// link)`, empty for a label the alert has not.
 pub type Labels = (
+    &'static str,
     &'static str,
     &'static str,
     &'static str,
@@ -33,45 +34,142 @@ pub type Labels = (
     &'static str,
 );
 
-/// The alerts the rules raise for four faults at once: node3 down (its paths to and from it,
+/// The alerts the rules raise for five faults at once: node3 down (its paths to and from it,
 /// its stale probes and its scrape, under `RdmaMeshNodeDown`), node4's RDMA broken (its paths,
 /// under `RdmaMeshNodeRdmaBroken`), node1's one path to node2, all under the ToR `tor1`; and the
 /// ToR `tor3` cut off from the others (the paths across to and from it, the RTT of the ToR pair,
-/// under `RdmaMeshTorUnreachable`).
+/// under `RdmaMeshTorUnreachable`); and loss on the link node5~node6 (its two paths degraded,
+/// under `RdmaMeshLinkLossy`).
 pub const RAISED: &[Labels] = &[
-    ("RdmaMeshNodeDown", "node3", "node3:9478", "", "tor1"),
-    ("RdmaMeshPathDown", "node3", "node1:9478", "tor1", "tor1"),
-    ("RdmaMeshPathDown", "node3", "node2:9478", "tor1", "tor1"),
-    ("RdmaMeshPathDown", "node1", "node3:9478", "tor1", "tor1"),
-    ("RdmaMeshProbesStale", "", "node3:9478", "", ""),
-    ("RdmaMeshScrapeFailing", "", "node3:9478", "", ""),
-    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478", "", "tor1"),
-    ("RdmaMeshPathDown", "node4", "node1:9478", "tor1", "tor1"),
+    ("RdmaMeshNodeDown", "node3", "node3:9478", "", "tor1", ""),
+    (
+        "RdmaMeshPathDown",
+        "node3",
+        "node1:9478",
+        "tor1",
+        "tor1",
+        "",
+    ),
+    (
+        "RdmaMeshPathDown",
+        "node3",
+        "node2:9478",
+        "tor1",
+        "tor1",
+        "",
+    ),
+    (
+        "RdmaMeshPathDown",
+        "node1",
+        "node3:9478",
+        "tor1",
+        "tor1",
+        "",
+    ),
+    ("RdmaMeshProbesStale", "", "node3:9478", "", "", ""),
+    ("RdmaMeshScrapeFailing", "", "node3:9478", "", "", ""),
+    (
+        "RdmaMeshNodeRdmaBroken",
+        "node4",
+        "node4:9478",
+        "",
+        "tor1",
+        "",
+    ),
+    (
+        "RdmaMeshPathDown",
+        "node4",
+        "node1:9478",
+        "tor1",
+        "tor1",
+        "",
+    ),
     (
         "RdmaMeshPathDegraded",
         "node4",
         "node2:9478",
         "tor1",
         "tor1",
+        "node2~node4",
     ),
-    ("RdmaMeshPathDown", "node1", "node4:9478", "tor1", "tor1"),
-    ("RdmaMeshPathDown", "node2", "node1:9478", "tor1", "tor1"),
-    ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3"),
-    ("RdmaMeshPathDown", "node9", "node1:9478", "tor1", "tor3"),
-    ("RdmaMeshPathDown", "node1", "node9:9478", "tor3", "tor1"),
-    ("RdmaMeshRttRegression", "", "", "tor2", "tor3"),
+    (
+        "RdmaMeshPathDown",
+        "node1",
+        "node4:9478",
+        "tor1",
+        "tor1",
+        "",
+    ),
+    (
+        "RdmaMeshPathDown",
+        "node2",
+        "node1:9478",
+        "tor1",
+        "tor1",
+        "",
+    ),
+    ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3", ""),
+    (
+        "RdmaMeshPathDown",
+        "node9",
+        "node1:9478",
+        "tor1",
+        "tor3",
+        "",
+    ),
+    (
+        "RdmaMeshPathDown",
+        "node1",
+        "node9:9478",
+        "tor3",
+        "tor1",
+        "",
+    ),
+    ("RdmaMeshRttRegression", "", "", "tor2", "tor3", ""),
+    ("RdmaMeshLinkLossy", "", "", "", "", "node5~node6"),
+    (
+        "RdmaMeshPathDegraded",
+        "node6",
+        "node5:9478",
+        "tor1",
+        "tor1",
+        "node5~node6",
+    ),
+    (
+        "RdmaMeshPathDegraded",
+        "node5",
+        "node6:9478",
+        "tor1",
+        "tor1",
+        "node5~node6",
+    ),
 ];
 
 /// What must page of [`RAISED`]: one alert per root cause.
 pub const PAGES: &[Labels] = &[
-    ("RdmaMeshNodeDown", "node3", "node3:9478", "", "tor1"),
-    ("RdmaMeshNodeRdmaBroken", "node4", "node4:9478", "", "tor1"),
-    ("RdmaMeshPathDown", "node2", "node1:9478", "tor1", "tor1"),
-    ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3"),
+    ("RdmaMeshNodeDown", "node3", "node3:9478", "", "tor1", ""),
+    (
+        "RdmaMeshNodeRdmaBroken",
+        "node4",
+        "node4:9478",
+        "",
+        "tor1",
+        "",
+    ),
+    (
+        "RdmaMeshPathDown",
+        "node2",
+        "node1:9478",
+        "tor1",
+        "tor1",
+        "",
+    ),
+    ("RdmaMeshTorUnreachable", "", "", "tor3", "tor3", ""),
+    ("RdmaMeshLinkLossy", "", "", "", "", "node5~node6"),
 ];
 
 /// An alert by the labels the inhibit rules read, as [`Labels`] (owned).
-pub type Alert = (String, String, String, String, String);
+pub type Alert = (String, String, String, String, String, String);
 
 /// `amtool check-config`, then [`RAISED`] posted to a real Alertmanager running `dir`'s
 /// configuration; returns the alerts it left active (not inhibited).
@@ -132,13 +230,14 @@ pub fn check(dir: &Path) -> Result<usize> {
     Ok(text.matches("source_matchers:").count())
 }
 
-pub fn own((name, peer, instance, tor, peer_tor): Labels) -> Alert {
+pub fn own((name, peer, instance, tor, peer_tor, link): Labels) -> Alert {
     (
         name.to_owned(),
         peer.to_owned(),
         instance.to_owned(),
         tor.to_owned(),
         peer_tor.to_owned(),
+        link.to_owned(),
     )
 }
 
@@ -216,7 +315,7 @@ impl Alertmanager {
     fn post(&self, alerts: &[Labels]) -> Result<()> {
         let body: Vec<serde_json::Value> = alerts
             .iter()
-            .map(|(name, peer, instance, tor, peer_tor)| {
+            .map(|(name, peer, instance, tor, peer_tor, link)| {
                 let mut labels = serde_json::Map::new();
                 labels.insert("alertname".into(), (*name).into());
                 labels.insert("job".into(), "rdma-mesh".into());
@@ -225,6 +324,7 @@ impl Alertmanager {
                     ("instance", instance),
                     ("tor", tor),
                     ("peer_tor", peer_tor),
+                    ("link", link),
                 ] {
                     if !v.is_empty() {
                         labels.insert(k.into(), (*v).into());
@@ -275,6 +375,7 @@ impl Alertmanager {
                 label("instance"),
                 label("tor"),
                 label("peer_tor"),
+                label("link"),
             );
             if a["status"]["state"] == "active" {
                 active.insert(alert.clone());
@@ -305,7 +406,7 @@ mod tests {
     /// Never skipped: without Alertmanager it fails naming the deps group.
     #[test]
     fn the_inhibit_rules_leave_one_page_per_root_cause_and_a_broken_one_fails() {
-        assert_eq!(check(&shipped()).unwrap(), 4);
+        assert_eq!(check(&shipped()).unwrap(), 5);
         let text = std::fs::read_to_string(shipped().join(CONFIG)).unwrap();
 
         let none = tempfile::tempdir().unwrap();
@@ -337,6 +438,18 @@ mod tests {
         assert!(
             e.contains("RdmaMeshPathDown\", \"node1\", \"node9:9478"),
             "the path out of the cut-off ToR still pages: {e}"
+        );
+
+        let no_link = tempfile::tempdir().unwrap();
+        std::fs::write(
+            no_link.path().join(CONFIG),
+            text.replace("equal: [job, link, rail]", "equal: [job, peer, rail]"),
+        )
+        .unwrap();
+        let e = format!("{:#}", check(no_link.path()).unwrap_err());
+        assert!(
+            e.contains("RdmaMeshPathDegraded\", \"node6\", \"node5:9478"),
+            "a degraded path of the lossy link still pages: {e}"
         );
     }
 }

@@ -22,6 +22,10 @@ const PER_TOR: usize = 40;
 const SCRAPE: Duration = Duration::from_secs(5);
 /// The simulated fleet's interval, in wall time.
 const STEP: Duration = Duration::from_secs(1);
+/// The lossy link's share of probes that wait out a retransmission: more than 1% loss gives
+/// (0.18), so that its alert needs a minute, not three (some of its paths go degraded too, and
+/// its alert must silence theirs).
+const STALL: f64 = 0.4;
 /// One start (the simulation binding its 1,000 ports, Prometheus, a request): a single step's
 /// bound.
 const START: Duration = Duration::from_secs(120);
@@ -86,6 +90,7 @@ pub fn check(root: &Path) -> Result<Report> {
         format!("--fault-when={}", fault_when.display()),
         format!("--faults={}", faults.display()),
         format!("--step={}ms", STEP.as_millis()),
+        format!("--stall={STALL}"),
     ])?;
     // `true`: it exited before writing them.
     let exited = wait("the simulated fleet's targets", START, || {
@@ -167,39 +172,65 @@ pub fn check(root: &Path) -> Result<Report> {
         )?)?))
     })?;
     let s = |k: &str| said[k].as_str().unwrap_or("").to_owned();
+    let mut lossy: Vec<String> = said["lossy"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    lossy.sort();
+    let none = String::new;
     let want: BTreeSet<Alert> = [
         (
             "RdmaMeshNodeDown",
             s("dead"),
             format!("{}:9478", s("dead")),
-            String::new(),
+            none(),
             s("dead_tor"),
+            none(),
         ),
         (
             "RdmaMeshNodeRdmaBroken",
             s("nic"),
             format!("{}:9478", s("nic")),
-            String::new(),
+            none(),
             s("nic_tor"),
+            none(),
         ),
         (
             "RdmaMeshTorUnreachable",
-            String::new(),
-            String::new(),
+            none(),
+            none(),
             s("cut"),
             s("cut"),
+            none(),
+        ),
+        (
+            "RdmaMeshLinkLossy",
+            none(),
+            none(),
+            none(),
+            none(),
+            lossy.join("~"),
         ),
     ]
     .into_iter()
-    .map(|(a, p, i, t, pt)| (a.to_owned(), p, i, t, pt))
+    .map(|(a, p, i, t, pt, l)| (a.to_owned(), p, i, t, pt, l))
     .collect();
     // Up to the whole healthy time in Prometheus's 10-minute windows must be outweighed by
-    // failures (a ToR's verdict), then `for:`, and a few scrapes and evaluations.
+    // failures (a ToR's verdict), then `for:`, and a few scrapes and evaluations. The lossy
+    // link needs its slow probes (3 in 15 minutes, one path's): at its stall rate that many
+    // probes of a path, twice over, one cycle each.
     let healthy_for = START + calm;
+    let stall = said["stall"].as_f64().filter(|s| *s > 0.0).unwrap_or(1.0);
+    let cycle = said["cycle"].as_u64().unwrap_or(1);
+    let lossy_for = STEP.mul_f64(2.0 * 3.0 / stall) * u32::try_from(cycle).unwrap_or(u32::MAX);
     let mut held = 0;
     let pages = wait(
         "one page per root cause",
-        healthy_for + calm + 6 * SCRAPE,
+        healthy_for.max(lossy_for) + calm + 6 * SCRAPE,
         || {
             let (all, active) = am.alerts()?;
             held = all.len();

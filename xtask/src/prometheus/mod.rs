@@ -89,7 +89,7 @@ pub fn cmd(_: &PrometheusArgs) -> Result<()> {
     let pages: Vec<String> = f
         .pages
         .iter()
-        .map(|(a, peer, _, tor, _)| format!("{a} {peer}{tor}"))
+        .map(|(a, peer, _, tor, _, link)| format!("{a} {peer}{tor}{link}"))
         .collect();
     println!(
         "prometheus-check: a real Prometheus and Alertmanager on 127.0.0.1 over {} simulated probers: {} series, rule groups evaluated in at most {:.3} s; healthy, no alert; after a dead host, a broken NIC, a ToR cut off and a lossy link, {} alerts held and {} paged, one per root cause: {} ({:.0} s)",

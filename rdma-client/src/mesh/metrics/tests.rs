@@ -15,7 +15,7 @@ pub(crate) fn paths() -> Vec<Path> {
 }
 
 pub(crate) fn metrics() -> MeshMetrics {
-    MeshMetrics::new("tor1", &paths()).unwrap()
+    MeshMetrics::new("me", "tor1", &paths()).unwrap()
 }
 
 const T0: u64 = 1_700_000_000;
@@ -124,7 +124,7 @@ fn a_report_lands_in_its_series() {
     l(r#"rdma_mesh_paths{state="up"} 1"#);
     l(r#"rdma_mesh_paths{state="down"} 1"#);
     l(r#"rdma_mesh_paths{state="unknown"} 0"#);
-    let path = r#"tor="tor1",peer="node3",peer_tor="tor2",scope="across",device="rxe0",rail="0""#;
+    let path = r#"tor="tor1",peer="node3",link="me~node3",peer_tor="tor2",scope="across",device="rxe0",rail="0""#;
     l(&format!(r#"rdma_mesh_path_up{{{path}}} 0"#));
     l(&format!(r#"rdma_mesh_path_state{{{path},state="down"}} 1"#));
     l(&format!(r#"rdma_mesh_path_state{{{path},state="up"}} 0"#));
@@ -192,8 +192,8 @@ fn a_recovered_path_keeps_its_series_a_while_then_loses_them_and_counts_on() {
         at: UNIX_EPOCH + Duration::from_secs(T0 + s),
         ..report("node3", result)
     };
-    let down = r#"rdma_mesh_path_state{tor="tor1",peer="node3",peer_tor="tor2",scope="across",device="rxe0",rail="0",state="down"}"#;
-    let host = r#"rdma_mesh_probes_total{tor="tor1",peer="node3",peer_tor="tor2",scope="across",device="rxe0",rail="0",result="host"}"#;
+    let down = r#"rdma_mesh_path_state{tor="tor1",peer="node3",link="me~node3",peer_tor="tor2",scope="across",device="rxe0",rail="0",state="down"}"#;
+    let host = r#"rdma_mesh_probes_total{tor="tor1",peer="node3",link="me~node3",peer_tor="tor2",scope="across",device="rxe0",rail="0",result="host"}"#;
     m.record(&at(ResultLabel::Host, 0)).unwrap();
     m.record(&at(ResultLabel::Host, 10)).unwrap();
     m.record(&at(ResultLabel::Ok, 20)).unwrap();
@@ -228,7 +228,7 @@ fn a_recovered_path_keeps_its_series_a_while_then_loses_them_and_counts_on() {
 #[test]
 fn each_change_of_state_is_counted() {
     let m = metrics();
-    let changes = r#"rdma_mesh_path_state_changes_total{tor="tor1",peer="node2",peer_tor="tor1",scope="tor",device="rxe0",rail="0"}"#;
+    let changes = r#"rdma_mesh_path_state_changes_total{tor="tor1",peer="node2",link="me~node2",peer_tor="tor1",scope="tor",device="rxe0",rail="0"}"#;
     let at = |result, state: Option<PathState>, changed| ProbeReport {
         state,
         changed,
@@ -285,7 +285,7 @@ fn bad_labels_and_too_many_paths_are_refused() {
         }];
         assert!(
             matches!(
-                MeshMetrics::new("tor1", &p),
+                MeshMetrics::new("me", "tor1", &p),
                 Err(MetricsError::BadLabel { .. })
             ),
             "{bad:?}"
@@ -294,14 +294,14 @@ fn bad_labels_and_too_many_paths_are_refused() {
             peer_tor: bad.to_owned(),
             ..paths()[0].clone()
         }];
-        assert!(MeshMetrics::new("tor1", &p).is_err(), "{bad:?}");
-        assert!(MeshMetrics::new(bad, &paths()).is_err(), "{bad:?}");
+        assert!(MeshMetrics::new("me", "tor1", &p).is_err(), "{bad:?}");
+        assert!(MeshMetrics::new("me", bad, &paths()).is_err(), "{bad:?}");
     }
     let long = vec![Path {
         peer: "n".repeat(MAX_LABEL_LEN + 1),
         ..paths()[0].clone()
     }];
-    assert!(MeshMetrics::new("tor1", &long).is_err());
+    assert!(MeshMetrics::new("me", "tor1", &long).is_err());
     let many: Vec<Path> = (0..=MAX_PATHS)
         .map(|i| Path {
             peer: format!("n{i}"),
@@ -309,7 +309,7 @@ fn bad_labels_and_too_many_paths_are_refused() {
         })
         .collect();
     assert!(matches!(
-        MeshMetrics::new("tor1", &many),
+        MeshMetrics::new("me", "tor1", &many),
         Err(MetricsError::TooManyPaths(_))
     ));
 }
@@ -360,7 +360,7 @@ fn healthy_fleet_of_ten_thousand_stays_under_a_thousand_series() {
             rail: "0".to_owned(),
         })
         .collect();
-    let m = MeshMetrics::new(&tor(0), &paths).unwrap();
+    let m = MeshMetrics::new("n0", &tor(0), &paths).unwrap();
     m.set_timestamps_supported("mlx5_0", true).unwrap();
     let probe = |i: usize, result: ResultLabel, s: u64| {
         let peer = node(i);
@@ -422,7 +422,7 @@ fn each_cause_is_its_result_label_and_unknown_leaves_the_state() {
 #[test]
 fn an_up_path_shows_from_its_first_failure_not_only_once_down() {
     let m = metrics();
-    let probes = r#"rdma_mesh_probes_total{tor="tor1",peer="node2",peer_tor="tor1",scope="tor",device="rxe0",rail="0",result="rdma"}"#;
+    let probes = r#"rdma_mesh_probes_total{tor="tor1",peer="node2",link="me~node2",peer_tor="tor1",scope="tor",device="rxe0",rail="0",result="rdma"}"#;
     m.record(&report("node2", ResultLabel::Ok)).unwrap();
     assert_eq!(
         own_series(&m.encode(Format::Text), "node2"),
@@ -448,4 +448,30 @@ fn an_up_path_shows_from_its_first_failure_not_only_once_down() {
         own_series(&m.encode(Format::Text), "node3").len(),
         SERIES_PER_PATH
     );
+}
+
+/// A link's two probers label its paths alike (`link`, the two ends in name order), whichever
+/// end sorts first, so that one rule makes one alert of both directions.
+#[test]
+fn both_ends_of_a_link_name_it_alike() {
+    let path = |peer: &str| Path {
+        peer: peer.to_owned(),
+        peer_tor: "tor1".to_owned(),
+        device: "rxe0".to_owned(),
+        rail: "0".to_owned(),
+    };
+    let mut links = Vec::new();
+    for (me, peer) in [("node7", "node10"), ("node10", "node7")] {
+        let m = MeshMetrics::new(me, "tor1", &[path(peer)]).unwrap();
+        m.record(&report(peer, ResultLabel::Slow)).unwrap();
+        let t = m.encode(Format::Text);
+        let up = own_series(&t, peer)
+            .into_iter()
+            .find(|l| l.starts_with("rdma_mesh_path_up{"))
+            .map(str::to_owned);
+        links.push(up.unwrap_or_else(|| panic!("no path_up of {peer} in\n{t}")));
+    }
+    for l in &links {
+        assert!(l.contains(r#"link="node10~node7""#), "{l}");
+    }
 }

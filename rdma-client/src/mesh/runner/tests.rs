@@ -252,7 +252,7 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
         device: "fake0".into(),
         rail: "0".into(),
     };
-    let metrics = MeshMetrics::new("all", &[path]).unwrap();
+    let metrics = MeshMetrics::new("me", "all", &[path]).unwrap();
     let sinks = Sinks {
         metrics: Some(&metrics),
         textfile: None,
@@ -290,7 +290,7 @@ fn a_pair_goes_down_only_after_down_after_failures_and_up_after_up_after() {
     // Each transition counted once (unknown → up, up → down, down → up), on the path's own
     // series, which it keeps, back up for less than `KEEP_RECOVERED`.
     let text = metrics.encode(crate::mesh::metrics::Format::Text);
-    let path = r#"tor="all",peer="node2",peer_tor="all",scope="tor",device="fake0",rail="0""#;
+    let path = r#"tor="all",peer="node2",link="me~node2",peer_tor="all",scope="tor",device="fake0",rail="0""#;
     for line in [
         format!("rdma_mesh_path_state_changes_total{{{path}}} 3"),
         format!(r#"rdma_mesh_path_state{{{path},state="up"}} 1"#),
@@ -422,7 +422,7 @@ fn the_metrics_endpoint_serves_the_probe_counts() {
             rail: "0".into(),
         })
         .collect();
-    let metrics = Arc::new(MeshMetrics::new("all", &paths).unwrap());
+    let metrics = Arc::new(MeshMetrics::new("me", "all", &paths).unwrap());
     let server = MetricsServer::bind(
         "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
         metrics.clone(),
@@ -455,8 +455,8 @@ fn the_metrics_endpoint_serves_the_probe_counts() {
     for line in [
         r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",outcome="ok"} 3"#,
         r#"rdma_mesh_tor_probes_total{tor="all",peer_tor="all",scope="tor",device="fake0",rail="0",outcome="failed"} 3"#,
-        r#"rdma_mesh_probes_total{tor="all",peer="node3",peer_tor="all",scope="tor",device="fake0",rail="0",result="host"} 3"#,
-        r#"rdma_mesh_path_up{tor="all",peer="node3",peer_tor="all",scope="tor",device="fake0",rail="0"} 0"#,
+        r#"rdma_mesh_probes_total{tor="all",peer="node3",link="me~node3",peer_tor="all",scope="tor",device="fake0",rail="0",result="host"} 3"#,
+        r#"rdma_mesh_path_up{tor="all",peer="node3",link="me~node3",peer_tor="all",scope="tor",device="fake0",rail="0"} 0"#,
         r#"rdma_mesh_paths{state="up"} 1"#,
         r#"rdma_mesh_timestamps_supported{device="fake0"} 0"#,
     ] {

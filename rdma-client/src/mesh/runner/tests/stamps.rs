@@ -20,7 +20,7 @@ fn what_the_devices_said_of_their_clocks_is_said_once_at_start() {
             rail: rail.to_string(),
         })
         .collect();
-    let metrics = MeshMetrics::new("all", &paths).unwrap();
+    let metrics = MeshMetrics::new("me", "all", &paths).unwrap();
     let clock = CompletionClock::Clock {
         hca_core_clock_khz: 156_250,
         timestamp_mask: 0xffff_ffff_ffff,
@@ -91,7 +91,7 @@ fn a_split_round_trip_reaches_the_event_and_the_histograms() {
         device: devices[0].clone(),
         rail: "0".into(),
     }];
-    let metrics = MeshMetrics::new("all", &paths).unwrap();
+    let metrics = MeshMetrics::new("me", "all", &paths).unwrap();
     let clock = CompletionClock::Clock {
         hca_core_clock_khz: 1_000_000,
         timestamp_mask: (1 << 48) - 1,
