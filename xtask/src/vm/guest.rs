@@ -167,19 +167,7 @@ impl Guest {
         let elapsed = self.started.elapsed();
         self.exited = Some((elapsed, killed));
         let code = read_exit_code(&self.share);
-        // What its agent, had it run to its end, would have said in the sync dir: a guest
-        // whose command could not start, or whose kernel died, says nothing there itself.
-        self.ended_badly = match (killed, code) {
-            (true, _) | (false, Some(0)) => None,
-            (false, Some(c)) => Some(format!(
-                "guest {name} exited {c} after {:.1} s (its console log has why)",
-                elapsed.as_secs_f64()
-            )),
-            (false, None) => Some(format!(
-                "guest {name}: QEMU exited after {:.1} s without an exit code (its console log has why)",
-                elapsed.as_secs_f64()
-            )),
-        };
+        self.ended_badly = ended_badly(name, killed, code, elapsed);
         let msg = match (killed, code) {
             (true, _) if self.stopped.is_some() => format!(
                 "{name}: STOPPED after {:.1} s: {}",
@@ -236,6 +224,22 @@ impl Guest {
     }
 }
 
+/// Why a guest's run failed when QEMU exited by itself (not `killed`) other than with /init's
+/// exit `code` 0: what its agent, had it run to its end, would have said in the sync dir. A
+/// guest whose command could not start, or whose kernel died, says nothing there itself.
+fn ended_badly(name: &str, killed: bool, code: Option<i32>, elapsed: Duration) -> Option<String> {
+    let s = elapsed.as_secs_f64();
+    match (killed, code) {
+        (true, _) | (false, Some(0)) => None,
+        (false, Some(c)) => Some(format!(
+            "guest {name} exited {c} after {s:.1} s (its console log has why)"
+        )),
+        (false, None) => Some(format!(
+            "guest {name}: QEMU exited after {s:.1} s without an exit code (its console log has why)"
+        )),
+    }
+}
+
 /// The exit code the guest's /init wrote into its share, if it got that far.
 fn read_exit_code(share: &Path) -> Option<i32> {
     std::fs::read_to_string(share.join("exit_code"))
@@ -248,6 +252,24 @@ fn read_exit_code(share: &Path) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A guest that ended by itself with an exit code other than 0, or with none, failed
+    /// (named, with its code); one that exited 0, or that we killed (its stop already has a
+    /// reason, or its deadline is the failure), is no new failure.
+    #[test]
+    fn a_guest_that_ends_by_itself_other_than_with_0_has_failed() {
+        let t = Duration::from_millis(6_500);
+        assert_eq!(ended_badly("A", false, Some(0), t), None);
+        assert_eq!(ended_badly("A", true, Some(3), t), None);
+        assert_eq!(ended_badly("A", true, None, t), None);
+        let code = ended_badly("A", false, Some(127), t).unwrap();
+        assert!(code.starts_with("guest A exited 127 after 6.5 s"), "{code}");
+        let none = ended_badly("B", false, None, t).unwrap();
+        assert!(
+            none.contains("guest B: QEMU exited after 6.5 s without an exit code"),
+            "{none}"
+        );
+    }
 
     #[test]
     fn the_exit_code_comes_from_the_share() {
