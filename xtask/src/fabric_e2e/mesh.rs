@@ -58,6 +58,8 @@ pub const PROMETHEUS_PORT: u16 = 9090;
 /// The lossy link's loss, and how many probes each of its paths must have under it.
 pub const LOSS_PCT: u32 = 5;
 pub const LOSS_PROBES: u32 = 12;
+/// The name of each node's prober step.
+pub const PROBER: &str = "mesh-prober";
 /// The marker every mesh step lives until.
 pub const DONE: &str = "mesh-done";
 /// The faulted node, and the lossy link's ends.
@@ -292,7 +294,7 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
         .args(["--topology", &switches, "--json"])
         .argv();
     let prober = after(
-        service("mesh-prober", &prober_argv),
+        service(PROBER, &prober_argv),
         // The faulted node's server starts last (its devices come back first).
         "mesh-servers-up",
     );

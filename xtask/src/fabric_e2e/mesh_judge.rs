@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::scenario::transcript::Role;
 use rdma_proto::events::client::Event;
 use rdma_proto::events::mesh::{Cause, PairState, ProbeOutcome};
 
@@ -42,30 +43,32 @@ struct Pair {
     stamped: u64,
 }
 
-/// The nodes' events: `streams[r]` is rank `r`'s prober output. `faulted` and `lossy` are
-/// ranks; the servers end a kept lat session every `renew_every` intervals (their
+/// The nodes' events: `probers[r]` is rank `r`'s prober step, its output read as client
+/// events by the run's `Transcript` (`None`: it did not run). `faulted` and `lossy` are ranks; the servers end a kept lat session every `renew_every` intervals (their
 /// `--bench-max-time`), so a pair opens a new one that often. Returns the verdict line, or
 /// what is wrong.
 pub fn check(
-    streams: &[&str],
+    probers: &[Option<&Role>],
     faulted: usize,
     lossy: [usize; 2],
     down_after: u32,
     renew_every: u64,
 ) -> Result<String, String> {
-    let n = streams.len();
+    let n = probers.len();
     let mut wrong = Vec::new();
     let mut pairs: BTreeMap<(usize, usize), Pair> = BTreeMap::new();
-    for (me, text) in streams.iter().enumerate() {
+    for (me, role) in probers.iter().enumerate() {
+        let Some(role) = role else {
+            wrong.push(format!("node{}: its prober did not run", me + 1));
+            continue;
+        };
+        wrong.extend(
+            role.strangers
+                .iter()
+                .map(|e| format!("node{}: {e}", me + 1)),
+        );
         let mut started = false;
-        for line in text.lines().filter(|l| l.starts_with('{')) {
-            let event: Event<'static> = match rdma_proto::events::parse(line) {
-                Ok(e) => e,
-                Err(e) => {
-                    wrong.push(format!("node{}: {e}: {line}", me + 1));
-                    continue;
-                }
-            };
+        for event in role.client.iter().cloned() {
             match event {
                 Event::MeshStarted { rank, .. } => {
                     started = true;
@@ -237,6 +240,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::exit::Speaks;
 
     /// A probe's event; an ok one's lat exchange ended with the stamped exchange.
     fn probe(t: usize, outcome: &str, cause: Option<&str>, state: &str) -> String {
@@ -299,8 +303,20 @@ mod tests {
     }
 
     fn run(streams: &[String]) -> Result<String, String> {
-        let s: Vec<&str> = streams.iter().map(String::as_str).collect();
-        check(&s, 2, [1, 2], 2, RENEW_EVERY)
+        let roles: Vec<Role> = streams
+            .iter()
+            .enumerate()
+            .map(|(i, out)| {
+                let step = crate::plan::StepResult {
+                    name: "mesh-prober".to_owned(),
+                    stdout: out.clone(),
+                    ..crate::plan::StepResult::default()
+                };
+                Role::of(&step, &format!("node{}", i + 1), Speaks::Client)
+            })
+            .collect();
+        let probers: Vec<Option<&Role>> = roles.iter().map(Some).collect();
+        check(&probers, 2, [1, 2], 2, RENEW_EVERY)
     }
 
     #[test]
@@ -343,6 +359,17 @@ mod tests {
                 .unwrap_err()
                 .contains("node3 -> node1: state changes")
         );
+    }
+
+    /// A line that is no client event, and a prober that did not run, are named.
+    #[test]
+    fn a_line_that_is_no_event_and_a_missing_prober_are_named() {
+        let mut s: Vec<String> = (0..3).map(good).collect();
+        s[2].push_str("\n{\"type\":\"mesh_nonsense\"}");
+        let e = run(&s).unwrap_err();
+        assert!(e.contains("node3: ") && e.contains("mesh_nonsense"), "{e}");
+        let e = check(&[None, None, None], 2, [1, 2], 2, RENEW_EVERY).unwrap_err();
+        assert!(e.contains("node1: its prober did not run"), "{e}");
     }
 
     #[test]

@@ -105,8 +105,15 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         "fabric-e2e: phase guests done in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    // The guests run scripts (Slurm, then srun of our binaries): no role of theirs is ours.
-    let t = Transcript::from_guests(&run, &|_: &str| Speaks::Other);
+    // The guests run scripts (Slurm, then srun of our binaries) and checks; only the mesh's
+    // probers are our binaries' own steps, which print client events.
+    let t = Transcript::from_guests(&run, &|name: &str| {
+        if name == mesh::PROBER {
+            Speaks::Client
+        } else {
+            Speaks::Other
+        }
+    });
     let mut problems: Vec<String> = t.deaths().map(str::to_owned).collect();
     for s in &t.roles {
         for l in s
@@ -139,16 +146,12 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
     // The mesh phase: the checks passed in the guests (a failed one is a failed step, above);
     // now the probers' own events.
     let nodes = cluster::nodes(NODES);
-    let streams: Vec<&str> = nodes
+    let probers: Vec<Option<&Role>> = nodes
         .iter()
-        .map(|node| {
-            t.roles_of(node)
-                .find(|r| r.name == "mesh-prober")
-                .map_or("", |r| r.stdout.as_str())
-        })
+        .map(|node| t.roles_of(node).find(|r| r.name == mesh::PROBER))
         .collect();
     match mesh_judge::check(
-        &streams,
+        &probers,
         NODES - 1,
         [1, 2],
         mesh::DOWN_AFTER,
