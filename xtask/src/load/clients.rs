@@ -4,7 +4,10 @@
 
 use super::args::LoadArgs;
 use crate::exec::{self, Captured};
+use crate::plan::StepResult;
+use crate::scenario::exit::Speaks;
 use crate::scenario::role::Invocation;
+use crate::scenario::transcript::{HOST, Role};
 use crate::text::tail;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_proto::events::client::Event as ClientEvent;
@@ -199,15 +202,22 @@ pub(super) fn check_client(
     len: usize,
     crc: u32,
 ) -> Result<bool, String> {
-    let events: Vec<ClientEvent<'static>> = match stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(rdma_proto::events::parse)
-        .collect()
-    {
-        Ok(events) => events,
-        Err(e) => return Err(format!("exited with {status}, and {e}")),
+    // Read as every step's output is (the scenario's one reader of events).
+    let step = StepResult {
+        name: "client".to_owned(),
+        stdout: stdout.to_owned(),
+        ..StepResult::default()
     };
+    let role = Role::of(&step, HOST, Speaks::Client);
+    if let Some(e) = role.strangers.first() {
+        return Err(format!("exited with {status}, and {e}"));
+    }
+    if let Some(line) = role.human.first() {
+        return Err(format!(
+            "exited with {status}, and a line that is no JSON event: {line}"
+        ));
+    }
+    let events = &role.client;
     if !status.success() {
         let err = events
             .iter()
@@ -263,6 +273,9 @@ mod tests {
         let renamed = good.replace("crc32c", "crc");
         let err = check_client(&renamed, ok, 17, 617_249_076).unwrap_err();
         assert!(err.contains(r#""crc":617249076"#), "{err}");
+        let human = format!("connected to h\n{good}");
+        let err = check_client(&human, ok, 17, 617_249_076).unwrap_err();
+        assert!(err.contains("no JSON event: connected to h"), "{err}");
         let unverified = good.replace("\"verified\":true", "\"verified\":false");
         assert!(check_client(&unverified, ok, 17, 617_249_076).is_err());
     }
