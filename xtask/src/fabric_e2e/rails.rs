@@ -4,7 +4,9 @@
 use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::{Cell, Report};
 
-use crate::scenario::exit::ExitKind;
+use crate::plan::StepResult;
+use crate::scenario::exit::{ExitKind, Speaks};
+use crate::scenario::transcript::{HOST, Role};
 
 /// Rails of every guest in the rails phase (`rxe0` on eth0, `rxe1` on eth1).
 pub const RAILS: usize = 2;
@@ -85,16 +87,31 @@ pub fn check(
 /// rail, rail `k`'s from the writer's `rxe{k}` and its address on eth`k` (`10.0.k.W`) to the
 /// target's (`10.0.k.T`): the connection, and so the server's device, was on that rail too.
 pub fn check_lines(jsonl: &str, n: usize) -> std::result::Result<String, String> {
-    let mut seen = std::collections::BTreeSet::new();
-    for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
-        let text = match line.split_once(": ") {
+    // srun's labels off, the lines are read as every step's output is.
+    let unlabelled: Vec<&str> = jsonl
+        .lines()
+        .map(|line| match line.split_once(": ") {
             Some((label, rest)) if label.trim().bytes().all(|b| b.is_ascii_digit()) => rest,
             _ => line,
-        };
-        let p = match rdma_proto::events::parse::<Event<'static>>(text) {
-            Ok(Event::FabricPair(p)) => p.into_owned(),
-            Ok(other) => return Err(format!("not a fabric_pair: {other:?}")),
-            Err(e) => return Err(e.to_string()),
+        })
+        .collect();
+    let step = StepResult {
+        name: "rails".to_owned(),
+        stdout: unlabelled.join("\n"),
+        ..StepResult::default()
+    };
+    let role = Role::of(&step, HOST, Speaks::Client);
+    if let Some(e) = role.strangers.first() {
+        return Err(e.to_string());
+    }
+    if let Some(line) = role.human.first() {
+        return Err(format!("a line that is no JSON event: {line}"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for event in &role.client {
+        let p = match event {
+            Event::FabricPair(p) => p,
+            other => return Err(format!("not a fabric_pair: {other:?}")),
         };
         let Some(r) = &p.rail else {
             return Err(format!("pair {}->{} has no rail", p.writer, p.target));
