@@ -10,7 +10,7 @@
 
 mod args;
 mod probe;
-mod report;
+pub mod report;
 
 pub use args::HostileArgs;
 

@@ -1,9 +1,9 @@
 //! Holding a role of the transcript to a scenario's [`Expect`]s.
 
 use super::types::*;
+use crate::hostile::report::Line;
 use crate::scenario::judge;
 use crate::scenario::transcript::Role;
-use serde_json::Value;
 
 /// Checks `expect` against what a role printed; returns the failures, human-readable.
 pub fn check(expect: &[Expect], role: &Role) -> Vec<String> {
@@ -38,18 +38,11 @@ pub fn check(expect: &[Expect], role: &Role) -> Vec<String> {
                 }
             }
             // The hostile peer is xtask's own, and so is its summary line: no event of our
-            // binaries carries it, so it is read as the JSON it is.
+            // binaries carries it, so it is read as the line type it writes.
             Expect::HostileClean => {
-                let clean = role
-                    .stdout
-                    .lines()
-                    .filter(|l| l.trim_start().starts_with('{'))
-                    .any(|l| {
-                        serde_json::from_str::<Value>(l).is_ok_and(|v| {
-                            v["type"] == "summary"
-                                && v["failed"].as_array().is_some_and(Vec::is_empty)
-                        })
-                    });
+                let clean = role.stdout.lines().any(|l| {
+                    serde_json::from_str::<Line>(l).is_ok_and(|line| line.is_clean_summary())
+                });
                 if !clean {
                     failures.push("no hostile summary without failed cases".to_owned());
                 }
