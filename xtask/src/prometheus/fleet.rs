@@ -22,10 +22,10 @@ const PER_TOR: usize = 40;
 const SCRAPE: Duration = Duration::from_secs(5);
 /// The simulated fleet's interval, in wall time.
 const STEP: Duration = Duration::from_secs(1);
-/// The lossy link's share of probes that wait out a retransmission: more than 1% loss gives
-/// (0.18), so that its alert needs a minute, not three (some of its paths go degraded too, and
-/// its alert must silence theirs).
-const STALL: f64 = 0.4;
+/// The lossy link's share of probes that wait out a retransmission: far more than 1% loss gives
+/// (0.18), so that its alert needs well under a minute, not minutes (its paths go degraded now and then too,
+/// and its alert must silence theirs).
+const STALL: f64 = 0.6;
 /// One start (the simulation binding its 1,000 ports, Prometheus, a request): a single step's
 /// bound.
 const START: Duration = Duration::from_secs(120);
