@@ -282,7 +282,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
         // The fresh root is mostly a build (its own cargo, in its own root), the two phases
         // after it mostly guests, which leave about half of the host's CPU idle: it runs
         // beside them, as its own process, and is joined after them.
-        let mut fresh = Some(Beside::start("fresh-root", &[], fresh_root::WORST_CASE)?);
+        let mut fresh = Some(Beside::start("fresh-root", &[], fresh_root::worst_case())?);
         // The fuzz run too: its own workspace and target directory, one core for its run.
         let seconds = FUZZ_SECONDS.to_string();
         let mut fuzz = Some(Beside::start(

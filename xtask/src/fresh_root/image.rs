@@ -75,44 +75,99 @@ pub fn unpack(tarball: &Path, root: &Path) -> Result<()> {
 /// conflict that a new user's `cargo xtask e2e` meets.
 pub fn make_new_machine(ch: &Chroot) -> Result<String> {
     let etc = ch.path("/etc/apt");
-    std::fs::write(etc.join("sources.list"), sources_list())?;
     let bpo = etc.join("sources.list.d/backports.list");
-    std::fs::write(&bpo, format!("deb {MIRROR} {SUITE}-backports main\n"))?;
-    ch.quiet(&["apt-get", "update", "-q"])?;
-    let mut install = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
-    install.extend_from_slice(NEW_MACHINE);
-    ch.quiet(&install)?;
-    let backports = format!("{SUITE}-backports");
-    ch.quiet(&[
-        "apt-get",
-        "install",
-        "-y",
-        "-q",
-        "--no-install-recommends",
-        "-t",
-        &backports,
-        FROM_BACKPORTS,
-    ])?;
-    std::fs::remove_file(&bpo)?;
-    ch.quiet(&["apt-get", "update", "-q"])?;
-    let version = ch.quiet(&[
-        "dpkg-query",
-        "-W",
-        "--showformat=${Version}",
-        FROM_BACKPORTS,
-    ])?;
+    let mut last = String::new();
+    for step in new_machine() {
+        match step {
+            Step::Sources => {
+                std::fs::write(etc.join("sources.list"), sources_list())?;
+                std::fs::write(&bpo, format!("deb {MIRROR} {SUITE}-backports main\n"))?;
+            }
+            Step::Run(argv) => {
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                last = ch.quiet(&argv)?;
+            }
+            Step::DropBackports => std::fs::remove_file(&bpo)?,
+        }
+    }
+    let version = last;
     if !version.contains("~bpo") {
         bail!(
-            "the new machine's {FROM_BACKPORTS} is {version}, not from {backports}: it would not \
-             hold the conflict a new machine of this kind has"
+            "the new machine's {FROM_BACKPORTS} is {version}, not from {SUITE}-backports: it \
+             would not hold the conflict a new machine of this kind has"
         );
     }
     Ok(format!("{FROM_BACKPORTS} {version}"))
 }
 
+/// One step of [`make_new_machine`].
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// The suite's sources, and backports' beside them.
+    Sources,
+    /// A command in the new machine (each within the fresh root's step timeout).
+    Run(Vec<String>),
+    /// Backports' source dropped again.
+    DropBackports,
+}
+
+/// What makes the minbase root a new machine, in order; the last command prints the version
+/// of [`FROM_BACKPORTS`].
+pub fn new_machine() -> Vec<Step> {
+    let run = |argv: &[&str]| Step::Run(argv.iter().map(|a| (*a).to_owned()).collect());
+    let install = ["apt-get", "install", "-y", "-q", "--no-install-recommends"];
+    let backports = format!("{SUITE}-backports");
+    vec![
+        Step::Sources,
+        run(&["apt-get", "update", "-q"]),
+        run(&[&install[..], NEW_MACHINE].concat()),
+        run(&[&install[..], &["-t", &backports, FROM_BACKPORTS]].concat()),
+        Step::DropBackports,
+        run(&["apt-get", "update", "-q"]),
+        run(&[
+            "dpkg-query",
+            "-W",
+            "--showformat=${Version}",
+            FROM_BACKPORTS,
+        ]),
+    ]
+}
+
+/// How many commands [`make_new_machine`] runs in the new machine.
+pub fn commands() -> usize {
+    new_machine()
+        .iter()
+        .filter(|s| matches!(s, Step::Run(_)))
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sources come first, backports' go before the last update, the version query is
+    /// last; the worst case counts every command (and the e2e run) at its step timeout.
+    #[test]
+    fn the_new_machine_is_made_in_order_and_its_worst_case_counts_each_command() {
+        let steps = new_machine();
+        assert_eq!(steps.first(), Some(&Step::Sources));
+        let drop = steps
+            .iter()
+            .position(|s| *s == Step::DropBackports)
+            .unwrap();
+        let Some(Step::Run(last)) = steps.last() else {
+            panic!("{steps:?}")
+        };
+        assert_eq!(last[0], "dpkg-query");
+        assert!(matches!(&steps[drop + 1], Step::Run(a) if a[..2] == ["apt-get", "update"]));
+        let runs = steps.iter().filter(|s| matches!(s, Step::Run(_))).count();
+        assert_eq!(commands(), runs);
+        let commands = u32::try_from(runs).unwrap();
+        assert_eq!(
+            super::super::worst_case(),
+            2 * exec::INSTALL_TIMEOUT + (commands + 1) * super::super::STEP_TIMEOUT
+        );
+    }
 
     #[test]
     fn the_new_machine_has_no_backports_source_and_what_the_issue_lists() {

@@ -48,11 +48,13 @@ const WORKSPACE: &str = "/root/rdma-write";
 const STEP_TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
 /// The longest `cargo xtask fresh-root` can take, each of its waits at its whole deadline: the
-/// debootstrap tarball made and unpacked ([`exec::INSTALL_TIMEOUT`] each), the new machine's
-/// five apt and dpkg commands ([`image::make_new_machine`]) and `cargo xtask e2e`
+/// debootstrap tarball made and unpacked ([`exec::INSTALL_TIMEOUT`] each), the commands that
+/// make it a new machine (as many as [`image::new_machine`] lists) and `cargo xtask e2e`
 /// ([`STEP_TIMEOUT`] each).
-pub const WORST_CASE: Duration =
-    Duration::from_secs(2 * exec::INSTALL_TIMEOUT.as_secs() + 6 * STEP_TIMEOUT.as_secs());
+pub fn worst_case() -> Duration {
+    let commands = u32::try_from(image::commands()).unwrap_or(u32::MAX);
+    2 * exec::INSTALL_TIMEOUT + (commands + 1) * STEP_TIMEOUT
+}
 
 /// Entry point of `cargo xtask fresh-root`.
 pub fn cmd(args: &FreshRootArgs) -> Result<()> {
