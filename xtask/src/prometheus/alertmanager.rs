@@ -416,40 +416,31 @@ mod tests {
         let e = format!("{:#}", check(none.path()).unwrap_err());
         assert!(e.contains("RdmaMeshScrapeFailing"), "{e}");
 
-        let wrong = tempfile::tempdir().unwrap();
-        std::fs::write(
-            wrong.path().join(CONFIG),
-            text.replace("equal: [job, instance]", "equal: [job, peer]"),
-        )
-        .unwrap();
-        let e = format!("{:#}", check(wrong.path()).unwrap_err());
-        assert!(
-            e.contains("RdmaMeshPathDown\", \"node1\", \"node3:9478"),
-            "the path from the dead node still pages: {e}"
-        );
-
-        let no_tor = tempfile::tempdir().unwrap();
-        std::fs::write(
-            no_tor.path().join(CONFIG),
-            text.replace("equal: [job, tor]", "equal: [job, instance]"),
-        )
-        .unwrap();
-        let e = format!("{:#}", check(no_tor.path()).unwrap_err());
-        assert!(
-            e.contains("RdmaMeshPathDown\", \"node1\", \"node9:9478"),
-            "the path out of the cut-off ToR still pages: {e}"
-        );
-
-        let no_link = tempfile::tempdir().unwrap();
-        std::fs::write(
-            no_link.path().join(CONFIG),
-            text.replace("equal: [job, link, rail]", "equal: [job, peer, rail]"),
-        )
-        .unwrap();
-        let e = format!("{:#}", check(no_link.path()).unwrap_err());
-        assert!(
-            e.contains("RdmaMeshPathDegraded\", \"node6\", \"node5:9478"),
-            "a degraded path of the lossy link still pages: {e}"
-        );
+        // Each rule with the wrong `equal`: what it should have silenced pages.
+        for (rule, broken, still) in [
+            (
+                "equal: [job, instance]",
+                "equal: [job, peer]",
+                "RdmaMeshPathDown\", \"node1\", \"node3:9478",
+            ),
+            (
+                "equal: [job, tor]",
+                "equal: [job, instance]",
+                "RdmaMeshPathDown\", \"node1\", \"node9:9478",
+            ),
+            (
+                "equal: [job, link, rail]",
+                "equal: [job, peer, rail]",
+                "RdmaMeshPathDegraded\", \"node6\", \"node5:9478",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(CONFIG), text.replace(rule, broken)).unwrap();
+            let e = format!("{:#}", check(dir.path()).unwrap_err());
+            assert!(
+                e.contains(still),
+                "{rule} as {broken}: {still} should page: {e}"
+            );
+        }
     }
 }
