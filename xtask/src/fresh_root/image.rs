@@ -147,13 +147,7 @@ pub fn restore(tar: &Path, root: &Path) -> Result<()> {
         None,
         exec::INSTALL_TIMEOUT,
     )?;
-    exec::check_output("tar (unpacking the new machine)", &out).wrap_err_with(|| {
-        format!(
-            "the cached new machine {} would not unpack: `cargo xtask fresh-root --refresh` \
-             makes it anew",
-            tar.display()
-        )
-    })
+    exec::check_output("tar (unpacking the new machine)", &out)
 }
 
 /// One step of [`make_new_machine`].
