@@ -71,10 +71,12 @@ pub fn unpack(tarball: &Path, root: &Path) -> Result<()> {
 
 /// Makes the minbase root what a new machine of our kind is: its apt sources, [`NEW_MACHINE`],
 /// and [`FROM_BACKPORTS`] from backports (whose source is then dropped again, as on the
-/// image); [`held`] then checks it.
-pub fn make_new_machine(ch: &Chroot) -> Result<()> {
+/// image). Fails unless qemu-utils really came from backports: the root must hold the very
+/// conflict that a new user's `cargo xtask e2e` meets.
+pub fn make_new_machine(ch: &Chroot) -> Result<String> {
     let etc = ch.path("/etc/apt");
     let bpo = etc.join("sources.list.d/backports.list");
+    let mut last = String::new();
     for step in new_machine() {
         match step {
             Step::Sources => {
@@ -83,27 +85,12 @@ pub fn make_new_machine(ch: &Chroot) -> Result<()> {
             }
             Step::Run(argv) => {
                 let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-                ch.quiet(&argv)?;
+                last = ch.quiet(&argv)?;
             }
             Step::DropBackports => std::fs::remove_file(&bpo)?,
         }
     }
-    Ok(())
-}
-
-/// What the new machine holds from backports: fails unless qemu-utils really came from there
-/// (and backports' source is gone again): the root must hold the very conflict that a new
-/// user's `cargo xtask e2e` meets.
-pub fn held(ch: &Chroot) -> Result<String> {
-    if ch.path("/etc/apt/sources.list.d/backports.list").exists() {
-        bail!("the new machine still has a backports source; a machine of this kind has none");
-    }
-    let version = ch.quiet(&[
-        "dpkg-query",
-        "-W",
-        "--showformat=${Version}",
-        FROM_BACKPORTS,
-    ])?;
+    let version = last;
     if !version.contains("~bpo") {
         bail!(
             "the new machine's {FROM_BACKPORTS} is {version}, not from {SUITE}-backports: it \
@@ -111,43 +98,6 @@ pub fn held(ch: &Chroot) -> Result<String> {
         );
     }
     Ok(format!("{FROM_BACKPORTS} {version}"))
-}
-
-/// The cached new machine's file name: the suite, and a digest of the steps that make it, so
-/// that changed steps make it anew.
-pub fn machine_name() -> String {
-    let steps = format!("{:?}{:?}", new_machine(), sources_list());
-    format!(
-        "new-machine-{SUITE}-{:08x}.tar",
-        crc32c::crc32c(steps.as_bytes())
-    )
-}
-
-/// Saves the made machine at `root` to `tar` (written beside it and renamed: a cut run leaves
-/// no half of it).
-pub fn save(root: &Path, tar: &Path) -> Result<()> {
-    let partial = tar.with_extension("partial");
-    let sh = Shell::new()?;
-    let out = exec::output_with(
-        cmd!(sh, "tar --numeric-owner --xattrs -C {root} -cf {partial} ."),
-        None,
-        exec::INSTALL_TIMEOUT,
-    )?;
-    exec::check_output("tar (saving the new machine)", &out)?;
-    std::fs::rename(&partial, tar)
-        .wrap_err_with(|| format!("moving the new machine to {}", tar.display()))
-}
-
-/// The saved machine `tar` unpacked at `root` (which must not exist).
-pub fn restore(tar: &Path, root: &Path) -> Result<()> {
-    std::fs::create_dir_all(root)?;
-    let sh = Shell::new()?;
-    let out = exec::output_with(
-        cmd!(sh, "tar --numeric-owner --xattrs -p -C {root} -xf {tar}"),
-        None,
-        exec::INSTALL_TIMEOUT,
-    )?;
-    exec::check_output("tar (unpacking the new machine)", &out)
 }
 
 /// One step of [`make_new_machine`].
@@ -161,7 +111,8 @@ pub enum Step {
     DropBackports,
 }
 
-/// What makes the minbase root a new machine, in order.
+/// What makes the minbase root a new machine, in order; the last command prints the version
+/// of [`FROM_BACKPORTS`].
 pub fn new_machine() -> Vec<Step> {
     let run = |argv: &[&str]| Step::Run(argv.iter().map(|a| (*a).to_owned()).collect());
     let install = ["apt-get", "install", "-y", "-q", "--no-install-recommends"];
@@ -173,6 +124,12 @@ pub fn new_machine() -> Vec<Step> {
         run(&[&install[..], &["-t", &backports, FROM_BACKPORTS]].concat()),
         Step::DropBackports,
         run(&["apt-get", "update", "-q"]),
+        run(&[
+            "dpkg-query",
+            "-W",
+            "--showformat=${Version}",
+            FROM_BACKPORTS,
+        ]),
     ]
 }
 
@@ -188,9 +145,8 @@ pub fn commands() -> usize {
 mod tests {
     use super::*;
 
-    /// The sources come first, backports' go right before the last update; the worst case
-    /// counts every command, the check of what the machine holds and the e2e run at the step
-    /// timeout; the cached machine's name changes with the steps.
+    /// The sources come first, backports' go before the last update, the version query is
+    /// last; the worst case counts every command (and the e2e run) at its step timeout.
     #[test]
     fn the_new_machine_is_made_in_order_and_its_worst_case_counts_each_command() {
         let steps = new_machine();
@@ -199,21 +155,18 @@ mod tests {
             .iter()
             .position(|s| *s == Step::DropBackports)
             .unwrap();
-        assert_eq!(drop, steps.len() - 2, "{steps:?}");
+        let Some(Step::Run(last)) = steps.last() else {
+            panic!("{steps:?}")
+        };
+        assert_eq!(last[0], "dpkg-query");
         assert!(matches!(&steps[drop + 1], Step::Run(a) if a[..2] == ["apt-get", "update"]));
         let runs = steps.iter().filter(|s| matches!(s, Step::Run(_))).count();
         assert_eq!(commands(), runs);
         let commands = u32::try_from(runs).unwrap();
         assert_eq!(
             super::super::worst_case(),
-            3 * exec::INSTALL_TIMEOUT + (commands + 2) * super::super::STEP_TIMEOUT
+            2 * exec::INSTALL_TIMEOUT + (commands + 1) * super::super::STEP_TIMEOUT
         );
-        let name = machine_name();
-        assert!(
-            name.starts_with("new-machine-bookworm-") && name.ends_with(".tar"),
-            "{name}"
-        );
-        assert_eq!(name, machine_name());
     }
 
     #[test]

@@ -10,13 +10,11 @@
 //! the guests (whose root is then that new machine) and verify the write.
 //!
 //! Cached in xtask's download cache ([`crate::vm::user_cache_dir`]`/fresh/`), so the warm run
-//! stays short: the debootstrap tarball (the minbase packages), apt's downloaded packages
-//! (`apt-archives/`, bound at `/var/cache/apt/archives`), and the new machine itself as made
-//! (a tar of the root before anything of ours touched it, named by the steps that made it, so
-//! that a change to them makes it anew). What `cargo xtask e2e` installs is installed from
-//! scratch in every run: that is what is proven. The root is unpacked anew each time and
-//! deleted after a pass (kept after a failure, for a look; deleted at the next start, never
-//! while anything is mounted under it). `--refresh` drops every cached piece.
+//! stays short: the debootstrap tarball (the minbase packages) and apt's downloaded packages
+//! (`apt-archives/`, bound at `/var/cache/apt/archives`). Every package is still installed
+//! from scratch in every run; only the downloads are kept. The root itself is made anew each time and deleted after a
+//! pass (kept after a failure, for a look; deleted at the next start, never while anything is
+//! mounted under it).
 
 mod image;
 mod mounts;
@@ -38,8 +36,7 @@ pub struct FreshRootArgs {
     /// Keep the root after a pass (under target/xtask/fresh/root).
     #[arg(long)]
     pub keep: bool,
-    /// Download the debootstrap tarball and apt's packages again, and make the new machine
-    /// anew.
+    /// Download the debootstrap tarball and apt's packages again.
     #[arg(long)]
     pub refresh: bool,
 }
@@ -50,14 +47,13 @@ const WORKSPACE: &str = "/root/rdma-write";
 /// A deadline for each step in the root (apt installs, the build, the guests).
 const STEP_TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
-/// The longest `cargo xtask fresh-root` can take, each of its waits at its whole deadline, when
-/// nothing is cached: the debootstrap tarball made and unpacked, and the new machine saved
-/// ([`exec::INSTALL_TIMEOUT`] each); the commands that make it a new machine (as many as
-/// [`image::new_machine`] lists), the check of what it holds and `cargo xtask e2e`
+/// The longest `cargo xtask fresh-root` can take, each of its waits at its whole deadline: the
+/// debootstrap tarball made and unpacked ([`exec::INSTALL_TIMEOUT`] each), the commands that
+/// make it a new machine (as many as [`image::new_machine`] lists) and `cargo xtask e2e`
 /// ([`STEP_TIMEOUT`] each).
 pub fn worst_case() -> Duration {
     let commands = u32::try_from(image::commands()).unwrap_or(u32::MAX);
-    3 * exec::INSTALL_TIMEOUT + (commands + 2) * STEP_TIMEOUT
+    2 * exec::INSTALL_TIMEOUT + (commands + 1) * STEP_TIMEOUT
 }
 
 /// Entry point of `cargo xtask fresh-root`.
@@ -72,56 +68,37 @@ pub fn cmd(args: &FreshRootArgs) -> Result<()> {
     let downloads = crate::vm::user_cache_dir().join("fresh");
     let tarball = downloads.join(format!("debootstrap-{}-minbase.tgz", image::SUITE));
     let archives = downloads.join("apt-archives");
-    let machine = downloads.join(image::machine_name());
     let root = dir.join("root");
     if args.refresh {
         let _ = std::fs::remove_file(&tarball);
         let _ = std::fs::remove_dir_all(&archives);
-        let _ = std::fs::remove_file(&machine);
     }
     for d in [&dir, &archives.join("partial")] {
         std::fs::create_dir_all(d).wrap_err_with(|| format!("creating {}", d.display()))?;
     }
     phase("clear the last run's root", || mounts::remove_root(&root))?;
-    if machine.exists() {
-        phase(
-            &format!(
-                "unpack the new machine (made once, cached: {})",
-                machine.display()
-            ),
-            || image::restore(&machine, &root),
-        )?;
-    } else {
-        phase(
-            "debootstrap minbase tarball (downloaded once, cached)",
-            || {
-                let made = image::ensure_tarball(&tarball, &dir.join("scratch"))?;
-                println!(
-                    "fresh-root:     {} {}",
-                    if made { "made" } else { "cached:" },
-                    tarball.display()
-                );
-                Ok(())
-            },
-        )?;
-        phase("unpack the minbase root", || image::unpack(&tarball, &root))?;
-        let ch = Chroot::enter(&root, &archives)?;
-        phase(
-            "a new machine of this kind: gcc libc6-dev git ca-certificates python3, qemu-utils from bookworm-backports",
-            || image::make_new_machine(&ch),
-        )?;
-        // Unmounted before it is saved: the machine alone, nothing of this host's.
-        drop(ch);
-        phase("keep the new machine for the next run", || {
-            image::save(&root, &machine)
-        })?;
-    }
+    phase(
+        "debootstrap minbase tarball (downloaded once, cached)",
+        || {
+            let made = image::ensure_tarball(&tarball, &dir.join("scratch"))?;
+            println!(
+                "fresh-root:     {} {}",
+                if made { "made" } else { "cached:" },
+                tarball.display()
+            );
+            Ok(())
+        },
+    )?;
+    phase("unpack the minbase root", || image::unpack(&tarball, &root))?;
     let ch = Chroot::enter(&root, &archives)?;
-    phase("what the new machine holds", || {
-        let held = image::held(&ch)?;
-        println!("fresh-root:     holds {held}, no backports source");
-        Ok(())
-    })?;
+    phase(
+        "a new machine of this kind: gcc libc6-dev git ca-certificates python3, qemu-utils from bookworm-backports",
+        || {
+            let held = image::make_new_machine(&ch)?;
+            println!("fresh-root:     holds {held}, no backports source");
+            Ok(())
+        },
+    )?;
     phase("copy the working tree (no target/)", || {
         copy_tree(&exec::workspace_root(), &ch.path(WORKSPACE))
     })?;
