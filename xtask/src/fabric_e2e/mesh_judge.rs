@@ -44,7 +44,8 @@ struct Pair {
 }
 
 /// The nodes' events: `probers[r]` is rank `r`'s prober step, its output read as client
-/// events by the run's `Transcript` (`None`: it did not run). `faulted` and `lossy` are ranks; the servers end a kept lat session every `renew_every` intervals (their
+/// events by the run's `Transcript` (`None`: it did not run). `faulted` and `lossy` are
+/// ranks; the servers end a kept lat session every `renew_every` intervals (their
 /// `--bench-max-time`), so a pair opens a new one that often. Returns the verdict line, or
 /// what is wrong.
 pub fn check(
@@ -305,15 +306,7 @@ mod tests {
     fn run(streams: &[String]) -> Result<String, String> {
         let roles: Vec<Role> = streams
             .iter()
-            .enumerate()
-            .map(|(i, out)| {
-                let step = crate::plan::StepResult {
-                    name: "mesh-prober".to_owned(),
-                    stdout: out.clone(),
-                    ..crate::plan::StepResult::default()
-                };
-                Role::of(&step, &format!("node{}", i + 1), Speaks::Client)
-            })
+            .map(|out| Role::of_stdout(crate::fabric_e2e::mesh::PROBER, out, Speaks::Client))
             .collect();
         let probers: Vec<Option<&Role>> = roles.iter().map(Some).collect();
         check(&probers, 2, [1, 2], 2, RENEW_EVERY)

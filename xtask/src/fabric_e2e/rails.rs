@@ -4,9 +4,8 @@
 use rdma_proto::events::client::Event;
 use rdma_proto::events::fabric::{Cell, Report};
 
-use crate::plan::StepResult;
 use crate::scenario::exit::{ExitKind, Speaks};
-use crate::scenario::transcript::{HOST, Role};
+use crate::scenario::transcript::Role;
 
 /// Rails of every guest in the rails phase (`rxe0` on eth0, `rxe1` on eth1).
 pub const RAILS: usize = 2;
@@ -95,18 +94,8 @@ pub fn check_lines(jsonl: &str, n: usize) -> std::result::Result<String, String>
             _ => line,
         })
         .collect();
-    let step = StepResult {
-        name: "rails".to_owned(),
-        stdout: unlabelled.join("\n"),
-        ..StepResult::default()
-    };
-    let role = Role::of(&step, HOST, Speaks::Client);
-    if let Some(e) = role.strangers.first() {
-        return Err(e.to_string());
-    }
-    if let Some(line) = role.human.first() {
-        return Err(format!("a line that is no JSON event: {line}"));
-    }
+    let role = Role::of_stdout("rails", &unlabelled.join("\n"), Speaks::Client);
+    crate::scenario::judge::only_events(&role)?;
     let mut seen = std::collections::BTreeSet::new();
     for event in &role.client {
         let p = match event {

@@ -4,10 +4,10 @@
 
 use super::args::LoadArgs;
 use crate::exec::{self, Captured};
-use crate::plan::StepResult;
 use crate::scenario::exit::Speaks;
+use crate::scenario::judge;
 use crate::scenario::role::Invocation;
-use crate::scenario::transcript::{HOST, Role};
+use crate::scenario::transcript::Role;
 use crate::text::tail;
 use color_eyre::eyre::{Result, WrapErr as _, bail};
 use rdma_proto::events::client::Event as ClientEvent;
@@ -203,20 +203,8 @@ pub(super) fn check_client(
     crc: u32,
 ) -> Result<bool, String> {
     // Read as every step's output is (the scenario's one reader of events).
-    let step = StepResult {
-        name: "client".to_owned(),
-        stdout: stdout.to_owned(),
-        ..StepResult::default()
-    };
-    let role = Role::of(&step, HOST, Speaks::Client);
-    if let Some(e) = role.strangers.first() {
-        return Err(format!("exited with {status}, and {e}"));
-    }
-    if let Some(line) = role.human.first() {
-        return Err(format!(
-            "exited with {status}, and a line that is no JSON event: {line}"
-        ));
-    }
+    let role = Role::of_stdout("client", stdout, Speaks::Client);
+    judge::only_events(&role).map_err(|e| format!("exited with {status}, and {e}"))?;
     let events = &role.client;
     if !status.success() {
         let err = events
@@ -275,7 +263,7 @@ mod tests {
         assert!(err.contains(r#""crc":617249076"#), "{err}");
         let human = format!("connected to h\n{good}");
         let err = check_client(&human, ok, 17, 617_249_076).unwrap_err();
-        assert!(err.contains("no JSON event: connected to h"), "{err}");
+        assert!(err.contains("(no JSON): connected to h"), "{err}");
         let unverified = good.replace("\"verified\":true", "\"verified\":false");
         assert!(check_client(&unverified, ok, 17, 617_249_076).is_err());
     }

@@ -10,7 +10,7 @@
 use super::alertmanager::{self, Alert, Alertmanager};
 use crate::exec::{self, Captured};
 use crate::mesh_guest::prom::{Http, Query as _};
-use color_eyre::eyre::{Result, WrapErr as _, bail};
+use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -23,8 +23,8 @@ const SCRAPE: Duration = Duration::from_secs(5);
 /// The simulated fleet's interval, in wall time.
 const STEP: Duration = Duration::from_secs(1);
 /// The lossy link's share of probes that wait out a retransmission: far more than 1% loss gives
-/// (0.18), so that its alert needs well under a minute, not minutes (its paths go degraded now and then too,
-/// and its alert must silence theirs).
+/// (0.18), so that its alert needs well under a minute, not minutes (its paths go degraded now
+/// and then too, and its alert must silence theirs).
 const STALL: f64 = 0.6;
 /// One start (the simulation binding its 1,000 ports, Prometheus, a request): a single step's
 /// bound.
@@ -224,9 +224,11 @@ pub fn check(root: &Path) -> Result<Report> {
     // link needs its slow probes (3 in 15 minutes, one path's): at its stall rate that many
     // probes of a path, twice over, one cycle each.
     let healthy_for = START + calm;
-    let stall = said["stall"].as_f64().filter(|s| *s > 0.0).unwrap_or(1.0);
-    let cycle = said["cycle"].as_u64().unwrap_or(1);
-    let lossy_for = STEP.mul_f64(2.0 * 3.0 / stall) * u32::try_from(cycle).unwrap_or(u32::MAX);
+    let cycle = said["cycle"]
+        .as_u64()
+        .and_then(|c| u32::try_from(c).ok())
+        .ok_or_else(|| eyre!("fleet: the faults file names no schedule cycle: {said}"))?;
+    let lossy_for = STEP.mul_f64(2.0 * 3.0 / STALL) * cycle;
     let mut held = 0;
     let pages = wait(
         "one page per root cause",

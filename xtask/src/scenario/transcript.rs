@@ -62,6 +62,17 @@ impl Role {
         Self::of(&step, HOST, speaks)
     }
 
+    /// The role of output that no plan step ran (a file of events, a process of this host's
+    /// own): `stdout` read as `speaks` prints, on this host.
+    pub fn of_stdout(name: &str, stdout: &str, speaks: Speaks) -> Self {
+        let step = StepResult {
+            name: name.to_owned(),
+            stdout: stdout.to_owned(),
+            ..StepResult::default()
+        };
+        Self::of(&step, HOST, speaks)
+    }
+
     /// The role of `step`, run in `guest`, playing `speaks`.
     pub fn of(step: &StepResult, guest: &str, speaks: Speaks) -> Self {
         let mut role = Role {
