@@ -133,8 +133,8 @@ fn promtool_finds_one_verdict_per_fault_of_a_simulated_fleet_and_nothing_else() 
     let rules = std::fs::read_to_string(shipped_rules()).expect("the shipped rules");
     let strict = dir.path().join("strict.rules.yml");
     let broken = rules.replace(
-        "(rdma_mesh:node_votes:count >= 2)",
-        "(rdma_mesh:node_votes:count >= 100)",
+        "group_left 0.5 * rdma_mesh:tor_peers:max",
+        "group_left 2 * rdma_mesh:tor_peers:max",
     );
     assert_ne!(broken, rules);
     std::fs::write(&strict, broken).expect("writing the rules");
