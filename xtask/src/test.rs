@@ -304,7 +304,7 @@ pub fn cmd(args: &TestArgs) -> Result<()> {
             &mut || fuzz.take().map_or(Ok(()), Beside::join),
         )?;
         phase(
-            "fabric: three guests, Slurm, srun rdma-client fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down), and rdma-client mesh on every node",
+            "fabric: three guests, Slurm, srun rdma-client fabric (healthy, two rails with --rails auto, a slow node, a node's RDMA down), and rdma-client mesh on every node under two ToRs (a dead node and a broken NIC, one page each through Alertmanager; a lossy link)",
             &mut || {
                 crate::fabric_e2e::cmd(&crate::fabric_e2e::FabricE2eArgs {
                     vm: base.vm.clone(),

@@ -1,14 +1,19 @@
-//! The mesh phase of `fabric-e2e` (issue 24), after the fabric check, in the same three guests:
+//! The mesh phase of `fabric-e2e`, after the fabric check, in the same three guests under two
+//! labelled ToRs (node1 alone under `tor1`, node2 and node3 under `tor2`: [`SWITCHES_FILE`]):
 //! every node runs `rdma-server --serve` and `rdma-client mesh` (metrics on
 //! [`METRICS_PORT`]), node1 runs Debian's Prometheus scraping all three with the shipped
-//! alerting rules, and the faults come one after another, each checked from Prometheus by
-//! `xtask mesh-guest STAGE` on node1 ([`crate::mesh_guest`]) before the next:
+//! alerting rules and Debian's Alertmanager with the shipped inhibit rules, and the faults come
+//! one after another, each checked from Prometheus and Alertmanager by `xtask mesh-guest
+//! STAGE` on node1 ([`crate::mesh_guest`]) before the next:
 //!
 //! 1. steady;
-//! 2. node3 drops every RoCE packet it sends (`tc … u32 … udp dport 4791 … drop`: TCP open);
-//! 3. node3's server stopped too;
-//! 4. both restored (the filter gone, a new server);
-//! 5. [`LOSS_PCT`] % loss on the node2–node3 link, both ways (`prio` with a `netem loss` band
+//! 2. node3 sends nothing at all (`tc … u32 match u32 0 0 … drop` on its link): a dead host;
+//! 3. node3 sends again;
+//! 4. node2 drops every RoCE packet it sends (`tc … u32 … udp dport 4791 … drop`: TCP open):
+//!    a broken NIC;
+//! 5. node2's server stopped too;
+//! 6. both restored (the filter gone, a new server);
+//! 7. [`LOSS_PCT`] % loss on the node2–node3 link, both ways (`prio` with a `netem loss` band
 //!    that a `u32` filter on the peer's address feeds).
 //!
 //! The steps take turns through markers; every deadline is derived (the checks' from the
@@ -53,8 +58,9 @@ pub const QP_TIMEOUT: u8 = 18;
 pub const BW_EVERY: u32 = 3;
 /// The port of the probers' `/metrics`.
 pub const METRICS_PORT: u16 = 9478;
-/// Prometheus's port on node1.
+/// Prometheus's and Alertmanager's ports on node1.
 pub const PROMETHEUS_PORT: u16 = 9090;
+pub const ALERTMANAGER_PORT: u16 = 9093;
 /// The lossy link's loss, and how many probes each of its paths must have under it.
 pub const LOSS_PCT: u32 = 5;
 pub const LOSS_PROBES: u32 = 12;
@@ -62,22 +68,36 @@ pub const LOSS_PROBES: u32 = 12;
 pub const PROBER: &str = "mesh-prober";
 /// The marker every mesh step lives until.
 pub const DONE: &str = "mesh-done";
-/// The faulted node, and the lossy link's ends.
-const FAULTED: &str = "node3";
-const LOSSY: [&str; 2] = ["node2", "node3"];
+/// The node with the broken NIC, the dead one (its ToR-mate: each is judged by the other and
+/// by node1, across), and the lossy link's ends.
+pub const FAULTED: &str = "node2";
+pub const DEAD: &str = "node3";
+pub const LOSSY: [&str; 2] = ["node2", "node3"];
+/// The node whose rxe devices the fabric check's down phase deleted: it adds them back, and
+/// its server starts last.
+const REVIVED: &str = "node3";
 
 /// The files node1's steps read (in the fabric's files directory).
 pub const TOPOLOGY_FILE: &str = "mesh.json";
 pub const PROMETHEUS_FILE: &str = "prometheus.yml";
 pub const RULES_FILE: &str = "rdma-mesh.rules.guests.yml";
-/// The nodes' switches as Slurm's tree plugin writes them, for `mesh --topology`: one ToR (under
-/// a spine), so the schedule is the plain rotation the stages' timings count on.
+/// The shipped Alertmanager configuration (its inhibit rules), as node1's Alertmanager reads it.
+pub const ALERTMANAGER_FILE: &str = "alertmanager.yml";
+/// The nodes' switches as Slurm's tree plugin writes them, for `mesh --topology`: node1 alone
+/// under `tor1`, the others under `tor2`, both under a spine.
 pub const SWITCHES_FILE: &str = "topology.conf";
 
 fn switches(n: usize) -> String {
     format!(
-        "# the guests' racks\nSwitchName=tor1 Nodes=node[1-{n}]\nSwitchName=spine Switches=tor1\n"
+        "# the guests' racks\nSwitchName=tor1 Nodes=node1\nSwitchName=tor2 Nodes=node[2-{n}]\nSwitchName=spine Switches=tor[1-2]\n"
     )
+}
+
+/// Intervals in which every path is probed once under [`switches`]: each node probes one node
+/// of the other ToR an interval, so node1 takes the `n - 1` nodes of `tor2` in turn (the
+/// others probe within their ToR in full, and node1 each interval).
+fn cycle(n: usize) -> u64 {
+    n.saturating_sub(1).max(1) as u64
 }
 
 /// The mesh of `n` nodes, as the check reads it.
@@ -86,10 +106,13 @@ pub fn topology(n: usize, dashboard: &Path) -> Topology {
         nodes: (1..=n).map(|i| format!("node{i}")).collect(),
         metrics_port: METRICS_PORT,
         faulted: FAULTED.into(),
+        dead: DEAD.into(),
         lossy: LOSSY.map(str::to_owned),
         prometheus: format!("http://node1:{PROMETHEUS_PORT}"),
+        alertmanager: format!("http://node1:{ALERTMANAGER_PORT}"),
         dashboard: dashboard.to_owned(),
         every_s: EVERY_S,
+        cycle: cycle(n),
         down_after: DOWN_AFTER,
         up_after: UP_AFTER,
         bw_every: BW_EVERY,
@@ -100,13 +123,13 @@ pub fn topology(n: usize, dashboard: &Path) -> Topology {
 
 /// Prometheus's configuration: every node's prober scraped every 2 s (a scrape that times out
 /// makes its target's series stale at once: a second leaves TCG guests too little), the rules
-/// evaluated each second.
+/// evaluated each second, the alerts sent to node1's Alertmanager.
 pub fn prometheus_yml(n: usize, rules: &str) -> String {
     let targets: Vec<String> = (1..=n)
         .map(|i| format!("'node{i}:{METRICS_PORT}'"))
         .collect();
     format!(
-        "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 1s\nrule_files:\n  - {rules}\nscrape_configs:\n  - job_name: rdma-mesh\n    static_configs:\n      - targets: [{}]\n",
+        "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 1s\nrule_files:\n  - {rules}\nalerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['node1:{ALERTMANAGER_PORT}']\nscrape_configs:\n  - job_name: rdma-mesh\n    static_configs:\n      - targets: [{}]\n",
         targets.join(", ")
     )
 }
@@ -123,6 +146,10 @@ pub fn write_files(files: &Path, files_s: &str, n: usize) -> Result<()> {
         .join("deploy/grafana")
         .join(crate::prometheus::DASHBOARD);
     let topo = serde_json::to_string_pretty(&topology(n, &dashboard))?;
+    let am = root
+        .join("deploy/alertmanager")
+        .join(crate::prometheus::alertmanager::CONFIG);
+    let am = std::fs::read_to_string(&am).wrap_err_with(|| format!("reading {}", am.display()))?;
     for (name, body) in [
         (RULES_FILE, crate::prometheus::fast_rules(&text)?),
         (
@@ -131,6 +158,7 @@ pub fn write_files(files: &Path, files_s: &str, n: usize) -> Result<()> {
         ),
         (TOPOLOGY_FILE, topo),
         (SWITCHES_FILE, switches(n)),
+        (ALERTMANAGER_FILE, am),
     ] {
         std::fs::write(files.join(name), body)
             .wrap_err_with(|| format!("writing {name} into {}", files.display()))?;
@@ -299,7 +327,7 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
         "mesh-servers-up",
     );
     let mut s = Vec::new();
-    if name == FAULTED {
+    if name == REVIVED {
         // The fabric check's down phase deleted its devices.
         for (k, dev) in ["rxe0", "rxe1"].iter().enumerate() {
             let eth = format!("eth{k}");
@@ -311,16 +339,41 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
         let mut first = server();
         first.create_file_when_started = Some("mesh-servers-up".into());
         s.push(first);
-        s.push(prober);
-        s.push(after(
+    } else {
+        s.push(server());
+    }
+    s.push(prober);
+    let root = || {
+        tc(
+            "mesh-root",
+            &[
+                "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "prio",
+            ],
+        )
+    };
+    if name == DEAD {
+        // Nothing leaves its link: no TCP, no RoCE, no ARP; its prober goes unscraped.
+        s.push(after(root(), "mesh-steady"));
+        s.push(then(
             tc(
-                "mesh-block-root",
+                "mesh-dead",
                 &[
-                    "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "prio",
+                    "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "all", "prio", "1",
+                    "u32", "match", "u32", "0", "0", "action", "drop",
                 ],
             ),
-            "mesh-steady",
+            "mesh-down",
         ));
+        s.push(then(
+            after(
+                tc("mesh-alive", &["qdisc", "del", "dev", "eth0", "root"]),
+                "mesh-down-seen",
+            ),
+            "mesh-up",
+        ));
+    }
+    if name == FAULTED {
+        s.push(after(root(), "mesh-up-seen"));
         s.push(then(
             tc(
                 "mesh-block",
@@ -342,10 +395,6 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
         again.name = "mesh-server-again".into();
         again.create_file_when_started = Some("mesh-restored".into());
         s.push(again);
-        s.extend(loss_steps("10.0.0.2", "mesh-restored-seen", "mesh-lossy-3"));
-    } else {
-        s.push(server());
-        s.push(prober);
     }
     if name == "node1" {
         s.push(service(
@@ -358,8 +407,21 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
                 "--log.level=warn",
             ],
         ));
+        s.push(service(
+            "mesh-alertmanager",
+            &[
+                "prometheus-alertmanager",
+                &format!("--config.file={}/{ALERTMANAGER_FILE}", b.files),
+                "--storage.path=/tmp/alertmanager",
+                &format!("--web.listen-address=0.0.0.0:{ALERTMANAGER_PORT}"),
+                "--cluster.listen-address=",
+                "--log.level=warn",
+            ],
+        ));
         for (stage, marker, next) in [
             (Stage::Steady, "mesh-servers-up", "mesh-steady"),
+            (Stage::Down, "mesh-down", "mesh-down-seen"),
+            (Stage::Up, "mesh-up", "mesh-up-seen"),
             (Stage::Blocked, "mesh-blocked", "mesh-blocked-seen"),
             (Stage::Stopped, "mesh-stopped", "mesh-stopped-seen"),
             (Stage::Restored, "mesh-restored", "mesh-restored-seen"),
@@ -367,6 +429,9 @@ pub fn steps(i: usize, n: usize, b: Bins<'_>) -> Vec<Step> {
         ] {
             s.push(check(b, &topo, stage, marker, next));
         }
+    }
+    if name == LOSSY[1] {
+        s.extend(loss_steps("10.0.0.2", "mesh-restored-seen", "mesh-lossy-3"));
     }
     if name == LOSSY[0] {
         s.extend(loss_steps("10.0.0.3", "mesh-lossy-3", "mesh-lossy"));
@@ -387,6 +452,15 @@ mod tests {
             "{y}"
         );
         assert!(y.contains("job_name: rdma-mesh"), "{y}");
+        assert!(
+            y.contains("alertmanagers:\n    - static_configs:\n        - targets: ['node1:9093']"),
+            "{y}"
+        );
+        assert_eq!(
+            switches(3),
+            "# the guests' racks\nSwitchName=tor1 Nodes=node1\nSwitchName=tor2 Nodes=node[2-3]\nSwitchName=spine Switches=tor[1-2]\n"
+        );
+        assert_eq!(cycle(3), 2);
     }
 
     #[test]
@@ -405,7 +479,10 @@ mod tests {
                 "mesh-server",
                 "mesh-prober",
                 "mesh-prometheus",
+                "mesh-alertmanager",
                 "mesh-steady",
+                "mesh-down",
+                "mesh-up",
                 "mesh-blocked",
                 "mesh-stopped",
                 "mesh-restored",
@@ -417,16 +494,21 @@ mod tests {
             [
                 "mesh-server",
                 "mesh-prober",
+                "mesh-root",
+                "mesh-block",
+                "mesh-stop-server",
+                "mesh-unblock",
+                "mesh-server-again",
                 "mesh-loss-root",
                 "mesh-loss-netem",
                 "mesh-loss-filter"
             ]
         );
-        let n3 = steps(2, 3, b);
-        let at = |name: &str| n3.iter().find(|s| s.name == name).unwrap();
+        let n2 = steps(1, 3, b);
+        let at = |name: &str| n2.iter().find(|s| s.name == name).unwrap();
         assert_eq!(
-            at("mesh-block-root").wait_for_file.as_deref(),
-            Some("mesh-steady")
+            at("mesh-root").wait_for_file.as_deref(),
+            Some("mesh-up-seen")
         );
         assert_eq!(
             at("mesh-block").create_file_when_ended.as_deref(),
@@ -440,6 +522,36 @@ mod tests {
             at("mesh-server-again").create_file_when_started.as_deref(),
             Some("mesh-restored")
         );
+        // The dead node: nothing leaves its link from the steady stage's end to the down
+        // stage's.
+        let n3 = steps(2, 3, b);
+        let at = |name: &str| n3.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(
+            at("mesh-root").wait_for_file.as_deref(),
+            Some("mesh-steady")
+        );
+        assert!(
+            at("mesh-dead")
+                .argv
+                .join(" ")
+                .ends_with("protocol all prio 1 u32 match u32 0 0 action drop")
+        );
+        assert_eq!(
+            at("mesh-dead").create_file_when_ended.as_deref(),
+            Some("mesh-down")
+        );
+        assert_eq!(
+            at("mesh-alive").wait_for_file.as_deref(),
+            Some("mesh-down-seen")
+        );
+        assert_eq!(
+            at("mesh-alive").create_file_when_ended.as_deref(),
+            Some("mesh-up")
+        );
+        assert_eq!(
+            at("mesh-server").create_file_when_started.as_deref(),
+            Some("mesh-servers-up")
+        );
         // The checks: each waits for its fault and lets the next go however it ended; the
         // last ends the mesh.
         let n1 = steps(0, 3, b);
@@ -447,6 +559,12 @@ mod tests {
         assert_eq!(lossy.create_file_when_ended.as_deref(), Some(DONE));
         assert!(lossy.allow_failure && lossy.argv.contains(&DEADLINE_ARG.to_owned()));
         let prober = &n1[1];
+        assert!(
+            prober
+                .argv
+                .windows(2)
+                .any(|w| w == ["--topology", "/f/topology.conf"])
+        );
         assert!(prober.background && prober.stop_when_file.as_deref() == Some(DONE));
         assert!(
             prober

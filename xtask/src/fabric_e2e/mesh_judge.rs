@@ -3,16 +3,17 @@
 //! its faults explain and no others.
 //!
 //! - a pair the faults do not touch: `unknown → up`, then nothing (no flap);
-//! - a pair through the faulted node: `unknown → up`, `up → down` with cause `rdma` after
-//!   exactly `--down-after` failed probes, `down → up` (or through `degraded`, when a probe
-//!   of its way back was slow); probes to that node failed `host` or
-//!   `refused` while its server was stopped; a pair of the lossy link may then go `degraded`
-//!   and back, never `down`;
+//! - a pair through a faulted node, for each of its faults in turn (the dead node's, then the
+//!   broken NIC's): `up → down` after exactly `--down-after` failed probes, `down → up` (or
+//!   through `degraded`, when a probe of its way back was slow). Through the dead node, some
+//!   probe failed `host` while it was down; through the NIC's, it went down with cause `rdma`,
+//!   and probes to that node failed `host` or `refused` while its server was stopped. A pair
+//!   of the lossy link may then go `degraded` and back, never `down`;
 //! - no probe `corrupt`, none the prober's own `error`;
-//! - a pair the faults do not touch writes and pings on its first sessions all along (rounds
-//!   and bench rounds, the servers' default keep-alive outlasting an interval): every ok probe
-//!   after its first opened no session (`reused`: its write and its lat exchange on the
-//!   path's kept ones), but where a failed probe before it explains a new one, or the
+//! - a pair whose server was never restarted writes and pings on its first sessions all along
+//!   (rounds and bench rounds, the servers' default keep-alive outlasting an interval): every
+//!   ok probe after its first opened no session (`reused`: its write and its lat exchange on
+//!   the path's kept ones), but where a failed probe before it explains a new one, or the
 //!   servers' lifetime of a kept lat session (`--bench-max-time`) ran out since the last;
 //! - every ok probe's lat exchange ended with the stamped exchange (`stamped`: a write with
 //!   immediate each way; the guests' Soft-RoCE stamps nothing, so round trips stay wall time).
@@ -28,11 +29,11 @@ use rdma_proto::events::mesh::{Cause, PairState, ProbeOutcome};
 struct Pair {
     /// State changes: (from, to, cause).
     changes: Vec<(PairState, PairState, Option<Cause>)>,
-    /// Failed probes in a row just before it went down (the first time).
-    failed_before_down: Option<u32>,
+    /// Each time it went down, in order.
+    downs: Vec<Outage>,
     run: u32,
-    /// Causes of failed probes after it went down, before it came back.
-    while_down: Vec<Cause>,
+    /// The causes of the failed probes of the run so far.
+    run_causes: Vec<Cause>,
     ok: u64,
     failed: u64,
     /// Ok probes that reused the path's kept session.
@@ -43,13 +44,24 @@ struct Pair {
     stamped: u64,
 }
 
+/// One time a pair went down.
+#[derive(Debug, Default)]
+struct Outage {
+    /// Failed probes in a row just before.
+    before: u32,
+    /// The causes of those failed probes, and of those while it was down.
+    causes: Vec<Cause>,
+}
+
 /// The nodes' events: `probers[r]` is rank `r`'s prober step, its output read as client
-/// events by the run's `Transcript` (`None`: it did not run). `faulted` and `lossy` are
-/// ranks; the servers end a kept lat session every `renew_every` intervals (their
+/// events by the run's `Transcript` (`None`: it did not run). `dead` (the node that sent
+/// nothing, first), `faulted` (its NIC broken, then its server stopped) and `lossy` are ranks;
+/// the servers end a kept lat session every `renew_every` intervals (their
 /// `--bench-max-time`), so a pair opens a new one that often. Returns the verdict line, or
 /// what is wrong.
 pub fn check(
     probers: &[Option<&Role>],
+    dead: usize,
     faulted: usize,
     lossy: [usize; 2],
     down_after: u32,
@@ -102,14 +114,19 @@ pub fn check(
                         ProbeOutcome::Ok => {
                             p.ok += 1;
                             p.run = 0;
+                            p.run_causes.clear();
                         }
-                        ProbeOutcome::Failed if cause == Some(Cause::Slow) => p.run = 0,
+                        ProbeOutcome::Failed if cause == Some(Cause::Slow) => {
+                            p.run = 0;
+                            p.run_causes.clear();
+                        }
                         ProbeOutcome::Failed => {
                             p.failed += 1;
                             p.run += 1;
+                            p.run_causes.extend(cause);
                             let down = p.changes.last().is_some_and(|c| c.1 == PairState::Down);
-                            if let (true, Some(c)) = (down, cause) {
-                                p.while_down.push(c);
+                            if let (true, Some(c), Some(d)) = (down, cause, p.downs.last_mut()) {
+                                d.causes.push(c);
                             }
                         }
                         ProbeOutcome::Skipped => {}
@@ -130,9 +147,12 @@ pub fn check(
                     ..
                 } => {
                     let p = pairs.entry((me, peer_rank)).or_default();
-                    if to == PairState::Down && p.failed_before_down.is_none() {
+                    if to == PairState::Down {
                         // The probe that moved it is reported just before the change.
-                        p.failed_before_down = Some(p.run);
+                        p.downs.push(Outage {
+                            before: p.run,
+                            causes: p.run_causes.clone(),
+                        });
                     }
                     p.changes.push((from, to, cause));
                 }
@@ -152,11 +172,16 @@ pub fn check(
                 continue;
             };
             let moves: Vec<(PairState, PairState)> = p.changes.iter().map(|c| (c.0, c.1)).collect();
-            let through = w == faulted || t == faulted;
+            let touches = |node: usize| w == node || t == node;
+            // Its faults, in the order they came.
+            let faults: Vec<usize> = [dead, faulted]
+                .into_iter()
+                .filter(|&f| touches(f))
+                .collect();
             let on_lossy = lossy.contains(&w) && lossy.contains(&t);
             let fresh = p.ok - p.reused;
             let renewed = p.last_interval / renew_every.max(1);
-            if !through && fresh > 1 + p.failed + renewed {
+            if !touches(faulted) && fresh > 1 + p.failed + renewed {
                 wrong.push(format!(
                     "{name}: {fresh} of its {} ok probes opened a new session ({} failed, {renewed} \
                      ended by the server's lifetime): a kept session was not reused",
@@ -170,55 +195,61 @@ pub fn check(
                     p.ok
                 ));
             }
-            let ok = if !through {
-                moves == [(Unknown, Up)]
-            } else {
-                // Up, down for the fault, back up (through degraded when a probe of its way
-                // back was slow); then only the lossy link's pairs may degrade and recover.
-                let back = match moves.as_slice() {
-                    [(Unknown, Up), (Up, Down), (Down, Up), tail @ ..]
-                    | [
-                        (Unknown, Up),
-                        (Up, Down),
-                        (Down, Degraded),
-                        (Degraded, Up),
-                        tail @ ..,
-                    ] => Some(tail),
-                    _ => None,
-                };
-                back.is_some_and(|tail| {
-                    tail.iter().all(|&(f, to)| {
-                        on_lossy && matches!((f, to), (Up, Degraded) | (Degraded, Up))
-                    })
-                })
+            // Up; for each fault down and back up (through degraded when a probe of its way
+            // back was slow); then only the lossy link's pairs may degrade and recover.
+            let mut rest = match moves.as_slice() {
+                [(Unknown, Up), tail @ ..] => Some(tail),
+                _ => None,
             };
+            for _ in &faults {
+                rest = rest.and_then(|r| match r {
+                    [(Up, Down), (Down, Up), tail @ ..]
+                    | [(Up, Down), (Down, Degraded), (Degraded, Up), tail @ ..] => Some(tail),
+                    _ => None,
+                });
+            }
+            let ok = rest.is_some_and(|tail| {
+                tail.iter()
+                    .all(|&(f, to)| on_lossy && matches!((f, to), (Up, Degraded) | (Degraded, Up)))
+            });
             if !ok {
                 wrong.push(format!(
                     "{name}: state changes {moves:?} are not what its faults explain"
                 ));
+                continue;
             }
-            if through {
-                match p.changes.get(1) {
-                    Some((_, Down, Some(Cause::Rdma))) => {}
-                    other => wrong.push(format!(
-                        "{name}: went down with {other:?}, not cause rdma (only RoCE was blocked)"
-                    )),
-                }
-                if p.failed_before_down != Some(down_after) {
+            let down_causes = p.changes.iter().filter(|c| c.1 == Down).map(|c| c.2);
+            for ((&fault, d), cause) in faults.iter().zip(&p.downs).zip(down_causes) {
+                if d.before != down_after {
                     wrong.push(format!(
-                        "{name}: went down after {:?} failed probes in a row, not --down-after {down_after}",
-                        p.failed_before_down
+                        "{name}: went down after {} failed probes in a row, not --down-after {down_after}",
+                        d.before
+                    ));
+                }
+                if fault == dead {
+                    if !d.causes.contains(&Cause::Host) {
+                        wrong.push(format!(
+                            "{name}: no probe failed host while node{} sent nothing (causes: {:?})",
+                            dead + 1,
+                            d.causes
+                        ));
+                    }
+                    continue;
+                }
+                if cause != Some(Cause::Rdma) {
+                    wrong.push(format!(
+                        "{name}: went down with {cause:?}, not cause rdma (only RoCE was blocked)"
                     ));
                 }
                 if t == faulted
-                    && !p
-                        .while_down
+                    && !d
+                        .causes
                         .iter()
                         .any(|c| matches!(c, Cause::Host | Cause::Refused))
                 {
                     wrong.push(format!(
-                        "{name}: no probe failed host or refused while its server was stopped (causes while down: {:?})",
-                        p.while_down
+                        "{name}: no probe failed host or refused while its server was stopped (causes: {:?})",
+                        d.causes
                     ));
                 }
             }
@@ -231,10 +262,16 @@ pub fn check(
         (o + p.ok, f + p.failed, r + p.reused)
     });
     Ok(format!(
-        "{} ordered pairs: the {} through node{} down (rdma, after {down_after} probes) and up again, the others never moved; probes: {ok} ok ({reused} on a kept session, every one's lat exchange ended with the stamped exchange), {failed} failed, none corrupt",
+        "{} ordered pairs: the {} through node{} down (host, after {down_after} probes) and up again, then the {} through node{} (rdma), {untouched} never moved; probes: {ok} ok ({reused} on a kept session, every one's lat exchange ended with the stamped exchange), {failed} failed, none corrupt",
         n * (n - 1),
         2 * (n - 1),
-        faulted + 1
+        dead + 1,
+        2 * (n - 1),
+        faulted + 1,
+        untouched = match (n * (n - 1)).saturating_sub(2 * (2 * (n - 1) - 1)) {
+            0 => "no other pair".to_owned(),
+            k => format!("the other {k}"),
+        }
     ))
 }
 
@@ -272,8 +309,9 @@ mod tests {
         )
     }
 
-    /// What a good run of rank `me` prints: up; through node3: down (rdma, 2 failed), host
-    /// while its server is stopped (when probing node3), up again.
+    /// What a good run of rank `me` prints: up; through node2 (dead): down (a kept session's
+    /// rdma, then host, 2 failed), host while down, up again; through node3: down (rdma, 2
+    /// failed), host while its server is stopped (when probing node3), up again.
     fn good(me: usize) -> String {
         let mut l = vec![started(me)];
         for t in (0..3).filter(|&t| t != me) {
@@ -282,6 +320,15 @@ mod tests {
             l.push(probe(t, "ok", None, "unknown"));
             l.push(reused(&probe(t, "ok", None, "up")));
             l.push(state(t, "unknown", "up", None));
+            if me == 1 || t == 1 {
+                l.push(probe(t, "failed", Some("rdma"), "up"));
+                l.push(probe(t, "failed", Some("host"), "down"));
+                l.push(state(t, "up", "down", Some("host")));
+                l.push(probe(t, "failed", Some("host"), "down"));
+                l.push(probe(t, "ok", None, "down"));
+                l.push(probe(t, "ok", None, "up"));
+                l.push(state(t, "down", "up", None));
+            }
             if me == 2 || t == 2 {
                 l.push(probe(t, "failed", Some("rdma"), "up"));
                 l.push(probe(t, "failed", Some("rdma"), "down"));
@@ -309,7 +356,7 @@ mod tests {
             .map(|out| Role::of_stdout(crate::fabric_e2e::mesh::PROBER, out, Speaks::Client))
             .collect();
         let probers: Vec<Option<&Role>> = roles.iter().map(Some).collect();
-        check(&probers, 2, [1, 2], 2, RENEW_EVERY)
+        check(&probers, 1, 2, [1, 2], 2, RENEW_EVERY)
     }
 
     #[test]
@@ -321,7 +368,18 @@ mod tests {
         s[1].push('\n');
         s[1].push_str(&state(2, "degraded", "up", None));
         let v = run(&s).unwrap();
-        assert!(v.starts_with("6 ordered pairs: the 4 through node3"), "{v}");
+        assert!(
+            v.starts_with("6 ordered pairs: the 4 through node2 down (host, after 2 probes) and up again, then the 4 through node3"),
+            "{v}"
+        );
+        // Through the dead node, a host failure among those that took the pair down will do
+        // (it came back before its next probe).
+        let went = state(1, "up", "down", Some("host"));
+        let while_down = probe(1, "failed", Some("host"), "down");
+        let both = format!("{went}\n{while_down}");
+        assert!(s[0].contains(&both));
+        s[0] = s[0].replacen(&both, &went, 1);
+        assert!(run(&s).is_ok(), "{:?}", run(&s));
         // Back from down through degraded (a slow probe on its way back), then up: fine;
         // left degraded, or degraded again off the lossy link: not.
         let back = |tail: &[String]| {
@@ -361,7 +419,7 @@ mod tests {
         s[2].push_str("\n{\"type\":\"mesh_nonsense\"}");
         let e = run(&s).unwrap_err();
         assert!(e.contains("node3: ") && e.contains("mesh_nonsense"), "{e}");
-        let e = check(&[None, None, None], 2, [1, 2], 2, RENEW_EVERY).unwrap_err();
+        let e = check(&[None, None, None], 1, 2, [1, 2], 2, RENEW_EVERY).unwrap_err();
         assert!(e.contains("node1: its prober did not run"), "{e}");
     }
 
@@ -373,39 +431,42 @@ mod tests {
         s[1] = s[1].replacen(&stamped, &stamped.replace(r#","stamped":true"#, ""), 1);
         let e = run(&s).unwrap_err();
         assert!(
-            e.contains("node2 -> node1: 1 of its 2 ok probes did not end their lat exchange with the stamped exchange"),
+            e.contains("node2 -> node1: 1 of its 4 ok probes did not end their lat exchange with the stamped exchange"),
             "{e}"
         );
     }
 
     #[test]
-    fn an_untouched_pair_that_opened_new_sessions_is_named() {
+    fn a_pair_that_opened_new_sessions_unexplained_is_named() {
         let v = run(&(0..3).map(good).collect::<Vec<_>>()).unwrap();
         assert!(v.contains("(6 on a kept session, "), "{v}");
-        // node1 -> node2 did not reuse its session: a second new one, no failure to explain it.
+        // node1 -> node2 (its server never restarted): three more new sessions than its 2
+        // failed probes explain.
         let mut s: Vec<String> = (0..3).map(good).collect();
-        s[0] = s[0].replace(
-            &reused(&probe(1, "ok", None, "up")),
-            &probe(1, "ok", None, "up"),
-        );
+        let fresh = probe(1, "ok", None, "up");
+        for _ in 0..3 {
+            s[0].push('\n');
+            s[0].push_str(&fresh);
+        }
         let e = run(&s).unwrap_err();
         assert!(
-            e.contains("node1 -> node2: 2 of its 2 ok probes opened a new session (0 failed, 0 ended by the server's lifetime)"),
+            e.contains("node1 -> node2: 6 of its 7 ok probes opened a new session (3 failed, 0 ended by the server's lifetime)"),
             "{e}"
         );
         // Explained by the server's lifetime of a kept session, run out since: fine.
-        let late = s[0].replace(
-            &probe(1, "ok", None, "up"),
-            &probe(1, "ok", None, "up")
-                .replace(r#""interval":0"#, &format!(r#""interval":{RENEW_EVERY}"#)),
-        );
+        let mut late = s[0].clone();
+        late.push('\n');
+        late.push_str(&reused(&fresh).replace(
+            r#""interval":0"#,
+            &format!(r#""interval":{}"#, 2 * RENEW_EVERY),
+        ));
         assert!(run(&[late, s[1].clone(), s[2].clone()]).is_ok());
-        // Explained by a failed probe before it: fine.
-        s[0] = s[0].replace(
-            &probe(1, "ok", None, "up"),
+        // Explained by failed probes before them: fine.
+        s[0].push('\n');
+        s[0].push_str(
             &[
-                probe(1, "failed", Some("rdma"), "unknown"),
-                probe(1, "ok", None, "up"),
+                probe(1, "failed", Some("rdma"), "up"),
+                probe(1, "failed", Some("rdma"), "up"),
             ]
             .join("\n"),
         );
@@ -463,7 +524,7 @@ mod tests {
             ),
             1,
         );
-        assert!(run(&s).unwrap_err().contains("after Some(3) failed probes"));
+        assert!(run(&s).unwrap_err().contains("after 3 failed probes"));
 
         let s: Vec<String> = (0..3)
             .map(|m| good(m).replace("\"host\"", "\"rdma\""))

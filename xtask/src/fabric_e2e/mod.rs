@@ -9,11 +9,12 @@
 //! rail), with a `tc netem` delay on node3, and with node3's rxe devices deleted. The host
 //! merges each phase with `rdma-client fabric report` and judges it ([`judge`]).
 //!
-//! Then the mesh phase (issue 24, [`mesh`]): every node runs `rdma-server --serve` and
-//! `rdma-client mesh`, node1 Prometheus scraping the three with the shipped rules, and
-//! faults one after another (RoCE blocked on node3, its server stopped, both restored, a lossy
-//! link), each checked from Prometheus in node1 (`xtask mesh-guest`); the host judges the
-//! probers' own events too ([`mesh_judge`]).
+//! Then the mesh phase ([`mesh`]): every node runs `rdma-server --serve` and `rdma-client mesh`
+//! under two labelled ToRs, node1 Prometheus scraping the three with the shipped rules and
+//! Alertmanager with the shipped inhibit rules, and faults one after another (node3 dead and
+//! back, RoCE blocked on node2, its server stopped, both restored, a lossy link), each checked
+//! from Prometheus and Alertmanager in node1 (`xtask mesh-guest`); the host judges the probers'
+//! own events too ([`mesh_judge`]).
 //!
 //! The parts: [`cluster`] (hosts, slurm.conf and the guests' scripts, as text), [`judge`]
 //! (what each phase's report must show), [`rails`] (the rails phase's reports and lines),
@@ -150,10 +151,20 @@ pub fn cmd(args: &FabricE2eArgs) -> Result<()> {
         .iter()
         .map(|node| t.roles_of(node).find(|r| r.name == mesh::PROBER))
         .collect();
+    let rank = |name: &str| nodes.iter().position(|n| n == name);
+    let (Some(dead), Some(faulted), Some(a), Some(b)) = (
+        rank(mesh::DEAD),
+        rank(mesh::FAULTED),
+        rank(mesh::LOSSY[0]),
+        rank(mesh::LOSSY[1]),
+    ) else {
+        bail!("fabric-e2e: the mesh's faulted nodes are not among {nodes:?}");
+    };
     match mesh_judge::check(
         &probers,
-        NODES - 1,
-        [1, 2],
+        dead,
+        faulted,
+        [a, b],
         mesh::DOWN_AFTER,
         mesh::RENEW_EVERY,
     ) {
@@ -364,6 +375,7 @@ mod tests {
             prober.timeout_s,
             lossy.timeout_s
         );
-        assert!(step(2, "mesh-block-root").wait_s.unwrap() > step(0, "mesh-steady").timeout_s);
+        assert!(step(2, "mesh-root").wait_s.unwrap() > step(0, "mesh-steady").timeout_s);
+        assert!(step(1, "mesh-root").wait_s.unwrap() > step(0, "mesh-up").timeout_s);
     }
 }

@@ -7,13 +7,20 @@
 //!
 //! 1. `steady`: every ordered pair up, every RTT histogram filled, every query of the shipped
 //!    Grafana dashboard returning series;
-//! 2. `blocked` (the faulted node drops every RoCE packet it sends, TCP still open): its paths
-//!    down with cause `rdma`, never `host`; `RdmaMeshPathDown` firing for each with
-//!    `cause="rdma"`; the other paths up;
-//! 3. `stopped` (its server stopped too): probes to it fail `host` or `refused`;
-//! 4. `restored`: every path up again, the alert resolved;
-//! 5. `lossy` (5% loss on one link): its two paths slow or degraded, never corrupt, the other
-//!    paths never leaving up.
+//! 2. `down` (the dead node sends nothing at all): the paths to it down, one root cause,
+//!    `RdmaMeshNodeDown` for it, and in Alertmanager that alone: its path alerts and its
+//!    failing scrape inhibited; the other paths up;
+//! 3. `up`: it sends again: every path up again, every alert resolved;
+//! 4. `blocked` (the faulted node drops every RoCE packet it sends, TCP still open): its paths
+//!    down, the probes to it with cause `rdma`, never `host`; `RdmaMeshPathDown` firing for
+//!    each; one root cause, `RdmaMeshNodeRdmaBroken`, alone in Alertmanager; the other paths
+//!    up;
+//! 5. `stopped` (its server stopped too): probes to it fail `host` or `refused`;
+//! 6. `restored`: every path up again, every alert resolved;
+//! 7. `lossy` (5% loss on one link): its two paths slow or degraded, never corrupt, the other
+//!    paths never leaving up; one alert, `RdmaMeshLinkLossy`, the only page.
+//!
+//! The dead node and the faulted one share a ToR; the third node is alone under the other.
 //!
 //! A stage polls until its check is done, finds something it must never see, or runs out of
 //! its deadline (the step's, derived from the mesh's own flags: [`budget`]). It prints one
@@ -36,6 +43,8 @@ use stages::{Check, Checker};
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     Steady,
+    Down,
+    Up,
     Blocked,
     Stopped,
     Restored,
@@ -44,8 +53,10 @@ pub enum Stage {
 
 impl Stage {
     #[cfg(test)]
-    pub const ALL: [Stage; 5] = [
+    pub const ALL: [Stage; 7] = [
         Stage::Steady,
+        Stage::Down,
+        Stage::Up,
         Stage::Blocked,
         Stage::Stopped,
         Stage::Restored,
@@ -55,6 +66,8 @@ impl Stage {
     pub fn name(self) -> &'static str {
         match self {
             Stage::Steady => "steady",
+            Stage::Down => "down",
+            Stage::Up => "up",
             Stage::Blocked => "blocked",
             Stage::Stopped => "stopped",
             Stage::Restored => "restored",
@@ -73,14 +86,21 @@ pub struct Topology {
     pub metrics_port: u16,
     /// The node whose RoCE is blocked, then whose server is stopped.
     pub faulted: String,
+    /// The node that sends nothing, then sends again (before the faulted one's faults).
+    pub dead: String,
     /// The two ends of the lossy link.
     pub lossy: [String; 2],
     /// Prometheus (`http://node1:9090`).
     pub prometheus: String,
+    /// Alertmanager (`http://node1:9093`), which Prometheus sends its alerts to.
+    pub alertmanager: String,
     /// The shipped dashboard (read through the host's root).
     pub dashboard: PathBuf,
     /// The probers' `--every`, seconds.
     pub every_s: u64,
+    /// Intervals in which the schedule probes every path once (2 where a node alone under
+    /// its ToR probes the other ToR's two nodes in turn).
+    pub cycle: u64,
     pub down_after: u32,
     pub up_after: u32,
     /// The probers' `--bw-every` (the dashboard's bandwidth panel waits for a sample).
@@ -105,18 +125,21 @@ pub const PROMETHEUS_START: Duration = Duration::from_secs(90);
 /// probe may take its whole interval).
 const SLACK: u64 = 2;
 
-/// A stage's deadline, from what it waits for: the probes its check needs (each an `--every`
-/// at the latest), twice over, plus a few scrapes and evaluations and, where an alert must
-/// fire, its `for:`.
+/// A stage's deadline, from what it waits for: the probes its check needs (each a cycle of
+/// `--every` at the latest), twice over, plus a few scrapes and evaluations and, where an
+/// alert must fire, its `for:`.
 pub fn budget(stage: Stage, t: &Topology) -> Duration {
-    let probes = |n: u32| SLACK * (u64::from(n) + 2) * t.every_s;
+    let probes = |n: u32| SLACK * (u64::from(n) + 2) * t.every_s * t.cycle.max(1);
     let scrape = 5;
     Duration::from_secs(match stage {
         Stage::Steady => PROMETHEUS_START.as_secs() + probes(t.up_after + t.bw_every) + scrape,
-        Stage::Blocked => probes(t.down_after) + t.alert_for_s + scrape,
+        Stage::Down | Stage::Blocked => probes(t.down_after) + t.alert_for_s + scrape,
         Stage::Stopped => probes(1) + scrape,
-        Stage::Restored => probes(t.up_after) + t.alert_for_s + scrape,
-        Stage::Lossy => probes(t.loss_probes) + scrape,
+        Stage::Up | Stage::Restored => probes(t.up_after) + t.alert_for_s + scrape,
+        // The link's alert wants 3 slow probes of a path at least, and more than 5% of its
+        // probes in 15 minutes (the earlier stages' included): twice the probes the loss
+        // check counts, then its `for:`.
+        Stage::Lossy => probes(2 * t.loss_probes) + t.alert_for_s + scrape,
     })
 }
 
@@ -140,13 +163,14 @@ pub fn cmd(args: &MeshGuestArgs) -> Result<()> {
         .wrap_err_with(|| format!("{} is not a mesh topology", args.config.display()))?;
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(args.deadline_s);
-    let http = prom::Http::new(&topo.prometheus, Duration::from_secs(5));
+    let http = prom::Monitor::new(&topo.prometheus, &topo.alertmanager, Duration::from_secs(5));
     let name = args.stage.name();
     while !http.ready() {
         if Instant::now() >= deadline {
             bail!(
-                "mesh-guest: {name}: Prometheus at {} never became ready within {} s",
+                "mesh-guest: {name}: Prometheus at {} or Alertmanager at {} never became ready within {} s",
                 topo.prometheus,
+                topo.alertmanager,
                 args.deadline_s
             );
         }

@@ -1,6 +1,7 @@
 //! Prometheus's HTTP API, as the mesh check reads it: instant queries (`/api/v1/query`) and
-//! readiness (`/-/ready`). [`Query`] is the seam: the stages run against [`Http`] in the guests
-//! and against fakes in the tests.
+//! readiness (`/-/ready`); and Alertmanager's, for the alerts it would page (`/api/v2/alerts`,
+//! neither inhibited nor silenced). [`Query`] is the seam: the stages run against [`Monitor`]
+//! in the guests and against fakes in the tests.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,9 +29,17 @@ pub trait Query {
     /// # Errors
     /// Prometheus did not answer, or refused the query.
     fn query(&self, expr: &str) -> Result<Vec<Sample>>;
+
+    /// The alerts Alertmanager would page now (active: neither inhibited nor silenced), each
+    /// as its labels (value 1).
+    ///
+    /// # Errors
+    /// Alertmanager did not answer.
+    fn pages(&self) -> Result<Vec<Sample>>;
 }
 
-/// Prometheus at `base` (`http://10.0.0.1:9090`), each request at most `timeout`.
+/// Prometheus (or Alertmanager) at `base` (`http://10.0.0.1:9090`), each request at most
+/// `timeout`.
 #[derive(Debug)]
 pub struct Http {
     base: String,
@@ -50,17 +59,19 @@ impl Http {
         }
     }
 
-    /// Whether Prometheus says it is ready to serve queries (`/-/ready` answers 200).
+    /// Whether it says it is ready to serve (`/-/ready` answers 200).
     pub fn ready(&self) -> bool {
         self.agent
             .get(format!("{}/-/ready", self.base))
             .call()
             .is_ok_and(|r| r.status() == 200)
     }
-}
 
-impl Query for Http {
-    fn query(&self, expr: &str) -> Result<Vec<Sample>> {
+    /// Prometheus's instant vector `expr` now.
+    ///
+    /// # Errors
+    /// Prometheus did not answer, or refused the query.
+    pub fn query(&self, expr: &str) -> Result<Vec<Sample>> {
         let url = format!("{}/api/v1/query", self.base);
         let mut resp = self
             .agent
@@ -75,6 +86,87 @@ impl Query for Http {
             .wrap_err_with(|| format!("reading the answer to {expr}"))?;
         parse(&body).wrap_err_with(|| format!("query {expr} (HTTP {status})"))
     }
+
+    /// Alertmanager's alerts that it would page now.
+    ///
+    /// # Errors
+    /// Alertmanager did not answer.
+    pub fn pages(&self) -> Result<Vec<Sample>> {
+        let url = format!("{}/api/v2/alerts", self.base);
+        let mut resp = self
+            .agent
+            .get(&url)
+            .query("active", "true")
+            .query("silenced", "false")
+            .query("inhibited", "false")
+            .call()
+            .wrap_err_with(|| format!("GET {url}"))?;
+        let status = resp.status();
+        let body = resp
+            .body_mut()
+            .read_to_string()
+            .wrap_err_with(|| format!("reading {url}"))?;
+        parse_alerts(&body).wrap_err_with(|| format!("GET {url} (HTTP {status})"))
+    }
+}
+
+/// The guests' Prometheus and Alertmanager.
+#[derive(Debug)]
+pub struct Monitor {
+    prometheus: Http,
+    alertmanager: Http,
+}
+
+impl Monitor {
+    pub fn new(prometheus: &str, alertmanager: &str, timeout: Duration) -> Self {
+        Self {
+            prometheus: Http::new(prometheus, timeout),
+            alertmanager: Http::new(alertmanager, timeout),
+        }
+    }
+
+    /// Both answer `/-/ready`.
+    pub fn ready(&self) -> bool {
+        self.prometheus.ready() && self.alertmanager.ready()
+    }
+}
+
+impl Query for Monitor {
+    fn query(&self, expr: &str) -> Result<Vec<Sample>> {
+        self.prometheus.query(expr)
+    }
+
+    fn pages(&self) -> Result<Vec<Sample>> {
+        self.alertmanager.pages()
+    }
+}
+
+/// Alertmanager's list of alerts (`[{"labels":{…},"status":{"state":"active",…}},…]`): the
+/// active ones, as samples of their labels.
+pub fn parse_alerts(body: &str) -> Result<Vec<Sample>> {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        state: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Alert {
+        labels: BTreeMap<String, String>,
+        status: Status,
+    }
+    let list: Vec<Alert> = serde_json::from_str(body).wrap_err_with(|| {
+        format!(
+            "not Alertmanager's list of alerts: {}",
+            crate::text::tail(body, 300)
+        )
+    })?;
+    Ok(list
+        .into_iter()
+        .filter(|a| a.status.state == "active")
+        .map(|a| Sample {
+            labels: a.labels,
+            value: 1.0,
+        })
+        .collect())
 }
 
 /// An API answer (`{"status":"success","data":{"resultType":"vector","result":[…]}}`) as
@@ -153,5 +245,17 @@ mod tests {
         assert!(format!("{}", parse(matrix).unwrap_err()).contains("matrix"));
         let bad = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}"#;
         assert!(parse(bad).is_err());
+    }
+
+    #[test]
+    fn alertmanagers_list_reads_its_active_alerts_only() {
+        let a = parse_alerts(
+            r#"[{"labels":{"alertname":"RdmaMeshNodeDown","peer":"node3"},"status":{"state":"active","inhibitedBy":[]}},
+               {"labels":{"alertname":"RdmaMeshPathDown","peer":"node3"},"status":{"state":"suppressed","inhibitedBy":["x"]}}]"#,
+        )
+        .unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].label("alertname"), "RdmaMeshNodeDown");
+        assert!(format!("{:#}", parse_alerts("{}").unwrap_err()).contains("Alertmanager"));
     }
 }

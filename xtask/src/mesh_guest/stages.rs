@@ -137,12 +137,12 @@ fn moved(up: &BTreeMap<PathKey, f64>, paths: &[PathKey], want: f64) -> Vec<Strin
         .collect()
 }
 
-/// The paths through the faulted node, and the others.
-fn split(t: &Topology) -> (Vec<PathKey>, Vec<PathKey>) {
-    let f = t.instance(&t.faulted);
+/// The paths through `node`, and the others.
+fn split(t: &Topology, node: &str) -> (Vec<PathKey>, Vec<PathKey>) {
+    let f = t.instance(node);
     paths(t)
         .into_iter()
-        .partition(|(i, p)| *i == f || *p == t.faulted)
+        .partition(|(i, p)| *i == f || p == node)
 }
 
 /// The paths of the lossy link (both ways), and the others.
@@ -155,6 +155,69 @@ fn lossy_split(t: &Topology) -> (Vec<PathKey>, Vec<PathKey>) {
 
 /// The node verdicts (the shipped root-cause alerts) firing now.
 pub const NODE_VERDICTS: &str = r#"ALERTS{alertname=~"RdmaMeshNode.*",alertstate="firing"}"#;
+
+/// The mesh's alerts Alertmanager would page now.
+fn paged(q: &dyn Query) -> Result<Vec<Sample>> {
+    let mut v = q.pages()?;
+    v.retain(|s| s.label("alertname").starts_with("RdmaMesh"));
+    Ok(v)
+}
+
+/// Alerts as `alertname peer` (or `alertname instance`, `alertname link`), sorted.
+fn names(alerts: &[Sample]) -> Vec<String> {
+    let mut v: Vec<String> = alerts
+        .iter()
+        .map(|s| {
+            let who = [s.label("peer"), s.label("instance"), s.label("link")]
+                .into_iter()
+                .find(|w| !w.is_empty())
+                .unwrap_or("");
+            format!("{} {who}", s.label("alertname"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The alerts Alertmanager would page now, by [`names`].
+fn pages(q: &dyn Query) -> Result<Vec<String>> {
+    Ok(names(&paged(q)?))
+}
+
+/// The node verdicts firing now, `(alertname, peer)`.
+fn verdicts(q: &dyn Query) -> Result<Vec<(String, String)>> {
+    Ok(q.query(NODE_VERDICTS)?
+        .iter()
+        .map(|s| (s.label("alertname").to_owned(), s.label("peer").to_owned()))
+        .collect())
+}
+
+/// The one root cause of a node's fault: `alert` for `node` the only verdict firing, and the
+/// only alert Alertmanager pages (its paths', its scrape's, inhibited). `Done` says so; any
+/// other verdict is wrong.
+fn one_root_cause(q: &dyn Query, alert: &str, node: &str) -> Result<Check> {
+    let want = (alert.to_owned(), node.to_owned());
+    let v = verdicts(q)?;
+    if let Some(other) = v.iter().find(|v| **v != want) {
+        return Ok(Check::Wrong(format!(
+            "{} fires for {} while only {node} is faulted: one verdict, {alert} for {node}, is the root cause",
+            other.0, other.1
+        )));
+    }
+    if v.is_empty() {
+        return Ok(Check::NotYet(format!("{alert} not firing yet for {node}")));
+    }
+    let paged = pages(q)?;
+    let page = format!("{alert} {node}");
+    if paged != [page.clone()] {
+        return Ok(Check::NotYet(format!(
+            "Alertmanager pages {paged:?}, not {page} alone"
+        )));
+    }
+    Ok(Check::Done(format!(
+        "one root cause, {alert} for {node}, the one alert Alertmanager pages"
+    )))
+}
 
 /// The paths the shipped `RdmaMeshPathDown` fires for now, with the alert's `cause`.
 fn firing_down(q: &dyn Query) -> Result<BTreeMap<PathKey, String>> {
@@ -216,9 +279,11 @@ impl Checker {
     pub fn poll(&self, q: &dyn Query) -> Result<Check> {
         match self.stage {
             Stage::Steady => self.steady(q),
+            Stage::Down => self.down(q),
+            Stage::Up => self.back(q, &self.topo.dead),
             Stage::Blocked => self.blocked(q),
             Stage::Stopped => self.stopped(q),
-            Stage::Restored => self.restored(q),
+            Stage::Restored => self.back(q, &self.topo.faulted),
             Stage::Lossy => self.lossy(q),
         }
     }
@@ -349,22 +414,53 @@ impl Checker {
             .then(|| Check::Wrong(format!("corrupt probes from {}", bad.join(", ")))))
     }
 
-    /// RoCE dropped by the faulted node: its paths down with cause `rdma` (never `host`) and
-    /// the shipped alert firing for each with that cause; the others up.
-    fn blocked(&self, q: &dyn Query) -> Result<Check> {
-        let (through, others) = split(&self.topo);
+    /// The dead node sends nothing: the paths to it down (its own go unscraped), the other
+    /// paths up, and one root cause, `RdmaMeshNodeDown` for it, alone in Alertmanager.
+    fn down(&self, q: &dyn Query) -> Result<Check> {
+        let dead = &self.topo.dead;
+        let (through, others) = split(&self.topo, dead);
         let up = self.up(q)?;
         if let Some(w) = self.others_flapped(&up, &others) {
             return Ok(w);
         }
-        // Every failure now is on a path through the faulted node (the others stay up).
+        if let Some(w) = self.corrupt(q)? {
+            return Ok(w);
+        }
+        let into: Vec<PathKey> = through.into_iter().filter(|p| p.1 == *dead).collect();
+        let still = not_up(&up, &into, 0.0);
+        if !still.is_empty() {
+            return Ok(Check::NotYet(format!("not down yet: {}", still.join(", "))));
+        }
+        Ok(match one_root_cause(q, "RdmaMeshNodeDown", dead)? {
+            Check::Done(what) => Check::Done(format!(
+                "{} paths to {dead} down, the other {} up; {what}",
+                into.len(),
+                others.len()
+            )),
+            other => other,
+        })
+    }
+
+    /// RoCE dropped by the faulted node: its paths down, the probes to it with cause `rdma`
+    /// (never `host`) and the shipped alert firing for each (with that cause, for the paths
+    /// to it: a path from it that probed the dead node lately may name that node's cause,
+    /// the most frequent on it); one root cause, alone in Alertmanager; the others up.
+    fn blocked(&self, q: &dyn Query) -> Result<Check> {
+        let faulted = &self.topo.faulted;
+        let (through, others) = split(&self.topo, faulted);
+        let up = self.up(q)?;
+        if let Some(w) = self.others_flapped(&up, &others) {
+            return Ok(w);
+        }
+        // Every failure now is on a path through the faulted node (the others stay up), and
+        // the RDMA path's (TCP open).
         let now = counts(q)?;
         for i in self.instances() {
             for r in ["host", "refused", "corrupt"] {
                 let n = delta(&now, &self.start, &i, Some(r));
                 if n > 0.0 {
                     return Ok(Check::Wrong(format!(
-                        "{i}: {n} probe(s) failed `{r}` while only RoCE was blocked (TCP open): the cause must be `rdma`"
+                        "{i}: {n} probe(s) failed `{r}` while only {faulted}'s RoCE was blocked (TCP open): the cause must be `rdma`"
                     )));
                 }
             }
@@ -378,12 +474,13 @@ impl Checker {
         for p in &through {
             match firing.get(p).map(String::as_str) {
                 Some("rdma") => {}
-                Some(other) => {
+                Some(other) if p.1 == *faulted => {
                     return Ok(Check::Wrong(format!(
                         "{}: RdmaMeshPathDown fires with cause {other:?}, not \"rdma\"",
                         show(p)
                     )));
                 }
+                Some(_) => {}
                 None => missing.push(show(p)),
             }
         }
@@ -393,41 +490,22 @@ impl Checker {
                 missing.join(", ")
             )));
         }
-        // The root cause: one node verdict, its NIC's, for the faulted node alone.
-        let verdicts: Vec<(String, String)> = q
-            .query(NODE_VERDICTS)?
-            .iter()
-            .map(|s| (s.label("alertname").to_owned(), s.label("peer").to_owned()))
-            .collect();
-        let want = (
-            "RdmaMeshNodeRdmaBroken".to_owned(),
-            self.topo.faulted.clone(),
-        );
-        if let Some(other) = verdicts.iter().find(|v| **v != want) {
-            return Ok(Check::Wrong(format!(
-                "{} fires for {} while only {}'s RoCE is blocked: one verdict, RdmaMeshNodeRdmaBroken for {}, is the root cause",
-                other.0, other.1, self.topo.faulted, self.topo.faulted
-            )));
-        }
-        if verdicts.is_empty() {
-            return Ok(Check::NotYet(format!(
-                "RdmaMeshNodeRdmaBroken not firing yet for {}",
-                self.topo.faulted
-            )));
-        }
-        Ok(Check::Done(format!(
-            "{} paths through {} down with cause rdma, RdmaMeshPathDown firing for each with cause=\"rdma\", and one root cause, RdmaMeshNodeRdmaBroken for {}; the other {} up",
-            through.len(),
-            self.topo.faulted,
-            self.topo.faulted,
-            others.len()
-        )))
+        Ok(
+            match one_root_cause(q, "RdmaMeshNodeRdmaBroken", faulted)? {
+                Check::Done(what) => Check::Done(format!(
+                    "{} paths through {faulted} down, RdmaMeshPathDown firing for each (cause=\"rdma\" to it); {what}; the other {} up",
+                    through.len(),
+                    others.len()
+                )),
+                other => other,
+            },
+        )
     }
 
     /// The faulted node's server stopped too: probes to it fail `host` or `refused`, as it
     /// really is; its own probes still `rdma`; the others up.
     fn stopped(&self, q: &dyn Query) -> Result<Check> {
-        let (through, others) = split(&self.topo);
+        let (through, others) = split(&self.topo, &self.topo.faulted);
         let up = self.up(q)?;
         if let Some(w) = self.others_flapped(&up, &others) {
             return Ok(w);
@@ -466,9 +544,23 @@ impl Checker {
         )))
     }
 
-    /// Restored: every path up again (its state `up`, not only reachable), no alert firing.
-    fn restored(&self, q: &dyn Query) -> Result<Check> {
-        let (_, others) = split(&self.topo);
+    /// What Alertmanager pages: the flaps of the paths between the dead node and the faulted
+    /// one, which went down and up for each of the two faults within minutes (more than 4
+    /// changes in 30 minutes: `RdmaMeshPathFlapping`), and the rest.
+    fn paged_but_flaps(&self, q: &dyn Query) -> Result<(Vec<Sample>, Vec<Sample>)> {
+        let (dead, faulted) = (&self.topo.dead, &self.topo.faulted);
+        Ok(paged(q)?.into_iter().partition(|s| {
+            let (i, p) = (s.label("instance"), s.label("peer"));
+            s.label("alertname") == "RdmaMeshPathFlapping"
+                && ((i == self.topo.instance(dead) && p == faulted)
+                    || (i == self.topo.instance(faulted) && p == dead))
+        }))
+    }
+
+    /// `node` restored: every path up again (its state `up`, not only reachable), no path
+    /// alert firing and nothing paged.
+    fn back(&self, q: &dyn Query, node: &str) -> Result<Check> {
+        let (_, others) = split(&self.topo, node);
         let up = self.up(q)?;
         if let Some(w) = self.others_flapped(&up, &others) {
             return Ok(w);
@@ -485,14 +577,30 @@ impl Checker {
                 f.join(", ")
             )));
         }
+        let (flapping, rest) = self.paged_but_flaps(q)?;
+        if !rest.is_empty() {
+            return Ok(Check::NotYet(format!(
+                "Alertmanager still pages {:?}",
+                names(&rest)
+            )));
+        }
+        let told = if flapping.is_empty() {
+            "nothing paged".to_owned()
+        } else {
+            format!(
+                "nothing paged but {:?} (down and up for each of two faults)",
+                names(&flapping)
+            )
+        };
         Ok(Check::Done(format!(
-            "all {} paths up again, RdmaMeshPathDown resolved",
+            "{node} back: all {} paths up again, RdmaMeshPathDown resolved, {told}",
             all.len()
         )))
     }
 
     /// Loss on one link: after enough probes of its two paths, each showed slow probes or went
-    /// degraded; no probe anywhere corrupt; every other path stayed up and never degraded.
+    /// degraded; no probe anywhere corrupt; every other path stayed up and never degraded; and
+    /// the link's one alert fired, the one page.
     fn lossy(&self, q: &dyn Query) -> Result<Check> {
         let (lossy, others) = lossy_split(&self.topo);
         let up = self.up(q)?;
@@ -551,12 +659,44 @@ impl Checker {
                 if was_degraded { "yes" } else { "no" }
             ));
         }
+        // One alert for the link, whichever way: RdmaMeshLinkLossy, the only page (its
+        // degraded paths inhibited under it).
+        let link = {
+            let [a, b] = &self.topo.lossy;
+            if a <= b {
+                format!("{a}~{b}")
+            } else {
+                format!("{b}~{a}")
+            }
+        };
+        let firing = q.query(&format!(
+            r#"ALERTS{{alertname="RdmaMeshLinkLossy",alertstate="firing",link="{link}"}}"#
+        ))?;
+        if firing.is_empty() {
+            return Ok(Check::NotYet(format!(
+                "RdmaMeshLinkLossy not firing yet for {link}: {}",
+                told.join("; ")
+            )));
+        }
+        let (flapping, rest) = self.paged_but_flaps(q)?;
+        let page = format!("RdmaMeshLinkLossy {link}");
+        if names(&rest) != [page.clone()] {
+            return Ok(Check::NotYet(format!(
+                "Alertmanager pages {:?}, not {page} alone",
+                names(&rest)
+            )));
+        }
         Ok(Check::Done(format!(
-            "lossy link {}-{}: {}; no probe corrupt; the other {} paths stayed up, never degraded",
+            "lossy link {}-{}: {}; no probe corrupt; the other {} paths stayed up, never degraded; one alert, {page}, the one Alertmanager pages{}",
             self.topo.lossy[0],
             self.topo.lossy[1],
             told.join("; "),
-            others.len()
+            others.len(),
+            if flapping.is_empty() {
+                String::new()
+            } else {
+                format!(" but {:?}", names(&flapping))
+            }
         )))
     }
 }

@@ -13,6 +13,8 @@ use super::{Stage, Topology, budget};
 
 const UP: &str = "max by (instance, peer) (rdma_mesh_path_up)";
 const ALERTS: &str = r#"ALERTS{alertname="RdmaMeshPathDown",alertstate="firing"}"#;
+/// Where the fake keeps what Alertmanager pages.
+const PAGES: &str = "(alertmanager)";
 
 #[derive(Default)]
 struct Fake {
@@ -74,6 +76,17 @@ impl Fake {
         self.set(RESULTS, v);
     }
 
+    /// Alertmanager pages these `(alertname, peer)`.
+    fn pages(&self, alerts: &[(&str, &str)]) {
+        self.set(
+            PAGES,
+            alerts
+                .iter()
+                .map(|(name, peer)| sample(&[("alertname", name), ("peer", peer)], 1.0))
+                .collect(),
+        );
+    }
+
     fn firing(&self, paths: &[((&str, &str), &str)]) {
         self.set(
             ALERTS,
@@ -94,6 +107,10 @@ impl Query for Fake {
     fn query(&self, expr: &str) -> Result<Vec<Sample>> {
         Ok(self.answers.borrow().get(expr).cloned().unwrap_or_default())
     }
+
+    fn pages(&self) -> Result<Vec<Sample>> {
+        self.query(PAGES)
+    }
 }
 
 fn inst(node: &str) -> String {
@@ -105,10 +122,13 @@ fn topo() -> Topology {
         nodes: vec!["node1".into(), "node2".into(), "node3".into()],
         metrics_port: 9478,
         faulted: "node3".into(),
+        dead: "node2".into(),
         lossy: ["node2".into(), "node3".into()],
         prometheus: "http://node1:9090".into(),
+        alertmanager: "http://node1:9093".into(),
         dashboard: "/dev/null".into(),
         every_s: 3,
+        cycle: 1,
         down_after: 2,
         up_after: 2,
         bw_every: 3,
@@ -254,15 +274,35 @@ fn blocked_wants_rdma_down_and_the_alert_with_its_cause_and_nothing_else_moving(
         NODE_VERDICTS,
         vec![verdict("RdmaMeshNodeRdmaBroken", "node3")],
     );
+    // Paged: the verdict, and a path alert not inhibited yet.
+    f.pages(&[
+        ("RdmaMeshNodeRdmaBroken", "node3"),
+        ("RdmaMeshPathDown", "node3"),
+    ]);
+    assert!(
+        not_yet(c.poll(&f).unwrap()).contains(
+            r#"Alertmanager pages ["RdmaMeshNodeRdmaBroken node3", "RdmaMeshPathDown node3"], not RdmaMeshNodeRdmaBroken node3 alone"#
+        )
+    );
+    f.pages(&[("RdmaMeshNodeRdmaBroken", "node3")]);
     let d = done(c.poll(&f).unwrap());
+    assert!(d.contains("4 paths through node3 down"), "{d}");
     assert!(
-        d.contains("4 paths through node3 down with cause rdma"),
+        d.contains(
+            "one root cause, RdmaMeshNodeRdmaBroken for node3, the one alert Alertmanager pages"
+        ),
         "{d}"
     );
-    assert!(
-        d.contains("one root cause, RdmaMeshNodeRdmaBroken for node3"),
-        "{d}"
-    );
+    // A path from the faulted node may name the cause most frequent on it lately (its probes
+    // of the dead node); one to it may not.
+    f.firing(&[
+        (("node1", "node3"), "rdma"),
+        (("node2", "node3"), "rdma"),
+        (("node3", "node1"), "rdma"),
+        (("node3", "node2"), "host"),
+    ]);
+    assert!(done(c.poll(&f).unwrap()).contains("4 paths through node3 down"));
+    f.firing(&THROUGH.map(|p| (p, "rdma")));
     // A second verdict, or one of the wrong kind, is not one alert per root cause.
     f.set(
         NODE_VERDICTS,
@@ -290,7 +330,7 @@ fn blocked_wants_rdma_down_and_the_alert_with_its_cause_and_nothing_else_moving(
     f.up(&THROUGH, &[], &[]);
     f.firing(&THROUGH.map(|p| (p, "rdma")));
     f.probes(6.0, &[]);
-    assert!(done(c.poll(&f).unwrap()).contains("down with cause rdma"));
+    assert!(done(c.poll(&f).unwrap()).contains("4 paths through node3 down"));
 }
 
 #[test]
@@ -350,7 +390,64 @@ fn restored_waits_for_every_path_and_the_alert_to_resolve() {
     f.set(PATHS_UP, states);
     assert!(not_yet(c.poll(&f).unwrap()).contains("still firing"));
     f.firing(&[]);
-    assert!(done(c.poll(&f).unwrap()).contains("RdmaMeshPathDown resolved"));
+    f.pages(&[("RdmaMeshNodeRdmaBroken", "node3")]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("Alertmanager still pages"));
+    f.pages(&[]);
+    assert!(done(c.poll(&f).unwrap()).contains("RdmaMeshPathDown resolved, nothing paged"));
+    // A path between the dead node and the faulted one flapped (two faults in minutes): said,
+    // not waited out; a flap elsewhere is waited for.
+    let flap = |i: &str, peer: &str| {
+        sample(
+            &[
+                ("alertname", "RdmaMeshPathFlapping"),
+                ("instance", &inst(i)),
+                ("peer", peer),
+            ],
+            1.0,
+        )
+    };
+    f.set(PAGES, vec![flap("node2", "node3")]);
+    assert!(done(c.poll(&f).unwrap()).contains(
+        r#"nothing paged but ["RdmaMeshPathFlapping node3"] (down and up for each of two faults)"#
+    ));
+    f.set(PAGES, vec![flap("node1", "node3")]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("still pages"));
+}
+
+#[test]
+fn down_wants_the_paths_to_the_dead_node_down_and_one_page_for_it() {
+    let f = Fake::default();
+    f.probes(3.0, &[]);
+    f.up(&[], &[], &[]);
+    let c = checker(Stage::Down, &f, Vec::new());
+    let into = [("node1", "node2"), ("node3", "node2")];
+    assert!(not_yet(c.poll(&f).unwrap()).contains("not down yet"));
+    // Its own paths go unscraped (absent): no flap.
+    f.up(&into, &[], &[("node2", "node1"), ("node2", "node3")]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("RdmaMeshNodeDown not firing yet for node2"));
+    let verdict = |name: &str, node: &str| sample(&[("alertname", name), ("peer", node)], 1.0);
+    f.set(NODE_VERDICTS, vec![verdict("RdmaMeshNodeDown", "node2")]);
+    f.pages(&[("RdmaMeshNodeDown", "node2"), ("RdmaMeshScrapeFailing", "")]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains("Alertmanager pages"));
+    f.pages(&[("RdmaMeshNodeDown", "node2")]);
+    let d = done(c.poll(&f).unwrap());
+    assert!(
+        d.contains("2 paths to node2 down, the other 2 up; one root cause, RdmaMeshNodeDown for node2, the one alert Alertmanager pages"),
+        "{d}"
+    );
+    // Its NIC's verdict, or another node's, is not its root cause; a path off it down is a flap.
+    f.set(
+        NODE_VERDICTS,
+        vec![verdict("RdmaMeshNodeRdmaBroken", "node2")],
+    );
+    assert!(wrong(c.poll(&f).unwrap()).contains("RdmaMeshNodeRdmaBroken fires for node2"));
+    f.set(NODE_VERDICTS, vec![verdict("RdmaMeshNodeDown", "node2")]);
+    f.up(
+        &[("node1", "node2"), ("node3", "node2"), ("node1", "node3")],
+        &[],
+        &[],
+    );
+    assert!(wrong(c.poll(&f).unwrap()).contains("left up: node1:9478 -> node3"));
 }
 
 #[test]
@@ -376,10 +473,28 @@ fn lossy_wants_slow_or_degraded_on_its_link_only_after_enough_probes() {
             1.0,
         )],
     );
+    // The loss shows; the link's one alert has yet to fire, then to be the one page.
+    assert!(
+        not_yet(c.poll(&f).unwrap()).contains("RdmaMeshLinkLossy not firing yet for node2~node3")
+    );
+    let lossy = sample(
+        &[("alertname", "RdmaMeshLinkLossy"), ("link", "node2~node3")],
+        1.0,
+    );
+    f.set(
+        r#"ALERTS{alertname="RdmaMeshLinkLossy",alertstate="firing",link="node2~node3"}"#,
+        vec![lossy.clone()],
+    );
+    f.pages(&[("RdmaMeshPathDegraded", "node3")]);
+    assert!(not_yet(c.poll(&f).unwrap()).contains(
+        r#"Alertmanager pages ["RdmaMeshPathDegraded node3"], not RdmaMeshLinkLossy node2~node3 alone"#
+    ));
+    f.set(PAGES, vec![lossy]);
     let d = done(c.poll(&f).unwrap());
     assert!(
         d.contains("node2:9478 -> node3: about 5 probes, its prober's 2 slow")
-            && d.contains("degraded yes"),
+            && d.contains("degraded yes")
+            && d.contains("one alert, RdmaMeshLinkLossy node2~node3, the one Alertmanager pages"),
         "{d}"
     );
     // A path off the link degraded, or a corrupt probe: wrong.

@@ -9,7 +9,7 @@
 
 use super::alertmanager::{self, Alert, Alertmanager};
 use crate::exec::{self, Captured};
-use crate::mesh_guest::prom::{Http, Query as _};
+use crate::mesh_guest::prom::Http;
 use color_eyre::eyre::{Result, WrapErr as _, bail, eyre};
 use std::collections::BTreeSet;
 use std::path::Path;
