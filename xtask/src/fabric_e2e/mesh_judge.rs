@@ -27,8 +27,8 @@ use rdma_proto::events::mesh::{Cause, PairState, ProbeOutcome};
 /// What one ordered pair showed, in order.
 #[derive(Debug, Default)]
 struct Pair {
-    /// State changes: (from, to, cause).
-    changes: Vec<(PairState, PairState, Option<Cause>)>,
+    /// State changes: (from, to).
+    changes: Vec<(PairState, PairState)>,
     /// Each time it went down, in order.
     downs: Vec<Outage>,
     run: u32,
@@ -49,6 +49,8 @@ struct Pair {
 struct Outage {
     /// Failed probes in a row just before.
     before: u32,
+    /// The cause the prober gave the change.
+    cause: Option<Cause>,
     /// The causes of those failed probes, and of those while it was down.
     causes: Vec<Cause>,
 }
@@ -151,10 +153,11 @@ pub fn check(
                         // The probe that moved it is reported just before the change.
                         p.downs.push(Outage {
                             before: p.run,
+                            cause,
                             causes: p.run_causes.clone(),
                         });
                     }
-                    p.changes.push((from, to, cause));
+                    p.changes.push((from, to));
                 }
                 _ => {}
             }
@@ -171,7 +174,7 @@ pub fn check(
                 wrong.push(format!("{name}: never probed"));
                 continue;
             };
-            let moves: Vec<(PairState, PairState)> = p.changes.iter().map(|c| (c.0, c.1)).collect();
+            let moves = &p.changes;
             let touches = |node: usize| w == node || t == node;
             // Its faults, in the order they came.
             let faults: Vec<usize> = [dead, faulted]
@@ -218,8 +221,7 @@ pub fn check(
                 ));
                 continue;
             }
-            let down_causes = p.changes.iter().filter(|c| c.1 == Down).map(|c| c.2);
-            for ((&fault, d), cause) in faults.iter().zip(&p.downs).zip(down_causes) {
+            for (&fault, d) in faults.iter().zip(&p.downs) {
                 if d.before != down_after {
                     wrong.push(format!(
                         "{name}: went down after {} failed probes in a row, not --down-after {down_after}",
@@ -236,9 +238,10 @@ pub fn check(
                     }
                     continue;
                 }
-                if cause != Some(Cause::Rdma) {
+                if d.cause != Some(Cause::Rdma) {
                     wrong.push(format!(
-                        "{name}: went down with {cause:?}, not cause rdma (only RoCE was blocked)"
+                        "{name}: went down with {:?}, not cause rdma (only RoCE was blocked)",
+                        d.cause
                     ));
                 }
                 if t == faulted

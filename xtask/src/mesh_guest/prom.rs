@@ -67,23 +67,32 @@ impl Http {
             .is_ok_and(|r| r.status() == 200)
     }
 
+    /// `GET base + path ? params`: the answer's status and body.
+    fn get(&self, path: &str, params: &[(&str, &str)]) -> Result<(u16, String)> {
+        let url = format!("{}{path}", self.base);
+        let shown = || {
+            let q: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("GET {url}?{}", q.join("&"))
+        };
+        let mut req = self.agent.get(&url);
+        for (k, v) in params {
+            req = req.query(*k, *v);
+        }
+        let mut resp = req.call().wrap_err_with(shown)?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .read_to_string()
+            .wrap_err_with(|| format!("reading the answer to {}", shown()))?;
+        Ok((status, body))
+    }
+
     /// Prometheus's instant vector `expr` now.
     ///
     /// # Errors
     /// Prometheus did not answer, or refused the query.
     pub fn query(&self, expr: &str) -> Result<Vec<Sample>> {
-        let url = format!("{}/api/v1/query", self.base);
-        let mut resp = self
-            .agent
-            .get(&url)
-            .query("query", expr)
-            .call()
-            .wrap_err_with(|| format!("GET {url}?query={expr}"))?;
-        let status = resp.status();
-        let body = resp
-            .body_mut()
-            .read_to_string()
-            .wrap_err_with(|| format!("reading the answer to {expr}"))?;
+        let (status, body) = self.get("/api/v1/query", &[("query", expr)])?;
         parse(&body).wrap_err_with(|| format!("query {expr} (HTTP {status})"))
     }
 
@@ -92,21 +101,14 @@ impl Http {
     /// # Errors
     /// Alertmanager did not answer.
     pub fn pages(&self) -> Result<Vec<Sample>> {
-        let url = format!("{}/api/v2/alerts", self.base);
-        let mut resp = self
-            .agent
-            .get(&url)
-            .query("active", "true")
-            .query("silenced", "false")
-            .query("inhibited", "false")
-            .call()
-            .wrap_err_with(|| format!("GET {url}"))?;
-        let status = resp.status();
-        let body = resp
-            .body_mut()
-            .read_to_string()
-            .wrap_err_with(|| format!("reading {url}"))?;
-        parse_alerts(&body).wrap_err_with(|| format!("GET {url} (HTTP {status})"))
+        let path = "/api/v2/alerts";
+        let params = [
+            ("active", "true"),
+            ("silenced", "false"),
+            ("inhibited", "false"),
+        ];
+        let (status, body) = self.get(path, &params)?;
+        parse_alerts(&body).wrap_err_with(|| format!("GET {}{path} (HTTP {status})", self.base))
     }
 }
 
