@@ -265,15 +265,15 @@ pub fn check(
         (o + p.ok, f + p.failed, r + p.reused)
     });
     Ok(format!(
-        "{} ordered pairs: the {} through node{} down (host, after {down_after} probes) and up again, then the {} through node{} (rdma), {untouched} never moved; probes: {ok} ok ({reused} on a kept session, every one's lat exchange ended with the stamped exchange), {failed} failed, none corrupt",
+        "{} ordered pairs: the {} through node{} down (host, after {down_after} probes) and up again, then the {} through node{} (rdma), {untouched}; probes: {ok} ok ({reused} on a kept session, every one's lat exchange ended with the stamped exchange), {failed} failed, none corrupt",
         n * (n - 1),
         2 * (n - 1),
         dead + 1,
         2 * (n - 1),
         faulted + 1,
         untouched = match (n * (n - 1)).saturating_sub(2 * (2 * (n - 1) - 1)) {
-            0 => "no other pair".to_owned(),
-            k => format!("the other {k}"),
+            0 => "no pair untouched".to_owned(),
+            k => format!("the other {k} never moved"),
         }
     ))
 }
